@@ -1,0 +1,269 @@
+"""ONNX graph files: load without weights, validate external data, read bytes ourselves.
+
+q38 never lets onnx or onnx-ir read external weight bytes: both refuse hard-linked data files
+(``st_nlink > 1``, see reference/file-safety-facts.md) that ORT accepts, and loading weights
+would make memory grow with weight bytes. Instead:
+
+* :func:`load_graph` parses the protobuf only (onnx-ir keeps external tensors lazy) and checks
+  every external-data reference: relative location, inside the package after resolving links,
+  a regular file, and ``offset + length`` within the file.
+* :func:`read_tensor` reads one tensor's byte range with ``os.pread`` after the same checks.
+* :func:`save_graph` serializes the graph; external tensors stay references.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from q38.errors import GraphError, UnsafePathError
+from q38.package.paths import resolve_inside, safe_relpath
+
+__all__ = [
+    "ExternalRef",
+    "all_graphs",
+    "external_refs",
+    "iter_tensors",
+    "load_graph",
+    "read_tensor",
+    "save_graph",
+]
+
+_INLINE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """One external-data reference of a graph."""
+
+    name: str
+    location: str
+    offset: int
+    length: int | None
+    dtype: ir.DataType
+    shape: tuple[int, ...]
+
+
+def all_graphs(model: ir.Model) -> Iterator[ir.Graph]:
+    """The main graph and every subgraph (If/Loop/Scan bodies, nested), in a stable order."""
+    yield model.graph
+    yield from _subgraphs(model.graph)
+
+
+def _subgraphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield attr.value
+                yield from _subgraphs(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.value:
+                    yield sub
+                    yield from _subgraphs(sub)
+
+
+def iter_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
+    """(value name, tensor) for every initializer and Constant/attribute tensor, all graphs."""
+    for graph in all_graphs(model):
+        for name, value in graph.initializers.items():
+            if value.const_value is not None:
+                yield name, value.const_value
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR:
+                    yield f"{node.name or node.op_type}.{attr.name}", attr.value
+
+
+def external_refs(model: ir.Model) -> list[ExternalRef]:
+    refs = []
+    for name, tensor in iter_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            refs.append(
+                ExternalRef(
+                    name=name,
+                    location=str(tensor.location),
+                    offset=int(tensor.offset or 0),
+                    length=None if tensor.length is None else int(tensor.length),
+                    dtype=tensor.dtype,
+                    shape=tuple(int(d) for d in tensor.shape),
+                )
+            )
+    return refs
+
+
+def _expected_nbytes(dtype: ir.DataType, shape: tuple[int, ...]) -> int | None:
+    count = 1
+    for dim in shape:
+        count *= dim
+    bits = dtype.bitwidth
+    if bits % 8:
+        return (count * bits + 7) // 8
+    return count * (bits // 8)
+
+
+def _check_external(graph_path: Path, root: Path, ref: ExternalRef) -> tuple[Path, int, int]:
+    """Validate one reference; return (named path, offset, length) with length resolved."""
+    what = f"{graph_path.name}: initializer {ref.name!r} external data"
+    try:
+        location = safe_relpath(ref.location, what=what)
+        # The location is relative to the graph file's directory; the containment bound is the
+        # package root (a layered package's head may not reach into its sibling).
+        rel_to_root = os.path.relpath(graph_path.parent / location, root)
+        named = resolve_inside(root, rel_to_root, what=what)
+    except UnsafePathError as exc:
+        raise GraphError(str(exc)) from None
+    try:
+        st = named.stat()
+    except OSError as exc:
+        raise GraphError(f"{what}: cannot stat {location!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GraphError(f"{what}: {location!r} is not a regular file")
+    if ref.offset < 0 or (ref.length is not None and ref.length < 0):
+        raise GraphError(f"{what}: negative offset or length ({ref.offset}, {ref.length})")
+    length = st.st_size - ref.offset if ref.length is None else ref.length
+    if ref.offset > st.st_size or ref.offset + length > st.st_size:
+        raise GraphError(
+            f"{what}: byte range [{ref.offset}, {ref.offset + length}) is past the end of "
+            f"{location!r} ({st.st_size} bytes)"
+        )
+    expected = _expected_nbytes(ref.dtype, ref.shape)
+    if expected is not None and length != expected and not (ref.length is None and length > expected):
+        raise GraphError(
+            f"{what}: {length} bytes in {location!r} but {ref.dtype.name} shape {list(ref.shape)} needs {expected}"
+        )
+    return named, ref.offset, expected if ref.length is None and expected is not None else length
+
+
+def _check_structure(graph: ir.Graph, path: Path, outer: frozenset[str] = frozenset()) -> None:
+    """Every node input is defined before use (catches missing inputs and cycles)."""
+    defined = set(outer)
+    defined.update(v.name for v in graph.inputs if v.name)
+    defined.update(graph.initializers)
+    for node in graph:
+        for value in node.inputs:
+            if value is None or not value.name:
+                continue
+            if value.name not in defined:
+                producer = value.producer()
+                why = "is produced later (cycle or wrong order)" if producer is not None else "is not produced by any node"
+                raise GraphError(f"{path.name}: node {node.name or node.op_type!r} input {value.name!r} {why}")
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                _check_structure(attr.value, path, frozenset(defined))
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.value:
+                    _check_structure(sub, path, frozenset(defined))
+        defined.update(v.name for v in node.outputs if v.name)
+    for value in graph.outputs:
+        if value.name and value.name not in defined:
+            raise GraphError(f"{path.name}: graph output {value.name!r} is not produced by any node")
+
+
+def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Model:
+    """Load ``path`` without external weights, validating every external-data reference.
+
+    Args:
+        path: the ``.onnx`` file.
+        root: the package directory that every external-data file must stay inside.
+        check_structure: also require every node input to be defined before use.
+
+    Raises:
+        GraphError: one line naming the file and the problem.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise GraphError(f"{path}: missing") from None
+    except OSError as exc:
+        raise GraphError(f"{path}: unreadable: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GraphError(f"{path}: not a regular file")
+    try:
+        model = ir.load(path)
+    except Exception as exc:  # protobuf DecodeError, onnx-ir ValueError on malformed graphs
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise GraphError(f"{path}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None
+    for ref in external_refs(model):
+        _check_external(path, root, ref)
+    if check_structure:
+        _check_structure(model.graph, path)
+    model.meta["q38.path"] = str(path)
+    model.meta["q38.root"] = str(root)
+    return model
+
+
+def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root: Path) -> np.ndarray:
+    """The tensor's values, reading external bytes ourselves (hard-link tolerant)."""
+    if isinstance(tensor, ir.Value):
+        if tensor.const_value is None:
+            raise GraphError(f"{graph_path.name}: value {tensor.name!r} has no constant value")
+        tensor = tensor.const_value
+    if not isinstance(tensor, ir.ExternalTensor):
+        return tensor.numpy()
+    ref = ExternalRef(
+        name=str(tensor.name),
+        location=str(tensor.location),
+        offset=int(tensor.offset or 0),
+        length=None if tensor.length is None else int(tensor.length),
+        dtype=tensor.dtype,
+        shape=tuple(int(d) for d in tensor.shape),
+    )
+    named, offset, length = _check_external(graph_path, root, ref)
+    fd = os.open(named, os.O_RDONLY)
+    try:
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    if len(data) != length:
+        raise GraphError(f"{graph_path.name}: short read of {ref.name!r} ({len(data)} of {length} bytes)")
+    np_dtype = tensor.dtype.numpy()
+    if tensor.dtype.bitwidth % 8:  # packed sub-byte types: hand back the raw bytes
+        return np.frombuffer(data, dtype=np.uint8).copy()
+    return np.frombuffer(data, dtype=np_dtype).reshape(ref.shape).copy()
+
+
+def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> None:
+    """Write ``model`` to ``path``; external tensors stay references.
+
+    In-memory tensors of at least 1 KiB (weights a pass created) are appended to ``new_data``
+    (default ``<stem>.q38.data``) next to ``path`` and become external references. The caller
+    places the referenced data files next to ``path``. The model is updated in place to point
+    at the new file.
+    """
+    data_name = new_data or f"{path.stem}.q38.data"
+    data_path = path.parent / data_name
+    offset = data_path.stat().st_size if data_path.exists() else 0
+    with contextlib.ExitStack() as stack:
+        fh = None
+        for graph in all_graphs(model):
+            for value in graph.initializers.values():
+                tensor = value.const_value
+                if tensor is None or isinstance(tensor, ir.ExternalTensor) or tensor.nbytes < _INLINE_LIMIT:
+                    continue
+                if fh is None:
+                    fh = stack.enter_context(open(data_path, "ab"))
+                pad = (-offset) % 64
+                if pad:
+                    fh.write(b"\0" * pad)
+                    offset += pad
+                raw = tensor.tobytes()
+                fh.write(raw)
+                value.const_value = ir.ExternalTensor(
+                    data_name,
+                    offset,
+                    len(raw),
+                    tensor.dtype,
+                    shape=tensor.shape,
+                    name=value.name or "",
+                    base_dir=path.parent,
+                )
+                offset += len(raw)
+    proto = ir.serde.serialize_model(model)
+    path.write_bytes(proto.SerializeToString())

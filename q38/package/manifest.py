@@ -1,0 +1,134 @@
+"""package_manifest.json: provenance of a package (what made it, from what, and how)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from q38 import __version__
+from q38.errors import PackageError
+
+__all__ = ["LINK_MODES", "MANIFEST_FILENAME", "FileRecord", "Manifest", "dumps_manifest", "parse_manifest", "read_manifest"]
+
+MANIFEST_FILENAME: Final = "package_manifest.json"
+MANIFEST_VERSION: Final = 1
+LINK_MODES: Final = ("write", "reflink", "hardlink", "copy", "symlink")
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    link_mode: str
+    sha256: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    command: str
+    q38_version: str = __version__
+    sources: tuple[dict[str, str], ...] = ()
+    files: dict[str, FileRecord] = field(default_factory=dict)
+    rewrites: dict[str, int] = field(default_factory=dict)
+    router_weights_cleared: int = 0
+    resident_slots: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        files = {}
+        for name, rec in sorted(self.files.items()):
+            d: dict[str, Any] = {"link_mode": rec.link_mode}
+            if rec.sha256 is not None:
+                d["sha256"] = rec.sha256
+            if rec.source is not None:
+                d["source"] = rec.source
+            files[name] = d
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "q38_version": self.q38_version,
+            "command": self.command,
+            "sources": [dict(s) for s in self.sources],
+            "files": files,
+            "rewrites": dict(self.rewrites),
+            "router_weights_cleared": self.router_weights_cleared,
+            "resident_slots": dict(self.resident_slots),
+            "notes": list(self.notes),
+            "extra": dict(self.extra),
+        }
+
+
+def dumps_manifest(manifest: Manifest) -> str:
+    return json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def _fail(source: str, path: str, message: str) -> PackageError:
+    return PackageError(f"{source}: {path}: {message}")
+
+
+def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest:
+    allowed = {
+        "manifest_version", "q38_version", "command", "sources", "files", "rewrites",
+        "router_weights_cleared", "resident_slots", "notes", "extra",
+    }
+    if not isinstance(data, dict):
+        raise _fail(source, "(top)", "expected an object")
+    for key in data:
+        if key not in allowed:
+            raise _fail(source, key, "unknown key")
+    if data.get("manifest_version") != MANIFEST_VERSION:
+        raise _fail(source, "manifest_version", f"expected {MANIFEST_VERSION}, got {data.get('manifest_version')!r}")
+    files: dict[str, FileRecord] = {}
+    raw_files = data.get("files", {})
+    if not isinstance(raw_files, dict):
+        raise _fail(source, "files", "expected an object")
+    for name, rec in raw_files.items():
+        if not isinstance(rec, dict) or rec.get("link_mode") not in LINK_MODES:
+            raise _fail(source, f"files.{name}.link_mode", f"expected one of {', '.join(LINK_MODES)}")
+        unknown = set(rec) - {"link_mode", "sha256", "source"}
+        if unknown:
+            raise _fail(source, f"files.{name}.{sorted(unknown)[0]}", "unknown key")
+        files[name] = FileRecord(rec["link_mode"], rec.get("sha256"), rec.get("source"))
+    for key in ("rewrites", "resident_slots"):
+        value = data.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+            raise _fail(source, key, "expected an object of integers")
+    cleared = data.get("router_weights_cleared", 0)
+    if isinstance(cleared, bool) or not isinstance(cleared, int) or cleared < 0:
+        raise _fail(source, "router_weights_cleared", "expected a non-negative integer")
+    command = data.get("command")
+    if not isinstance(command, str):
+        raise _fail(source, "command", "expected a string")
+    sources = data.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
+        raise _fail(source, "sources", "expected an array of objects")
+    notes = data.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise _fail(source, "notes", "expected an array of strings")
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict):
+        raise _fail(source, "extra", "expected an object")
+    return Manifest(
+        command=command,
+        q38_version=str(data.get("q38_version", "")),
+        sources=tuple(dict(s) for s in sources),
+        files=files,
+        rewrites=dict(data.get("rewrites", {})),
+        router_weights_cleared=cleared,
+        resident_slots=dict(data.get("resident_slots", {})),
+        notes=tuple(notes),
+        extra=dict(extra),
+    )
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PackageError(f"{path}: missing") from None
+    except json.JSONDecodeError as exc:
+        raise PackageError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PackageError(f"{path}: unreadable: {exc}") from None
+    return parse_manifest(data, source=str(path))

@@ -1,0 +1,229 @@
+"""The package model: open a package directory, and write one through a staged writer."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Literal
+
+import onnx_ir as ir
+
+from q38.errors import PackageError
+from q38.package.config import CONFIG_FILENAME, Config, dumps_config, read_config
+from q38.package.graphs import load_graph
+from q38.package.links import LinkMode, LinkPolicy, place_file
+from q38.package.manifest import MANIFEST_FILENAME, Manifest, dumps_manifest, read_manifest
+from q38.package.paths import resolve_inside, safe_relpath
+from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
+from q38.package.profile import ExpertProfile, read_profile
+from q38.package.staging import StagedDirectory
+
+__all__ = ["GRAPH_ROLES", "Layout", "Package", "PackageWriter", "open_package"]
+
+Layout = Literal["flat", "layered"]
+GRAPH_ROLES: Final = ("target", "head", "prefill", "s2", "s3", "s4")
+
+
+@dataclass(frozen=True)
+class Package:
+    """A package directory, read and validated; graphs are loaded on demand."""
+
+    root: Path
+    layout: Layout
+    config: Config
+    pool: WeightsPool
+    manifest: Manifest | None
+    head_pool: WeightsPool | None = None
+    head_manifest: Manifest | None = None
+    profile: ExpertProfile | None = None
+    dirs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def target_dir(self) -> Path:
+        return self.dirs["target"]
+
+    @property
+    def head_dir(self) -> Path:
+        return self.dirs["head"]
+
+    def roles(self) -> list[str]:
+        """The graph roles this package has, in a fixed order."""
+        g = self.config.model.qwen38_graph
+        roles = ["target", "head"]
+        if g.prefill is not None:
+            roles.append("prefill")
+        roles.extend(k for k in ("s2", "s3", "s4") if k in g.multidraft)
+        return roles
+
+    def graph_filename(self, role: str) -> str:
+        g = self.config.model.qwen38_graph
+        if role == "target":
+            return g.target
+        if role == "head":
+            return g.head_r2.filename
+        if role == "prefill":
+            if g.prefill is None:
+                raise PackageError(f"{self.root}: package has no prefill graph")
+            return g.prefill.filename
+        if role in g.multidraft:
+            return g.multidraft[role]
+        raise PackageError(f"{self.root}: package has no {role!r} graph")
+
+    def graph_dir(self, role: str) -> Path:
+        return self.dirs["head"] if role == "head" else self.dirs["target"]
+
+    def graph_path(self, role: str) -> Path:
+        return self.graph_dir(role) / self.graph_filename(role)
+
+    def load(self, role: str) -> ir.Model:
+        """Load one graph without its external weights (validated, hard-link tolerant)."""
+        return load_graph(self.graph_path(role), root=self.graph_dir(role))
+
+
+def _require_file(base: Path, rel: str, *, what: str) -> Path:
+    path = resolve_inside(base, rel, what=what)
+    mode = path.stat().st_mode
+    if stat.S_ISDIR(mode):
+        raise PackageError(f"{what}: {rel!r} is a directory, expected a file")
+    if not stat.S_ISREG(mode):
+        raise PackageError(f"{what}: {rel!r} is not a regular file")
+    return path
+
+
+def open_package(path: Path | str) -> Package:
+    """Open and validate a flat or layered package; any problem is one PackageError line."""
+    root = Path(path)
+    if not root.exists():
+        raise PackageError(f"{root}: no such package directory")
+    if not root.is_dir():
+        raise PackageError(f"{root}: not a directory")
+    if (root / CONFIG_FILENAME).exists():
+        layout: Layout = "flat"
+        dirs = {"target": root, "head": root}
+    elif (root / "target" / CONFIG_FILENAME).exists():
+        layout = "layered"
+        dirs = {"target": root / "target", "head": root / "head"}
+        if not dirs["head"].is_dir():
+            raise PackageError(f"{root}: layered package without a head/ directory")
+    else:
+        raise PackageError(f"{root}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
+    tdir = dirs["target"]
+    config = read_config(tdir / CONFIG_FILENAME)
+    g = config.model.qwen38_graph
+    pool_path = _require_file(tdir, g.weights_pool, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.weights_pool")
+    pool = read_pool(pool_path)
+    manifest = read_manifest(tdir / MANIFEST_FILENAME) if (tdir / MANIFEST_FILENAME).exists() else None
+    head_pool = head_manifest = None
+    if layout == "layered":
+        hdir = dirs["head"]
+        if (hdir / POOL_FILENAME).exists():
+            head_pool = read_pool(hdir / POOL_FILENAME)
+        if (hdir / MANIFEST_FILENAME).exists():
+            head_manifest = read_manifest(hdir / MANIFEST_FILENAME)
+    profile = None
+    if g.expert_profile is not None:
+        profile = read_profile(_require_file(tdir, g.expert_profile, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.expert_profile"))
+    for entry in pool.entries:
+        _require_file(tdir, entry.file, what=f"{pool_path}: pool entry {entry.pool_id!r}")
+    so = config.model.decoder.session_options
+    libs = dict(g.libraries)
+    if so.custom_ops_library is not None:
+        libs["custom_ops_library"] = so.custom_ops_library
+    for name, rel in libs.items():
+        _require_file(tdir, rel, what=f"{tdir / CONFIG_FILENAME}: library {name!r}")
+    package = Package(
+        root=root,
+        layout=layout,
+        config=config,
+        pool=pool,
+        manifest=manifest,
+        head_pool=head_pool,
+        head_manifest=head_manifest,
+        profile=profile,
+        dirs=dirs,
+    )
+    for role in package.roles():
+        rel = package.graph_filename(role)
+        _require_file(package.graph_dir(role), rel, what=f"{tdir / CONFIG_FILENAME}: {role} graph")
+    return package
+
+
+class PackageWriter:
+    """Write a package into a staging directory; it is renamed into place on success.
+
+    Usage::
+
+        with PackageWriter(dest) as w:
+            w.write_config(cfg)
+            w.place(src_data, "model.onnx.data", LinkPolicy.COPY)
+        # dest now exists, complete; on any exception nothing is left behind.
+    """
+
+    def __init__(self, dest: Path | str) -> None:
+        self._staged = StagedDirectory(Path(dest))
+        self.link_modes: dict[str, str] = {}
+
+    @property
+    def dest(self) -> Path:
+        return self._staged.dest
+
+    @property
+    def path(self) -> Path:
+        """The staging directory; write everything under it."""
+        return self._staged.path
+
+    def __enter__(self) -> PackageWriter:
+        self._staged.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None:
+                self._staged.commit()
+        finally:
+            self._staged.__exit__(exc_type, exc, tb)
+
+    def _target(self, rel: str) -> Path:
+        norm = safe_relpath(rel, what=f"output file {rel!r}")
+        target = self.path / norm
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def write_text(self, rel: str, text: str) -> Path:
+        target = self._target(rel)
+        with open(target, "x", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        self.link_modes[rel] = "write"
+        return target
+
+    def write_bytes(self, rel: str, data: bytes) -> Path:
+        target = self._target(rel)
+        with open(target, "xb") as fh:
+            fh.write(data)
+        self.link_modes[rel] = "write"
+        return target
+
+    def write_config(self, config: Config, subdir: str = "") -> Path:
+        return self.write_text(_rel(subdir, CONFIG_FILENAME), dumps_config(config))
+
+    def write_pool(self, pool: WeightsPool, subdir: str = "", name: str = POOL_FILENAME) -> Path:
+        return self.write_text(_rel(subdir, name), format_pool(pool))
+
+    def write_manifest(self, manifest: Manifest, subdir: str = "") -> Path:
+        return self.write_text(_rel(subdir, MANIFEST_FILENAME), dumps_manifest(manifest))
+
+    def place(self, src: Path, rel: str, policy: LinkPolicy = LinkPolicy.COPY) -> LinkMode:
+        mode = place_file(src, self._target(rel), policy)
+        self.link_modes[rel] = str(mode)
+        return mode
+
+
+def _rel(subdir: str, name: str) -> str:
+    return f"{subdir}/{name}" if subdir else name
