@@ -92,7 +92,7 @@ def external_refs(model: ir.Model) -> list[ExternalRef]:
                     offset=int(tensor.offset or 0),
                     length=None if tensor.length is None else int(tensor.length),
                     dtype=tensor.dtype,
-                    shape=tuple(int(d) for d in tensor.shape),
+                    shape=tuple(int(d) for d in tensor.shape.numpy()),
                 )
             )
     return refs
@@ -213,7 +213,7 @@ def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root:
         offset=int(tensor.offset or 0),
         length=None if tensor.length is None else int(tensor.length),
         dtype=tensor.dtype,
-        shape=tuple(int(d) for d in tensor.shape),
+        shape=tuple(int(d) for d in tensor.shape.numpy()),
     )
     named, offset, length = _check_external(graph_path, root, ref)
     fd = os.open(named, os.O_RDONLY)
@@ -260,7 +260,7 @@ def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> N
                     offset,
                     len(raw),
                     tensor.dtype,
-                    shape=tensor.shape,
+                    shape=ir.Shape(tensor.shape.numpy()),
                     name=value.name or "",
                     base_dir=path.parent,
                 )

@@ -1,0 +1,129 @@
+"""The config surface: strict parsing with key paths, deterministic JSON, v12 migration.
+
+Invariants: parse(dump(c)) == c; dump is byte-stable (sorted keys, indent 2, newline); unknown
+keys and wrong types name their key path; provider options are strings; prefill.chunk <=
+kv_capacity; runtime profiles unique and non-overlapping; v12 configs migrate on read.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from support.minipkg import mini_config
+
+from q38.errors import ConfigError
+from q38.package import config_to_dict, dumps_config, parse_config
+
+
+def _doc() -> dict:
+    return config_to_dict(mini_config())
+
+
+def test_round_trip_is_identity_and_text_is_canonical() -> None:
+    cfg = mini_config()
+    text = dumps_config(cfg)
+    assert parse_config(json.loads(text)) == cfg
+    assert text.endswith("}\n")
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+    assert dumps_config(parse_config(json.loads(text))) == text
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["model"].__setitem__("foo", 1), "model.foo: unknown key"),
+        (lambda d: d["model"]["decoder"].__setitem__("bar", 1), "model.decoder.bar: unknown key"),
+        (lambda d: d["model"]["qwen38_graph"]["fold"]["head_r2"].__setitem__("x", 1), "model.qwen38_graph.fold.head_r2.x: unknown key"),
+        (lambda d: d["model"]["decoder"]["inputs"].__setitem__("past_foo_names", "a"), "model.decoder.inputs.past_foo_names: unknown key"),
+        (lambda d: d["model"]["decoder"].__setitem__("hidden_size", "16"), "model.decoder.hidden_size: expected an integer, got a string"),
+        (lambda d: d["model"]["decoder"].__setitem__("hidden_size", True), "model.decoder.hidden_size: expected an integer, got a bool"),
+        (lambda d: d["model"]["decoder"].__setitem__("hidden_size", 2**64), "does not fit in int64"),
+        (lambda d: d["model"].__setitem__("type", "qwen3_5"), "model.type: expected 'qwen38_flash_graph'"),
+        (lambda d: d["model"]["decoder"].pop("filename"), "model.decoder.filename: required key is missing"),
+        (
+            lambda d: d["model"]["qwen38_graph"]["fold"]["head_r2"]["session_options"]["provider_options"][0]["cuda"].__setitem__("gpu_mem_limit", 8589934592),
+            "provider_options[0].cuda.gpu_mem_limit: expected a string, got a number",
+        ),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("session.moe.offload.mode", 1), "session_options.session.moe.offload.mode: expected a string"),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("config_entries", {}), "session_options.config_entries: unknown key"),
+        (lambda d: d["model"]["qwen38_graph"]["prefill"].__setitem__("chunk", 512), "model.qwen38_graph.prefill.chunk: chunk 512 exceeds kv_capacity 256"),
+        (lambda d: d["model"]["qwen38_graph"].__setitem__("variant", "gpu"), "model.qwen38_graph.variant: expected one of faithful, cpu"),
+        (lambda d: d.__setitem__("search", {"max_length": 1.5}), "search.max_length: expected int, got a number"),
+        (lambda d: d.__setitem__("weights_pool", 1), "weights_pool: unknown key"),
+    ],
+)
+def test_invalid_documents_name_the_key_path(mutate, message: str) -> None:
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="pkg/genai_config.json")
+    text = str(info.value)
+    assert text.startswith("pkg/genai_config.json: ")
+    assert message in text
+    assert "\n" not in text
+
+
+def _profile(pid: str, lo: int, hi: int | None) -> dict:
+    elig = {"minimum_total_device_memory_bytes": lo}
+    if hi is not None:
+        elig["maximum_total_device_memory_bytes"] = hi
+    return {"id": pid, "eligibility": elig, "overlay": {"model": {"decoder": {"filename": "model_s4.onnx"}}}}
+
+
+def test_runtime_profiles_round_trip_and_overlap_is_refused() -> None:
+    doc = _doc()
+    doc["runtime_profiles"] = [_profile("a", 0, 99), _profile("b", 100, 199), _profile("c", 200, None)]
+    cfg = parse_config(doc)
+    assert [p.id for p in cfg.runtime_profiles] == ["a", "b", "c"]
+    assert config_to_dict(cfg)["runtime_profiles"] == doc["runtime_profiles"]
+    overlapping = copy.deepcopy(doc)
+    overlapping["runtime_profiles"][1]["eligibility"]["minimum_total_device_memory_bytes"] = 99
+    with pytest.raises(ConfigError, match=r"runtime profile eligibility ranges overlap \('a' and 'b'\)"):
+        parse_config(overlapping)
+    nested = copy.deepcopy(doc)
+    nested["runtime_profiles"] = [_profile("outer", 0, 1000), _profile("x", 10, 20), _profile("y", 30, 40)]
+    with pytest.raises(ConfigError, match="overlap"):
+        parse_config(nested)
+    dup = copy.deepcopy(doc)
+    dup["runtime_profiles"][2]["id"] = "a"
+    with pytest.raises(ConfigError, match=r"runtime_profiles\[2\]\.id: duplicate runtime profile id 'a'"):
+        parse_config(dup)
+    empty = copy.deepcopy(doc)
+    empty["runtime_profiles"][0]["overlay"]["model"]["decoder"] = {}
+    with pytest.raises(ConfigError, match="an empty overlay is not allowed"):
+        parse_config(empty)
+    missing = copy.deepcopy(doc)
+    del missing["runtime_profiles"][0]["eligibility"]["minimum_total_device_memory_bytes"]
+    with pytest.raises(ConfigError, match="is missing minimum_total_device_memory_bytes"):
+        parse_config(missing)
+
+
+def test_v12_surface_is_migrated_on_read() -> None:
+    v12 = {
+        "model": {
+            "type": "qwen38_flash",
+            "vocab_size": 16,
+            "context_length": 256,
+            "decoder": {
+                "filename": "model.onnx", "hidden_size": 16, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_size": 4, "num_hidden_layers": 1,
+                "session_options": {"provider_options": [{"cuda": {"enable_cuda_graph": 1, "gpu_mem_limit": 8589934592}}]},
+            },
+            "qwen38": {
+                "head_graph": "head_r2.onnx", "prefill_graph": "prefill.onnx", "prefill_chunk": 64,
+                "kv_capacity": 256, "pool": "weights_pool.txt", "variant": "cpu",
+            },
+        }
+    }
+    cfg = parse_config(v12)
+    g = cfg.model.qwen38_graph
+    assert (g.target, g.head_r2.filename, g.weights_pool, g.kv_capacity) == ("model.onnx", "head_r2.onnx", "weights_pool.txt", 256)
+    assert g.prefill is not None and (g.prefill.filename, g.prefill.chunk) == ("prefill.onnx", 64)
+    assert cfg.model.decoder.session_options.provider_options[0].options == {"enable_cuda_graph": "1", "gpu_mem_limit": "8589934592"}
+    written = json.loads(dumps_config(cfg))
+    assert written["model"]["type"] == "qwen38_flash_graph" and "qwen38" not in written["model"]
+    v12["model"]["qwen38"]["mystery"] = 1
+    with pytest.raises(ConfigError, match=r"model\.qwen38_graph\.mystery: unknown key"):
+        parse_config(v12)

@@ -1,0 +1,137 @@
+"""Staged writing and file placement: nothing is lost, nothing half-written, sources untouched.
+
+Invariants: an existing destination (file, directory, dangling symlink) is refused before
+anything is written; a failure inside the writer leaves no destination and no staging debris;
+a stale staging directory of a dead process is swept by the next run; hard links fall back to
+a copy across filesystems (a real EXDEV via /dev/shm); library symlinks are resolved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.minipkg import build_mini_package
+
+from q38.errors import PackageError
+from q38.package import (
+    LinkMode,
+    LinkPolicy,
+    PackageWriter,
+    StagedDirectory,
+    open_package,
+    place_file,
+)
+
+
+def _tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("kind", ["dir", "file", "dangling"])
+def test_existing_destination_is_refused_before_writing(tmp_path: Path, kind: str) -> None:
+    dest = tmp_path / "out"
+    if kind == "dir":
+        dest.mkdir()
+    elif kind == "file":
+        dest.write_text("x")
+    else:
+        dest.symlink_to(tmp_path / "nowhere")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(PackageError, match="refusing to overwrite"), PackageWriter(dest):
+        raise AssertionError("must not get here")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_failure_inside_the_writer_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom"), PackageWriter(dest) as w:
+        w.write_text("a.txt", "partial")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_staging_of_a_killed_process_is_swept(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    code = (
+        "import os, sys; from pathlib import Path; from q38.package import StagedDirectory;"
+        f"s = StagedDirectory(Path({str(dest)!r})).__enter__(); (s.path / 'x').write_text('y');"
+        "os._exit(9)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    debris = [p for p in tmp_path.iterdir() if ".q38-staging-" in p.name]
+    assert len(debris) == 1
+    with StagedDirectory(dest) as staged:
+        (staged.path / "ok").write_text("1")
+        staged.commit()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (dest / "ok").read_text() == "1"
+
+
+def test_hard_link_falls_back_to_copy_across_filesystems(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a separate filesystem for a real EXDEV")
+    src = tmp_path / "w.bin"
+    src.write_bytes(os.urandom(4096))
+    with StagedDirectory(shm / f"q38-test-{os.getpid()}-{tmp_path.name}") as staged:
+        assert place_file(src, staged.path / "auto.bin", LinkPolicy.AUTO) is LinkMode.COPY
+        with pytest.raises(PackageError, match=r"hard link to .* failed: Invalid cross-device link \(--link hardlink\)"):
+            place_file(src, staged.path / "hl.bin", LinkPolicy.HARDLINK)
+        assert (staged.path / "auto.bin").read_bytes() == src.read_bytes()
+    assert src.stat().st_nlink == 1
+
+
+def test_auto_links_on_the_same_filesystem_and_resolves_symlinks(tmp_path: Path) -> None:
+    real = tmp_path / "libx.so.1"
+    real.write_bytes(b"\x7fELF" + b"\0" * 60)
+    (tmp_path / "libx.so").symlink_to("libx.so.1")
+    out = tmp_path / "out"
+    out.mkdir()
+    mode = place_file(tmp_path / "libx.so", out / "libx.so", LinkPolicy.AUTO)
+    assert mode in (LinkMode.REFLINK, LinkMode.HARDLINK)
+    assert not (out / "libx.so").is_symlink()
+    assert (out / "libx.so").read_bytes() == real.read_bytes()
+    assert place_file(tmp_path / "libx.so", out / "copy.so", LinkPolicy.COPY) is LinkMode.COPY
+    assert (out / "copy.so").stat().st_ino != real.stat().st_ino
+
+
+def test_open_package_reads_a_written_package_and_leaves_it_unchanged(tmp_path: Path) -> None:
+    pkg = build_mini_package(tmp_path / "pkg")
+    before = _tree_hash(pkg)
+    package = open_package(pkg)
+    assert package.layout == "flat"
+    assert package.roles() == ["target", "head", "prefill"]
+    assert [e.pool_id for e in package.pool.entries] == ["w0000", "w0001"]
+    for role in package.roles():
+        assert package.load(role).graph.node(0).op_type == "MatMul"
+    assert _tree_hash(pkg) == before
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: (p / "genai_config.json").write_text('{"model": {"foo": 1}}'), "genai_config.json: model.foo: unknown key"),
+        (lambda p: (p / "genai_config.json").write_text("{"), "genai_config.json: invalid JSON at line 1"),
+        (lambda p: (p / "weights_pool.txt").write_text("w0 model.onnx.data 0\n"), "weights_pool.txt:1: expected"),
+        (lambda p: (p / "head_r2.onnx").unlink(), "head graph: 'head_r2.onnx' does not exist"),
+        (lambda p: (p / "weights_pool.txt").write_text("w0 gone.bin 0 4 float 1 device\n"), "pool entry 'w0': 'gone.bin' does not exist"),
+        (lambda p: (p / "prefill.onnx").unlink() or (p / "prefill.onnx").mkdir(), "prefill graph: 'prefill.onnx' is a directory"),
+    ],
+)
+def test_malformed_packages_are_one_line_errors(tmp_path: Path, damage, message: str) -> None:
+    pkg = build_mini_package(tmp_path / "pkg")
+    damage(pkg)
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
