@@ -1,0 +1,39 @@
+"""``q38 demo``: the main job end to end on the embedded synthetic default.
+
+synth (source bundles) → build (folded) → optimize → offload → check, each step through the
+very same entry points as the subcommands, then a summary table of what each step produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the main job end to end on the embedded synthetic default",
+        description=(
+            "Synthesize source bundles, build a folded package, optimize it, convert it for QMoE "
+            "offload and check every result against the ORT contracts; prints a summary."
+        ),
+    )
+    p.add_argument("--workdir", default="q38-demo", help="directory for the demo's outputs (must not exist)")
+    p.add_argument("--preset", default="full", choices=("tiny", "full"), help="synthetic preset (default: full)")
+    p.add_argument("--variant", default="cpu", choices=("cpu", "faithful"), help="synthetic variant (default: cpu)")
+    p.add_argument("--no-ort", action="store_true", help="skip real onnxruntime session creation in the checks")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.demo import run_demo
+
+    return run_demo(
+        workdir=args.workdir,
+        preset=args.preset,
+        variant=args.variant,
+        use_ort=not args.no_ort,
+        as_json=args.json,
+    )
