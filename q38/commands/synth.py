@@ -1,0 +1,55 @@
+"""``q38 synth``: write a deterministic synthetic Qwen3.8-Flash package or source bundles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "synth",
+        parents=[common],
+        help="write a synthetic Qwen3.8-Flash package (or source bundles)",
+        description="Write a deterministic synthetic Qwen3.8-Flash package (docs/synthetic-model.md) at OUT, "
+        "or with --bundles the unassembled source bundles an exporter leaves. OUT must not exist.",
+    )
+    p.add_argument("out", metavar="OUT", type=Path)
+    p.add_argument("--preset", default="tiny", choices=("tiny", "full", "large"))
+    p.add_argument("--variant", default="cpu", choices=("faithful", "cpu"))
+    p.add_argument("--layout", default="flat", choices=("flat", "layered"))
+    p.add_argument("--lineage", default="contrib", choices=("contrib", "custom"))
+    p.add_argument("--experts", default="int4", choices=("int4", "nvfp4"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bundles", action="store_true", help="write source bundles instead of a package"
+    )
+    p.add_argument(
+        "--weight-gb",
+        type=float,
+        default=None,
+        help="routed-expert gigabytes (--preset large only)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.synth import synthesize
+
+    out = synthesize(
+        args.out,
+        preset=args.preset,
+        variant=args.variant,
+        layout=args.layout,
+        lineage=args.lineage,
+        experts=args.experts,
+        seed=args.seed,
+        bundles=args.bundles,
+        weight_gb=args.weight_gb,
+    )
+    if args.json:
+        print(json.dumps({"out": str(out), "preset": args.preset, "variant": args.variant}))
+    return 0

@@ -1,0 +1,130 @@
+"""Private writers for genai_config.json, weights_pool.txt and package_manifest.json.
+
+They follow docs/package-format.md exactly; they are replaced by q38.package once it lands."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from q38 import __version__
+from q38.synth.graph import ExtRef
+from q38.synth.spec import Spec
+
+__all__ = ["config_dict", "dumps_json", "manifest_dict", "pool_text", "sha256_file"]
+
+
+def dumps_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def config_dict(
+    s: Spec, *, variant: str, lineage: str, decoder: str = "model.onnx"
+) -> dict[str, Any]:
+    session: dict[str, Any] = {
+        "log_id": "q38",
+        "provider_options": [{"cuda": {"enable_cuda_graph": "1", "gpu_mem_limit": "25769803776"}}],
+    }
+    if lineage == "custom":
+        session["custom_ops_library"] = "libs/libcustom_ops.so"
+    return {
+        "model": {
+            "type": "qwen38_flash_graph",
+            "bos_token_id": 1,
+            "eos_token_id": [2],
+            "pad_token_id": 0,
+            "vocab_size": s.vocab,
+            "context_length": s.context,
+            "decoder": {
+                "filename": decoder,
+                "hidden_size": s.streams,
+                "num_attention_heads": s.heads,
+                "num_key_value_heads": s.kv_heads,
+                "head_size": s.head_size,
+                "num_hidden_layers": s.layers,
+                "session_options": session,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                    "past_conv_names": "past.%d.conv",
+                    "past_recurrent_names": "past.%d.recurrent",
+                    "past_indexer_names": "past.%d.indexer_key",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "hidden_states": "hidden_states",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                    "present_conv_names": "present.%d.conv",
+                    "present_recurrent_names": "present.%d.recurrent",
+                    "present_indexer_names": "present.%d.indexer_key",
+                },
+            },
+            "qwen38_graph": {
+                "surface": "v12b",
+                "lineage": lineage,
+                "variant": variant,
+                "target": {"filename": "model.onnx"},
+                "fold": {
+                    "head_r2": {
+                        "filename": "head_r2.onnx",
+                        "session_options": {
+                            "provider_options": [{"cuda": {"enable_cuda_graph": "1"}}]
+                        },
+                    }
+                },
+                "prefill": {"filename": "prefill.onnx", "chunk": 256},
+                "kv_capacity": s.context,
+                "weights_pool": "weights_pool.txt",
+            },
+        },
+        "runtime_profiles": [],
+        "search": {"max_length": s.context},
+    }
+
+
+def pool_text(entries: list[tuple[str, ExtRef, str]], *, file_prefix: str = "") -> str:
+    """Pool format 1: (pool_id, ref, provenance) per shared tensor, all placement ``device``."""
+    lines = [
+        "# q38 weights pool v1",
+        "# pool_id file offset length dtype shape placement provenance",
+    ]
+    for pool_id, ref, prov in entries:
+        shape = "x".join(str(d) for d in ref.shape) if ref.shape else "scalar"
+        lines.append(
+            f"{pool_id} {file_prefix}{ref.location} {ref.offset} {ref.length} {ref.dtype} {shape} device {prov}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def manifest_dict(root: Path, notes: list[str]) -> dict[str, Any]:
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        rel = path.relative_to(root).as_posix()
+        if rel.endswith("package_manifest.json"):
+            continue
+        files[rel] = {"link_mode": "write", "sha256": sha256_file(path)}
+    return {
+        "q38_version": __version__,
+        "manifest_version": 1,
+        "command": "synth",
+        "sources": [],
+        "files": files,
+        "rewrites": {},
+        "router_weights_cleared": 0,
+        "resident_slots": {},
+        "notes": notes,
+    }

@@ -1,0 +1,73 @@
+"""Preset dimensions of the synthetic Qwen3.8-Flash model (docs/synthetic-model.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PRESETS", "Spec", "spec_for"]
+
+
+# Bytes of one routed int4 expert: fc1 + fc2 weights and fp16 scales.
+def _expert_bytes(h: int, i: int, block: int) -> int:
+    return (2 * i * h) // 2 + (h * i) // 2 + 2 * (2 * i * (h // block) + h * (i // block))
+
+
+@dataclass(frozen=True)
+class Spec:
+    preset: str
+    layers: int
+    hidden: int = 64
+    hc: int = 4
+    vocab: int = 512
+    experts: int = 8
+    top_k: int = 2
+    moe_inter: int = 64
+    shared_inter: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    head_size: int = 16
+    gdn_hk: int = 2
+    gdn_hv: int = 4
+    gdn_dk: int = 16
+    gdn_dv: int = 16
+    conv_k: int = 4
+    idx_heads: int = 2
+    idx_dim: int = 16
+    compress_ratio: int = 4
+    token_budget: int = 32
+    hc_rank: int = 32
+    block: int = 32
+    context: int = 4096
+    eps: float = 1e-6
+
+    @property
+    def streams(self) -> int:
+        return self.hc * self.hidden
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.gdn_hk * self.gdn_dk + self.gdn_hv * self.gdn_dv
+
+    @property
+    def qsa_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.layers) if i % 4 == 3)
+
+    def is_qsa(self, i: int) -> bool:
+        return i % 4 == 3
+
+
+PRESETS = ("tiny", "full", "large")
+
+
+def spec_for(preset: str, weight_gb: float | None = None) -> Spec:
+    if preset == "tiny":
+        return Spec("tiny", 8)
+    if preset == "full":
+        return Spec("full", 48)
+    if preset == "large":
+        gb = 2.0 if weight_gb is None else weight_gb
+        base = Spec("large", 48)
+        per = _expert_bytes(base.hidden, base.moe_inter, base.block) * (base.layers + 1)
+        experts = max(base.top_k, round(gb * 1e9 / per))
+        return Spec("large", 48, experts=experts)
+    raise ValueError(preset)

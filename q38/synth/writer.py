@@ -1,0 +1,227 @@
+"""Writes a synthetic package (flat or layered) or the unassembled source bundles."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+
+from q38.errors import FlagError
+from q38.synth import package_files as pf
+from q38.synth.graph import DataFile, ExtRef
+from q38.synth.model import build_head, build_target
+from q38.synth.spec import PRESETS, Spec, spec_for
+from q38.synth.weights import Weights
+
+__all__ = ["OPTIONS", "synthesize"]
+
+OPTIONS = {
+    "preset": PRESETS,
+    "variant": ("faithful", "cpu"),
+    "layout": ("flat", "layered"),
+    "lineage": ("contrib", "custom"),
+    "experts": ("int4", "nvfp4"),
+}
+# Placeholder library bytes (not a loadable ELF): deterministic, distinct per role.
+LIB_QSA = b"\x7fELF q38 synthetic placeholder: qsa libcustom_ops (RegisterCustomOps)\n"
+LIB_HC = (
+    b"\x7fELF q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
+)
+SHARED_WITH_HEAD = ("model.embed_tokens.weight", "model.norm.hc_gate.weight", "lm_head.weight")
+
+
+def _check(
+    preset: str, variant: str, layout: str, lineage: str, experts: str, weight_gb: float | None
+) -> None:
+    for flag, value in (
+        ("preset", preset),
+        ("variant", variant),
+        ("layout", layout),
+        ("lineage", lineage),
+        ("experts", experts),
+    ):
+        if value not in OPTIONS[flag]:
+            raise FlagError(f"--{flag} {value}: expected one of {', '.join(OPTIONS[flag])}")
+    if experts == "nvfp4" and variant == "cpu":
+        raise FlagError("--experts nvfp4 needs --variant faithful (NVFP4 QMoE has no CPU kernel)")
+    if weight_gb is not None and preset != "large":
+        raise FlagError("--weight-gb applies to --preset large only")
+    if weight_gb is not None and not weight_gb > 0:
+        raise FlagError(f"--weight-gb {weight_gb}: must be positive")
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    path.write_bytes(model.SerializeToString(deterministic=True))
+
+
+def _graphs(
+    d_target: Path,
+    d_head: Path,
+    s: Spec,
+    seed: int,
+    *,
+    variant: str,
+    experts: str,
+    lineage: str,
+    head_shares: bool,
+) -> dict[str, ExtRef]:
+    """Writes model.onnx(+data), prefill.onnx into d_target and head_r2.onnx(+data) into d_head.
+
+    With ``head_shares`` the head's shared tensors point into ``model.onnx.data`` next to the head
+    graph (same directory, or a hard link placed there by the caller); otherwise the head's own data
+    file holds copies. Returns the shared tensors' refs (target file)."""
+    data = DataFile(d_target / "model.onnx.data", "model.onnx.data")
+    w = Weights(seed, data)
+    try:
+        _save(
+            build_target(w, s, variant=variant, experts=experts, lineage=lineage, prefill=False),
+            d_target / "model.onnx",
+        )
+        _save(
+            build_target(w, s, variant=variant, experts=experts, lineage=lineage, prefill=True),
+            d_target / "prefill.onnx",
+        )
+    finally:
+        data.close()
+    hdata = DataFile(d_head / "head_r2.onnx.data", "head_r2.onnx.data")
+    own = Weights(seed ^ 0x5EED, hdata)
+    try:
+        _save(
+            build_head(w if head_shares else Weights(seed, hdata), own, s), d_head / "head_r2.onnx"
+        )
+    finally:
+        hdata.close()
+    return {n: w.refs[n] for n in SHARED_WITH_HEAD}
+
+
+def _pool(refs: dict[str, ExtRef]) -> str:
+    return pf.pool_text(
+        [
+            (f"w{i:04d}", ref, f"target:{name},head:{name},prefill:{name}")
+            for i, (name, ref) in enumerate(sorted(refs.items()))
+        ]
+    )
+
+
+def _write_config(
+    root: Path, s: Spec, variant: str, lineage: str, decoder: str = "model.onnx"
+) -> None:
+    cfg = pf.config_dict(s, variant=variant, lineage=lineage, decoder=decoder)
+    text = pf.dumps_json(cfg)
+    try:
+        from q38.package import dumps_config, parse_config
+    except ImportError:  # pragma: no cover - before q38.package lands
+        pass
+    else:
+        text = dumps_config(parse_config(cfg, source="genai_config.json"))
+    (root / "genai_config.json").write_text(text, encoding="utf-8")
+
+
+def _finish(root: Path, notes: list[str]) -> None:
+    (root / "package_manifest.json").write_text(
+        pf.dumps_json(pf.manifest_dict(root, notes)), encoding="utf-8"
+    )
+
+
+def _libs(root: Path) -> None:
+    (root / "libs").mkdir()
+    (root / "libs" / "libcustom_ops.so").write_bytes(LIB_QSA)
+
+
+def _package(
+    root: Path,
+    s: Spec,
+    seed: int,
+    *,
+    variant: str,
+    layout: str,
+    lineage: str,
+    experts: str,
+    notes: list[str],
+) -> None:
+    if layout == "flat":
+        refs = _graphs(
+            root, root, s, seed, variant=variant, experts=experts, lineage=lineage, head_shares=True
+        )
+        (root / "weights_pool.txt").write_text(_pool(refs), encoding="utf-8")
+        _libs(root)
+        _write_config(root, s, variant, lineage)
+        _finish(root, notes)
+        return
+    tgt, head = root / "target", root / "head"
+    tgt.mkdir()
+    head.mkdir()
+    refs = _graphs(
+        tgt, head, s, seed, variant=variant, experts=experts, lineage=lineage, head_shares=False
+    )
+    for d in (tgt, head):
+        (d / "weights_pool.txt").write_text(
+            _pool(refs) if d is tgt else pf.pool_text([]), encoding="utf-8"
+        )
+        _libs(d)
+        if d is tgt:  # the head package is configured by target/genai_config.json (fold.head_r2)
+            _write_config(d, s, variant, lineage, decoder="model.onnx")
+        _finish(d, notes)
+
+
+def _bundles(root: Path, s: Spec, seed: int, *, variant: str, lineage: str, experts: str) -> None:
+    tgt, head, pre = root / "target", root / "head", root / "prefill"
+    for d in (tgt, head, pre):
+        d.mkdir()
+    _graphs(tgt, head, s, seed, variant=variant, experts=experts, lineage=lineage, head_shares=True)
+    # head and prefill read the target's bytes through hard links (one inode, three names).
+    os.link(tgt / "model.onnx.data", head / "model.onnx.data")
+    os.link(tgt / "model.onnx.data", pre / "model.onnx.data")
+    os.replace(tgt / "prefill.onnx", pre / "prefill.onnx")
+    (tgt / "assets.v1").mkdir()
+    (tgt / "assets.v1" / "README.txt").write_text("q38 synthetic bundle assets\n", encoding="utf-8")
+    os.symlink("assets.v1", tgt / "assets", target_is_directory=True)
+    qsa, hc = root / "libs" / "qsa", root / "libs" / "hc"
+    qsa.mkdir(parents=True)
+    hc.mkdir(parents=True)
+    (qsa / "libcustom_ops.so.1").write_bytes(LIB_QSA)
+    os.symlink("libcustom_ops.so.1", qsa / "libcustom_ops.so")
+    (hc / "libcustom_ops.so").write_bytes(LIB_HC)
+
+
+def synthesize(
+    out: Path,
+    *,
+    preset: str = "tiny",
+    variant: str = "cpu",
+    layout: str = "flat",
+    lineage: str = "contrib",
+    experts: str = "int4",
+    seed: int = 0,
+    bundles: bool = False,
+    weight_gb: float | None = None,
+) -> Path:
+    """Write a synthetic package (or, with ``bundles``, the source bundles) at ``out``.
+
+    Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
+    PackageError otherwise); the tree is built in a staging directory and renamed into place."""
+    from q38.package import StagedDirectory
+
+    _check(preset, variant, layout, lineage, experts, weight_gb)
+    s = spec_for(preset, weight_gb)
+    notes = [
+        f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
+    ]
+    with StagedDirectory(Path(out)) as staged:
+        root = staged.path
+        if bundles:
+            _bundles(root, s, seed, variant=variant, lineage=lineage, experts=experts)
+        else:
+            _package(
+                root,
+                s,
+                seed,
+                variant=variant,
+                layout=layout,
+                lineage=lineage,
+                experts=experts,
+                notes=notes,
+            )
+        staged.commit()
+    return Path(out)
