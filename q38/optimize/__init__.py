@@ -1,0 +1,28 @@
+"""``q38 optimize``: guarded rewrites of package graphs into com.microsoft contrib operators.
+
+One pass per module (``rms_norm_rotary``, ``shared_expert``, ``hyper_connection``,
+``causal_conv_state``, ``fp8_head``), an explicit pipeline (``pipeline.PIPELINE``) and the package
+driver (``package_io.optimize_package``).
+"""
+
+from __future__ import annotations
+
+from q38.optimize._common import Decline, Outcome, RewritePass
+from q38.optimize.pipeline import (
+    PASS_NAMES,
+    PIPELINE,
+    OptimizeResult,
+    optimize_model,
+    select_passes,
+)
+
+__all__ = [
+    "PASS_NAMES",
+    "PIPELINE",
+    "Decline",
+    "OptimizeResult",
+    "Outcome",
+    "RewritePass",
+    "optimize_model",
+    "select_passes",
+]

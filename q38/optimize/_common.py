@@ -1,0 +1,497 @@
+"""Shared machinery of the q38 rewrite passes: outcomes, guards as data, naming, graph surgery.
+
+Every rewrite is an :class:`onnx_ir.passes.InPlacePass` subclass of :class:`RewritePass`. A pass
+walks the nodes of the top-level graph (nodes are held by identity; names are never used as keys),
+asks its ``match`` for each anchor node, and either rewrites the match or records a
+:class:`Outcome` whose ``reason`` says why it declined. Declines are data, never exceptions.
+
+Invariants every pass keeps (checked by ``requires``/``ensures``):
+
+* topological order, including values captured by If/Loop/Scan subgraphs (nested);
+* value names are unique across the model, subgraphs included, and new names never collide;
+* a value still used anywhere (a subgraph capture counts as a use) is never removed;
+* ``com.microsoft`` is imported whenever a contrib node is present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import ClassVar, Literal
+
+import numpy as np
+import onnx_ir as ir
+
+from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, MS_OPSET
+
+__all__ = [
+    "Decline",
+    "Outcome",
+    "RewriteContext",
+    "RewritePass",
+    "Target",
+    "TensorReader",
+    "captured_by_subgraph",
+    "check_private",
+    "check_topological",
+    "const_array",
+    "const_ints",
+    "const_scalar",
+    "default_reader",
+    "ensure_ms_opset",
+    "iter_graphs",
+    "replace_value",
+]
+
+_LOG = logging.getLogger(__name__)
+
+Target = Literal["cuda", "cpu"]
+TensorReader = Callable[[ir.Value], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decline:
+    """A guard's verdict: this candidate is not rewritten, and why."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a pass did with one candidate (``--explain`` prints these)."""
+
+    pass_name: str
+    anchor: str
+    applied: bool
+    reason: str = ""
+
+    def line(self) -> str:
+        verdict = "fused" if self.applied else f"declined: {self.reason}"
+        return f"{self.pass_name}: {self.anchor}: {verdict}"
+
+
+def default_reader(value: ir.Value) -> np.ndarray:
+    """Read an in-memory (or onnx-ir external) constant; package code passes its own reader."""
+    tensor = value.const_value
+    if tensor is None:
+        raise ValueError(f"value {value.name!r} has no constant")
+    return tensor.numpy()
+
+
+def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """The graph and every subgraph below it (If/Loop/Scan bodies, nested)."""
+    yield graph
+    for node in graph:
+        for attr in node.attributes.values():
+            if not isinstance(attr, ir.Attr):
+                continue
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from iter_graphs(attr.as_graph())  # type: ignore[arg-type]
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.as_graphs():
+                    yield from iter_graphs(sub)  # type: ignore[arg-type]
+
+
+def captured_by_subgraph(value: ir.Value) -> bool:
+    """True when a node of a subgraph (at any depth) reads ``value`` from an enclosing scope."""
+    home = value.graph
+    return any(use.node.graph is not home for use in value.uses())
+
+
+def _is_output_of(value: ir.Value, graph: ir.Graph) -> bool:
+    return any(out is value for out in graph.outputs)
+
+
+def check_private(
+    intermediates: Iterable[ir.Value], matched: Sequence[ir.Node], graph: ir.Graph
+) -> Decline | None:
+    """Every intermediate must be read only by matched nodes (no escape, no subgraph capture)."""
+    matched_ids = {id(n) for n in matched}
+    for value in intermediates:
+        if captured_by_subgraph(value):
+            return Decline(f"intermediate {value.name!r} is captured by a subgraph")
+        if _is_output_of(value, graph):
+            return Decline(f"intermediate {value.name!r} is a graph output")
+        for use in value.uses():
+            if id(use.node) not in matched_ids:
+                return Decline(
+                    f"intermediate {value.name!r} has another consumer "
+                    f"({use.node.op_type} {use.node.name!r})"
+                )
+    return None
+
+
+def const_array(value: ir.Value | None, reader: TensorReader) -> np.ndarray | None:
+    """The constant behind ``value`` (an initializer or a Constant node), or None."""
+    if value is None:
+        return None
+    if value.const_value is not None and value.is_initializer():
+        return reader(value)
+    node = value.producer()
+    if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        attr = node.attributes.get("value")
+        if attr is not None and isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
+            return attr.as_tensor().numpy()
+        for key in ("value_int", "value_float"):
+            attr = node.attributes.get(key)
+            if isinstance(attr, ir.Attr):
+                return np.asarray(attr.value)
+        for key in ("value_ints", "value_floats"):
+            attr = node.attributes.get(key)
+            if isinstance(attr, ir.Attr):
+                return np.asarray(list(attr.value))
+    if value.const_value is not None:
+        return reader(value)
+    return None
+
+
+def const_ints(value: ir.Value | None, reader: TensorReader) -> list[int] | None:
+    arr = const_array(value, reader)
+    if arr is None or arr.dtype.kind not in "iu":
+        return None
+    return [int(x) for x in arr.reshape(-1)]
+
+
+def const_scalar(value: ir.Value | None, reader: TensorReader) -> float | None:
+    arr = const_array(value, reader)
+    if arr is None or arr.size != 1:
+        return None
+    return float(np.asarray(arr, dtype=np.float64).reshape(-1)[0])
+
+
+def ensure_ms_opset(model: ir.Model) -> None:
+    """Import com.microsoft (model and any function) when a contrib node is present."""
+    if MS_DOMAIN in model.opset_imports:
+        return
+    for graph in iter_graphs(model.graph):
+        if any(node.domain == MS_DOMAIN for node in graph):
+            model.opset_imports[MS_DOMAIN] = MS_OPSET
+            model.graph.opset_imports[MS_DOMAIN] = MS_OPSET
+            return
+
+
+def check_topological(graph: ir.Graph) -> str | None:
+    """None when every value is defined before it is read (captured values included)."""
+    defined: set[int] = set()
+
+    def visit(g: ir.Graph) -> str | None:
+        for value in (*g.inputs, *g.initializers.values()):
+            defined.add(id(value))
+        for node in g:
+            for read in node.inputs:
+                if read is not None and read.producer() is not None and id(read) not in defined:
+                    return f"node {node.op_type} {node.name!r} reads {read.name!r} before it is produced"
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr):
+                    continue
+                subs: list[ir.Graph] = []
+                if attr.type == ir.AttributeType.GRAPH:
+                    subs = [attr.as_graph()]  # type: ignore[list-item]
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    subs = list(attr.as_graphs())  # type: ignore[arg-type]
+                for sub in subs:
+                    problem = visit(sub)
+                    if problem:
+                        return problem
+            for value in node.outputs:
+                defined.add(id(value))
+        return None
+
+    return visit(graph)
+
+
+def _all_names(model: ir.Model) -> tuple[set[str], set[str]]:
+    values: set[str] = set()
+    nodes: set[str] = set()
+    for graph in iter_graphs(model.graph):
+        for value in (*graph.inputs, *graph.outputs, *graph.initializers.values()):
+            if value.name:
+                values.add(value.name)
+        for node in graph:
+            if node.name:
+                nodes.add(node.name)
+            for used in (*node.inputs, *node.outputs):
+                if used is not None and used.name:
+                    values.add(used.name)
+    return values, nodes
+
+
+def duplicate_value_names(model: ir.Model) -> list[str]:
+    """Names given to two distinct values visible in one scope (a graph and its ancestors).
+
+    Sibling subgraphs (an If's then/else branches) may reuse names: they are separate scopes.
+    """
+    dups: list[str] = []
+
+    def visit(graph: ir.Graph, outer: dict[str, int]) -> None:
+        scope = dict(outer)
+        produced = [*graph.inputs, *graph.initializers.values()]
+        for node in graph:
+            produced.extend(node.outputs)
+        for value in produced:
+            if not value.name:
+                continue
+            if value.name in scope and scope[value.name] != id(value):
+                dups.append(value.name)
+            scope.setdefault(value.name, id(value))
+        for node in graph:
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr):
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    visit(attr.as_graph(), scope)  # type: ignore[arg-type]
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    for sub in attr.as_graphs():
+                        visit(sub, scope)  # type: ignore[arg-type]
+
+    visit(model.graph, {})
+    return dups
+
+
+class RewriteContext:
+    """Per-call state of a pass: collision-free names, the weight reader, caches, provenance."""
+
+    def __init__(self, model: ir.Model, reader: TensorReader, provenance: dict[str, list[str]]):
+        self.model = model
+        self.graph = model.graph
+        self.reader = reader
+        self.provenance = provenance
+        self._values, self._nodes = _all_names(model)
+        # Keyed by the identity of the source values, so shared weights stay shared.
+        self.cache: dict[tuple[object, ...], ir.Value] = {}
+        self.orphan_candidates: list[ir.Value] = []
+
+    def value_name(self, base: str) -> str:
+        return self._fresh(base, self._values)
+
+    def node_name(self, base: str) -> str:
+        return self._fresh(base, self._nodes)
+
+    @staticmethod
+    def _fresh(base: str, taken: set[str]) -> str:
+        name, i = base, 1
+        while name in taken:
+            name = f"{base}_{i}"
+            i += 1
+        taken.add(name)
+        return name
+
+    def add_initializer(self, base: str, array: np.ndarray, sources: Sequence[ir.Value]) -> ir.Value:
+        """Register a new initializer (fresh name) and record where its bytes came from."""
+        name = self.value_name(base)
+        tensor = ir.tensor(array, name=name)
+        value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype))
+        value.const_value = tensor
+        self.graph.register_initializer(value)
+        if sources:
+            self.provenance[name] = [s.name or "" for s in sources]
+        self.orphan_candidates.extend(sources)
+        return value
+
+    def remove_dead(self, candidates: Sequence[ir.Node]) -> None:
+        """Remove dead matched nodes; their constant inputs become orphan candidates."""
+        for node in candidates:
+            self.orphan_candidates.extend(v for v in node.inputs if v is not None and v.is_initializer())
+        remove_dead(self.graph, candidates)
+
+    def drop_orphans(self) -> None:
+        """Remove source initializers no longer read anywhere (a subgraph capture is a read)."""
+        for value in self.orphan_candidates:
+            if (
+                value.name is not None
+                and value.is_initializer()
+                and not value.uses()
+                and not value.is_graph_input()
+                and not value.is_graph_output()
+                and value.name in self.graph.initializers
+                and self.graph.initializers[value.name] is value
+            ):
+                del self.graph.initializers[value.name]
+        self.orphan_candidates.clear()
+
+
+def replace_value(old: ir.Value, new: ir.Value, graph: ir.Graph) -> None:
+    """Point every reader of ``old`` (subgraph captures included) at ``new``.
+
+    A graph output keeps its public name: ``new`` takes over the name and ``old`` is renamed.
+    """
+    if _is_output_of(old, graph):
+        public = old.name
+        old.name = f"{public}__replaced"
+        new.name = public
+        for i, out in enumerate(graph.outputs):
+            if out is old:
+                graph.outputs[i] = new
+    old.replace_all_uses_with(new)
+
+
+def remove_nodes(graph: ir.Graph, nodes: Iterable[ir.Node]) -> None:
+    """Remove matched nodes whose outputs nobody reads any more (checked, not assumed)."""
+    graph.remove(list(nodes), safe=True)
+
+
+class RewritePass(ir.passes.InPlacePass):
+    """Base of every q38 rewrite: candidate loop, target gating, outcomes and invariants.
+
+    Subclasses set ``name`` (the manifest key), ``contrib_op`` (the operator the rewrite
+    introduces, or None) and implement ``match`` and ``rewrite``.
+    """
+
+    name: ClassVar[str] = ""
+    contrib_op: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        target: Target = "cuda",
+        reader: TensorReader | None = None,
+        outcomes: list[Outcome] | None = None,
+        provenance: dict[str, list[str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.reader = reader or default_reader
+        self.outcomes: list[Outcome] = outcomes if outcomes is not None else []
+        self.provenance: dict[str, list[str]] = provenance if provenance is not None else {}
+        self.count = 0
+
+    # -- to implement ---------------------------------------------------------------------------
+    def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        raise NotImplementedError
+
+    def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline | None:
+        """Return a match, a Decline with a reason, or None when ``node`` is no candidate."""
+        raise NotImplementedError
+
+    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        raise NotImplementedError
+
+    # -- machinery ------------------------------------------------------------------------------
+    def requires(self, model: ir.Model) -> None:
+        problem = check_topological(model.graph)
+        if problem:
+            raise ValueError(f"{self.name}: input graph is not topologically sorted: {problem}")
+
+    def ensures(self, model: ir.Model) -> None:
+        problem = check_topological(model.graph)
+        if problem:
+            raise ValueError(f"{self.name}: output graph is not topologically sorted: {problem}")
+        dups = duplicate_value_names(model)
+        if dups:
+            raise ValueError(f"{self.name}: duplicate value names after rewrite: {dups[:5]}")
+        if self.count and self.contrib_op and MS_DOMAIN not in model.opset_imports:
+            raise ValueError(f"{self.name}: com.microsoft opset import missing")
+
+    @staticmethod
+    def describe(node: ir.Node, graph: ir.Graph) -> str:
+        if node.name:
+            return node.name
+        index = next((i for i, n in enumerate(graph) if n is node), -1)
+        return f"<unnamed {node.op_type} #{index}>"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        ctx = RewriteContext(model, self.reader, self.provenance)
+        self.count = 0
+        for node in self.anchors(graph):
+            if node.graph is not graph:  # consumed by an earlier rewrite in this call
+                continue
+            anchor = self.describe(node, graph)
+            found = self.match(ctx, node)
+            if found is None:
+                continue
+            if isinstance(found, Decline):
+                self._record(anchor, False, found.reason)
+                continue
+            if (
+                self.target == "cpu"
+                and self.contrib_op is not None
+                and self.contrib_op not in CPU_KERNEL_CONTRIB_OPS
+            ):
+                self._record(anchor, False, f"no CPU kernel for {self.contrib_op} (target cpu)")
+                continue
+            self.rewrite(ctx, found)
+            self.count += 1
+            self._record(anchor, True)
+        if self.count:
+            ctx.drop_orphans()
+            graph.sort()
+            if self.contrib_op is not None:
+                ensure_ms_opset(model)
+        return ir.passes.PassResult(model, modified=self.count > 0)
+
+    def _record(self, anchor: str, applied: bool, reason: str = "") -> None:
+        outcome = Outcome(self.name, anchor, applied, reason)
+        self.outcomes.append(outcome)
+        _LOG.debug("%s", outcome.line())
+
+
+def producer_of(value: ir.Value | None, *op_types: str, domain: str = "") -> ir.Node | None:
+    """The producer of ``value`` when it is one of ``op_types`` in ``domain``."""
+    if value is None:
+        return None
+    node = value.producer()
+    if node is None or node.op_type not in op_types:
+        return None
+    if node.domain not in ((domain, "ai.onnx") if domain == "" else (domain,)):
+        return None
+    return node
+
+
+def attr_int(node: ir.Node, key: str, default: int | None = None) -> int | None:
+    attr = node.attributes.get(key)
+    return int(attr.value) if isinstance(attr, ir.Attr) else default
+
+
+def attr_float(node: ir.Node, key: str, default: float | None = None) -> float | None:
+    attr = node.attributes.get(key)
+    return float(attr.value) if isinstance(attr, ir.Attr) else default
+
+
+def attr_ints(node: ir.Node, key: str) -> list[int] | None:
+    attr = node.attributes.get(key)
+    return [int(x) for x in attr.value] if isinstance(attr, ir.Attr) else None
+
+
+def inp(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def remove_dead(graph: ir.Graph, candidates: Sequence[ir.Node]) -> None:
+    """Remove those of ``candidates`` whose outputs nobody reads, to a fixed point.
+
+    Only the given nodes are considered: a rewrite removes what it matched (and shared producers
+    such as rotary caches once their last reader is gone), never unrelated dead code.
+    """
+    pending = [n for n in candidates if n.graph is graph]
+    changed = True
+    while changed:
+        changed = False
+        for node in list(pending):
+            if node.graph is not graph:
+                pending.remove(node)
+                continue
+            if any(out.uses() or out.is_graph_output() for out in node.outputs):
+                continue
+            graph.remove(node, safe=True)
+            pending.remove(node)
+            changed = True
+
+
+def value_dtype(value: ir.Value | None) -> ir.DataType | None:
+    return value.dtype if value is not None else None
+
+
+def rank_of(value: ir.Value | None) -> int | None:
+    if value is None or value.shape is None:
+        return None
+    return len(value.shape)
+
+
+def copy_type(dst: ir.Value, src: ir.Value) -> None:
+    """Give ``dst`` the type and shape of ``src`` where ``src`` knows them."""
+    if src.type is not None and src.dtype is not None:
+        dst.type = src.type
+    if src.shape is not None:
+        dst.shape = src.shape

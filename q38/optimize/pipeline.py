@@ -1,0 +1,76 @@
+"""The optimizer pipeline: an explicit, ordered tuple of rewrite passes, run by onnx_ir.passes.
+
+Order matters and is pinned by a test: the hyper-connection fusion runs before the head
+quantization (which then sees producers that carry no shape), and the carry-state fusion runs
+before nothing that reads its Concat/Slice chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from q38.errors import FlagError
+from q38.optimize._common import Outcome, RewritePass, Target, TensorReader
+from q38.optimize.causal_conv_state import FuseCausalConvStatePass
+from q38.optimize.fp8_head import QuantizeFp8HeadPass
+from q38.optimize.hyper_connection import FuseHyperConnectionPass
+from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+from q38.optimize.shared_expert import FuseSharedExpertPass
+
+__all__ = ["PASS_NAMES", "PIPELINE", "OptimizeResult", "optimize_model", "select_passes"]
+
+PIPELINE: tuple[type[RewritePass], ...] = (
+    FuseRMSNormRotaryPass,
+    FuseSharedExpertPass,
+    FuseHyperConnectionPass,
+    FuseCausalConvStatePass,
+    QuantizeFp8HeadPass,
+)
+PASS_NAMES: tuple[str, ...] = tuple(p.name for p in PIPELINE)
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    """What one optimize run did: counts per pass, every candidate's outcome, weight provenance."""
+
+    rewrites: dict[str, int]
+    outcomes: list[Outcome]
+    provenance: dict[str, list[str]]
+
+    def merge(self, other: OptimizeResult) -> None:
+        for key, count in other.rewrites.items():
+            self.rewrites[key] = self.rewrites.get(key, 0) + count
+        self.outcomes.extend(other.outcomes)
+        self.provenance.update(other.provenance)
+
+
+def select_passes(passes: Sequence[str] | None = None, skip: Sequence[str] = ()) -> tuple[type[RewritePass], ...]:
+    """The pipeline restricted to ``passes`` (pipeline order kept) minus ``skip``."""
+    for name in (*(passes or ()), *skip):
+        if name not in PASS_NAMES:
+            raise FlagError(f"unknown pass {name!r} (known: {', '.join(PASS_NAMES)})")
+    wanted = set(passes) if passes else set(PASS_NAMES)
+    return tuple(p for p in PIPELINE if p.name in wanted and p.name not in skip)
+
+
+def optimize_model(
+    model: ir.Model,
+    *,
+    target: Target = "cuda",
+    passes: Sequence[str] | None = None,
+    skip: Sequence[str] = (),
+    reader: TensorReader | None = None,
+) -> OptimizeResult:
+    """Run the selected passes in pipeline order on ``model`` (in place)."""
+    outcomes: list[Outcome] = []
+    provenance: dict[str, list[str]] = {}
+    instances = [
+        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance)
+        for cls in select_passes(passes, skip)
+    ]
+    if instances:
+        ir.passes.Sequential(*instances)(model)
+    return OptimizeResult({p.name: p.count for p in instances}, outcomes, provenance)

@@ -1,0 +1,46 @@
+"""Shared helpers: run one pass, count ops by (domain, op), run ORT (ORT_DISABLE_ALL) or the reference."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx.reference import ReferenceEvaluator
+
+from q38.optimize import RewritePass
+
+from .reference_ops import REFERENCE_OPS
+
+
+def apply(cls: type[RewritePass], proto: onnx.ModelProto, **kw: object) -> tuple[ir.Model, RewritePass]:
+    model = ir.from_proto(proto)
+    p = cls(**kw)  # type: ignore[arg-type]
+    p(model)
+    return model, p
+
+
+def ops(model: ir.Model) -> dict[tuple[str, str], int]:
+    return dict(collections.Counter((n.domain, n.op_type) for n in model.graph))
+
+
+def reasons(p: RewritePass) -> list[str]:
+    return [o.reason for o in p.outcomes if not o.applied]
+
+
+def run_ort(model: onnx.ModelProto | ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def run_ref(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ReferenceEvaluator(ir.to_proto(model), new_ops=REFERENCE_OPS).run(None, feeds)
+
+
+def close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-2) -> None:
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), atol=atol, rtol=1e-2)
