@@ -546,6 +546,8 @@ def read_config(path: Path) -> Config:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid JSON: arrays/objects nested too deeply") from None
     return parse_config(data, source=str(path))
 
 

@@ -19,8 +19,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from q38.errors import GraphError, UnsafePathError
@@ -102,7 +104,10 @@ def _expected_nbytes(dtype: ir.DataType, shape: tuple[int, ...]) -> int | None:
     count = 1
     for dim in shape:
         count *= dim
-    bits = dtype.bitwidth
+    try:
+        bits = dtype.bitwidth
+    except TypeError:  # STRING / UNDEFINED: no fixed element size
+        return None
     if bits % 8:
         return (count * bits + 7) // 8
     return count * (bits // 8)
@@ -166,6 +171,47 @@ def _check_structure(graph: ir.Graph, path: Path, outer: frozenset[str] = frozen
             raise GraphError(f"{path.name}: graph output {value.name!r} is not produced by any node")
 
 
+_DATA_TYPES: Final = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _check_proto(proto: onnx.ModelProto, path: Path) -> None:
+    """What onnx-ir would silently accept or refuse with a vague message, named precisely."""
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise GraphError(f"{path}: not a valid ONNX model (empty file or no graph / opset_import)")
+    graph = proto.graph
+    seen: set[str] = set()
+    for tensor in graph.initializer:
+        what = f"{path.name}: initializer {tensor.name!r}"
+        if tensor.name in seen:
+            raise GraphError(f"{what} is defined twice (duplicate initializer name)")
+        seen.add(tensor.name)
+        if tensor.data_type not in _DATA_TYPES:
+            raise GraphError(f"{what} has invalid data type {tensor.data_type}")
+        if any(d < 0 for d in tensor.dims):
+            raise GraphError(f"{what} has a negative dimension {list(tensor.dims)}")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            if tensor.data_type == onnx.TensorProto.STRING:
+                raise GraphError(f"{what}: STRING tensors cannot be stored as external data")
+            for entry in tensor.external_data:
+                if entry.key in ("offset", "length") and not (
+                    entry.value.isascii() and entry.value.isdigit() and int(entry.value) < 2**63
+                ):
+                    raise GraphError(
+                        f"{what} external data: {entry.key} {entry.value!r} is not a non-negative int64 decimal"
+                    )
+    produced: set[str] = {v.name for v in graph.input} | seen
+    for node in graph.node:
+        for out in node.output:
+            if not out:
+                continue
+            if out in produced:
+                raise GraphError(
+                    f"{path.name}: node {node.name or node.op_type!r} output {out!r} is already produced "
+                    "(duplicate value name)"
+                )
+            produced.add(out)
+
+
 def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Model:
     """Load ``path`` without external weights, validating every external-data reference.
 
@@ -186,10 +232,17 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
     if not stat.S_ISREG(st.st_mode):
         raise GraphError(f"{path}: not a regular file")
     try:
-        model = ir.load(path)
-    except Exception as exc:  # protobuf DecodeError, onnx-ir ValueError on malformed graphs
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError on truncated or corrupt files
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise GraphError(f"{path}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None
+    _check_proto(proto, path)
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:  # onnx-ir ValueError on malformed graphs
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise GraphError(f"{path}: not a valid ONNX model (malformed graph): {detail}") from None
+    ir.external_data.set_base_dir(model.graph, os.path.dirname(path))
     for ref in external_refs(model):
         _check_external(path, root, ref)
     if check_structure:

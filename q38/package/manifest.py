@@ -129,6 +129,8 @@ def read_manifest(path: Path) -> Manifest:
         raise PackageError(f"{path}: missing") from None
     except json.JSONDecodeError as exc:
         raise PackageError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise PackageError(f"{path}: invalid JSON: arrays/objects nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PackageError(f"{path}: unreadable: {exc}") from None
     return parse_manifest(data, source=str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Final, Literal
 
 import onnx_ir as ir
 
-from q38.errors import PackageError
+from q38.errors import PackageError, PoolError
 from q38.package.config import CONFIG_FILENAME, Config, dumps_config, read_config
 from q38.package.graphs import load_graph
 from q38.package.links import LinkMode, LinkPolicy, place_file
@@ -92,6 +93,40 @@ def _require_file(base: Path, rel: str, *, what: str) -> Path:
     return path
 
 
+def _check_links(root: Path) -> None:
+    """Every symlink in the package resolves inside it: no loop, no escape, none dangling.
+
+    Nothing is followed while walking, so a hostile link is refused before any command reads
+    or copies through it (commands copy unchanged package files verbatim).
+    """
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise PackageError(f"{directory}: unreadable directory: {exc.strerror}") from None
+        for entry in entries:
+            if entry.is_symlink():
+                rel = os.path.relpath(entry.path, root)
+                resolve_inside(root, rel, what=f"{root}: symlink")
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+
+
+def _check_pool_ranges(base: Path, pool: WeightsPool, source: Path) -> None:
+    for entry in pool.entries:
+        path = _require_file(base, entry.file, what=f"{source}: pool entry {entry.pool_id!r}")
+        size = path.stat().st_size
+        end = entry.offset + (entry.length or 0)
+        if entry.offset > size or end > size:
+            raise PoolError(
+                f"{source}: pool entry {entry.pool_id!r}: byte range [{entry.offset}, {end}) is past the end "
+                f"of {entry.file!r} ({size} bytes)"
+            )
+
+
 def open_package(path: Path | str) -> Package:
     """Open and validate a flat or layered package; any problem is one PackageError line."""
     root = Path(path)
@@ -99,10 +134,10 @@ def open_package(path: Path | str) -> Package:
         raise PackageError(f"{root}: no such package directory")
     if not root.is_dir():
         raise PackageError(f"{root}: not a directory")
-    if (root / CONFIG_FILENAME).exists():
+    if os.path.lexists(root / CONFIG_FILENAME):
         layout: Layout = "flat"
         dirs = {"target": root, "head": root}
-    elif (root / "target" / CONFIG_FILENAME).exists():
+    elif os.path.lexists(root / "target" / CONFIG_FILENAME):
         layout = "layered"
         dirs = {"target": root / "target", "head": root / "head"}
         if not dirs["head"].is_dir():
@@ -110,23 +145,28 @@ def open_package(path: Path | str) -> Package:
     else:
         raise PackageError(f"{root}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
     tdir = dirs["target"]
-    config = read_config(tdir / CONFIG_FILENAME)
+    _check_links(root)
+    config = read_config(_require_file(tdir, CONFIG_FILENAME, what=f"{tdir}: config"))
     g = config.model.qwen38_graph
     pool_path = _require_file(tdir, g.weights_pool, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.weights_pool")
     pool = read_pool(pool_path)
-    manifest = read_manifest(tdir / MANIFEST_FILENAME) if (tdir / MANIFEST_FILENAME).exists() else None
+    manifest = (
+        read_manifest(_require_file(tdir, MANIFEST_FILENAME, what=f"{tdir}: manifest"))
+        if os.path.lexists(tdir / MANIFEST_FILENAME)
+        else None
+    )
     head_pool = head_manifest = None
     if layout == "layered":
         hdir = dirs["head"]
         if (hdir / POOL_FILENAME).exists():
             head_pool = read_pool(hdir / POOL_FILENAME)
+            _check_pool_ranges(hdir, head_pool, hdir / POOL_FILENAME)
         if (hdir / MANIFEST_FILENAME).exists():
             head_manifest = read_manifest(hdir / MANIFEST_FILENAME)
     profile = None
     if g.expert_profile is not None:
         profile = read_profile(_require_file(tdir, g.expert_profile, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.expert_profile"))
-    for entry in pool.entries:
-        _require_file(tdir, entry.file, what=f"{pool_path}: pool entry {entry.pool_id!r}")
+    _check_pool_ranges(tdir, pool, pool_path)
     so = config.model.decoder.session_options
     libs = dict(g.libraries)
     if so.custom_ops_library is not None:

@@ -8,22 +8,57 @@ alive is removed by the next :class:`StagedDirectory` for the same destination.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import errno
 import logging
 import os
 import shutil
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Final
 
-from q38.errors import PackageError
+from q38.errors import InternalError, PackageError
 
-__all__ = ["StagedDirectory", "check_destination", "staging_prefix"]
+__all__ = ["STAGING_MARK", "StagedDirectory", "check_destination", "rename_noreplace", "staging_prefix"]
+
+STAGING_MARK: Final = ".q38-staging-"
+_AT_FDCWD: Final = -100
+_RENAME_NOREPLACE: Final = 1
+
+
+def _libc_renameat2() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``; FileExistsError if ``dst`` exists, even as an empty directory.
+
+    ``renameat2(RENAME_NOREPLACE)`` closes the window between checking and renaming; plain
+    ``rename`` would silently replace an empty directory that appeared meanwhile.
+    """
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), os.fspath(dst))
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, "destination exists", os.fspath(dst))
+    os.rename(src, dst)
 
 _LOG = logging.getLogger(__name__)
 
 
 def staging_prefix(dest: Path) -> str:
-    return f".{dest.name}.q38-staging-"
+    return f".{dest.name}{STAGING_MARK}"
 
 
 def check_destination(dest: Path, *, what: str = "destination") -> None:
@@ -76,16 +111,18 @@ class StagedDirectory:
         name = f"{staging_prefix(self.dest)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.path = self.dest.parent / name
         try:
-            self.path.mkdir()
+            self.path.mkdir(mode=0o755)
         except OSError as exc:
             raise PackageError(f"cannot create staging directory next to {self.dest}: {exc.strerror}") from None
         return self
 
     def commit(self) -> None:
-        # os.rename onto an existing empty directory would succeed silently: check first.
-        check_destination(self.dest)
+        if not self.path.is_dir() or self.path == self.dest:
+            raise InternalError("commit() outside the with block")
         try:
-            os.rename(self.path, self.dest)
+            rename_noreplace(self.path, self.dest)
+        except FileExistsError:
+            raise PackageError(f"{self.dest}: destination appeared meanwhile; refusing to overwrite") from None
         except OSError as exc:
             raise PackageError(f"cannot move the staged output into place at {self.dest}: {exc.strerror}") from None
         self.committed = True
@@ -96,11 +133,14 @@ class StagedDirectory:
             finally:
                 os.close(fd)
 
+    def discard(self) -> None:
+        if not self.committed and self.path != self.dest:
+            shutil.rmtree(self.path, ignore_errors=True)
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self.committed:
-            shutil.rmtree(self.path, ignore_errors=True)
+        self.discard()

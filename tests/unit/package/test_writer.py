@@ -84,8 +84,8 @@ def test_hard_link_falls_back_to_copy_across_filesystems(tmp_path: Path) -> None
     src = tmp_path / "w.bin"
     src.write_bytes(os.urandom(4096))
     with StagedDirectory(shm / f"q38-test-{os.getpid()}-{tmp_path.name}") as staged:
-        assert place_file(src, staged.path / "auto.bin", LinkPolicy.AUTO) is LinkMode.COPY
-        with pytest.raises(PackageError, match=r"hard link to .* failed: Invalid cross-device link \(--link hardlink\)"):
+        assert place_file(src, staged.path / "auto.bin", LinkPolicy.AUTO) == "copy"
+        with pytest.raises(PackageError, match=r"--link hardlink: cannot hardlink .*: Invalid cross-device link \(errno EXDEV\)"):
             place_file(src, staged.path / "hl.bin", LinkPolicy.HARDLINK)
         assert (staged.path / "auto.bin").read_bytes() == src.read_bytes()
     assert src.stat().st_nlink == 1
@@ -98,10 +98,10 @@ def test_auto_links_on_the_same_filesystem_and_resolves_symlinks(tmp_path: Path)
     out = tmp_path / "out"
     out.mkdir()
     mode = place_file(tmp_path / "libx.so", out / "libx.so", LinkPolicy.AUTO)
-    assert mode in (LinkMode.REFLINK, LinkMode.HARDLINK)
+    assert mode in ("reflink", "hardlink")
     assert not (out / "libx.so").is_symlink()
     assert (out / "libx.so").read_bytes() == real.read_bytes()
-    assert place_file(tmp_path / "libx.so", out / "copy.so", LinkPolicy.COPY) is LinkMode.COPY
+    assert place_file(tmp_path / "libx.so", out / "copy.so", LinkPolicy.COPY) == "copy"
     assert (out / "copy.so").stat().st_ino != real.stat().st_ino
 
 

@@ -1,0 +1,288 @@
+"""``q38 build``: orchestration of checks, composition, staging and placement.
+
+Order (SPEC §5.1): every input check (provider and options, libraries, destinations, graphs,
+composition collisions, escaping links, config values) runs before the first byte is written;
+then the whole output is staged next to its destination and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from q38.build.bundle import Source, read_source
+from q38.build.compose import Composition, PoolRow, compose
+from q38.build.configure import graph_facts, make_config
+from q38.build.graphs import save_proto
+from q38.build.inputs import Library, check_destinations, check_libraries, check_provider
+from q38.build.qsa import qsa_constants
+from q38.errors import BuildError, InternalError
+from q38.package.config import config_to_dict, dumps_config, parse_config
+from q38.package.links import LinkPolicy, place_file
+from q38.package.manifest import FileRecord, Manifest, dumps_manifest
+from q38.package.paths import is_inside
+from q38.package.staging import StagedDirectory
+
+__all__ = ["BuildRequest", "BuildResult", "build_package"]
+
+_LOG = logging.getLogger(__name__)
+POOL_HEADER = "# q38 weights pool v1\n# pool_id file offset length dtype shape placement provenance\n"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything ``q38 build`` takes; ``libs`` are ``(NAME, PATH)`` pairs of ``--lib-NAME PATH``."""
+
+    out: Path
+    target: Path
+    head: Path
+    prefill: Path | None = None
+    layout: Literal["layered", "folded"] = "folded"
+    libs: tuple[tuple[str, str], ...] = ()
+    provider: str = "cpu"
+    cuda_options: tuple[str, ...] = ()
+    link: LinkPolicy = LinkPolicy.AUTO
+
+
+@dataclass
+class BuildResult:
+    packages: list[Path]
+    link_modes: Counter[str] = field(default_factory=Counter)
+    pool_entries: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "packages": [os.fspath(p) for p in self.packages],
+            "link_modes": dict(sorted(self.link_modes.items())),
+            "pool_entries": self.pool_entries,
+        }
+
+
+@dataclass
+class _Package:
+    rel: str  # "" (folded) or "target" / "head"
+    comp: Composition
+    config_text: str
+    sources: list[Source]
+    libs: list[Library]
+
+
+def _format_pool(rows: list[PoolRow]) -> str:
+    lines = [POOL_HEADER]
+    for i, r in enumerate(rows):
+        shape = "x".join(str(d) for d in r.shape) if r.shape else "scalar"
+        length = "-" if r.length is None else str(r.length)
+        lines.append(f"w{i:04d} {r.file} {r.offset} {length} {r.dtype} {shape} device {','.join(r.provenance)}\n")
+    return "".join(lines)
+
+
+class _Hasher:
+    def __init__(self) -> None:
+        self.cache: dict[tuple[int, int, int, int], str] = {}
+
+    def file(self, path: Path) -> str:
+        st = os.stat(path)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in self.cache:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(8 << 20):
+                    h.update(chunk)
+            self.cache[key] = h.hexdigest()
+        return self.cache[key]
+
+
+def _plan(req: BuildRequest) -> tuple[list[_Package], list[Path]]:
+    cuda = check_provider(req.provider, list(req.cuda_options))
+    libs = check_libraries(list(req.libs))
+    if req.layout not in ("layered", "folded"):
+        raise BuildError(f"--layout {req.layout}: expected layered or folded")
+    bundles = [req.target, req.head] + ([req.prefill] if req.prefill else [])
+    lib_dirs = [lib.real for lib in libs]
+    out = Path(req.out)
+    if req.layout == "layered" and os.path.isdir(out) and not os.path.islink(out):
+        dests = [out / "target", out / "head"]
+    else:
+        dests = [out]
+    check_destinations(dests, bundles + lib_dirs)
+    if not out.parent.is_dir() and not (len(dests) == 2):
+        raise BuildError(f"{out}: parent directory {out.parent} does not exist")
+    target = read_source("target", req.target)
+    head = read_source("head", req.head)
+    prefill = read_source("prefill", req.prefill) if req.prefill else None
+    facts = graph_facts(target.model)
+    if req.provider == "cpu" and facts.variant == "faithful":
+        raise BuildError(
+            f"--provider cpu: {req.target}: the faithful variant's QSA ops have no ORT CPU kernel"
+        )
+    if facts.lineage == "custom" and not libs:
+        _LOG.warning("%s: the graph uses the qwen.fold domain but no --lib-NAME was given", req.target)
+    lib_map = {lib.name: f"libs/{lib.basename}" for lib in libs}
+    custom = lib_map[libs[0].name] if libs else None
+    folded = [prefill] if prefill else []
+    kw: dict[str, Any] = {
+        "target_bundle": req.target, "facts": facts, "provider": req.provider,
+        "cuda_options": cuda, "libraries": lib_map, "custom_ops_library": custom, "kv_capacity": None,
+        "target_file": target.graph_rel, "head_file": head.graph_rel,
+        "prefill_file": prefill.graph_rel if prefill else None,
+    }
+    packages = []
+    if req.layout == "folded":
+        comp = compose(target, [head, *folded])
+        packages.append(_Package("", comp, _config(decoder_file=target.graph_rel, **kw), [target, head, *folded], libs))
+    else:
+        comp_t = compose(target, folded)
+        comp_h = compose(head, [], reference=[target])
+        packages.append(_Package("target", comp_t, _config(decoder_file=target.graph_rel, **kw), [target, *folded], libs))
+        packages.append(_Package("head", comp_h, _config(decoder_file=head.graph_rel, **kw), [head], libs))
+    for pkg in packages:
+        for lib in libs:
+            rel = f"libs/{lib.basename}"
+            if rel in pkg.comp.entries and pkg.comp.entries[rel].ident != _ident(lib.real):
+                raise BuildError(f"--lib-{lib.name}: {rel} is also a file of the source bundles")
+    return packages, dests
+
+
+def _ident(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
+def _config(**kw: Any) -> str:
+    cfg = make_config(**kw)
+    # Round-trip through the strict parser: a bad value fails here, before anything is written.
+    parse_config(config_to_dict(cfg), source=f"{kw['target_bundle']}: derived genai_config.json")
+    chunk = cfg.model.qwen38_graph.prefill
+    if chunk is not None and not 0 < chunk.chunk <= cfg.model.qwen38_graph.kv_capacity:
+        raise BuildError(f"prefill chunk {chunk.chunk} must be in [1, kv_capacity={cfg.model.qwen38_graph.kv_capacity}]")
+    return dumps_config(cfg)
+
+
+def _rel_to(path: Path, where: Path) -> str:
+    """A source path relative to the published package's parent (stable across machines)."""
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(where))
+
+
+def _write(
+    root: Path, pkg: _Package, policy: LinkPolicy, hasher: _Hasher, modes: Counter[str], where: Path
+) -> None:
+    files: dict[str, dict[str, Any]] = {}
+    for rel, e in sorted(pkg.comp.entries.items()):
+        dst = root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if e.kind == "dir":
+            dst.mkdir(exist_ok=True)
+            continue
+        if e.kind == "symlink":
+            assert e.link is not None
+            os.symlink(e.link, dst)
+            files[rel] = {"link_mode": "symlink", "source": e.link}
+        elif e.kind == "graph":
+            assert e.model is not None
+            save_proto(e.model, dst)
+            files[rel] = {"link_mode": "write", "sha256": hasher.file(dst)}
+        else:
+            assert e.src is not None
+            mode = place_file(e.src, dst, policy)
+            files[rel] = {"link_mode": mode, "sha256": hasher.file(e.src)}
+        modes[files[rel]["link_mode"]] += 1
+    for lib in pkg.libs:
+        rel = f"libs/{lib.basename}"
+        if rel in files:
+            continue
+        (root / "libs").mkdir(exist_ok=True)
+        mode = place_file(lib.real, root / rel, policy)  # resolved: never a dangling link
+        files[rel] = {"link_mode": mode, "sha256": hasher.file(lib.real)}
+        modes[mode] += 1
+    for name, text in (("genai_config.json", pkg.config_text), ("weights_pool.txt", _format_pool(pkg.comp.pool))):
+        (root / name).write_text(text, encoding="utf-8")
+        files[name] = {"link_mode": "write", "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    _check_links(root)
+    qsa = {
+        s.role: qsa_constants(s.model, base=root, what=f"{root.name}/{s.graph_rel}")
+        for s in pkg.sources
+        if s.role in ("target", "head")
+    }
+    manifest = Manifest(
+        command="build",
+        sources=tuple(
+            [
+                {"role": s.role, "path": _rel_to(s.bundle / s.graph_rel, where), "sha256": hasher.file(s.bundle / s.graph_rel)}
+                for s in pkg.sources
+            ]
+            + [
+                {"role": f"lib:{lib.name}", "path": _rel_to(lib.real, where), "sha256": hasher.file(lib.real)}
+                for lib in pkg.libs
+            ]
+        ),
+        files={rel: FileRecord(f["link_mode"], f.get("sha256"), f.get("source")) for rel, f in files.items()},
+        rewrites={f"shared_weight_redirects.{k}": v for k, v in sorted(pkg.comp.redirected.items())},
+        extra={"qsa_constants": qsa},
+    )
+    text = dumps_manifest(manifest)
+    (root / "package_manifest.json").write_text(text, encoding="utf-8")
+
+
+def _check_links(root: Path) -> None:
+    real_root = Path(os.path.realpath(root))
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if os.path.islink(path):
+                real = Path(os.path.realpath(path))
+                if not real.exists() or not is_inside(real_root, real):
+                    raise BuildError(
+                        f"{path.relative_to(root)}: symlink -> {os.readlink(path)} dangles or escapes the package"
+                    )
+
+
+def build_package(req: BuildRequest) -> BuildResult:
+    """Assemble the package(s) of ``req``; on any failure nothing is left at the destination.
+
+    Raises:
+        BuildError, FlagError, PackageError: an input is refused (nothing was written).
+    """
+    packages, dests = _plan(req)
+    result = BuildResult(packages=[])
+    hasher = _Hasher()
+    if len(dests) == 1:
+        with StagedDirectory(dests[0]) as stage:
+            assert stage.path is not None
+            for pkg in packages:
+                root = stage.path / pkg.rel if pkg.rel else stage.path
+                root.mkdir(exist_ok=True)
+                _write(root, pkg, req.link, hasher, result.link_modes, dests[0].parent)
+            stage.commit()
+        result.packages = [dests[0] / p.rel if p.rel else dests[0] for p in packages]
+    else:
+        stages = [StagedDirectory(d) for d in dests]
+        try:
+            for stage, pkg in zip(stages, packages, strict=True):
+                stage.__enter__()
+                assert stage.path is not None
+                _write(stage.path, pkg, req.link, hasher, result.link_modes, stage.dest.parent)
+            done: list[StagedDirectory] = []
+            try:
+                for stage in stages:
+                    stage.commit()
+                    done.append(stage)
+            except BaseException:
+                for stage in done:  # never leave half of a layered build
+                    import shutil
+
+                    shutil.rmtree(stage.dest, ignore_errors=True)
+                raise
+        finally:
+            for stage in stages:
+                stage.discard()
+        result.packages = list(dests)
+    for pkg in packages:
+        result.pool_entries[pkg.rel or "package"] = len(pkg.comp.pool)
+    if not result.packages:
+        raise InternalError("no package was built")
+    return result

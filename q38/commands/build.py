@@ -1,0 +1,95 @@
+"""``q38 build OUT --target DIR --head DIR``: assemble a package from source bundles (SPEC §5.1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+_LIB_PREFIX = "--lib-"
+
+
+def _take_libs(args: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[tuple[str, str]]]:
+    """Split ``--lib-NAME PATH`` / ``--lib-NAME=PATH`` out of ``args`` (a dynamic flag family)."""
+    rest: list[str] = []
+    libs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        if arg.startswith(_LIB_PREFIX):
+            name, sep, value = arg[len(_LIB_PREFIX):].partition("=")
+            if not sep:
+                if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                    parser.error(f"argument {arg}: expected one argument (a library path)")
+                value = args[i + 1]
+                i += 1
+            if not name:
+                parser.error(f"argument {arg}: expected --lib-NAME PATH")
+            libs.append((name, value))
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, libs
+
+
+class _BuildParser(argparse.ArgumentParser):
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        rest, libs = _take_libs(list(sys.argv[1:] if args is None else args), self)
+        ns, extras = super().parse_known_args(rest, namespace)
+        ns.libs = libs
+        return ns, extras
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "build",
+        parents=[common],
+        help="assemble a package from source bundles",
+        description=(
+            "Assemble a layered (OUT/target, OUT/head) or folded (one package, shared weights "
+            "stored once) package from the source bundles of an exporter or `q38 synth --bundles`. "
+            "Custom-op libraries: --lib-NAME PATH (repeatable; copied into libs/)."
+        ),
+    )
+    p.__class__ = type("_BuildSubParser", (_BuildParser, type(p)), {})
+    p.add_argument("out", metavar="OUT", type=Path, help="destination (must not exist)")
+    p.add_argument("--target", required=True, type=Path, metavar="DIR", help="target bundle")
+    p.add_argument("--head", required=True, type=Path, metavar="DIR", help="head bundle")
+    p.add_argument("--prefill", type=Path, metavar="DIR", help="prefill bundle")
+    p.add_argument("--layout", choices=("layered", "folded"), default="folded")
+    p.add_argument("--provider", choices=("cuda", "cpu"), default="cpu")
+    p.add_argument("--cuda-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="CUDA provider option (numbers are written as decimal strings)")
+    p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
+                   help="auto: reflink, else hard link, else copy (EXDEV or refusal)")
+    p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
+    p.set_defaults(run=run, libs=[])
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.build import BuildRequest, LinkPolicy, build_package
+    from q38.errors import FlagError
+
+    if args.copy and args.link not in ("auto", "copy"):
+        raise FlagError(f"--copy contradicts --link {args.link}")
+    req = BuildRequest(
+        out=args.out, target=args.target, head=args.head, prefill=args.prefill,
+        layout=args.layout, libs=tuple(args.libs), provider=args.provider,
+        cuda_options=tuple(args.cuda_option),
+        link=LinkPolicy.COPY if args.copy else LinkPolicy(args.link),
+    )
+    result = build_package(req)
+    if args.json:
+        print(json.dumps(result.summary(), sort_keys=True))
+    else:
+        modes = ", ".join(f"{k} {v}" for k, v in sorted(result.link_modes.items()))
+        print(f"built {', '.join(str(p) for p in result.packages)} ({modes})")
+    return 0
