@@ -1,0 +1,121 @@
+"""The rule and violation records shared by every contract module.
+
+A :class:`Rule` mirrors one check that onnxruntime (or a package consumer) performs. It names
+where the check is enforced (``cpu-session``: the CPU wheel rejects the session; ``cuda-only``:
+only a node assigned to the CUDA EP triggers it; ``run-time``: checked when the model runs), the
+ORT versions it exists in, and its source (a section of ``ort-contract-rules.md`` /
+``ort-cpu-capabilities.md`` or an ORT source file). ``check`` is pure: it reads its arguments and
+at most ``os.stat``/``os.lstat``, and returns :class:`Violation` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Enforced",
+    "Ep",
+    "OrtVersions",
+    "Rule",
+    "Severity",
+    "Surface",
+    "Violation",
+    "parse_version",
+]
+
+Enforced = Literal["cpu-session", "cuda-only", "run-time"]
+Severity = Literal["error", "warning"]
+# Which EP assignment a rule concerns: schema rules reject on any EP; kernel rules only where the
+# node runs ("cpu": the CPU kernel constructor; "cuda": the CUDA kernel / offload checker).
+Ep = Literal["any", "cpu", "cuda"]
+# What a rule's check takes:
+#   session-config: (entries: Mapping[str, str])
+#   graph:          (model: onnx_ir.Model, entries: Mapping[str, str])
+#   genai-config:   (config: Mapping[str, Any])
+#   package:        (view: contracts.package_layout.PackageView)
+Surface = Literal["session-config", "graph", "genai-config", "package"]
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """``"1.32.0"`` -> ``(1, 32, 0)``; local/dev suffixes (``1.32.0+cu12``, ``1.33.0.dev1``) dropped."""
+    parts: list[int] = []
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(parts) == 3:
+            break
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class OrtVersions:
+    """The onnxruntime versions a rule exists in: ``since`` inclusive, ``until`` exclusive."""
+
+    since: str | None = None
+    until: str | None = None
+
+    def applies(self, version: str) -> bool:
+        v = parse_version(version)
+        if self.since is not None and v < parse_version(self.since):
+            return False
+        return not (self.until is not None and v >= parse_version(self.until))
+
+    def __str__(self) -> str:
+        lo = f">={self.since}" if self.since else ""
+        hi = f"<{self.until}" if self.until else ""
+        return ",".join(p for p in (lo, hi) if p) or "any"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: where (graph, node) and ORT's own wording where ORT has one."""
+
+    rule_id: str
+    message: str
+    graph: str = ""
+    node: str = ""
+    severity: Severity = "error"
+
+    def at(self, *, graph: str) -> Violation:
+        """The same violation attributed to ``graph``."""
+        return Violation(self.rule_id, self.message, graph, self.node, self.severity)
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "rule_id": self.rule_id,
+            "graph": self.graph,
+            "node": self.node,
+            "severity": self.severity,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One contract rule (see the module docstring)."""
+
+    rule_id: str
+    summary: str
+    source: str
+    enforced: Enforced
+    surface: Surface
+    check: Callable[..., list[Violation]] = field(compare=False, repr=False)
+    ort_versions: OrtVersions = OrtVersions()
+    ep: Ep = "any"
+
+    def applies(self, version: str) -> bool:
+        """Whether onnxruntime ``version`` has this rule (non-ORT rules apply to every version)."""
+        return self.ort_versions.applies(version)
+
+    def __call__(self, *args: Any) -> list[Violation]:
+        return self.check(*args)

@@ -1,0 +1,192 @@
+"""genai_config.json rules: the qwen38 graph config surface (SPEC §4, docs/package-format.md).
+
+The checks take the raw JSON document (a dict), so a broken config yields violations with rule ids
+instead of the first parse error. ``CFG-SURFACE-001`` runs q38's strict parser
+(``q38.package.parse_config``: unknown keys, types, v12 migration) and reports its message when
+no more specific rule already explains the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from contracts._rule import Rule, Violation
+
+__all__ = ["RULES", "check_genai_config", "session_option_blocks"]
+
+_SRC = "SPEC §4; docs/package-format.md (genai_config.json, config surface v12b)"
+
+
+def _graph(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    model = config.get("model")
+    if not isinstance(model, Mapping):
+        return {}
+    graph = model.get("qwen38_graph", model.get("qwen38"))
+    return graph if isinstance(graph, Mapping) else {}
+
+
+def session_option_blocks(config: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(JSON path, session_options object) for the decoder, the head and every profile overlay."""
+    model = config.get("model")
+    if isinstance(model, Mapping):
+        decoder = model.get("decoder")
+        if isinstance(decoder, Mapping) and isinstance(decoder.get("session_options"), Mapping):
+            yield "model.decoder.session_options", decoder["session_options"]
+    head = _graph(config).get("fold", {})
+    head = head.get("head_r2", {}) if isinstance(head, Mapping) else {}
+    if isinstance(head, Mapping) and isinstance(head.get("session_options"), Mapping):
+        yield "model.qwen38_graph.fold.head_r2.session_options", head["session_options"]
+    profiles = config.get("runtime_profiles", [])
+    for i, profile in enumerate(profiles if isinstance(profiles, list) else []):
+        try:
+            so = profile["overlay"]["model"]["decoder"]["session_options"]
+        except (KeyError, TypeError):
+            continue
+        if isinstance(so, Mapping):
+            yield f"runtime_profiles[{i}].overlay.model.decoder.session_options", so
+
+
+def _check_string_values(config: Mapping[str, Any]) -> list[Violation]:
+    found = []
+    for path, so in session_option_blocks(config):
+        for key, value in so.items():
+            if key == "provider_options" and isinstance(value, list):
+                for i, entry in enumerate(value):
+                    for ep, options in (entry.items() if isinstance(entry, Mapping) else ()):
+                        for name, item in (options.items() if isinstance(options, Mapping) else ()):
+                            if not isinstance(item, str):
+                                found.append(Violation("CFG-VALUES-001", f"{path}.provider_options[{i}].{ep}.{name}: "
+                                                       f"provider option values must be strings, got {item!r}"))  # fmt: skip
+            elif key == "config_entries" and isinstance(value, Mapping):
+                for name, item in value.items():
+                    if not isinstance(item, str):
+                        found.append(Violation("CFG-VALUES-001", f"{path}.config_entries.{name}: session "
+                                               f"config values must be strings, got {item!r}"))  # fmt: skip
+            elif "." in key and not isinstance(value, str):
+                found.append(Violation("CFG-VALUES-001", f"{path}.{key}: session config values must be strings, got {value!r}"))
+    return found
+
+
+def _profiles(config: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    raw = config.get("runtime_profiles", [])
+    return [p for p in raw if isinstance(p, Mapping)] if isinstance(raw, list) else []
+
+
+def _check_profile_ids(config: Mapping[str, Any]) -> list[Violation]:
+    found, seen = [], set()
+    for i, profile in enumerate(_profiles(config)):
+        pid = profile.get("id")
+        if not isinstance(pid, str) or not pid:
+            found.append(Violation("CFG-PROFILE-001", f"runtime_profiles[{i}].id: must be a non-empty string"))
+        elif pid in seen:
+            found.append(Violation("CFG-PROFILE-001", f"runtime_profiles[{i}].id: duplicate runtime profile id {pid!r}"))
+        seen.add(pid)
+    return found
+
+
+def _span(profile: Mapping[str, Any]) -> tuple[int, int] | None:
+    e = profile.get("eligibility")
+    if not isinstance(e, Mapping):
+        return None
+    lo = e.get("minimum_total_device_memory_bytes")
+    hi = e.get("maximum_total_device_memory_bytes", 2**64)
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        return None
+    return lo, hi
+
+
+def _check_profile_ranges(config: Mapping[str, Any]) -> list[Violation]:
+    found = []
+    spans = [(i, p.get("id"), _span(p)) for i, p in enumerate(_profiles(config))]
+    for i, _pid, span in spans:
+        if span is not None and span[1] < span[0]:
+            found.append(Violation("CFG-PROFILE-002", f"runtime_profiles[{i}].eligibility: maximum_total_device_memory_bytes is below the minimum"))
+    valid = [(i, pid, s) for i, pid, s in spans if s is not None and s[0] <= s[1]]
+    for a in range(len(valid)):
+        for b in range(a + 1, len(valid)):
+            (i, pa, (lo_a, hi_a)), (j, pb, (lo_b, hi_b)) = valid[a], valid[b]
+            if lo_a <= hi_b and lo_b <= hi_a:
+                found.append(Violation("CFG-PROFILE-002", f"runtime_profiles[{j}].eligibility: runtime profile eligibility ranges overlap ({pa!r} and {pb!r})"))
+    return found
+
+
+def _check_prefill_chunk(config: Mapping[str, Any]) -> list[Violation]:
+    graph = _graph(config)
+    prefill = graph.get("prefill")
+    kv = graph.get("kv_capacity")
+    chunk = prefill.get("chunk") if isinstance(prefill, Mapping) else graph.get("prefill_chunk")
+    if not isinstance(chunk, int) or not isinstance(kv, int):
+        return []
+    if chunk <= 0:
+        return [Violation("CFG-PREFILL-001", f"model.qwen38_graph.prefill.chunk: must be positive, got {chunk}")]
+    if chunk > kv:
+        return [Violation("CFG-PREFILL-001", f"model.qwen38_graph.prefill.chunk: chunk {chunk} exceeds kv_capacity {kv}")]
+    return []
+
+
+def library_paths(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(JSON path, relative path) of every custom-op library the config names."""
+    out = []
+    for path, so in session_option_blocks(config):
+        lib = so.get("custom_ops_library")
+        if isinstance(lib, str):
+            out.append((f"{path}.custom_ops_library", lib))
+    libs = _graph(config).get("libraries", {})
+    for name, rel in (libs.items() if isinstance(libs, Mapping) else ()):
+        if isinstance(rel, str):
+            out.append((f"model.qwen38_graph.libraries.{name}", rel))
+    return out
+
+
+def _check_library_paths(config: Mapping[str, Any]) -> list[Violation]:
+    from q38.errors import UnsafePathError
+    from q38.package import safe_relpath
+
+    found = []
+    for path, rel in library_paths(config):
+        try:
+            safe_relpath(rel, what=path)
+        except UnsafePathError as exc:
+            found.append(Violation("CFG-LIB-001", str(exc)))
+    return found
+
+
+def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
+    from q38.errors import ConfigError
+    from q38.package import parse_config
+
+    try:
+        parse_config(dict(config))
+    except ConfigError as exc:
+        return [Violation("CFG-SURFACE-001", str(exc))]
+    return []
+
+
+_SPECIFIC = (
+    Rule("CFG-VALUES-001", "provider-option and session config values are strings", _SRC,
+         "run-time", "genai-config", _check_string_values),
+    Rule("CFG-PROFILE-001", "runtime profile ids are non-empty and unique", _SRC, "run-time",
+         "genai-config", _check_profile_ids),
+    Rule("CFG-PROFILE-002", "runtime profile device-memory ranges [min, max] do not overlap", _SRC,
+         "run-time", "genai-config", _check_profile_ranges),
+    Rule("CFG-PREFILL-001", "0 < prefill.chunk <= kv_capacity", _SRC, "run-time", "genai-config",
+         _check_prefill_chunk),
+    Rule("CFG-LIB-001", "custom-op library paths are relative and stay inside the package", _SRC,
+         "run-time", "genai-config", _check_library_paths),
+)  # fmt: skip
+RULES: tuple[Rule, ...] = (
+    *_SPECIFIC,
+    Rule("CFG-SURFACE-001", "the config matches the strict v12b surface (unknown keys rejected)",
+         _SRC, "run-time", "genai-config", _check_surface),
+)
+
+
+def check_genai_config(config: Mapping[str, Any]) -> list[Violation]:
+    """Every config-surface violation of the raw ``genai_config.json`` document ``config``."""
+    found: list[Violation] = []
+    for rule in _SPECIFIC:
+        found.extend(rule.check(config))
+    if not found:
+        found.extend(_check_surface(config))
+    return found

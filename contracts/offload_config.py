@@ -1,0 +1,358 @@
+"""QMoE offload session-config rules: every ``session.moe.offload.*`` key and its value grammar.
+
+Source: ``ort-contract-rules.md`` §1A and the acceptance matrix of ``ort-cpu-capabilities.md`` §4
+(onnxruntime 1.32.0, ``core/framework/session_options.cc``). Every rule here is enforced by the CPU
+wheel at session creation (``INVALID_ARGUMENT``), whatever the graph holds and whatever ``mode`` is.
+onnxruntime 1.31.1 has no offload validation at all: every rule is ``since="1.32.0"``.
+
+Grammars (probed, not guessed):
+
+* unsigned bytes: ``[0-9]+`` up to 2^64-1 (leading zeros fine; no sign, space, hex, unit suffix);
+* counts: ``-?[0-9]+`` whose value is in the range (so ``-0`` is 0 and accepted, ``+1`` is not);
+* ``min_expert_weight``: C ``strtof`` (leading/trailing whitespace, ``+``, hex floats; underflow
+  to zero is fine) rounded to float32, then ``0 <= x <= 1``;
+* ``tail_substitution_threshold``: ``std::from_chars<float>`` (decimal only, no ``+`` and no
+  whitespace; float32 overflow or underflow to zero is an error), finite and ``>= 0``;
+* ``ep.cuda.moe_packed_gpu_experts``: empty (unset) or whitespace-trimmed ``-?[0-9]+`` in
+  [0, 2^31-1].
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from contracts._rule import OrtVersions, Rule, Violation
+
+__all__ = [
+    "LEGACY_PREFIX",
+    "OFFLOAD_KEYS",
+    "OFFLOAD_PREFIX",
+    "PACKED_GPU_EXPERTS_KEY",
+    "RULES",
+    "check_offload_config",
+    "check_offload_environment",
+    "offload_mode",
+]
+
+OFFLOAD_PREFIX = "session.moe.offload."
+LEGACY_PREFIX = "moe.cpu_offload."
+PACKED_GPU_EXPERTS_KEY = "ep.cuda.moe_packed_gpu_experts"
+_SINCE = OrtVersions(since="1.32.0")
+_SRC = "ort-contract-rules.md §1A; ort-cpu-capabilities.md §4 (core/framework/session_options.cc)"
+
+_U64_MAX = 2**64 - 1
+_I32_MAX = 2**31 - 1
+_C_SPACE = " \t\n\v\f\r"
+_UNSIGNED = re.compile(r"[0-9]+\Z")
+_SIGNED = re.compile(r"-?[0-9]+\Z")
+_FROM_CHARS_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_STRTOF_DEC = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_STRTOF_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?\Z")
+_STRTOF_SPECIAL = re.compile(r"[+-]?(?:inf|infinity|nan(?:\([0-9A-Za-z_]*\))?)\Z", re.IGNORECASE)
+
+
+# --- value parsers: return the parsed value, or None when ORT rejects the text -------------------
+
+
+def _unsigned(text: str, *, lo: int = 0, hi: int = _U64_MAX) -> int | None:
+    if not _UNSIGNED.match(text):
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+def _signed_in(text: str, *, lo: int, hi: int) -> int | None:
+    if not _SIGNED.match(text):
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+def _to_float32(value: float) -> float:
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.float32(value))
+
+
+def _strtof(text: str) -> float | None:
+    """C ``strtof`` over the whole text (surrounding C whitespace allowed)."""
+    body = text.strip(_C_SPACE)
+    if _STRTOF_DEC.match(body):
+        return _to_float32(float(body))
+    if _STRTOF_HEX.match(body):
+        sign = -1.0 if body.startswith("-") else 1.0
+        digits = body.lstrip("+-")
+        if "p" not in digits.lower():
+            digits += "p0"
+        try:
+            return sign * _to_float32(float.fromhex(digits))
+        except OverflowError:
+            return sign * math.inf
+    if _STRTOF_SPECIAL.match(body):
+        lowered = body.lower()
+        return math.nan if "nan" in lowered else (-math.inf if lowered.startswith("-") else math.inf)
+    return None
+
+
+def _from_chars_float(text: str) -> float | None:
+    """``std::from_chars<float>`` (general format) that must consume the whole text."""
+    if _STRTOF_SPECIAL.match(text) and not text.startswith("+"):
+        return math.nan  # parses, but never finite: rejected by the caller
+    if not _FROM_CHARS_FLOAT.match(text):
+        return None
+    value = _to_float32(float(text))
+    if math.isinf(value):
+        return None  # result_out_of_range (overflow)
+    mantissa = text.lstrip("-").lower().split("e")[0]
+    if value == 0.0 and any(c in "123456789" for c in mantissa):
+        return None  # result_out_of_range (underflow to zero)
+    return value
+
+
+# --- per-key validators: text -> ok? ------------------------------------------------------------
+
+_MODES = {"disabled": "disabled", "0": "disabled", "off": "disabled", "auto": "auto",
+          "required": "required", "1": "required", "on": "required"}  # fmt: skip
+
+
+def _budget(text: str) -> bool:
+    return text.lower() == "auto" or _unsigned(text) is not None
+
+
+def _min_expert_weight(text: str) -> bool:
+    value = _strtof(text)
+    return value is not None and not math.isnan(value) and 0.0 <= value <= 1.0
+
+
+def _threshold(text: str) -> bool:
+    value = _from_chars_float(text)
+    return value is not None and math.isfinite(value) and value >= 0.0
+
+
+def _node_overrides(text: str) -> bool:
+    for raw in text.split(";"):
+        entry = raw.strip(_C_SPACE)
+        if not entry:
+            continue
+        name, colon, body = entry.partition(":")
+        if not colon or not name.strip(_C_SPACE):
+            return False
+        items = body.split(",")
+        if len(items) > 1 and not items[-1].strip(_C_SPACE):
+            items.pop()  # one trailing comma is tolerated
+        for item in items:
+            key, eq, value = item.partition("=")
+            key, value = key.strip(_C_SPACE), value.strip(_C_SPACE)
+            if not eq:
+                return False
+            if key == "max_resident_slots":
+                if _signed_in(value, lo=0, hi=_I32_MAX) is None:
+                    return False
+            elif key == "device_expert_bytes":
+                if _unsigned(value) is None:
+                    return False
+            else:
+                return False
+    return True
+
+
+_EXPECT_BUDGET = "expected 'auto' or non-negative integer bytes."
+_EXPECT_NONNEG = "expected non-negative integer."
+_EXPECT_BOOL = "expected '0' or '1'."
+_EXPECT_POS_BYTES = "expected positive integer bytes."
+_FREE = (lambda _text: True, "")
+
+# key -> (validator, expectation text of ORT's message)
+_KEYS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "mode": (lambda t: t.lower() in _MODES, "expected 'disabled', 'auto', or 'required'."),
+    "placement": (
+        lambda t: t.lower() in {"static", "adaptive"},
+        "expected 'static' or 'adaptive' (prototype 'basic'/'layered' are not supported).",
+    ),
+    "cpu_execution": (
+        lambda t: t.lower() in {"auto", "enabled", "disabled", "0", "1"},
+        "expected 'auto', 'enabled', or 'disabled'.",
+    ),
+    "device_expert_bytes": (_budget, _EXPECT_BUDGET),
+    "gpu_budget_bytes": (_budget, _EXPECT_BUDGET),
+    "host_expert_bytes": (_budget, _EXPECT_BUDGET),
+    "pinned_bytes": (_budget, _EXPECT_BUDGET),
+    "reserve_device_bytes": (_budget, _EXPECT_BUDGET),
+    "device_working_bytes": (lambda t: _unsigned(t, lo=1) is not None, _EXPECT_POS_BYTES),
+    "host_working_bytes": (lambda t: _unsigned(t, lo=1) is not None, _EXPECT_POS_BYTES),
+    "gpu_device_mem_limit": (
+        lambda t: _unsigned(t) is not None,
+        "expected non-negative integer bytes (0 = no limit).",
+    ),
+    "budget_group": _FREE,
+    "allow_file_backing": (lambda t: t in {"0", "1"} or t.lower() in {"true", "false"}, _EXPECT_BOOL),
+    "cpu_threads": (lambda t: _signed_in(t, lo=0, hi=_I32_MAX) is not None, _EXPECT_NONNEG),
+    "async_max_tokens": (lambda t: _signed_in(t, lo=0, hi=_I32_MAX) is not None, _EXPECT_NONNEG),
+    "prefill_wave_experts": (
+        lambda t: _signed_in(t, lo=1, hi=_I32_MAX) is not None,
+        "expected positive integer.",
+    ),
+    "popularity_file": _FREE,
+    "source_root": _FREE,
+    "derived_cache_dir": _FREE,
+    "node_overrides": (
+        _node_overrides,
+        "expected semicolon-separated 'node_name:max_resident_slots=<N>,device_expert_bytes=<B>'.",
+    ),
+    "skip_zero_cold_doorbell": (lambda t: t in {"0", "1"}, _EXPECT_BOOL),
+    "min_expert_weight": (_min_expert_weight, "expected a float in [0, 1]."),
+    "skip_tail_cold_only": (lambda t: t in {"0", "1"}, _EXPECT_BOOL),
+    "tail_substitution_threshold": (_threshold, "expected a finite non-negative float."),
+    "tail_substitution_min_rank": (
+        lambda t: _signed_in(t, lo=0, hi=_I32_MAX) is not None,
+        "expected a non-negative integer less than k when enabled.",
+    ),
+}
+OFFLOAD_KEYS: frozenset[str] = frozenset(_KEYS)
+
+
+def _value_message(key: str, value: str) -> str:
+    return f"Invalid {OFFLOAD_PREFIX}{key} value '{value}'; {_KEYS[key][1]}"
+
+
+def offload_mode(entries: Mapping[str, str]) -> str | None:
+    """The normalized offload mode (``disabled``/``auto``/``required``), or None if absent/invalid."""
+    text = entries.get(OFFLOAD_PREFIX + "mode")
+    return None if text is None else _MODES.get(text.lower())
+
+
+# --- rules ----------------------------------------------------------------------------------
+
+
+def _check_unknown_keys(entries: Mapping[str, str]) -> list[Violation]:
+    return [
+        Violation("OFFLOAD-CFG-001", f"Unknown session.moe.offload.* configuration key: {key}")
+        for key in sorted(entries)
+        if key.startswith(OFFLOAD_PREFIX) and key[len(OFFLOAD_PREFIX) :] not in _KEYS
+    ]
+
+
+def _check_legacy_keys(entries: Mapping[str, str]) -> list[Violation]:
+    return [
+        Violation(
+            "OFFLOAD-CFG-002",
+            f"Prototype configuration key '{key}' is discarded and not supported in QMoE "
+            "Offload v4; use 'session.moe.offload.*'.",
+        )
+        for key in sorted(entries)
+        if key.startswith(LEGACY_PREFIX)
+    ]
+
+
+def _check_values(entries: Mapping[str, str]) -> list[Violation]:
+    found = []
+    for key in sorted(entries):
+        if not key.startswith(OFFLOAD_PREFIX):
+            continue
+        short = key[len(OFFLOAD_PREFIX) :]
+        spec = _KEYS.get(short)
+        if spec is not None and not spec[0](entries[key]):
+            found.append(Violation("OFFLOAD-CFG-003", _value_message(short, entries[key])))
+    return found
+
+
+def _budget_value(text: str) -> int | str | None:
+    if text.lower() == "auto":
+        return "auto"
+    return _unsigned(text)
+
+
+def _check_alias_conflict(entries: Mapping[str, str]) -> list[Violation]:
+    a = entries.get(OFFLOAD_PREFIX + "device_expert_bytes")
+    b = entries.get(OFFLOAD_PREFIX + "gpu_budget_bytes")
+    if a is None or b is None:
+        return []
+    va, vb = _budget_value(a), _budget_value(b)
+    if va is None or vb is None or va == vb:
+        return []
+    return [
+        Violation(
+            "OFFLOAD-CFG-004",
+            "Conflicting values for session.moe.offload.device_expert_bytes and "
+            "session.moe.offload.gpu_budget_bytes.",
+        )
+    ]
+
+
+def _packed_gpu_experts_ok(text: str) -> bool:
+    if text == "":
+        return True
+    return _signed_in(text.strip(_C_SPACE), lo=0, hi=_I32_MAX) is not None
+
+
+def _packed_message(value: str) -> str:
+    return (
+        f"Invalid ep.cuda.moe_packed_gpu_experts / ORT_MOE_PACKED_GPU_EXPERTS value '{value}'; "
+        "expected a non-negative 32-bit integer."
+    )
+
+
+def _check_packed_gpu_experts(entries: Mapping[str, str]) -> list[Violation]:
+    value = entries.get(PACKED_GPU_EXPERTS_KEY)
+    if value is None or _packed_gpu_experts_ok(value):
+        return []
+    return [Violation("OFFLOAD-CFG-005", _packed_message(value))]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("OFFLOAD-CFG-001", "session.moe.offload.* keys must be one of the 25 known keys "
+         "(case-sensitive)", _SRC + " rule 1", "cpu-session", "session-config",
+         _check_unknown_keys, _SINCE),
+    Rule("OFFLOAD-CFG-002", "legacy moe.cpu_offload.* prototype keys are refused",
+         _SRC + " rule 2", "cpu-session", "session-config", _check_legacy_keys, _SINCE),
+    Rule("OFFLOAD-CFG-003", "every session.moe.offload.* value matches its key's grammar",
+         _SRC + " rules 3-17", "cpu-session", "session-config", _check_values, _SINCE),
+    Rule("OFFLOAD-CFG-004", "device_expert_bytes and gpu_budget_bytes, when both set, agree",
+         _SRC + " rule 7", "cpu-session", "session-config", _check_alias_conflict, _SINCE),
+    Rule("OFFLOAD-CFG-005", "ep.cuda.moe_packed_gpu_experts is a non-negative 32-bit integer",
+         _SRC + " rule 18", "cpu-session", "session-config", _check_packed_gpu_experts, _SINCE),
+)  # fmt: skip
+
+
+def check_offload_config(entries: Mapping[str, str], *, ort_version: str = "1.32.0") -> list[Violation]:
+    """Every offload session-config violation ORT ``ort_version`` reports for ``entries``.
+
+    Args:
+        entries: session config entries (``SessionOptions.add_session_config_entry`` key/values).
+        ort_version: the onnxruntime version to mirror; 1.31.1 validates nothing.
+
+    Returns:
+        All violations (ORT itself stops at the first; which one comes first is its map order).
+    """
+    found: list[Violation] = []
+    for rule in RULES:
+        if rule.applies(ort_version):
+            found.extend(rule.check(entries))
+    return found
+
+
+_ENV_MIN_EXPERT_WEIGHT = "ORT_QMOE_MIN_EXPERT_WEIGHT"
+_ENV_PACKED = "ORT_MOE_PACKED_GPU_EXPERTS"
+
+
+def check_offload_environment(
+    env: Mapping[str, str], *, ort_version: str = "1.32.0"
+) -> list[Violation]:
+    """Environment fallbacks ORT parses at session creation (§1A.18, capabilities §4.3).
+
+    ``ORT_QMOE_MIN_EXPERT_WEIGHT`` (validated only when the session key is absent) and
+    ``ORT_MOE_PACKED_GPU_EXPERTS`` follow the grammar of their session keys.
+    """
+    if not _SINCE.applies(ort_version):
+        return []
+    found = []
+    weight = env.get(_ENV_MIN_EXPERT_WEIGHT)
+    if weight is not None and not _min_expert_weight(weight):
+        found.append(Violation("OFFLOAD-ENV-001", _value_message("min_expert_weight", weight)))
+    packed = env.get(_ENV_PACKED)
+    if packed is not None and not _packed_gpu_experts_ok(packed):
+        found.append(Violation("OFFLOAD-ENV-002", _packed_message(packed)))
+    return found

@@ -1,0 +1,157 @@
+"""Package file-layout rules: where external data and libraries live, links, symlinks.
+
+Sources: docs/package-format.md; reference/file-safety-facts.md (ORT refuses external data whose
+canonical path escapes the model directory; onnx / onnx-ir refuse hard-linked or symlinked data
+when they read it, ORT accepts hard links). The checks only ``os.lstat``/``os.stat`` and resolve
+paths; nothing reads file contents.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from contracts._rule import Rule, Violation
+
+__all__ = ["RULES", "GraphFile", "PackageView", "check_package_layout"]
+
+_SRC = "docs/package-format.md; reference/file-safety-facts.md"
+
+
+@dataclass(frozen=True)
+class GraphFile:
+    """One graph of a package: its label, path and the directory that bounds its data."""
+
+    label: str
+    path: Path
+    root: Path
+    refs: tuple[tuple[str, str], ...]  # (initializer name, external-data location)
+
+
+@dataclass(frozen=True)
+class PackageView:
+    """What the layout rules look at: the package root, its graphs and named libraries."""
+
+    root: Path
+    graphs: tuple[GraphFile, ...] = ()
+    libraries: tuple[tuple[str, str], ...] = ()  # (JSON path, relative path)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _location_problem(graph: GraphFile, location: str) -> str | None:
+    pure = PurePosixPath(location)
+    if not location or pure.is_absolute() or "\\" in location:
+        return f"location {location!r} must be a relative path inside the package"
+    if ".." in pure.parts:
+        return f"location {location!r} escapes the package directory"
+    named = graph.path.parent / location
+    try:
+        real = named.resolve(strict=True)
+    except FileNotFoundError:
+        return f"location {location!r} does not exist"
+    except (OSError, RuntimeError):
+        return f"location {location!r} cannot be resolved (symlink loop?)"
+    if not _inside(graph.root.resolve(), real):
+        return f"location {location!r} resolves to {os.fspath(real)!r}, outside the package directory"
+    return None
+
+
+def _check_external_data(view: PackageView) -> list[Violation]:
+    found = []
+    for graph in view.graphs:
+        for name, location in graph.refs:
+            problem = _location_problem(graph, location)
+            if problem is not None:
+                found.append(Violation("PKG-EXTDATA-001", f"initializer {name!r} external data {problem}", graph=graph.label))
+    return found
+
+
+def _check_symlinks(view: PackageView) -> list[Violation]:
+    found = []
+    root = view.root.resolve()
+    for dirpath, dirnames, filenames in os.walk(view.root):
+        for name in sorted([*dirnames, *filenames]):
+            path = Path(dirpath) / name
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                continue
+            rel = path.relative_to(view.root).as_posix()
+            try:
+                real = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                found.append(Violation("PKG-SYMLINK-001", f"{rel}: dangling or looping symlink"))
+                continue
+            if not _inside(root, real):
+                found.append(Violation("PKG-SYMLINK-001", f"{rel}: symlink escapes the package directory (-> {os.fspath(real)})"))
+    return found
+
+
+def _check_hard_links(view: PackageView) -> list[Violation]:
+    found = []
+    seen: set[Path] = set()
+    for graph in view.graphs:
+        for _name, location in graph.refs:
+            path = graph.path.parent / location
+            if path in seen or _location_problem(graph, location) is not None:
+                continue
+            seen.add(path)
+            links = os.stat(path).st_nlink
+            if links > 1:
+                rel = os.path.relpath(path, view.root)
+                found.append(Violation(
+                    "PKG-HARDLINK-001",
+                    f"{rel}: external data file has {links} hard links; onnxruntime accepts it, but "
+                    "onnx / onnx-ir refuse hard-linked data when they read it",
+                    graph=graph.label, severity="warning",
+                ))  # fmt: skip
+    return found
+
+
+def _check_libraries(view: PackageView) -> list[Violation]:
+    found = []
+    root = view.root.resolve()
+    for path, rel in view.libraries:
+        pure = PurePosixPath(rel)
+        if not rel or pure.is_absolute() or ".." in pure.parts:
+            continue  # reported by CFG-LIB-001
+        named = view.root / rel
+        try:
+            real = named.resolve(strict=True)
+        except (OSError, RuntimeError):
+            found.append(Violation("PKG-LIB-001", f"{path}: library {rel!r} does not exist in the package"))
+            continue
+        if not _inside(root, real):
+            found.append(Violation("PKG-LIB-001", f"{path}: library {rel!r} resolves outside the package directory"))
+        elif not stat.S_ISREG(os.stat(real).st_mode):
+            found.append(Violation("PKG-LIB-001", f"{path}: library {rel!r} is not a regular file"))
+    return found
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("PKG-EXTDATA-001", "external-data locations are relative and resolve inside the package",
+         _SRC, "cpu-session", "package", _check_external_data),
+    Rule("PKG-SYMLINK-001", "no symlink in the package points outside it (or nowhere)", _SRC,
+         "cpu-session", "package", _check_symlinks),
+    Rule("PKG-HARDLINK-001", "hard-linked external data is flagged (warning): onnx / onnx-ir "
+         "consumers refuse it", _SRC, "run-time", "package", _check_hard_links),
+    Rule("PKG-LIB-001", "custom-op libraries exist inside the package", _SRC, "cpu-session",
+         "package", _check_libraries),
+)  # fmt: skip
+
+
+def check_package_layout(view: PackageView) -> list[Violation]:
+    """Every file-layout violation of ``view``."""
+    found: list[Violation] = []
+    for rule in RULES:
+        found.extend(rule.check(view))
+    return found

@@ -1,0 +1,259 @@
+"""QSA op rules: DynamicSparseAttention, PackedSparseAttentionIndexer(+Merge), SparseAttentionIndexer.
+
+Source: ``ort-contract-rules.md`` §2 and ``ort-cpu-capabilities.md`` §1/§8. The 1.32.0 CPU wheel has
+no kernel for these ops, but schema inference runs first, so the schema rules (``cpu-session``,
+any EP) reject a graph before the ``NOT_IMPLEMENTED`` error. The kernel-constructor rules are
+``cuda-only`` (read from older public CUDA source and the onnxruntime-gpu 1.31.1 strings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from contracts._graph import (
+    as_ir_model,
+    attr,
+    has_attr,
+    input_at,
+    node_label,
+    output_at,
+    static_dims,
+)
+from contracts._rule import Enforced, OrtVersions, Rule, Violation
+from q38._ops import (
+    DYNAMIC_SPARSE_ATTENTION,
+    HC_LOW_RANK_MIX,
+    MS_DOMAIN,
+    PACKED_SPARSE_ATTENTION_INDEXER,
+    PACKED_SPARSE_ATTENTION_INDEXER_MERGE,
+    RMS_NORM_ROTARY,
+    SPARSE_ATTENTION_INDEXER,
+)
+
+__all__ = ["RULES", "check_qsa"]
+
+_INT_MAX = 2**31 - 1
+_PSAI = PACKED_SPARSE_ATTENTION_INDEXER
+_SAI = SPARSE_ATTENTION_INDEXER
+_DSA = DYNAMIC_SPARSE_ATTENTION
+_MERGE = PACKED_SPARSE_ATTENTION_INDEXER_MERGE
+_REQUIRED_ATTRS = {
+    _PSAI: ("compress_ratio", "policy_mode", "state_capacity"),
+    _SAI: ("compress_ratio", "policy_mode"),
+    _DSA: ("kv_num_heads", "num_heads"),
+    _MERGE: ("max_output_entries", "policy_mode"),
+}
+
+
+def _nodes(model: Any, *op_types: str) -> list[ir.Node]:
+    graph = as_ir_model(model).graph
+    return [n for n in graph.all_nodes() if n.domain == MS_DOMAIN and n.op_type in op_types]
+
+
+def _missing_attr(node: ir.Node) -> str | None:
+    for name in _REQUIRED_ATTRS.get(node.op_type, ()):
+        if not has_attr(node, name):
+            return f"Required attribute '{name}' is missing."
+    return None
+
+
+def _indexer_policy(node: ir.Node, p: str) -> str | None:
+    """Rules 2C.1-2C.7 / 2E (shared attribute parsing of both indexers)."""
+    mode = str(attr(node, "policy_mode", ""))
+    if mode not in {"qsa", "csa"}:
+        return f"{p}policy_mode must be 'qsa' or 'csa', got '{mode}'"
+    cr = int(attr(node, "compress_ratio", 0))
+    if node.op_type == _PSAI:
+        if cr <= 0 or 2 * cr - 1 > _INT_MAX:
+            return f"{p}compress_ratio must be positive and produce a generic buffer capacity no greater than INT_MAX, got {cr}"
+        capacity = int(attr(node, "state_capacity", 0))
+        if not 0 < capacity <= _INT_MAX:
+            return f"{p}state_capacity must be in (0, INT_MAX], got {capacity}"
+    elif not 0 < cr <= _INT_MAX:
+        return f"{p}compress_ratio must be in (0, INT_MAX], got {cr}"
+    if mode == "qsa":
+        if has_attr(node, "index_topk") or has_attr(node, "head_weight_scale"):
+            return f"{p}index_topk and head_weight_scale must not be set when policy_mode is 'qsa'"
+        tb = int(attr(node, "token_budget", 0))
+        if tb <= 0 or tb % cr or tb + cr - 1 > _INT_MAX:
+            return (
+                f"{p}policy_mode 'qsa' requires token_budget > 0, divisible by compress_ratio, and a "
+                f"selected capacity no greater than INT_MAX, got token_budget={tb} compress_ratio={cr}"
+            )
+    else:
+        if has_attr(node, "token_budget"):
+            return f"{p}token_budget must not be set when policy_mode is 'csa'"
+        topk = int(attr(node, "index_topk", 0))
+        if not 0 < topk <= _INT_MAX:
+            return f"{p}policy_mode 'csa' requires index_topk in (0, INT_MAX], got {topk}"
+    return None
+
+
+def _psai_schema(node: ir.Node) -> str | None:
+    p = f"{_PSAI}: "
+    reason = _indexer_policy(node, p)
+    if reason is not None:
+        return reason
+    mode = str(attr(node, "policy_mode"))
+    cap = int(attr(node, "state_update_capacity", 0))
+    if not 0 <= cap <= 8:
+        return f"{p}state_update_capacity must be in [0, 8], got {cap}"
+    if cap > 0 and input_at(node, 16) is None:
+        return f"{p}state_update_capture_count is required when state_update_capacity is positive"
+    if int(attr(node, "max_output_entries", 0)) != 0 and input_at(node, 18) is None:
+        return f"{p}IndexShare requires a positive max_output_entries"
+    if mode == "qsa":
+        for slot in (8, 9, 10):
+            if input_at(node, slot) is not None:
+                return f"{p}input {slot} must be omitted when policy_mode is 'qsa'"
+        if input_at(node, 11) is not None:
+            return f"{p}input 11 (position_ids) must be omitted when policy_mode is 'qsa'"
+        if input_at(node, 14) is not None:
+            return f"{p}input 14 must be omitted when policy_mode is 'qsa'"
+        if output_at(node, 4) is not None:
+            return f"{p}output 4 (present_gate_buffer) must be omitted when policy_mode is 'qsa'"
+    else:
+        for slot in (8, 9, 10, 11, 14):
+            if input_at(node, slot) is None:
+                return f"{p}input {slot} is required when policy_mode is 'csa'"
+    hs_dims = static_dims(input_at(node, 2))
+    key = static_dims(input_at(node, 1))
+    if hs_dims and key is not None and len(key) == 2:
+        width = hs_dims[0] * (2 if mode == "csa" else 1)
+        if key[1] != width:
+            return f"{p}key dimension 1 must equal the policy-specific width ({width}), got {key[1]}"
+    kv = static_dims(input_at(node, 13))
+    cr = int(attr(node, "compress_ratio"))
+    if kv is not None and len(kv) == 3 and kv[1] != 2 * cr - 1:
+        return f"{p}past_kv_buffer dimension 1 must equal 2 * compress_ratio - 1 ({2 * cr - 1}), got {kv[1]}"
+    return None
+
+
+def _sai_schema(node: ir.Node) -> str | None:
+    return _indexer_policy(node, f"{_SAI}: ")
+
+
+def _dsa_schema(node: ir.Node) -> str | None:
+    heads = int(attr(node, "num_heads", 0))
+    kv = int(attr(node, "kv_num_heads", 0))
+    if heads <= 0:
+        return "num_heads must be a positive int"
+    if kv <= 0 or heads % kv:
+        return "kv_num_heads must be positive and divide num_heads"
+    q = input_at(node, 0)
+    if q is not None and q.shape is not None and len(q.shape) != 3:
+        return "The query input shall be 3 dimensions"
+    return None
+
+
+def _merge_schema(node: ir.Node) -> str | None:
+    entries = int(attr(node, "max_output_entries", 0))
+    mode = str(attr(node, "policy_mode", ""))
+    if not 1 <= entries <= 2**30 or mode not in {"append_range", "append_indices"}:
+        return "Invalid PackedSparseAttentionIndexerMerge policy or capacity"
+    ranges = input_at(node, 3) is not None and input_at(node, 4) is not None
+    extra = input_at(node, 5) is not None or input_at(node, 6) is not None
+    indices = input_at(node, 5) is not None and input_at(node, 6) is not None
+    ok = (ranges and not extra) if mode == "append_range" else indices
+    return None if ok else "Merge inputs must match policy_mode"
+
+
+_SCHEMAS = {_PSAI: _psai_schema, _SAI: _sai_schema, _DSA: _dsa_schema, _MERGE: _merge_schema}
+
+
+def _schema_rule(rule_id: str, op_type: str) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        found = []
+        for node in _nodes(model, op_type):
+            reason = _missing_attr(node) or _SCHEMAS[op_type](node)
+            if reason is not None:
+                found.append(Violation(rule_id, reason, node=node_label(node)))
+        return found
+
+    return check
+
+
+def _check_dsa_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    """§2B constructor rules (CUDA-only; the message texts of the onnxruntime-gpu strings)."""
+    found: list[Violation] = []
+    for node in _nodes(model, _DSA):
+        if _missing_attr(node) or _dsa_schema(node):
+            continue
+        label, p = node_label(node), f"{_DSA}: "
+        reasons = []
+        if str(attr(node, "attention_mode", "selected_only")) not in {"selected_only", "local_plus_selected"}:
+            reasons.append(f"{p}attention_mode must be selected_only or local_plus_selected.")
+        if str(attr(node, "selected_kv_source", "main")) not in {"main", "auxiliary"}:
+            reasons.append(f"{p}selected_kv_source must be main or auxiliary.")
+        if int(attr(node, "is_causal", 1)) != 1:
+            reasons.append(f"{_DSA} only supports is_causal=1.")
+        window = int(attr(node, "local_window_size", -1))
+        if window != -1 and not 1 <= window <= _INT_MAX:
+            reasons.append(f"{p}local_window_size must be -1 or a positive int.")
+        if int(attr(node, "rotary_offset", 0)) < 0:
+            reasons.append(f"{p}rotary_offset must be a nonnegative int.")
+        for flag in ("do_rotary", "rotary_interleaved", "smooth_softmax", "auxiliary_kv_shared"):
+            if int(attr(node, flag, 0)) not in {0, 1}:
+                reasons.append(f"{p}{flag} must be 0 or 1.")
+        pair = (str(attr(node, "attention_mode", "selected_only")), str(attr(node, "selected_kv_source", "main")))
+        if pair not in {("selected_only", "main"), ("local_plus_selected", "auxiliary")} and not reasons:
+            reasons.append(f"{p}supported mode/source combinations are selected_only with main and local_plus_selected with auxiliary.")
+        found.extend(Violation("QSA-DSA-CUDA-001", r, node=label) for r in reasons)
+    return found
+
+
+def _check_indexer_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    """§2D: the indexer constructors add epsilon >= 0."""
+    found = []
+    for node in _nodes(model, _PSAI, _SAI):
+        eps = float(attr(node, "epsilon", 1e-6))
+        if eps < 0:
+            found.append(Violation("QSA-INDEXER-CUDA-001", f"{node.op_type}: epsilon must be >= 0, got {eps:g}", node=node_label(node)))
+    return found
+
+
+_MISSING_IN_1_31 = (HC_LOW_RANK_MIX, RMS_NORM_ROTARY, _MERGE)
+
+
+def _check_unregistered_ops(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    return [
+        Violation("ORT-SCHEMA-001", f"com.microsoft:{node.op_type}(-1) is not a registered function/op", node=node_label(node))
+        for node in _nodes(model, *_MISSING_IN_1_31)
+    ]
+
+
+_C: Enforced = "cpu-session"
+_S = "ort-contract-rules.md §2"
+RULES: tuple[Rule, ...] = (
+    Rule("QSA-PSAI-001", "PackedSparseAttentionIndexer schema: policy, compress_ratio, state_capacity, "
+         "qsa/csa attributes, policy inputs/outputs, key width, past_kv_buffer", _S + "C; probed 1.32.0",
+         _C, "graph", _schema_rule("QSA-PSAI-001", _PSAI)),
+    Rule("QSA-SAI-001", "SparseAttentionIndexer schema: policy and attribute rules", _S + "E",
+         _C, "graph", _schema_rule("QSA-SAI-001", _SAI)),
+    Rule("QSA-DSA-001", "DynamicSparseAttention schema: num_heads, kv_num_heads divides num_heads, "
+         "rank-3 query", _S + "A; probed 1.32.0", _C, "graph", _schema_rule("QSA-DSA-001", _DSA)),
+    Rule("QSA-MERGE-001", "PackedSparseAttentionIndexerMerge schema: capacity, policy, inputs by "
+         "policy", _S + "F", _C, "graph", _schema_rule("QSA-MERGE-001", _MERGE), OrtVersions(since="1.32.0")),
+    Rule("QSA-DSA-CUDA-001", "DynamicSparseAttention CUDA constructor: modes, is_causal, window, "
+         "rotary_offset, 0/1 flags", _S + "B (dynamic_sparse_attention.cc @0c87280b)", "cuda-only",
+         "graph", _check_dsa_cuda, ep="cuda"),
+    Rule("QSA-INDEXER-CUDA-001", "indexer CUDA constructors: epsilon >= 0", _S + "D", "cuda-only",
+         "graph", _check_indexer_cuda, ep="cuda"),
+    Rule("ORT-SCHEMA-001", "onnxruntime 1.31.1 has no schema for HyperConnectionLowRankMix, "
+         "RMSNormRotary, PackedSparseAttentionIndexerMerge", "ort-cpu-capabilities.md §7", _C, "graph",
+         _check_unregistered_ops, OrtVersions(until="1.32.0")),
+)  # fmt: skip
+
+
+def check_qsa(
+    model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"})
+) -> list[Violation]:
+    """Every applicable QSA rule for ``model`` on execution providers ``eps``."""
+    found: list[Violation] = []
+    for rule in RULES:
+        if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps):
+            found.extend(rule.check(model, {}))
+    return found

@@ -1,0 +1,202 @@
+"""Tiny models and a real-onnxruntime verdict helper for the contract tests."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+from contracts._rule import Violation
+
+ORT_VERSION: str = ort.__version__
+MS = "com.microsoft"
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[Any], outputs: list[Any],
+           inits: Sequence[onnx.TensorProto] = (), ms: bool = True) -> onnx.ModelProto:  # fmt: skip
+    graph = oh.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    opsets = [oh.make_opsetid("", 21)] + ([oh.make_opsetid(MS, 1)] if ms else [])
+    model = oh.make_model(graph, opset_imports=opsets)
+    model.ir_version = 10
+    return model
+
+
+@functools.cache
+def identity_model() -> bytes:
+    node = oh.make_node("Identity", ["x"], ["y"])
+    return _model([node], [oh.make_tensor_value_info("x", TP.FLOAT, [1])],
+                  [oh.make_tensor_value_info("y", TP.FLOAT, [1])], ms=False).SerializeToString()  # fmt: skip
+
+
+def _u8(name: str, shape: Sequence[int]) -> onnx.TensorProto:
+    return onnx.numpy_helper.from_array(np.full(shape, 0x88, dtype=np.uint8), name)
+
+
+def _f(name: str, shape: Sequence[int], dtype: Any = np.float32, value: float = 0.01) -> onnx.TensorProto:
+    return onnx.numpy_helper.from_array(np.full(shape, value, dtype=dtype), name)
+
+
+def qmoe_node(name: str = "moe0", *, inputs: Sequence[str] | None = None, **attrs: Any) -> onnx.NodeProto:
+    base: dict[str, Any] = {"quant_type": "int", "expert_weight_bits": 4, "block_size": 32,
+                                "activation_type": "swiglu", "swiglu_fusion": 1, "k": 2,
+                                "weights_prepacked": 0, "normalize_routing_weights": 1}  # fmt: skip
+    base.update(attrs)
+    base = {k: v for k, v in base.items() if v is not None}
+    ins = list(inputs) if inputs is not None else ["x", "router", "fc1_w", "fc1_s", "", "fc2_w", "fc2_s"]
+    return oh.make_node("QMoE", ins, [f"{name}_out" if name != "moe0" else "y"], name=name, domain=MS, **base)
+
+
+E, H, I = 4, 64, 32  # noqa: E741 (the spec names: experts, hidden, inter)
+
+
+def qmoe_initializers() -> list[onnx.TensorProto]:
+    """Raw int4 block-32 experts (fp32 scales): a layout the 1.32.0 CPU kernel accepts."""
+    return [_u8("fc1_w", [E, 2 * I, H // 2]), _f("fc1_s", [E, 2 * I, H // 32]),
+            _u8("fc2_w", [E, H, I // 2]), _f("fc2_s", [E, H, I // 32])]  # fmt: skip
+
+
+@functools.cache
+def qmoe_model() -> bytes:
+    inputs = [oh.make_tensor_value_info("x", TP.FLOAT, [2, H]),
+              oh.make_tensor_value_info("router", TP.FLOAT, [2, E])]  # fmt: skip
+    outputs = [oh.make_tensor_value_info("y", TP.FLOAT, [2, H])]
+    return _model([qmoe_node()], inputs, outputs, qmoe_initializers()).SerializeToString()
+
+
+@functools.cache
+def qmoe_in_if_model() -> bytes:
+    """A QMoE inside both branches of an If named 'branch' (the subgraph rule)."""
+    outer_in = [oh.make_tensor_value_info("cond", TP.BOOL, []),
+                oh.make_tensor_value_info("x", TP.FLOAT, [2, H]),
+                oh.make_tensor_value_info("router", TP.FLOAT, [2, E])]  # fmt: skip
+
+    def branch(tag: str) -> onnx.GraphProto:
+        node = qmoe_node(f"moe_{tag}")
+        node.output[0] = f"y_{tag}"
+        return oh.make_graph([node], tag, [], [oh.make_tensor_value_info(f"y_{tag}", TP.FLOAT, [2, H])])
+
+    if_node = oh.make_node("If", ["cond"], ["y"], name="branch", then_branch=branch("then"),
+                           else_branch=branch("else"))  # fmt: skip
+    outputs = [oh.make_tensor_value_info("y", TP.FLOAT, [2, H])]
+    return _model([if_node], outer_in, outputs, qmoe_initializers()).SerializeToString()
+
+
+def ort_error(model: bytes | onnx.ModelProto, entries: Mapping[str, str] | None = None) -> str | None:
+    """None when a CPU InferenceSession is created, else ORT's error text."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    for key, value in (entries or {}).items():
+        so.add_session_config_entry(key, value)
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    try:
+        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises several pybind exception types
+        return str(exc)
+    return None
+
+
+def is_not_implemented(error: str | None) -> bool:
+    return error is not None and (
+        "NOT_IMPLEMENTED" in error or "Could not find an implementation" in error
+        or "Failed to find kernel" in error
+    )  # fmt: skip
+
+
+def assert_agrees(violations: Sequence[Violation], error: str | None, *, context: str = "") -> None:
+    """The contract verdict equals ORT's, and ORT's text contains one of the contract messages.
+
+    A NOT_IMPLEMENTED error (no CPU kernel) means every creation-time check passed.
+    """
+    errors = [v for v in violations if v.severity == "error"]
+    if is_not_implemented(error):
+        error = None
+    if error is None:
+        assert not errors, f"{context}: ORT accepted, contract says {[v.message for v in errors]}"
+        return
+    assert errors, f"{context}: ORT rejected ({error!r}), contract accepted"
+    assert any(v.message in error for v in errors), (
+        f"{context}: ORT text {error!r} contains none of {[v.message for v in errors]}"
+    )
+
+
+def _vi(name: str, elem: int, shape: Sequence[int] | None) -> onnx.ValueInfoProto:
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def causal_conv_model(*, rank_in: int = 3, rank_w: int = 3, outputs: Sequence[str] = ("y", "st"),
+                      in_shape: Sequence[int] | None = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    """CausalConvWithState(x [1,4,5], w [4,1,3]) float, named 'cc'; shapes by rank unless given."""
+    x_shape = list(in_shape) if in_shape is not None else [1, 4, 5, 2, 2][:rank_in]
+    node = oh.make_node("CausalConvWithState", ["x", "w", "", ""], list(outputs), name="cc", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, x_shape), _vi("w", TP.FLOAT, [4, 1, 3, 3, 3][:rank_w])]
+    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in outputs])
+
+
+def varlen_conv_model(*, x_rank: int = 2, w_rank: int = 3, **attrs: Any) -> onnx.ModelProto:
+    node = oh.make_node("VarlenCausalConvWithState", ["x", "w", "cu", "", "st"], ["y", "sto"], name="vl",
+                        domain=MS, **attrs)  # fmt: skip
+    ins = [_vi("x", TP.FLOAT, [6, 4, 1][:x_rank]), _vi("w", TP.FLOAT, [4, 1, 3, 1][:w_rank]),
+           _vi("cu", TP.INT32, [3]), _vi("st", TP.FLOAT, [2, 4, 2])]  # fmt: skip
+    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("sto", TP.FLOAT, None)])
+
+
+_PSAI_SHAPES = {"q": [4, 64], "k": [4, 32], "qn": [32], "kn": [32], "cos": [16, 32], "sin": [16, 32],
+                "cu": [2], "ps": [1], "pks": [1, 64, 32], "pkv": [1, 7, 32], "psl": [1, 2], "pos": [4],
+                "g": [4, 64], "pgb": [1, 7, 64], "hw": [4, 2], "pb": [4, 64], "cc": [1]}  # fmt: skip
+_INT32_NAMES = {"cu", "ps", "psl", "cc", "si", "sc", "psl_o"}
+
+
+def psai_model(*, extra_in: Sequence[tuple[int, str]] = (), outputs: Sequence[str] | None = None,
+               pkv_shape: Sequence[int] | None = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    """PackedSparseAttentionIndexer (qsa, cr=4, budget 16, capacity 64, hs 32) fp16, named 'idx'.
+
+    ``attrs`` override the base attributes; a value of None removes the attribute.
+    """
+    base: dict[str, Any] = {"policy_mode": "qsa", "compress_ratio": 4, "token_budget": 16, "state_capacity": 64}
+    base.update(attrs)
+    names = ["q", "k", "qn", "kn", "cos", "sin", "cu", "ps", "", "", "", "", "pks", "pkv", "", "psl"]
+    for index, name in extra_in:
+        names += [""] * (index + 1 - len(names))
+        names[index] = name
+    while names[-1] == "":
+        names.pop()
+    outs = list(outputs) if outputs is not None else ["si", "sc", "pks_o", "pkv_o", "", "psl_o"]
+    node = oh.make_node("PackedSparseAttentionIndexer", names, outs, name="idx", domain=MS,
+                        **{k: v for k, v in base.items() if v is not None})  # fmt: skip
+    shapes = dict(_PSAI_SHAPES, pkv=list(pkv_shape) if pkv_shape is not None else _PSAI_SHAPES["pkv"])
+    elem = {"pos": TP.INT64}
+    ins = [_vi(n, elem.get(n, TP.INT32 if n in _INT32_NAMES else TP.FLOAT16), shapes[n]) for n in names if n]
+    o = [_vi(n, TP.INT32 if n in _INT32_NAMES else TP.FLOAT16, None) for n in outs if n]
+    return _model([node], ins, o)
+
+
+def dsa_model(*, q_shape: Sequence[int] = (1, 2, 64), **attrs: Any) -> onnx.ModelProto:
+    """DynamicSparseAttention (num_heads 4, kv_num_heads 2, packed QKV) fp16, named 'dsa'."""
+    base: dict[str, Any] = {"num_heads": 4, "kv_num_heads": 2}
+    base.update(attrs)
+    names = ["q", "", "", "", "", "", "", "si", "sc", "sk", "tsl"]
+    node = oh.make_node("DynamicSparseAttention", names, ["out"], name="dsa", domain=MS,
+                        **{k: v for k, v in base.items() if v is not None})  # fmt: skip
+    ins = [_vi("q", TP.FLOAT16, list(q_shape)), _vi("si", TP.INT32, [2, 4]), _vi("sc", TP.INT32, [2]),
+           _vi("sk", TP.INT32, [1]), _vi("tsl", TP.INT32, [1])]  # fmt: skip
+    return _model([node], ins, [_vi("out", TP.FLOAT16, None)])
+
+
+def sai_model(**attrs: Any) -> onnx.ModelProto:
+    """SparseAttentionIndexer (qsa, cr 4, budget 16, hs 32) fp16, named 'sai'."""
+    base: dict[str, Any] = {"policy_mode": "qsa", "compress_ratio": 4, "token_budget": 16}
+    base.update(attrs)
+    names = ["q", "k", "qn", "kn", "cos", "sin", "", "pk"]
+    node = oh.make_node("SparseAttentionIndexer", names, ["si", "pk_o"], name="sai", domain=MS,
+                        **{k: v for k, v in base.items() if v is not None})  # fmt: skip
+    shapes = {"q": [1, 4, 64], "k": [1, 4, 32], "qn": [32], "kn": [32], "cos": [16, 16], "sin": [16, 16],
+              "pk": [1, 8, 32]}  # fmt: skip
+    ins = [_vi(n, TP.FLOAT16, shapes[n]) for n in names if n]
+    return _model([node], ins, [_vi("si", TP.INT32, None), _vi("pk_o", TP.FLOAT16, None)])

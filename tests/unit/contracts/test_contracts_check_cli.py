@@ -1,0 +1,173 @@
+"""`q38 check` and the contract runner on synthetic packages.
+
+Invariants guarded:
+- Every package `q38 synth` emits (tiny cpu and faithful) passes `q38 check` (exit 0), also with
+  --ort (real sessions; missing CPU kernels are "skipped", not failures).
+- A deliberately broken package per rule family fails with exit 1 and the expected rule id:
+  offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
+  chunk, profile overlap), file layout (escaping symlink); a hard-linked data file only warns.
+- Unreadable input exits 2 with one line; --json prints the documented shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from contracts.runner import check_package, installed_ort_version
+from q38.cli import main
+
+_V132 = installed_ort_version() >= "1.32"
+_OFFLOAD_RULES = ("OFFLOAD-",)  # onnxruntime 1.31.1 validates no offload setting
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "pkg"
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _edit_config(pkg: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = pkg / "genai_config.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _edit_node(pkg: Path, op_type: str, name: str, value: Any) -> None:
+    path = pkg / "model.onnx"
+    model = onnx.load(path, load_external_data=False)
+    node = next(n for n in model.graph.node if n.op_type == op_type)
+    for a in list(node.attribute):
+        if a.name == name:
+            node.attribute.remove(a)
+    node.attribute.append(onnx.helper.make_attribute(name, value))
+    path.write_bytes(model.SerializeToString())
+
+
+def _entries(data: dict[str, Any]) -> dict[str, Any]:
+    """The decoder session_options: ORT config entries are its dotted keys (genai style)."""
+    return data["model"]["decoder"]["session_options"]
+
+
+@pytest.mark.parametrize("fixture", ["tiny_cpu_package", "tiny_faithful_package"])
+def test_synthesized_packages_pass_check(fixture: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = request.getfixturevalue(fixture)
+    assert main(["check", str(pkg)]) == 0
+    assert "OK: 0 error(s)" in capsys.readouterr().out
+    if not _V132:  # 1.31.1's schema refuses the fp16 GatedDeltaNet decay/beta: a real failure
+        assert main(["check", str(pkg), "--ort"]) == 1
+        assert "GatedDeltaNet" in capsys.readouterr().out
+        return
+    assert main(["check", str(pkg), "--ort"]) == 0
+    out = capsys.readouterr().out
+    assert "OK: 0 error(s)" in out
+    if fixture == "tiny_faithful_package":
+        assert "session target: skipped: skipped: no CPU kernel for SparseAttentionIndexer" in out
+    else:
+        assert "session target: ok" in out
+
+
+BROKEN: list[tuple[str, str, Callable[[Path], None], str]] = [
+    ("offload config value", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: _entries(d).update({"session.moe.offload.gpu_budget_bytes": "1GiB"})),
+     "OFFLOAD-CFG-003"),
+    ("legacy offload key", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: _entries(d).update({"moe.cpu_offload.enable": "1"})), "OFFLOAD-CFG-002"),
+    ("offload node on CUDA (router_weights under required)", "tiny_faithful_package",
+     lambda p: _edit_config(p, lambda d: _entries(d).update({"session.moe.offload.mode": "required"})),
+     "OFFLOAD-NODE-C08"),
+    ("causal conv state_window", "tiny_cpu_package",
+     lambda p: _edit_node(p, "CausalConvWithState", "state_window", 9), "CCONV-SCHEMA-001"),
+    ("causal conv CPU kernel", "tiny_cpu_package",
+     lambda p: _edit_node(p, "CausalConvWithState", "activation", "gelu"), "CCONV-CPU-001"),
+    ("qsa indexer budget", "tiny_faithful_package",
+     lambda p: _edit_node(p, "SparseAttentionIndexer", "token_budget", 6), "QSA-SAI-001"),
+    ("qsa dynamic sparse attention heads", "tiny_faithful_package",
+     lambda p: _edit_node(p, "DynamicSparseAttention", "kv_num_heads", 3), "QSA-DSA-001"),
+    ("prefill chunk above kv_capacity", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: d["model"]["qwen38_graph"]["prefill"].update({"chunk": 8192})),
+     "CFG-PREFILL-001"),
+    ("non-string provider option", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: d["model"]["decoder"]["session_options"]["provider_options"][0]["cuda"].update({"gpu_mem_limit": 1024})),
+     "CFG-VALUES-001"),
+    ("overlapping runtime profiles", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: d.update({"runtime_profiles": [
+         {"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 10, "maximum_total_device_memory_bytes": 20},
+          "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
+         {"id": "b", "eligibility": {"minimum_total_device_memory_bytes": 20},
+          "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}]})),
+     "CFG-PROFILE-002"),
+    ("unknown config key", "tiny_cpu_package",
+     lambda p: _edit_config(p, lambda d: d["model"]["qwen38_graph"].update({"bogus": 1})), "CFG-SURFACE-001"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "fixture", "breaker", "rule_id"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_package_fails_with_the_rule_id(
+    case: str, fixture: str, breaker: Callable[[Path], None], rule_id: str,
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    pkg = _copy(request.getfixturevalue(fixture), tmp_path)
+    breaker(pkg)
+    if rule_id.startswith(_OFFLOAD_RULES) and not _V132:
+        assert main(["check", str(pkg)]) == 0
+        return
+    assert main(["check", str(pkg)]) == 1
+    out = capsys.readouterr().out
+    assert rule_id in out
+    assert rule_id in {v.rule_id for v in check_package(pkg).errors}
+
+
+def test_external_data_behind_an_escaping_symlink_fails(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    outside = tmp_path / "outside.data"
+    shutil.move(pkg / "model.onnx.data", outside)
+    os.symlink(outside, pkg / "model.onnx.data")
+    ids = {v.rule_id for v in check_package(pkg).errors}
+    assert {"PKG-SYMLINK-001", "PKG-EXTDATA-001"} <= ids
+    assert main(["check", str(pkg)]) == 1
+
+
+def test_hard_linked_data_only_warns(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    os.link(pkg / "model.onnx.data", tmp_path / "second-name.data")
+    report = check_package(pkg)
+    assert [v.rule_id for v in report.violations] == ["PKG-HARDLINK-001"]
+    assert report.violations[0].severity == "warning"
+    assert main(["check", str(pkg)]) == 0
+    assert "PKG-HARDLINK-001" in capsys.readouterr().out
+
+
+def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a package directory" in err
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "genai_config.json").write_text("{not json")
+    assert main(["check", str(tmp_path / "pkg")]) == 2
+    assert "unreadable JSON" in capsys.readouterr().err
+
+
+def test_json_output_shape(tiny_faithful_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = _copy(tiny_faithful_package, tmp_path)
+    _edit_config(pkg, lambda d: _entries(d).update({"session.moe.offload.mode": "auto"}))
+    assert main(["check", str(pkg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"package", "ort_version", "ok", "rules_checked", "graphs", "violations", "sessions"}
+    assert data["ok"] is True and data["graphs"] == ["target", "head", "prefill"]
+    assert ("OFFLOAD-CFG-003" in data["rules_checked"]) == _V132
+    if not _V132:
+        assert data["violations"] == []
+        return
+    warning = data["violations"][0]
+    assert set(warning) == {"rule_id", "graph", "node", "severity", "message"}
+    assert warning["severity"] == "warning" and warning["rule_id"] == "OFFLOAD-NODE-C08"
+    assert warning["message"].startswith("stays on the GPU (not offloaded): unsupported optional input slot 14")

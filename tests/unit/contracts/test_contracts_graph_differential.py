@@ -1,0 +1,228 @@
+"""Differential tests: graph contracts the CPU wheel enforces, against real onnxruntime sessions.
+
+Invariants guarded:
+- The offload subgraph rule: a QMoE inside an If is refused under mode=required (any spelling ORT
+  maps to required) with ORT's text, and accepted under auto/disabled; 1.31.1 accepts everything.
+- CausalConvWithState / VarlenCausalConvWithState schema and CPU-kernel rules: single-fault cases
+  (state_window=9, dilation=0, ndim=2, channels_last=2, extended attributes, ranks, activation)
+  give the contract's verdict and a message ORT's error contains.
+- QSA schema rules (PackedSparseAttentionIndexer policy/budget/state_capacity/inputs,
+  SparseAttentionIndexer, DynamicSparseAttention kv_num_heads): same verdict and text; a
+  NOT_IMPLEMENTED error (no CPU kernel) counts as "passed every creation-time check".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import pytest
+from support.contracts_testkit import (
+    ORT_VERSION,
+    assert_agrees,
+    causal_conv_model,
+    dsa_model,
+    ort_error,
+    psai_model,
+    qmoe_in_if_model,
+    qmoe_model,
+    sai_model,
+    varlen_conv_model,
+)
+
+from contracts.causal_conv import check_causal_conv
+from contracts.offload_config import check_offload_config
+from contracts.offload_nodes import check_offload_nodes
+from contracts.qsa import check_qsa
+
+pytestmark = pytest.mark.differential
+_P = "session.moe.offload."
+
+
+@pytest.mark.parametrize("mode", ["required", "1", "on", "REQUIRED", "auto", "disabled", "0"])
+@pytest.mark.parametrize("in_if", [True, False])
+def test_qmoe_subgraph_rule_matches_onnxruntime(mode: str, in_if: bool) -> None:
+    entries = {_P + "mode": mode}
+    data = qmoe_in_if_model() if in_if else qmoe_model()
+    model = onnx.load_from_string(data)
+    violations = check_offload_config(entries, ort_version=ORT_VERSION) + check_offload_nodes(
+        model, entries, ort_version=ORT_VERSION
+    )
+    if in_if and mode.lower() in {"required", "1", "on"} and ORT_VERSION >= "1.32":
+        assert [v.rule_id for v in violations] == ["OFFLOAD-SUBGRAPH-001"]
+        assert violations[0].node == "branch"
+    else:
+        assert violations == []
+    assert_agrees(violations, ort_error(data, entries), context=f"mode={mode} in_if={in_if}")
+
+
+CC_CASES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("valid channels-first", {}, None),
+    ("valid silu dilation 2", {"activation": "silu", "dilation": 2}, None),
+    ("valid channels_last", {"channels_last": 1}, None),
+    ("state_window=9", {"state_window": 9}, "CCONV-SCHEMA-001"),
+    ("state_window=-1", {"state_window": -1}, "CCONV-SCHEMA-001"),
+    ("state_window=2 (CPU kernel)", {"state_window": 2}, "CCONV-CPU-001"),
+    ("dilation=0", {"dilation": 0}, "CCONV-SCHEMA-001"),
+    ("ndim=0", {"ndim": 0}, "CCONV-SCHEMA-001"),
+    ("ndim=4", {"ndim": 4}, "CCONV-SCHEMA-001"),
+    ("ndim=2 rank 4 (CPU kernel)", {"ndim": 2, "rank_in": 4, "rank_w": 4}, "CCONV-CPU-001"),
+    ("channels_last=2", {"channels_last": 2}, "CCONV-SCHEMA-001"),
+    ("channels_last with ndim=2", {"channels_last": 1, "ndim": 2, "rank_in": 4, "rank_w": 4}, "CCONV-SCHEMA-001"),
+    ("channels_last rank 2", {"channels_last": 1, "rank_in": 2}, "CCONV-SCHEMA-001"),
+    ("rank-2 input", {"rank_in": 2}, "CCONV-SCHEMA-001"),
+    ("rank-2 weight", {"rank_w": 2}, "CCONV-SCHEMA-001"),
+    ("rank-4 weight", {"rank_w": 4}, "CCONV-SCHEMA-001"),
+    ("activation gelu", {"activation": "gelu"}, "CCONV-CPU-001"),
+    ("activation SiLU", {"activation": "SiLU"}, "CCONV-CPU-001"),
+    ("extended without channels_last", {"state_length": 2}, "CCONV-SCHEMA-003"),
+    ("3rd output without channels_last", {"outputs": ("y", "st", "su")}, "CCONV-SCHEMA-003"),
+    ("state_channels_last=5", {"state_channels_last": 5, "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-SCHEMA-003"),
+    ("state_update_capacity=9", {"state_update_capacity": 9, "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-SCHEMA-003"),
+    ("weight channels mismatch", {"state_length": 2, "channels_last": 1}, "CCONV-SCHEMA-003"),
+    ("channel slice exceeds width", {"input_channel_offset": 1, "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-SCHEMA-003"),
+    ("state_length too short", {"state_length": 1, "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-SCHEMA-003"),
+    ("3rd output without capacity", {"outputs": ("y", "st", "su"), "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-SCHEMA-003"),
+    ("extended valid (CPU kernel refuses)", {"state_length": 2, "channels_last": 1, "in_shape": [1, 5, 4]}, "CCONV-CPU-001"),
+    ("input_channels slice (CPU kernel refuses)", {"input_channels": 4, "channels_last": 1, "in_shape": [1, 5, 6]}, "CCONV-CPU-001"),
+]  # fmt: skip
+
+_EXTENDED = {"state_length", "state_channels_last", "state_update_capacity", "input_channels", "input_channel_offset"}
+
+
+def _cc_expected(attrs: dict[str, Any], rule: str | None) -> str | None:
+    if ORT_VERSION < "1.32" and (_EXTENDED & set(attrs) or len(attrs.get("outputs", ())) == 3):
+        return "CCONV-SCHEMA-002"  # 1.31.1: unknown attribute / a 3rd output
+    return rule
+
+
+@pytest.mark.parametrize(("case", "kwargs", "rule"), CC_CASES, ids=[c[0] for c in CC_CASES])
+def test_causal_conv_rules_match_onnxruntime(case: str, kwargs: dict[str, Any], rule: str | None) -> None:
+    model = causal_conv_model(**kwargs)
+    violations = check_causal_conv(model, ort_version=ORT_VERSION)
+    expected = _cc_expected(kwargs, rule)
+    ids = {v.rule_id for v in violations}
+    if expected == "CCONV-SCHEMA-002":
+        assert expected in ids, violations  # the CPU-kernel rule may add its own reason
+    else:
+        assert sorted(ids) == ([expected] if expected else []), violations
+    assert_agrees(violations, ort_error(model), context=case)
+
+
+VL_CASES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("valid", {}, None),
+    ("valid dilation 2", {"dilation": 2}, None),
+    ("dilation=0", {"dilation": 0}, "VCCONV-SCHEMA-001"),
+    ("state_update_capacity=9", {"state_update_capacity": 9}, "VCCONV-SCHEMA-001"),
+    ("group_size without kernel_delta", {"group_size": 2}, "VCCONV-SCHEMA-001"),
+    ("delta_offset without kernel_delta", {"delta_offset": 1}, "VCCONV-SCHEMA-001"),
+    ("rank-3 input", {"x_rank": 3}, "VCCONV-SCHEMA-001"),
+    ("rank-2 weight", {"w_rank": 2}, "VCCONV-SCHEMA-001"),
+    ("activation gelu (CPU kernel)", {"activation": "gelu"}, "VCCONV-CPU-001"),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs", "rule"), VL_CASES, ids=[c[0] for c in VL_CASES])
+def test_varlen_causal_conv_rules_match_onnxruntime(case: str, kwargs: dict[str, Any], rule: str | None) -> None:
+    model = varlen_conv_model(**kwargs)
+    violations = check_causal_conv(model, ort_version=ORT_VERSION)
+    if ORT_VERSION < "1.32" and rule == "VCCONV-CPU-001":
+        rule = None  # 1.31.1 has no Varlen CPU kernel: NOT_IMPLEMENTED after the schema passes
+    if ORT_VERSION < "1.32" and {"group_size", "delta_offset"} & set(kwargs):
+        rule = "VCCONV-SCHEMA-002"  # 1.31.1 does not know the dynamic-mode attributes
+    assert sorted({v.rule_id for v in violations}) == ([rule] if rule else []), violations
+    assert_agrees(violations, ort_error(model), context=case)
+
+
+_CSA_IO = {"extra_in": [(8, "g"), (9, "pb"), (10, "hw"), (11, "pos"), (14, "pgb")],
+           "outputs": ["si", "sc", "pks_o", "pkv_o", "pg_o", "psl_o"]}  # fmt: skip
+PSAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    ("valid qsa", {}, True),
+    ("policy bogus", {"policy_mode": "bogus"}, False),
+    ("policy QSA (case-sensitive)", {"policy_mode": "QSA"}, False),
+    ("budget 6 not divisible", {"token_budget": 6}, False),
+    ("budget 0", {"token_budget": 0}, False),
+    ("budget absent", {"token_budget": None}, False),
+    ("budget 8 cr 8", {"token_budget": 8, "compress_ratio": 8, "pkv_shape": [1, 15, 32]}, True),
+    ("state_update_capacity 9", {"state_update_capacity": 9}, False),
+    ("state_update_capacity 2 without count", {"state_update_capacity": 2}, False),
+    ("state_update_capacity 2 with count", {"state_update_capacity": 2, "extra_in": [(16, "cc")]}, True),
+    ("index_topk in qsa", {"index_topk": 4}, False),
+    ("head_weight_scale in qsa", {"head_weight_scale": 1.0}, False),
+    ("state_capacity 0", {"state_capacity": 0}, False),
+    ("state_capacity -1", {"state_capacity": -1}, False),
+    ("state_capacity absent", {"state_capacity": None}, False),
+    ("compress_ratio 0", {"compress_ratio": 0}, False),
+    ("compress_ratio -3", {"compress_ratio": -3, "token_budget": None}, False),
+    ("compress_ratio huge", {"compress_ratio": 1073741825, "token_budget": None}, False),
+    ("policy absent", {"policy_mode": None}, False),
+    ("max_output_entries without IndexShare", {"max_output_entries": 19}, False),
+    ("gate in qsa", {"extra_in": [(8, "g")]}, False),
+    ("position_bias in qsa", {"extra_in": [(9, "pb")]}, False),
+    ("head_weights in qsa", {"extra_in": [(10, "hw")]}, False),
+    ("position_ids in qsa", {"extra_in": [(11, "pos")]}, False),
+    ("past_gate_buffer in qsa", {"extra_in": [(14, "pgb")]}, False),
+    ("present_gate_buffer in qsa", {"outputs": ["si", "sc", "pks_o", "pkv_o", "pg_o", "psl_o"]}, False),
+    ("past_kv_buffer dim 1", {"compress_ratio": 2, "token_budget": 16}, False),
+    ("csa without index_topk", {"policy_mode": "csa", "token_budget": None, **_CSA_IO}, False),
+    ("csa with token_budget", {"policy_mode": "csa", "index_topk": 4, **_CSA_IO}, False),
+    ("csa without gate", {"policy_mode": "csa", "token_budget": None, "index_topk": 4}, False),
+    ("csa key width", {"policy_mode": "csa", "token_budget": None, "index_topk": 4, **_CSA_IO}, False),
+    ("epsilon -1 (CUDA only)", {"epsilon": -1.0}, True),
+]  # fmt: skip
+
+
+def _psai_known_on(kwargs: dict[str, Any]) -> bool:
+    return ORT_VERSION >= "1.32" or "max_output_entries" not in kwargs
+
+
+@pytest.mark.parametrize(("case", "kwargs", "accepted"), PSAI_CASES, ids=[c[0] for c in PSAI_CASES])
+def test_packed_indexer_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
+    model = psai_model(**kwargs)
+    violations = check_qsa(model, ort_version=ORT_VERSION)
+    if _psai_known_on(kwargs):
+        assert (not violations) == accepted, violations
+    error = ort_error(model)
+    if not _psai_known_on(kwargs):
+        assert error is not None and "Unrecognized attribute: max_output_entries" in error
+        return
+    assert_agrees(violations, error, context=case)
+
+
+DSA_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    ("valid", {}, True),
+    ("kv_num_heads 3 does not divide 4", {"kv_num_heads": 3}, False),
+    ("kv_num_heads 0", {"kv_num_heads": 0}, False),
+    ("kv_num_heads -2", {"kv_num_heads": -2}, False),
+    ("kv_num_heads absent", {"kv_num_heads": None}, False),
+    ("num_heads absent", {"num_heads": None}, False),
+    ("num_heads 0", {"num_heads": 0}, False),
+    ("rank-2 query", {"q_shape": (2, 64)}, False),
+    ("is_causal 0 (CUDA only)", {"is_causal": 0}, True),
+    ("attention_mode bogus (CUDA only)", {"attention_mode": "bogus"}, True),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs", "accepted"), DSA_CASES, ids=[c[0] for c in DSA_CASES])
+def test_dynamic_sparse_attention_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
+    model = dsa_model(**kwargs)
+    violations = check_qsa(model, ort_version=ORT_VERSION)
+    assert (not violations) == accepted, violations
+    assert_agrees(violations, ort_error(model), context=case)
+
+
+SAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    ("valid", {}, True),
+    ("policy bogus", {"policy_mode": "bogus"}, False),
+    ("budget 6", {"token_budget": 6}, False),
+    ("index_topk in qsa", {"index_topk": 4}, False),
+    ("compress_ratio 0", {"compress_ratio": 0}, False),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs", "accepted"), SAI_CASES, ids=[c[0] for c in SAI_CASES])
+def test_sparse_attention_indexer_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
+    model = sai_model(**kwargs)
+    violations = check_qsa(model, ort_version=ORT_VERSION)
+    assert (not violations) == accepted, violations
+    assert_agrees(violations, ort_error(model), context=case)
