@@ -1,0 +1,104 @@
+"""``q38 offload OUT --from-package SRC``: convert a package for ORT's QMoE offload (SPEC §5.3).
+
+Module level imports the standard library only; ``run`` imports the converter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = (
+    "Convert a v12b-lineage package (flat or layered) into a package for GPUs with 20-34 GiB "
+    "that cannot hold the routed experts. Every com.microsoft::QMoE node stays a QMoE node with "
+    "router_weights cleared; ORT offloads them as configured by session.moe.offload.* options. "
+    "Writes model_s2/s3/s4.onnx (2/3/4 verify rows), model.onnx (= model_s4.onnx), "
+    "runtime_profiles and the pool placements. Refuses before writing anything."
+)
+
+
+class _LegacyFlag(argparse.Action):
+    """A flag of the old QMoEOffload-operator tool: refused at once, with the reason."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error(legacy_flag_message(str(option_string)))
+
+
+def _nonneg(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}")
+    return value
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "offload", parents=[common], help="convert a package for QMoE offload (GPUs with 20-34 GiB)",
+        description=_DESCRIPTION,
+    )
+    p.add_argument("out", metavar="OUT", help="output package directory (must not exist)")
+    p.add_argument("--from-package", dest="src", metavar="SRC", required=True, help="source package directory")
+    p.add_argument("--offload-mode", choices=("required", "auto"), default="required",
+                   help="required (default): refuse if ORT would not offload a QMoE node; auto: keep such nodes resident")
+    p.add_argument("--offload-placement", choices=("adaptive", "static"), default="adaptive",
+                   help="session.moe.offload.placement (default adaptive)")
+    p.add_argument("--cpu-execution", action="store_true", help="let ORT run cold experts on the CPU")
+    p.add_argument("--device-expert-bytes", type=_nonneg, metavar="BYTES", help="device expert budget")
+    p.add_argument("--host-expert-bytes", type=_nonneg, metavar="BYTES", help="host expert budget")
+    p.add_argument("--expert-profile", metavar="FILE",
+                   help="STRP v1 expert-popularity profile (copied as expert-profile.bin, set as popularity_file)")
+    slots = p.add_mutually_exclusive_group()
+    slots.add_argument("--target-resident-slots", type=_nonneg, metavar="N", help="per-layer resident-slot cap")
+    slots.add_argument("--total-resident-slots", type=_nonneg, metavar="N",
+                       help="total resident slots spread by --expert-profile (met exactly or refused)")
+    p.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
+    p.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
+    p.add_argument("--mtp-moe-placement", choices=("cpu_mmap", "host_mapped"), default="cpu_mmap",
+                   help="pool placement of the MTP draft's experts (host_mapped moves unaligned ones to an aligned file)")
+    p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default=None,
+                   help="how unchanged data files are placed (default: reflink, else copy; never a hard link)")
+    for flag in LEGACY_FLAGS:
+        p.add_argument(flag, nargs="?", action=_LegacyFlag, help=argparse.SUPPRESS)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.offload.convert import convert_package
+    from q38.offload.options import OffloadOptions
+    from q38.package import LinkPolicy
+
+    options = OffloadOptions(
+        mode=args.offload_mode,
+        placement=args.offload_placement,
+        cpu_execution=args.cpu_execution,
+        device_expert_bytes=args.device_expert_bytes,
+        host_expert_bytes=args.host_expert_bytes,
+        expert_profile=args.expert_profile,
+        target_resident_slots=args.target_resident_slots,
+        total_resident_slots=args.total_resident_slots,
+        uniform_profile_slots=args.uniform_profile_slots,
+        min_slots_per_layer=args.min_slots_per_layer,
+        mtp_moe_placement=args.mtp_moe_placement,
+    )
+    link = LinkPolicy(args.link) if args.link else None
+    report = convert_package(args.src, args.out, options, link=link)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(
+            f"q38 offload: wrote {args.out}: {len(report.offloaded)} QMoE nodes offloaded, "
+            f"{len(report.kept_resident)} kept resident, {report.router_weights_cleared} router_weights "
+            f"cleared, graphs {', '.join(report.graphs.values())}"
+        )
+        for name, reason in report.kept_resident:
+            print(f"  kept resident: {name}: {reason}")
+    return 0

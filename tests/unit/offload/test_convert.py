@@ -1,0 +1,311 @@
+"""``q38 offload`` conversion of synthetic packages (flat, layered, contrib, custom).
+
+Invariants guarded:
+- every QMoE node stays a com.microsoft::QMoE node, router_weights cleared (manifest count 9 =
+  8 layers + the MTP draft); model_s2/s3/s4 carry 1/2/3 drafts and 2/3/4 verify rows;
+- model.onnx is a written copy of model_s4.onnx (same bytes, its own inode, never a link);
+- the config has four non-overlapping 20-34 GiB profiles selecting model_s4.onnx with the
+  offload entries, CUDA-graph capture and kSameAsRequested, and passes the strict parser;
+- the source is byte-identical after every conversion, failed ones included, and a refused
+  conversion writes nothing (no OUT, no staging directory);
+- ``required`` names the first node ORT would not offload and its reason; ``auto`` keeps it resident;
+- QMoEOffload sources, custom lineage without FoldMid2, chunk > kv_capacity are refused;
+- every pool entry and every graph external-data reference resolves; moved MTP expert entries are
+  4096-aligned, hold the source bytes, and the graphs point at the same bytes;
+- a profile-driven total is met exactly (or refused before writing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+from q38.errors import ConfigError, FlagError, GraphError, OffloadError
+from q38.offload.convert import convert_package
+from q38.offload.options import OffloadOptions
+from q38.package import encode_profile, external_refs, open_package
+from q38.package.profile import ExpertProfile
+
+from ._synthpkg import tree_digest
+
+GIB = 1 << 30
+
+
+def _qmoe(model: ir.Model) -> list[ir.Node]:
+    return [n for n in model.graph if n.op_type == "QMoE"]
+
+
+def _assert_nothing_written(out: Path) -> None:
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")], "staging left behind"
+
+
+def test_flat_conversion_graphs(converted_cpu: Path) -> None:
+    pkg = open_package(converted_cpu)
+    rows = {}
+    for role, drafts in (("s2", 1), ("s3", 2), ("s4", 3)):
+        model = pkg.load(role)
+        nodes = _qmoe(model)
+        assert len(nodes) == 8 + drafts
+        assert all(n.domain == "com.microsoft" for n in nodes)
+        assert all(len(n.inputs) <= 14 for n in nodes), "router_weights (slot 14) must be cleared"
+        outs = [v.name for v in model.graph.outputs]
+        assert [o for o in outs if o.startswith("mtp.")] == [f"mtp.{j}.logits" for j in range(drafts)]
+        assert not [n for n in model.graph if n.op_type == "Softmax" and "/moe/router" in (n.name or "")]
+        rows[role] = model.metadata_props["q38.verify_rows"]
+        ids = next(v for v in model.graph.inputs if v.name == "input_ids")
+        assert ids.shape is not None and ids.shape[1] == int(rows[role])
+    assert rows == {"s2": "2", "s3": "3", "s4": "4"}
+    target = converted_cpu / "model.onnx"
+    s4 = converted_cpu / "model_s4.onnx"
+    assert target.read_bytes() == s4.read_bytes()
+    assert target.stat().st_ino != s4.stat().st_ino
+    for name in ("model.onnx", "model_s2.onnx", "model_s3.onnx", "model_s4.onnx"):
+        assert (converted_cpu / name).stat().st_nlink == 1
+
+
+def test_flat_conversion_manifest_and_config(converted_cpu: Path) -> None:
+    manifest = json.loads((converted_cpu / "package_manifest.json").read_text())
+    assert manifest["command"] == "offload"
+    assert manifest["router_weights_cleared"] == 9
+    assert manifest["resident_slots"]["/model/layers.0/moe/QMoE"] == 2
+    assert manifest["resident_slots"]["/mtp/2/moe/QMoE"] == 2
+    assert manifest["files"]["model.onnx"]["link_mode"] == "write"
+    cfg = open_package(converted_cpu).config
+    so = cfg.model.decoder.session_options
+    assert so.config_entries["session.moe.offload.mode"] == "required"
+    assert so.config_entries["session.moe.offload.placement"] == "adaptive"
+    assert so.config_entries["session.moe.offload.node_overrides"].startswith(
+        "/model/layers.0/moe/QMoE:max_resident_slots=2;/model/layers.1/moe/QMoE:max_resident_slots=2;"
+    )
+    cuda = next(p for p in so.provider_options if p.name == "cuda")
+    assert cuda.options["arena_extend_strategy"] == "kSameAsRequested"
+    assert cuda.options["enable_cuda_graph"] == "1"
+    graph = cfg.model.qwen38_graph
+    assert graph.multidraft == {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
+    profiles = cfg.runtime_profiles
+    assert [p.id for p in profiles] == ["20gib-to-24gib", "24gib-to-28gib", "28gib-to-32gib", "32gib-to-34gib"]
+    assert profiles[0].eligibility.minimum_total_device_memory_bytes == 20 * GIB
+    assert profiles[-1].eligibility.maximum_total_device_memory_bytes == 34 * GIB
+    for a, b in itertools.pairwise(profiles):
+        assert a.eligibility.maximum_total_device_memory_bytes == b.eligibility.minimum_total_device_memory_bytes - 1
+    data_bytes = (converted_cpu / "model.onnx.data").stat().st_size
+    for p in profiles:
+        assert p.overlay.decoder_filename == "model_s4.onnx"
+        assert p.overlay.session_options is not None
+        assert p.overlay.session_options.config_entries == so.config_entries
+        assert 0 < (p.eligibility.minimum_effective_host_memory_bytes or 0) <= data_bytes + (1 << 20)
+
+
+def test_pool_bindings_never_dangle(converted_cpu: Path, tiny_cpu_package: Path) -> None:
+    pkg = open_package(converted_cpu)  # validates every pool entry's file
+    sizes = {}
+    for entry in pkg.pool.entries:
+        size = sizes.setdefault(entry.file, (converted_cpu / entry.file).stat().st_size)
+        assert entry.length is not None and entry.offset + entry.length <= size, entry
+    moved = [e for e in pkg.pool.entries if e.file == "mtp_experts.aligned.data"]
+    assert len(moved) == 4 and all(e.offset % 4096 == 0 and e.placement == "host_mapped" for e in moved)
+    experts = [e for e in pkg.pool.entries if ".mlp.experts." in e.provenance and not e.provenance.startswith("target:mtp")]
+    assert len(experts) == 32 and all(e.placement == "cpu_mmap" for e in experts)
+    dense = [e for e in pkg.pool.entries if ".mlp.experts." not in e.provenance]
+    assert dense and all(e.placement == "host_mapped" for e in dense)
+    src_model = open_package(tiny_cpu_package).load("target")
+    src_refs = {r.name: r for r in external_refs(src_model)}
+    for role in pkg.roles():
+        model = pkg.load(role)  # load_graph checks every external reference resolves
+        refs = {r.name: r for r in external_refs(model)}
+        for entry in moved:
+            name = entry.provenance.split(":", 1)[1]
+            if name in refs:
+                assert (refs[name].location, refs[name].offset) == (entry.file, entry.offset)
+    for entry in moved:
+        src = src_refs[entry.provenance.split(":", 1)[1]]
+        with open(tiny_cpu_package / src.location, "rb") as fh:
+            fh.seek(src.offset)
+            want = fh.read(src.length or 0)
+        with open(converted_cpu / entry.file, "rb") as fh:
+            fh.seek(entry.offset)
+            assert fh.read(entry.length or 0) == want
+
+
+@pytest.mark.parametrize("fixture", ["tiny_cpu_package", "tiny_faithful_package", "tiny_layered_package",
+                                     "tiny_custom_package"])
+def test_sources_untouched_and_outputs_open(fixture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    src: Path = request.getfixturevalue(fixture)
+    before = tree_digest(src)
+    report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert tree_digest(src) == before
+    pkg = open_package(tmp_path / "out")
+    assert report.router_weights_cleared == 9
+    assert not report.kept_resident
+    for role in pkg.roles():
+        pkg.load(role)
+    if fixture == "tiny_layered_package":
+        assert pkg.layout == "layered"
+        head_src = tree_digest(src / "head")
+        assert tree_digest(tmp_path / "out" / "head") == head_src
+
+
+def test_reconverting_an_offload_package_regenerates(converted_cpu: Path, tmp_path: Path) -> None:
+    before = tree_digest(converted_cpu)
+    report = convert_package(converted_cpu, tmp_path / "again", OffloadOptions(mode="auto"))
+    assert tree_digest(converted_cpu) == before
+    assert report.router_weights_cleared == 0
+    pkg = open_package(tmp_path / "again")
+    s4 = pkg.load("s4")
+    assert len(_qmoe(s4)) == 11  # still three drafts, not more
+    assert (tmp_path / "again" / "model.onnx").stat().st_nlink == 1
+    assert (tmp_path / "again" / "model.onnx").read_bytes() == (tmp_path / "again" / "model_s4.onnx").read_bytes()
+
+
+def _edit_target(pkg: Path, edit: Callable[[onnx.ModelProto], None]) -> None:
+    model = onnx.load(pkg / "model.onnx", load_external_data=False)
+    edit(model)
+    onnx.save(model, pkg / "model.onnx")
+
+
+def _set_sparse_mixer(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        if node.name == "/model/layers.3/moe/QMoE":
+            for a in node.attribute:
+                if a.name == "use_sparse_mixer":
+                    a.i = 1
+
+
+def test_required_refuses_before_writing(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                         tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+    _edit_target(src, _set_sparse_mixer)
+    before = tree_digest(src)
+    out = tmp_path / "out"
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, out, OffloadOptions(mode="required"))
+    assert str(info.value) == (
+        f"{src / 'model.onnx'}: QMoE node '/model/layers.3/moe/QMoE' would not be offloaded by onnxruntime "
+        "(--offload-mode required): use_sparse_mixer=1 is not supported by the QMoE offload backend"
+    )
+    _assert_nothing_written(out)
+    assert tree_digest(src) == before
+
+
+def test_auto_keeps_ineligible_nodes_resident(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                              tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+    _edit_target(src, _set_sparse_mixer)
+    report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto", target_resident_slots=1))
+    assert report.kept_resident == [
+        ("/model/layers.3/moe/QMoE", "use_sparse_mixer=1 is not supported by the QMoE offload backend")
+    ]
+    assert "/model/layers.3/moe/QMoE" not in report.resident_slots
+    manifest = json.loads((tmp_path / "out" / "package_manifest.json").read_text())
+    assert manifest["extra"]["kept_resident"][0]["node"] == "/model/layers.3/moe/QMoE"
+    overrides = open_package(tmp_path / "out").config.model.decoder.session_options.config_entries[
+        "session.moe.offload.node_overrides"]
+    assert "/model/layers.3/moe/QMoE:" not in overrides
+
+
+def test_qmoe_offload_source_refused(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                     tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+
+    def legacy(model: onnx.ModelProto) -> None:
+        for node in model.graph.node:
+            if node.name == "/model/layers.0/moe/QMoE":
+                node.op_type = "QMoEOffload"
+
+    _edit_target(src, legacy)
+    before = tree_digest(src)
+    with pytest.raises(OffloadError, match=r"node '/model/layers.0/moe/QMoE' is a com.microsoft::QMoEOffload node "
+                                           r"of the old offload tool"):
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    _assert_nothing_written(tmp_path / "out")
+    assert tree_digest(src) == before
+
+
+def test_custom_lineage_needs_foldmid2(tiny_custom_package: Path, editable_copy: Callable[[Path], Path],
+                                       tmp_path: Path) -> None:
+    src = editable_copy(tiny_custom_package)
+
+    def drop_fold(model: onnx.ModelProto) -> None:
+        fold = next(n for n in model.graph.node if n.op_type == "FoldMid2")
+        src_name, dst_name = fold.input[0], fold.output[0]
+        model.graph.node.remove(fold)
+        for node in model.graph.node:
+            for i, name in enumerate(node.input):
+                if name == dst_name:
+                    node.input[i] = src_name
+
+    _edit_target(src, drop_fold)
+    with pytest.raises(GraphError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == (
+        f"{src / 'model.onnx'}: custom-lineage target has no qwen.fold::FoldMid2 node (/fold/FoldMid2); "
+        "the multi-draft builder chains the MTP drafts from its output"
+    )
+    _assert_nothing_written(tmp_path / "out")
+
+
+def test_prefill_chunk_over_kv_capacity_refused(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                                tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+    cfg = json.loads((src / "genai_config.json").read_text())
+    graph = cfg["model"]["qwen38_graph"]
+    graph["prefill"]["chunk"] = graph["kv_capacity"] + 1
+    (src / "genai_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"prefill\.chunk: chunk \d+ exceeds kv_capacity \d+"):
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    _assert_nothing_written(tmp_path / "out")
+
+
+def test_profile_total_met_exactly(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 1000, size=(8, 8)).astype(np.uint64)  # one row per decoder layer
+    profile = tmp_path / "profile.strp"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    report = convert_package(
+        tiny_cpu_package, tmp_path / "out",
+        OffloadOptions(mode="auto", expert_profile=str(profile), total_resident_slots=21, min_slots_per_layer=1),
+    )
+    layer_caps = {k: v for k, v in report.resident_slots.items() if k.startswith("/model/")}
+    assert sum(layer_caps.values()) == 21 and min(layer_caps.values()) >= 1
+    assert (tmp_path / "out" / "expert-profile.bin").read_bytes() == profile.read_bytes()
+    cfg = open_package(tmp_path / "out").config
+    assert cfg.model.qwen38_graph.expert_profile == "expert-profile.bin"
+    assert cfg.model.decoder.session_options.config_entries["session.moe.offload.popularity_file"] == "expert-profile.bin"
+
+
+@pytest.mark.parametrize(("total", "kwargs"), [(65, {}), (20, {"uniform_profile_slots": True})])
+def test_profile_total_refused_before_writing(tiny_cpu_package: Path, tmp_path: Path, total: int,
+                                              kwargs: dict[str, object]) -> None:
+    profile = tmp_path / "profile.strp"
+    profile.write_bytes(encode_profile(ExpertProfile(np.ones((8, 8), dtype=np.uint64))))
+    before = tree_digest(tiny_cpu_package)
+    with pytest.raises(FlagError, match=r"^--total-resident-slots"):
+        convert_package(tiny_cpu_package, tmp_path / "out",
+                        OffloadOptions(mode="auto", expert_profile=str(profile), total_resident_slots=total,
+                                       **kwargs))  # type: ignore[arg-type]
+    _assert_nothing_written(tmp_path / "out")
+    assert tree_digest(tiny_cpu_package) == before
+
+
+def test_output_inside_source_refused(tiny_cpu_package: Path) -> None:
+    with pytest.raises(OffloadError, match="must not be inside the source package"):
+        convert_package(tiny_cpu_package, tiny_cpu_package / "out", OffloadOptions())
+    assert not (tiny_cpu_package / "out").exists()
+
+
+def test_existing_destination_refused(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    with pytest.raises(Exception, match="exists"):
+        convert_package(tiny_cpu_package, out, OffloadOptions(mode="auto"))
+    assert os.listdir(out) == ["keep"]
