@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import nox
 
@@ -16,6 +18,7 @@ PROJECT = nox.project.load_toml("pyproject.toml")
 TEST_DEPS = nox.project.dependency_groups(PROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PROJECT, "lint")
 ORT_DEFAULT = "onnxruntime==1.32.0"
+ORT_GPU_DEFAULT = "onnxruntime-gpu==1.31.1"
 
 
 def _install(session: nox.Session, *extra: str, ort: str = ORT_DEFAULT) -> None:
@@ -79,3 +82,70 @@ def demo(session: nox.Session) -> None:
     session.install("-e", ".")
     out = session.create_tmp()
     session.run("q38", "demo", "--workdir", os.path.join(out, "demo"), *session.posargs)
+
+
+def _visible_gpu() -> str | None:
+    """The first GPU `nvidia-smi -L` lists, or None (no driver, no device, no nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("GPU ")]
+    return lines[0] if proc.returncode == 0 and lines else None
+
+
+def _split_ort_wheel(posargs: list[str]) -> tuple[str, list[str]]:
+    """The onnxruntime-gpu requirement (env Q38_ORT_WHEEL, else a leading .whl / onnxruntime* posarg)."""
+    if posargs and (posargs[0].endswith(".whl") or posargs[0].startswith("onnxruntime")):
+        return posargs[0], posargs[1:]
+    return os.environ.get("Q38_ORT_WHEEL") or ORT_GPU_DEFAULT, posargs
+
+
+def _install_ort(session: nox.Session, ort: str) -> None:
+    """Test deps with one onnxruntime: onnxruntime and onnxruntime-gpu are the same package."""
+    session.install(*(d for d in TEST_DEPS if not d.startswith("onnxruntime")))
+    session.install(ort)
+    session.install("-e", ".")
+
+
+@nox.session(python=PYTHON, default=False)
+def gpu(session: nox.Session) -> None:
+    """CUDA parity and throughput (tests/gpu); skips itself when no GPU is visible."""
+    device = _visible_gpu()
+    if device is None:
+        session.skip("no NVIDIA GPU visible (nvidia-smi missing, failing or listing no device)")
+    ort, pytest_args = _split_ort_wheel(list(session.posargs))
+    _install_ort(session, ort)
+    session.log(f"device: {device}; onnxruntime requirement: {ort}")
+    session.run(
+        "python",
+        "-c",
+        "import onnxruntime as o, subprocess; "
+        "print('onnxruntime', o.__version__, 'providers', o.get_available_providers()); "
+        "print(subprocess.run(['nvidia-smi', '--query-gpu=name,driver_version,compute_cap,memory.total', "
+        "'--format=csv,noheader'], capture_output=True, text=True).stdout.strip())",
+        silent=False,
+    )
+    out = os.path.join(".benchmarks", "gpu")
+    os.makedirs(out, exist_ok=True)
+    session.run(
+        "pytest", "tests/gpu", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", "--benchmark-enable",
+        f"--benchmark-json={os.path.join(out, 'gpu.json')}", *pytest_args,
+    )
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Release gate: benchmark the base ref and the head here; fail on a median regression."""
+    # Q38_BENCH_ORT names the runtime (e.g. onnxruntime-gpu==1.31.1 or a wheel, for tests/gpu).
+    _install_ort(session, os.environ.get("Q38_BENCH_ORT") or ORT_DEFAULT)
+    _print_env(session)
+    args = list(session.posargs)
+    gate_args, pytest_args = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
+    if not pytest_args:
+        pytest_args = ["tests/unit", "-o", "python_files=test_*_bench.py"]
+    session.run("python", "-m", "q38.benchgate", "run", "--out", os.path.join(".benchmarks", "gate"),
+                *gate_args, "--", *pytest_args)

@@ -11,6 +11,7 @@ __all__ = [
     "as_ir_model",
     "attr",
     "has_attr",
+    "infer_elem_types",
     "input_at",
     "is_constant_initializer",
     "iter_subgraph_owners",
@@ -85,3 +86,71 @@ def iter_subgraph_owners(graph: ir.Graph) -> Iterator[tuple[ir.Node, ir.Graph]]:
             elif attribute.type == ir.AttributeType.GRAPHS:
                 for sub in attribute.value:
                     yield node, sub
+
+
+# Standard ops whose every output has the element type of their first input (or, for ``Where``,
+# their second). Anything not listed (and not special-cased below) is "unknown": the type rules
+# then stay silent rather than guess.
+_SAME_AS_INPUT0 = frozenset({
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Ceil", "Celu", "Clip", "Concat", "Conv",
+    "Cos", "CumSum", "DepthToSpace", "Div", "Dropout", "Einsum", "Elu", "Erf", "Exp", "Expand",
+    "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
+    "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
+    "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Mean",
+    "Min", "Mish", "Mod", "Mul", "Neg", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceL2",
+    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "Round", "ScatterElements",
+    "ScatterND", "Selu", "Sigmoid", "Sign", "Sin", "Slice", "Softmax", "Softplus", "Softsign",
+    "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "Tile", "Transpose",
+    "Trilu", "Unsqueeze", "RMSNormalization", "SimplifiedLayerNormalization",
+})  # fmt: skip
+_INT64_OUT = frozenset({"Shape", "Size", "NonZero", "ArgMax", "ArgMin"})
+_BOOL_OUT = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or",
+                       "Xor", "IsNaN", "IsInf"})  # fmt: skip
+
+
+def _node_out_types(node: ir.Node, known: dict[int, ir.DataType]) -> list[ir.DataType | None]:
+    def of(index: int) -> ir.DataType | None:
+        value = input_at(node, index)
+        return None if value is None else known.get(id(value))
+
+    n = len(node.outputs)
+    if node.domain in ("", "ai.onnx"):
+        if node.op_type == "Cast":
+            return [ir.DataType(int(attr(node, "to")))] if has_attr(node, "to") else [None]
+        if node.op_type == "CastLike":
+            return [of(1)]
+        if node.op_type in _INT64_OUT:
+            return [ir.DataType.INT64] * n
+        if node.op_type in _BOOL_OUT:
+            return [ir.DataType.BOOL] * n
+        if node.op_type == "Where":
+            return [of(1)]
+        if node.op_type == "TopK":
+            return [of(0), ir.DataType.INT64][:n]
+        if node.op_type == "Constant":
+            found = node.attributes.get("value")
+            return [found.value.dtype if found is not None else None]
+        if node.op_type in _SAME_AS_INPUT0:
+            return [of(0)] * n
+        return [None] * n
+    # contrib ops: output 0 has the type of input 0 (T) for every op q38 emits; others unknown
+    return [of(0)] + [None] * (n - 1)
+
+
+def infer_elem_types(graph: ir.Graph) -> dict[int, ir.DataType]:
+    """Element type of each value of ``graph`` (keyed by ``id(value)``) where it is known.
+
+    Declared types win (graph inputs, initializers, value_info); otherwise a small forward pass
+    over the standard ops that keep, fix or cast their input type. Subgraphs are not entered.
+    """
+    known: dict[int, ir.DataType] = {}
+    for value in [*graph.inputs, *graph.initializers.values()]:
+        if value.dtype is not None:
+            known[id(value)] = value.dtype
+    for node in graph:
+        for value, inferred in zip(node.outputs, _node_out_types(node, known), strict=False):
+            dtype = value.dtype if value.dtype is not None else inferred
+            if dtype is not None:
+                known[id(value)] = dtype
+    return known

@@ -103,8 +103,6 @@ def _psai_schema(node: ir.Node) -> str | None:
         return f"{p}state_update_capacity must be in [0, 8], got {cap}"
     if cap > 0 and input_at(node, 16) is None:
         return f"{p}state_update_capture_count is required when state_update_capacity is positive"
-    if int(attr(node, "max_output_entries", 0)) != 0 and input_at(node, 18) is None:
-        return f"{p}IndexShare requires a positive max_output_entries"
     if mode == "qsa":
         for slot in (8, 9, 10):
             if input_at(node, slot) is not None:
@@ -132,8 +130,151 @@ def _psai_schema(node: ir.Node) -> str | None:
     return None
 
 
+def _dim(value: ir.Value | None, axis: int) -> int | None:
+    """Dim ``axis`` of ``value`` when it is a known int (None: absent, unknown rank or symbolic)."""
+    if value is None or value.shape is None or axis >= len(value.shape):
+        return None
+    dim = value.shape[axis]
+    return dim if isinstance(dim, int) else None
+
+
+def _rank_problem(node: ir.Node, p: str, ranks: Mapping[int, tuple[int, ...]], slots: tuple[int, ...]) -> str | None:
+    """``input <i> must have rank <r>, got rank <n>`` for the first listed slot of the wrong rank."""
+    for slot in slots:
+        value = input_at(node, slot)
+        if value is None or value.shape is None or len(value.shape) in ranks[slot]:
+            continue
+        want = " or ".join(str(r) for r in ranks[slot])
+        return f"{p}input {slot} must have rank {want}, got rank {len(value.shape)}"
+    return None
+
+
+def _arity(node: ir.Node, lo_in: int, hi_in: int, lo_out: int, hi_out: int, singles: tuple[int, ...]) -> str | None:
+    """The ONNX checker's input/output count and empty-required-input errors (before inference)."""
+    head = f"Node({node_label(node)}) with schema(com.microsoft::{node.op_type}:1) has"
+    if not lo_in <= len(node.inputs) <= hi_in:
+        return f"{head} input size {len(node.inputs)} not in range [min={lo_in}, max={hi_in}]"
+    if not lo_out <= len(node.outputs) <= hi_out:
+        return f"{head} output size {len(node.outputs)} not in range [min={lo_out}, max={hi_out}]"
+    for slot in singles:
+        if input_at(node, slot) is None:
+            return f"Node ({node_label(node)})'s input {slot} is marked single but has an empty string in the graph"
+    return None
+
+
+# SparseAttentionIndexer inputs: the rank each must have (probed 1.32.0), and the order inference
+# checks them in: 1, 3, 4, 5, 0, 2 before the width checks, 6..13 after them.
+_SAI_RANKS = {0: (3,), 1: (3,), 2: (1,), 3: (1,), 4: (2, 3), 5: (2, 3), 6: (2,), 7: (3,), 8: (3,), 9: (2,),
+              10: (3,), 11: (2,), 12: (1,), 13: (4,)}  # fmt: skip
+_SAI_EARLY, _SAI_LATE = (1, 3, 4, 5, 0, 2), (6, 7, 8, 9, 10, 11, 12, 13)
+_SAI_POLICY_INPUTS = (8, 9, 10, 11, 13)  # forbidden in qsa, required in csa
+
+
 def _sai_schema(node: ir.Node) -> str | None:
-    return _indexer_policy(node, f"{_SAI}: ")
+    """§2E, probed on 1.32.0: checker arity, attributes, inputs/outputs by policy, ranks, widths,
+    past_proj_buffer (csa). The first failure in ORT's order."""
+    p = f"{_SAI}: "
+    reason = _arity(node, 8, 14, 2, 3, (0, 2, 3, 4, 5, 7)) or _indexer_policy(node, p)
+    if reason is not None:
+        return reason
+    mode = str(attr(node, "policy_mode"))
+    if mode == "csa" and input_at(node, 1) is None:
+        return f"{p}input 1 is required for every policy_mode"
+    for slot in _SAI_POLICY_INPUTS:
+        present = input_at(node, slot) is not None
+        if mode == "qsa" and present:
+            return f"{p}input {slot} must be omitted when policy_mode is 'qsa'"
+        if mode == "csa" and not present:
+            return f"{p}input {slot} is required when policy_mode is 'csa'"
+    want_out = 2 if mode == "qsa" else 3
+    if len(node.outputs) != want_out:
+        return f"{p}policy_mode '{mode}' requires exactly {want_out} declared outputs, got {len(node.outputs)}"
+    reason = _rank_problem(node, p, _SAI_RANKS, _SAI_EARLY)
+    if reason is not None:
+        return reason
+    width, hs = _dim(input_at(node, 0), 2), _dim(input_at(node, 2), 0)
+    if width is not None and width <= 0:
+        return f"{p}query width must be > 0, got {width}"
+    if width is not None and width > _INT_MAX:
+        return f"{p}query width must be no greater than INT_MAX"
+    if hs is not None and hs <= 0:
+        return f"{p}head_size must be > 0, got {hs}"
+    if width is not None and hs is not None:
+        if width % hs:
+            return f"{p}query width must be divisible by head_size"
+        if input_at(node, 1) is None and width // hs < 2:
+            return f"{p}packed QK input must contain at least one query head and one key"
+    reason = _rank_problem(node, p, _SAI_RANKS, _SAI_LATE)
+    if reason is not None:
+        return reason
+    proj = input_at(node, 13)
+    if mode == "csa" and proj is not None and proj.shape is not None:
+        d0, d1, d2, d3 = (_dim(proj, i) for i in range(4))
+        batch = _dim(input_at(node, 0), 0)
+        cr = int(attr(node, "compress_ratio"))
+        if d0 is not None and d0 != 2:
+            return f"{p}past_proj_buffer dimension 0 must be 2, got {d0}"
+        if d1 is not None and batch is not None and d1 != batch:
+            return f"{p}past_proj_buffer dimension 1 must equal batch_size"
+        if d3 is not None and hs is not None and d3 != 2 * hs:
+            return f"{p}past_proj_buffer dimension 3 must equal 2 * head_size"
+        if d2 is not None and not 0 <= d2 < 2 * cr:
+            return f"{p}past_proj_buffer sequence length must be in [0, 2 * compress_ratio), got {d2}"
+    return None
+
+
+_IS_INPUTS = (18, 19, 20, 21)  # indexshare_mode, merged_indices, merged_counts, merged_status
+_IS_RANKS = {18: (1,), 19: (2,), 20: (1,), 21: (1,)}
+# indexshare_state_policy values accepted per policy_mode (qsa probed on 1.32.0: 'advance' and
+# anything else fail; csa not probed: every documented value is accepted here)
+_IS_STATE_POLICIES = {"qsa": frozenset({"default", "hold"}), "csa": frozenset({"default", "hold", "advance"})}
+
+
+def _psai_indexshare(node: ir.Node) -> str | None:
+    """§2C.11 (1.32.0 only), probed: state policy, the IndexShare input group, max_output_entries,
+    the status output, then the group's shapes and the selection budget."""
+    if _missing_attr(node) is not None:
+        return None
+    p = f"{_PSAI}: "
+    mode = str(attr(node, "policy_mode", ""))
+    if mode not in _IS_STATE_POLICIES:
+        return None  # QSA-PSAI-001 reports it
+    if has_attr(node, "indexshare_state_policy"):
+        if str(attr(node, "indexshare_state_policy")) not in _IS_STATE_POLICIES[mode]:
+            return f"{p}invalid indexshare_state_policy for policy_mode"
+    present = [input_at(node, slot) is not None for slot in _IS_INPUTS]
+    if any(present) and not all(present):
+        return f"{p}all IndexShare inputs must be provided together"
+    enabled = all(present)
+    entries = int(attr(node, "max_output_entries", 0))
+    if (enabled and entries <= 0) or (not enabled and entries != 0):
+        return f"{p}IndexShare requires a positive max_output_entries"
+    if enabled != (output_at(node, 7) is not None):
+        return f"{p}IndexShare requires its status output"
+    if not enabled:
+        return None
+    reason = _rank_problem(node, p, _IS_RANKS, _IS_INPUTS)
+    if reason is not None:
+        return reason
+    mode_dim = _dim(input_at(node, 18), 0)
+    if mode_dim is not None and mode_dim != 1:
+        return f"{p}indexshare_mode must have shape {{1}} (1), got {mode_dim}"
+    merged = input_at(node, 19)
+    rows, width = _dim(merged, 0), _dim(merged, 1)
+    if width is not None and width != entries:
+        return f"{p}merged_indices width must equal max_output_entries ({entries}), got {width}"
+    for slot, name in ((20, "merged_counts"), (21, "merged_status")):
+        other = _dim(input_at(node, slot), 0)
+        if rows is not None and other is not None and other != rows:
+            return f"{p}{name} must match merged_indices rows"
+    cu = _dim(input_at(node, 6), 0)
+    if rows is not None and rows != 0 and cu is not None and rows != cu - 1:
+        return f"{p}Nonempty merged_indices must have one row per request"
+    if mode == "qsa":
+        budget = int(attr(node, "token_budget", 0)) + int(attr(node, "compress_ratio", 0)) - 1
+        if entries < budget:
+            return f"{p}max_output_entries is smaller than the selection budget"
+    return None
 
 
 def _dsa_schema(node: ir.Node) -> str | None:
@@ -149,15 +290,34 @@ def _dsa_schema(node: ir.Node) -> str | None:
     return None
 
 
+_MERGE_RANKS = {1: (1,), 2: (1,), 3: (1,), 4: (1,), 5: (2,), 6: (1,)}
+
+
 def _merge_schema(node: ir.Node) -> str | None:
+    """§2F, probed on 1.32.0: checker arity and int32 types, attributes, ranks, inputs by policy."""
+    reason = _arity(node, 3, 7, 3, 3, (0, 1, 2))
+    if reason is not None:
+        return reason
+    for value in node.inputs:
+        if value is not None and value.dtype is not None and value.dtype != ir.DataType.INT32:
+            return (f"Type Error: Type 'tensor({value.dtype.name.lower()})' of input parameter ({value.name}) of "
+                    f"operator ({_MERGE}) in node ({node_label(node)}) is invalid.")  # fmt: skip
     entries = int(attr(node, "max_output_entries", 0))
     mode = str(attr(node, "policy_mode", ""))
     if not 1 <= entries <= 2**30 or mode not in {"append_range", "append_indices"}:
         return "Invalid PackedSparseAttentionIndexerMerge policy or capacity"
-    ranges = input_at(node, 3) is not None and input_at(node, 4) is not None
-    extra = input_at(node, 5) is not None or input_at(node, 6) is not None
-    indices = input_at(node, 5) is not None and input_at(node, 6) is not None
-    ok = (ranges and not extra) if mode == "append_range" else indices
+    base = input_at(node, 0)
+    if base is not None and base.shape is not None and len(base.shape) != 2:
+        return "base_indices must have rank 2"
+    for slot, ranks in _MERGE_RANKS.items():
+        value = input_at(node, slot)
+        if value is not None and value.shape is not None and len(value.shape) not in ranks:
+            return f"Merge input {slot} must have rank {ranks[0]}"
+    has = [input_at(node, slot) is not None for slot in range(7)]
+    if mode == "append_range":
+        ok = has[3] and has[4] and not has[5] and not has[6]
+    else:
+        ok = has[5] and has[6] and not has[3] and not has[4]
     return None if ok else "Merge inputs must match policy_mode"
 
 
@@ -174,6 +334,15 @@ def _schema_rule(rule_id: str, op_type: str) -> Any:
         return found
 
     return check
+
+
+def _is_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    found = []
+    for node in _nodes(model, _PSAI):
+        reason = _psai_indexshare(node)
+        if reason is not None:
+            found.append(Violation("QSA-PSAI-002", reason, node=node_label(node)))
+    return found
 
 
 def _check_dsa_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
@@ -231,7 +400,11 @@ RULES: tuple[Rule, ...] = (
     Rule("QSA-PSAI-001", "PackedSparseAttentionIndexer schema: policy, compress_ratio, state_capacity, "
          "qsa/csa attributes, policy inputs/outputs, key width, past_kv_buffer", _S + "C; probed 1.32.0",
          _C, "graph", _schema_rule("QSA-PSAI-001", _PSAI)),
-    Rule("QSA-SAI-001", "SparseAttentionIndexer schema: policy and attribute rules", _S + "E",
+    Rule("QSA-PSAI-002", "PackedSparseAttentionIndexer IndexShare: state policy, inputs 18-21 together, "
+         "max_output_entries, status output, shapes, selection budget", _S + "C.11; probed 1.32.0",
+         _C, "graph", _is_rule, OrtVersions(since="1.32.0")),
+    Rule("QSA-SAI-001", "SparseAttentionIndexer schema: arity, policy and attribute rules, inputs and "
+         "outputs by policy, ranks, query width / head_size, past_proj_buffer", _S + "E; probed 1.32.0",
          _C, "graph", _schema_rule("QSA-SAI-001", _SAI)),
     Rule("QSA-DSA-001", "DynamicSparseAttention schema: num_heads, kv_num_heads divides num_heads, "
          "rank-3 query", _S + "A; probed 1.32.0", _C, "graph", _schema_rule("QSA-DSA-001", _DSA)),

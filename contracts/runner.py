@@ -21,6 +21,7 @@ from contracts import (
     config_surface,
     offload_config,
     offload_nodes,
+    ort_schema,
     package_layout,
     qsa,
 )
@@ -33,6 +34,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
     *offload_nodes.RULES,
     *qsa.RULES,
+    *ort_schema.RULES,
     *causal_conv.RULES,
     *config_surface.RULES,
     *package_layout.RULES,
@@ -280,9 +282,9 @@ def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
             if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text or "Failed to find kernel" in text:
                 found = _NOT_IMPL_OP.search(text)
                 op = found.group(1) if found else "an operator"
-                results.append(SessionResult(g.label, "skipped", f"skipped: no CPU kernel for {op}"))
+                results.append(SessionResult(g.label, "skipped", f"no CPU kernel for {op}"))
             else:
-                results.append(SessionResult(g.label, "failed", text[:500]))
+                results.append(SessionResult(g.label, "failed", text[:1000]))
             continue
         results.append(SessionResult(g.label, "ok"))
     return results

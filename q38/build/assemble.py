@@ -7,9 +7,12 @@ then the whole output is staged next to its destination and renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +50,8 @@ class BuildRequest:
     provider: str = "cpu"
     cuda_options: tuple[str, ...] = ()
     link: LinkPolicy = LinkPolicy.AUTO
+    multidraft: bool = False  # also emit model_s2/s3/s4.onnx (2/3/4 verify rows)
+    offload_profiles: bool = False  # runtime profiles + offload session options (implies multidraft)
 
 
 @dataclass
@@ -168,8 +173,49 @@ def _rel_to(path: Path, where: Path) -> str:
     return os.path.relpath(os.path.realpath(path), os.path.realpath(where))
 
 
+def _emit_multidraft(root: Path, config_text: str, *, profiles: bool) -> tuple[str, list[str]]:
+    """Write model_s2/s3/s4.onnx next to the target graph; return the new config text and files.
+
+    With ``profiles`` the router_weights inputs are cleared (the offload backend does not take
+    them) and the config gains the runtime profiles and offload session options of ``q38 offload``.
+    """
+    from q38.offload.build import emit_multidraft_graphs, offload_profiles_config
+    from q38.offload.router import clear_router_weights
+    from q38.package import load_graph, save_graph
+
+    cfg = parse_config(json.loads(config_text))
+    g = cfg.model.qwen38_graph
+    target = load_graph(root / g.target, root=root)
+    graphs, _cleared = emit_multidraft_graphs(target, lineage=g.lineage, clear_router=profiles, where=g.target)
+    for name, model in graphs.items():
+        save_graph(model, root / name)
+    if profiles:
+        # As `q38 offload` does: the decoder (model.onnx) becomes a written copy of model_s4, and
+        # the prefill graph, which runs under the same offload options, loses router_weights.
+        (root / g.target).unlink()  # a file this build wrote, never a link to a source
+        shutil.copyfile(root / "model_s4.onnx", root / g.target)
+        if g.prefill is not None and (root / g.prefill.filename).is_file():
+            prefill, _ = clear_router_weights(load_graph(root / g.prefill.filename, root=root), in_place=True)
+            (root / g.prefill.filename).unlink()
+            save_graph(prefill, root / g.prefill.filename)
+        cfg = offload_profiles_config(cfg, graphs["model_s4.onnx"])
+    else:
+        names = {f"s{rows}": f"model_s{rows}.onnx" for rows in (2, 3, 4)}
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, qwen38_graph=dataclasses.replace(g, multidraft=names)))
+    written = sorted(p.name for p in root.iterdir() if p.name.startswith("model_s"))
+    return dumps_config(cfg), written
+
+
 def _write(
-    root: Path, pkg: _Package, policy: LinkPolicy, hasher: _Hasher, modes: Counter[str], where: Path
+    root: Path,
+    pkg: _Package,
+    policy: LinkPolicy,
+    hasher: _Hasher,
+    modes: Counter[str],
+    where: Path,
+    *,
+    multidraft: bool = False,
+    offload_profiles: bool = False,
 ) -> None:
     files: dict[str, dict[str, Any]] = {}
     for rel, e in sorted(pkg.comp.entries.items()):
@@ -199,7 +245,13 @@ def _write(
         mode = place_file(lib.real, root / rel, policy)  # resolved: never a dangling link
         files[rel] = {"link_mode": mode, "sha256": hasher.file(lib.real)}
         modes[mode] += 1
-    for name, text in (("genai_config.json", pkg.config_text), ("weights_pool.txt", _format_pool(pkg.comp.pool))):
+    config_text = pkg.config_text
+    if (multidraft or offload_profiles) and pkg.rel in ("", "target"):
+        config_text, new_files = _emit_multidraft(root, config_text, profiles=offload_profiles)
+        for name in new_files:
+            files[name] = {"link_mode": "write", "sha256": hasher.file(root / name)}
+            modes["write"] += 1
+    for name, text in (("genai_config.json", config_text), ("weights_pool.txt", _format_pool(pkg.comp.pool))):
         (root / name).write_text(text, encoding="utf-8")
         files[name] = {"link_mode": "write", "sha256": hashlib.sha256(text.encode()).hexdigest()}
     _check_links(root)
@@ -256,7 +308,7 @@ def build_package(req: BuildRequest) -> BuildResult:
             for pkg in packages:
                 root = stage.path / pkg.rel if pkg.rel else stage.path
                 root.mkdir(exist_ok=True)
-                _write(root, pkg, req.link, hasher, result.link_modes, dests[0].parent)
+                _write(root, pkg, req.link, hasher, result.link_modes, dests[0].parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
             stage.commit()
         result.packages = [dests[0] / p.rel if p.rel else dests[0] for p in packages]
     else:
@@ -265,7 +317,7 @@ def build_package(req: BuildRequest) -> BuildResult:
             for stage, pkg in zip(stages, packages, strict=True):
                 stage.__enter__()
                 assert stage.path is not None
-                _write(stage.path, pkg, req.link, hasher, result.link_modes, stage.dest.parent)
+                _write(stage.path, pkg, req.link, hasher, result.link_modes, stage.dest.parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
             done: list[StagedDirectory] = []
             try:
                 for stage in stages:

@@ -71,6 +71,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
                    help="auto: reflink, else hard link, else copy (EXDEV or refusal)")
     p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
+    p.add_argument("--multidraft", action="store_true",
+                   help="also emit model_s2/s3/s4.onnx (2, 3 and 4 verify rows: 1-3 chained MTP drafts)")
+    p.add_argument("--offload-profiles", action="store_true",
+                   help="add the QMoE-offload runtime profiles and session options (implies --multidraft)")
     p.set_defaults(run=run, libs=[])
 
 
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         layout=args.layout, libs=tuple(args.libs), provider=args.provider,
         cuda_options=tuple(args.cuda_option),
         link=LinkPolicy.COPY if args.copy else LinkPolicy(args.link),
+        multidraft=args.multidraft or args.offload_profiles,
+        offload_profiles=args.offload_profiles,
     )
     result = build_package(req)
     if args.json:

@@ -242,6 +242,16 @@ def plan_offload(
         if rows > 2:  # the chained drafts are new candidates: same rules, same verdicts
             _verdicts(check, prepared, options.mode, f"{names[f's{rows}']} (built from {where})")
         graphs[names[f"s{rows}"]] = _serialize(prepared, where=names[f"s{rows}"])
+    if graph_cfg.prefill is not None and "prefill" in package.roles():
+        # The prefill graph runs under the decoder's session options, offload entries included:
+        # its QMoE nodes must lose router_weights too, or mode=required rejects them (slot 14).
+        prefill = package.load("prefill")
+        refuse_qmoe_offload(prefill, where=str(package.graph_path("prefill")))
+        prefill, prefill_cleared = clear_router_weights(prefill, in_place=True)
+        retarget_graph(prefill, pool_plan.relocated)
+        _verdicts(check, prefill, options.mode, str(package.graph_path("prefill")))
+        graphs[graph_cfg.prefill.filename] = _serialize(prefill, where=graph_cfg.prefill.filename)
+        cleared += prefill_cleared
     s4 = prepared
     # Chained drafts share /mtp/0/'s experts: they inherit its cap.
     for node in qmoe_nodes(s4.graph):

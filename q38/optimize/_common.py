@@ -11,6 +11,12 @@ Invariants every pass keeps (checked by ``requires``/``ensures``):
 * value names are unique across the model, subgraphs included, and new names never collide;
 * a value still used anywhere (a subgraph capture counts as a use) is never removed;
 * ``com.microsoft`` is imported whenever a contrib node is present.
+
+Patterns inside subgraphs (If/Loop/Scan bodies) are **declined, not rewritten**: every candidate a
+pass finds there is reported with the reason :data:`SUBGRAPH_REASON`. The exporter emits none of
+its patterns inside control flow, and a rewrite there would have to place new initializers per
+scope and re-prove privacy against the enclosing graph's captures for no gain; declining keeps
+every pass's proof obligations to one graph while ``--explain`` still shows what was skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import onnx_ir as ir
 from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, MS_OPSET
 
 __all__ = [
+    "SUBGRAPH_REASON",
     "Decline",
     "Outcome",
     "RewriteContext",
@@ -47,6 +54,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 Target = Literal["cuda", "cpu"]
+SUBGRAPH_REASON = "inside a subgraph (only the top-level graph is rewritten)"
 TensorReader = Callable[[ir.Value], np.ndarray]
 
 
@@ -252,11 +260,21 @@ def duplicate_value_names(model: ir.Model) -> list[str]:
 class RewriteContext:
     """Per-call state of a pass: collision-free names, the weight reader, caches, provenance."""
 
-    def __init__(self, model: ir.Model, reader: TensorReader, provenance: dict[str, list[str]]):
+    def __init__(
+        self,
+        model: ir.Model,
+        reader: TensorReader,
+        provenance: dict[str, list[str]],
+        *,
+        pass_name: str = "",
+        origins: dict[str, str] | None = None,
+    ):
         self.model = model
         self.graph = model.graph
         self.reader = reader
         self.provenance = provenance
+        self.pass_name = pass_name
+        self.origins: dict[str, str] = origins if origins is not None else {}
         self._values, self._nodes = _all_names(model)
         # Keyed by the identity of the source values, so shared weights stay shared.
         self.cache: dict[tuple[object, ...], ir.Value] = {}
@@ -286,6 +304,7 @@ class RewriteContext:
         self.graph.register_initializer(value)
         if sources:
             self.provenance[name] = [s.name or "" for s in sources]
+            self.origins[name] = self.pass_name
         self.orphan_candidates.extend(sources)
         return value
 
@@ -348,12 +367,14 @@ class RewritePass(ir.passes.InPlacePass):
         reader: TensorReader | None = None,
         outcomes: list[Outcome] | None = None,
         provenance: dict[str, list[str]] | None = None,
+        origins: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.target = target
         self.reader = reader or default_reader
         self.outcomes: list[Outcome] = outcomes if outcomes is not None else []
         self.provenance: dict[str, list[str]] = provenance if provenance is not None else {}
+        self.origins: dict[str, str] = origins if origins is not None else {}
         self.count = 0
 
     # -- to implement ---------------------------------------------------------------------------
@@ -392,7 +413,7 @@ class RewritePass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        ctx = RewriteContext(model, self.reader, self.provenance)
+        ctx = RewriteContext(model, self.reader, self.provenance, pass_name=self.name, origins=self.origins)
         self.count = 0
         for node in self.anchors(graph):
             if node.graph is not graph:  # consumed by an earlier rewrite in this call
@@ -414,12 +435,26 @@ class RewritePass(ir.passes.InPlacePass):
             self.rewrite(ctx, found)
             self.count += 1
             self._record(anchor, True)
+        self._decline_in_subgraphs(model, graph)
         if self.count:
             ctx.drop_orphans()
             graph.sort()
             if self.contrib_op is not None:
                 ensure_ms_opset(model)
         return ir.passes.PassResult(model, modified=self.count > 0)
+
+    def _decline_in_subgraphs(self, model: ir.Model, graph: ir.Graph) -> None:
+        """Report every candidate found inside a subgraph as declined (never rewritten)."""
+        subgraphs = [g for g in iter_graphs(graph) if g is not graph]
+        if not subgraphs:
+            return
+        for sub in subgraphs:
+            sub_ctx = RewriteContext(model, self.reader, {}, pass_name=self.name, origins={})
+            sub_ctx.graph = sub
+            for node in self.anchors(sub):
+                if self.match(sub_ctx, node) is not None:
+                    anchor = self.describe(node, sub)
+                    self._record(anchor, False, SUBGRAPH_REASON)
 
     def _record(self, anchor: str, applied: bool, reason: str = "") -> None:
         outcome = Outcome(self.name, anchor, applied, reason)

@@ -3,8 +3,10 @@
 Files are staged by :class:`q38.package.PackageWriter` (renamed into place on success, removed on
 failure). Data files are placed by link or copy (never written); each rewritten graph is written
 fresh, and the few tensors a pass creates (fp32 scales, concatenated or FP8 weights) go into a new
-``<stem>.opt.data`` file. Untransformed weights stay external references and are never read, so
-memory does not grow with weight bytes.
+``<stem>.opt.data`` file, once per package directory however many graphs use them, each with a
+``weights_pool.txt`` entry (see :mod:`q38.optimize.derived_weights`). Untransformed weights stay
+external references and are never read, so memory does not grow with weight bytes. The pool and
+the manifest are written fresh (never through a hard link to the source's files).
 """
 
 from __future__ import annotations
@@ -17,17 +19,27 @@ import numpy as np
 import onnx_ir as ir
 
 from q38.optimize._common import Target, TensorReader
+from q38.optimize.derived_weights import (
+    DerivedStore,
+    reconcile_pool,
+    source_identities,
+    tensor_refs,
+)
 from q38.optimize.pipeline import OptimizeResult, optimize_model
 from q38.package import (
     FileRecord,
     LinkPolicy,
     Manifest,
+    Package,
     PackageWriter,
+    WeightsPool,
+    format_pool,
     open_package,
     read_tensor,
     save_graph,
 )
-from q38.package.manifest import dumps_manifest
+from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
+from q38.package.pool import POOL_FILENAME
 
 __all__ = ["optimize_package"]
 
@@ -61,17 +73,27 @@ def optimize_package(
     total = OptimizeResult({}, [], {})
     node_counts: dict[str, tuple[int, int]] = {}
     graph_files = {pkg.graph_path(role).resolve(): role for role in pkg.roles()}
+    pools = _pools(pkg)
+    rewritten = {pkg.root.joinpath(rel).resolve() for rel in pools} | {
+        p.resolve() for p in pkg.root.rglob(MANIFEST_FILENAME)
+    }
+    store = DerivedStore(e.pool_id for pool in pools.values() for e in pool.entries)
+    refs_before: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in pools}
+    refs_after: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in pools}
     with PackageWriter(out) as writer:
         staged = writer.path
         for path in sorted(p for p in pkg.root.rglob("*")):
             rel = path.relative_to(pkg.root)
-            if path.is_dir() or path.resolve() in graph_files or rel.name == "package_manifest.json":
+            if path.is_dir() or path.resolve() in graph_files or path.resolve() in rewritten:
                 continue
             writer.place(path, rel.as_posix(), link)
         records: dict[str, FileRecord] = {}
         for role in pkg.roles():
             gpath, root = pkg.graph_path(role), pkg.graph_dir(role)
+            pool_rel = _pool_rel(pkg, role)
             model = pkg.load(role)
+            sources = source_identities(model, gpath.parent)
+            refs_before[pool_rel][role] = tensor_refs(model, gpath.parent, pkg.root / Path(pool_rel).parent)
             before = len(model.graph)
             result = optimize_model(model, target=target, passes=passes, skip=skip, reader=_reader(gpath, root))
             total.merge(result)
@@ -83,18 +105,66 @@ def optimize_package(
             while (dest.parent / data_name).exists():
                 data_name = f"{dest.stem}.opt{i}.data"
                 i += 1
+            store.share(model, role=role, graph_dir=dest.parent, provenance=result.provenance,
+                        origins=result.origins, sources=sources)
             save_graph(model, dest, new_data=data_name)
+            store.register(model, role=role, graph_dir=dest.parent)
+            refs_after[pool_rel][role] = tensor_refs(model, dest.parent, staged / Path(pool_rel).parent)
             records[rel.as_posix()] = FileRecord("write", _sha256(dest))
             if (dest.parent / data_name).exists():
                 data_rel = (rel.parent / data_name).as_posix()
                 records[data_rel] = FileRecord("write", _sha256(dest.parent / data_name))
+        dropped: list[str] = []
+        for pool_rel, pool in pools.items():
+            new_pool, gone = reconcile_pool(pool, refs_before[pool_rel], refs_after[pool_rel])
+            dropped.extend(gone)
+            added = store.entries(staged / Path(pool_rel).parent)
+            if added:
+                if not new_pool.records:
+                    new_pool = WeightsPool.from_entries(())
+                new_pool = WeightsPool(new_pool.records + tuple(added))
+            if (pkg.root / pool_rel).is_file() or added:
+                writer.write_text(pool_rel, format_pool(new_pool))
+                records[pool_rel] = FileRecord("write", _sha256(staged / pool_rel))
         base = pkg.manifest or Manifest(command="optimize")
+        extra = {
+            **base.extra,
+            "optimize_target": target,
+            "provenance": dict(sorted(total.provenance.items())),
+        }
+        if dropped:
+            extra["pool_dropped"] = sorted(dropped)
         manifest = dataclasses.replace(
             base,
             command="optimize",
             files={**base.files, **records},
             rewrites=dict(sorted(total.rewrites.items())),
-            extra={**base.extra, "optimize_target": target, "provenance": dict(sorted(total.provenance.items()))},
+            extra=extra,
         )
-        (staged / "package_manifest.json").write_text(dumps_manifest(manifest))
+        writer.write_text(_manifest_rel(pkg), dumps_manifest(manifest))
+        if pkg.layout == "layered" and pkg.head_manifest is not None:
+            head = dataclasses.replace(pkg.head_manifest, command="optimize", files={
+                **pkg.head_manifest.files,
+                **{k.removeprefix("head/"): v for k, v in records.items() if k.startswith("head/")},
+            })
+            writer.write_text(f"head/{MANIFEST_FILENAME}", dumps_manifest(head))
     return total, node_counts
+
+
+def _pool_rel(pkg: Package, role: str) -> str:
+    """The pool (relative to the package root) that lists the weights of ``role``'s directory."""
+    if pkg.layout == "layered" and role == "head":
+        return f"head/{POOL_FILENAME}"
+    rel = pkg.config.model.qwen38_graph.weights_pool
+    return rel if pkg.layout == "flat" else f"target/{rel}"
+
+
+def _pools(pkg: Package) -> dict[str, WeightsPool]:
+    pools = {_pool_rel(pkg, "target"): pkg.pool}
+    if pkg.layout == "layered":
+        pools[_pool_rel(pkg, "head")] = pkg.head_pool or WeightsPool()
+    return pools
+
+
+def _manifest_rel(pkg: Package) -> str:
+    return MANIFEST_FILENAME if pkg.layout == "flat" else f"target/{MANIFEST_FILENAME}"

@@ -34,17 +34,23 @@ PASS_NAMES: tuple[str, ...] = tuple(p.name for p in PIPELINE)
 
 @dataclasses.dataclass
 class OptimizeResult:
-    """What one optimize run did: counts per pass, every candidate's outcome, weight provenance."""
+    """What one optimize run did: counts per pass, every candidate's outcome, weight provenance.
+
+    ``provenance`` maps each tensor a pass created to the names of its source tensors, and
+    ``origins`` maps it to the pass that created it.
+    """
 
     rewrites: dict[str, int]
     outcomes: list[Outcome]
     provenance: dict[str, list[str]]
+    origins: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def merge(self, other: OptimizeResult) -> None:
         for key, count in other.rewrites.items():
             self.rewrites[key] = self.rewrites.get(key, 0) + count
         self.outcomes.extend(other.outcomes)
         self.provenance.update(other.provenance)
+        self.origins.update(other.origins)
 
 
 def select_passes(passes: Sequence[str] | None = None, skip: Sequence[str] = ()) -> tuple[type[RewritePass], ...]:
@@ -67,10 +73,11 @@ def optimize_model(
     """Run the selected passes in pipeline order on ``model`` (in place)."""
     outcomes: list[Outcome] = []
     provenance: dict[str, list[str]] = {}
+    origins: dict[str, str] = {}
     instances = [
-        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance)
+        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance, origins=origins)
         for cls in select_passes(passes, skip)
     ]
     if instances:
         ir.passes.Sequential(*instances)(model)
-    return OptimizeResult({p.name: p.count for p in instances}, outcomes, provenance)
+    return OptimizeResult({p.name: p.count for p in instances}, outcomes, provenance, origins)

@@ -144,3 +144,10 @@ class StagedDirectory:
         tb: TracebackType | None,
     ) -> None:
         self.discard()
+        if isinstance(exc, OSError):
+            # A filesystem failure while producing the output (ENOSPC, EIO, EPERM...) is not a q38
+            # bug: report it as one line naming the file, after the staging directory is gone.
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise PackageError(
+                f"{self.dest}: I/O error while writing the output: {exc.strerror or exc}{where}; nothing was written"
+            ) from None

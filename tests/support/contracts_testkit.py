@@ -189,14 +189,80 @@ def dsa_model(*, q_shape: Sequence[int] = (1, 2, 64), **attrs: Any) -> onnx.Mode
     return _model([node], ins, [_vi("out", TP.FLOAT16, None)])
 
 
-def sai_model(**attrs: Any) -> onnx.ModelProto:
-    """SparseAttentionIndexer (qsa, cr 4, budget 16, hs 32) fp16, named 'sai'."""
+_SAI_SHAPES: dict[str, list[Any]] = {
+    "q": [1, 4, 64], "k": [1, 4, 32], "qn": [32], "kn": [32], "cos": [16, 16], "sin": [16, 16],
+    "m": [1, 12], "pk": [1, 8, 32], "g": [1, 4, 64], "pb": [4, 64], "hw": [1, 4, 2], "pos": [1, 4],
+    "psl": [1], "ppb": [2, 1, 3, 64],
+}  # fmt: skip
+_SAI_ELEM = {"m": TP.INT64, "pos": TP.INT64, "psl": TP.INT32}
+SAI_QSA_INPUTS = ("q", "k", "qn", "kn", "cos", "sin", "", "pk")
+SAI_CSA = {"policy_mode": "csa", "token_budget": None, "index_topk": 4,
+           "inputs": ("q", "k", "qn", "kn", "cos", "sin", "", "pk", "g", "pb", "hw", "pos", "", "ppb"),
+           "outputs": ("si", "pk_o", "pp_o"), "shapes": {"k": [1, 4, 64]}}  # fmt: skip
+
+
+def sai_model(*, inputs: Sequence[str] = SAI_QSA_INPUTS, outputs: Sequence[str] = ("si", "pk_o"),
+              shapes: Mapping[str, Sequence[Any]] | None = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    """SparseAttentionIndexer (qsa, cr 4, budget 16, hs 32) fp16, named 'sai'.
+
+    ``inputs``/``outputs`` name the slots ('' = omitted; names from ``_SAI_SHAPES``), ``shapes``
+    overrides input shapes, ``attrs`` override the attributes (None removes one).
+    """
     base: dict[str, Any] = {"policy_mode": "qsa", "compress_ratio": 4, "token_budget": 16}
     base.update(attrs)
-    names = ["q", "k", "qn", "kn", "cos", "sin", "", "pk"]
-    node = oh.make_node("SparseAttentionIndexer", names, ["si", "pk_o"], name="sai", domain=MS,
+    names = list(inputs)
+    while names and names[-1] == "":
+        names.pop()
+    dims = dict(_SAI_SHAPES, **{k: list(v) for k, v in (shapes or {}).items()})
+    node = oh.make_node("SparseAttentionIndexer", names, list(outputs), name="sai", domain=MS,
                         **{k: v for k, v in base.items() if v is not None})  # fmt: skip
-    shapes = {"q": [1, 4, 64], "k": [1, 4, 32], "qn": [32], "kn": [32], "cos": [16, 16], "sin": [16, 16],
-              "pk": [1, 8, 32]}  # fmt: skip
-    ins = [_vi(n, TP.FLOAT16, shapes[n]) for n in names if n]
-    return _model([node], ins, [_vi("si", TP.INT32, None), _vi("pk_o", TP.FLOAT16, None)])
+    ins = [_vi(n, _SAI_ELEM.get(n, TP.FLOAT16), dims[n]) for n in names if n]
+    outs = [_vi(n, TP.INT32 if n == "si" else TP.FLOAT16, None) for n in outputs if n]
+    return _model([node], ins, outs)
+
+
+def merge_model(*, inputs: Sequence[str] = ("bi", "bc", "br", "rs", "re"), outputs: Sequence[str] = ("o_i", "o_c", "o_s"),
+                shapes: Mapping[str, Sequence[int]] | None = None, elem: int = TP.INT32, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    """PackedSparseAttentionIndexerMerge (append_range, 32 entries) int32, named 'mg'."""
+    base: dict[str, Any] = {"max_output_entries": 32, "policy_mode": "append_range"}
+    base.update(attrs)
+    dims = {"bi": [2, 16], "bc": [2], "br": [2], "rs": [2], "re": [2], "ai": [2, 8], "ac": [2]}
+    dims.update({k: list(v) for k, v in (shapes or {}).items()})
+    node = oh.make_node("PackedSparseAttentionIndexerMerge", list(inputs), list(outputs), name="mg", domain=MS,
+                        **{k: v for k, v in base.items() if v is not None})  # fmt: skip
+    return _model([node], [_vi(n, elem, dims[n]) for n in inputs if n],
+                  [_vi(o, TP.INT32, None) for o in outputs if o])  # fmt: skip
+
+
+INDEXSHARE_INPUTS = ((18, "im"), (19, "mi"), (20, "mc"), (21, "ms"))
+INDEXSHARE_OUTPUTS = ("si", "sc", "pks_o", "pkv_o", "", "psl_o", "", "is_o")
+
+
+def psai_indexshare_model(*, shapes: Mapping[str, Sequence[int]] | None = None, **kwargs: Any) -> onnx.ModelProto:
+    """``psai_model`` with extra IndexShare tensors available: im [1], mi [1, 24], mc [1], ms [1]."""
+    dims = {"im": [1], "mi": [1, 24], "mc": [1], "ms": [1], **{k: list(v) for k, v in (shapes or {}).items()}}
+    saved = dict(_PSAI_SHAPES)
+    _PSAI_SHAPES.update(dims)
+    _INT32_NAMES.update({"im", "mi", "mc", "ms", "is_o"})
+    try:
+        return psai_model(**kwargs)
+    finally:
+        _PSAI_SHAPES.clear()
+        _PSAI_SHAPES.update(saved)
+
+
+def gdn_model(*, decay: int = TP.FLOAT16, beta: int | None = None, dtype: int = TP.FLOAT16,
+              **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    """GatedDeltaNet as the synthetic graphs use it (packed QKV, Hq 2, Hv 4, dk = dv = 16), named 'gdn'.
+
+    ``decay``/``beta`` are the element types of inputs 4/5 (beta defaults to decay's).
+    """
+    base: dict[str, Any] = {"gate_activation": "softplus", "beta_activation": "sigmoid", "qk_l2_norm": 1,
+                            "update_rule": "gated_delta", "scale": 0.0}  # fmt: skip
+    base.update(attrs)
+    node = oh.make_node("GatedDeltaNet", ["qkv", "", "", "", "decay", "beta", "st", "alog", "dtb"], ["y", "st_o"],
+                        name="gdn", domain=MS, **{k: v for k, v in base.items() if v is not None})  # fmt: skip
+    ins = [_vi("qkv", dtype, [1, 3, 128]), _vi("decay", decay, [1, 3, 4]),
+           _vi("beta", decay if beta is None else beta, [1, 3, 4]), _vi("st", TP.FLOAT, [1, 4, 16, 16]),
+           _vi("alog", TP.FLOAT, [4]), _vi("dtb", TP.FLOAT, [4])]  # fmt: skip
+    return _model([node], ins, [_vi("y", dtype, None), _vi("st_o", TP.FLOAT, None)])

@@ -75,7 +75,7 @@ def test_flat_conversion_graphs(converted_cpu: Path) -> None:
 def test_flat_conversion_manifest_and_config(converted_cpu: Path) -> None:
     manifest = json.loads((converted_cpu / "package_manifest.json").read_text())
     assert manifest["command"] == "offload"
-    assert manifest["router_weights_cleared"] == 9
+    assert manifest["router_weights_cleared"] == 17  # 9 target (8 layers + MTP) + 8 prefill
     assert manifest["resident_slots"]["/model/layers.0/moe/QMoE"] == 2
     assert manifest["resident_slots"]["/mtp/2/moe/QMoE"] == 2
     assert manifest["files"]["model.onnx"]["link_mode"] == "write"
@@ -144,7 +144,7 @@ def test_sources_untouched_and_outputs_open(fixture: str, request: pytest.Fixtur
     report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
     assert tree_digest(src) == before
     pkg = open_package(tmp_path / "out")
-    assert report.router_weights_cleared == 9
+    assert report.router_weights_cleared == 17  # target 9 + prefill 8
     assert not report.kept_resident
     for role in pkg.roles():
         pkg.load(role)

@@ -55,7 +55,7 @@ def test_cli_converts_and_prints_json(tiny_cpu_package: Path, tmp_path: Path,
                  "--cpu-execution", "--target-resident-slots", "3", "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["router_weights_cleared"] == 9
+    assert report["router_weights_cleared"] == 17
     assert report["resident_slots"]["/model/layers.0/moe/QMoE"] == 3
     assert (out / "model_s4.onnx").is_file()
 

@@ -18,7 +18,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+import support.optimize_graphs as G
 from onnx import helper
+from support.optimize_helpers import apply, close, ops, reasons, run_ort, run_ref
 
 from q38.optimize._common import check_topological
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
@@ -26,9 +28,6 @@ from q38.optimize.fp8_head import QuantizeFp8HeadPass
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
-
-from . import _graphs as G
-from ._helpers import apply, close, ops, reasons, run_ort, run_ref
 
 MS = "com.microsoft"
 X16 = np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16)

@@ -11,8 +11,7 @@ import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
 
 from q38.optimize import RewritePass
-
-from .reference_ops import REFERENCE_OPS
+from support.optimize_reference_ops import REFERENCE_OPS
 
 
 def apply(cls: type[RewritePass], proto: onnx.ModelProto, **kw: object) -> tuple[ir.Model, RewritePass]:
@@ -38,7 +37,7 @@ def run_ort(model: onnx.ModelProto | ir.Model, feeds: dict[str, np.ndarray]) -> 
 
 
 def run_ref(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ReferenceEvaluator(ir.to_proto(model), new_ops=REFERENCE_OPS).run(None, feeds)
+    return list(ReferenceEvaluator(ir.to_proto(model), new_ops=REFERENCE_OPS).run(None, feeds))
 
 
 def close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-2) -> None:

@@ -1,0 +1,62 @@
+"""``q38 export-genai PKG OUT``: a model directory released onnxruntime-genai (0.18.0) loads on CPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "export-genai",
+        parents=[common],
+        help="export a cpu-variant package for onnxruntime-genai 0.18.0 on CPU",
+        description="Write OUT, a model directory that released onnxruntime-genai (0.18.0) loads on CPU: "
+        "a 0.18-compatible genai_config.json (model.type qwen3_5_moe_text, string provider options, no "
+        "runtime profiles, no q38-only keys) and the package's target graph with its external data "
+        "(reflinked, hard-linked or copied). Only cpu-variant, contrib-lineage packages can be exported. "
+        "PKG is never modified; OUT must not exist.",
+    )
+    p.add_argument("pkg", metavar="PKG", type=Path)
+    p.add_argument("out", metavar="OUT", type=Path)
+    p.add_argument(
+        "--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
+        help="how graph and weight files are placed (default auto: reflink, else hard link, else copy)",
+    )
+    p.add_argument(
+        "--provider", choices=("cpu", "cuda"), default="cpu",
+        help="provider_options to write (default cpu: none; cuda keeps the package's CUDA options)",
+    )
+    p.add_argument(
+        "--generate", type=int, default=0, metavar="N",
+        help="after exporting, generate N tokens greedily with onnxruntime-genai on CPU and print them",
+    )
+    p.add_argument("--prompt", default="1,5,9,17", help="prompt token ids for --generate (comma separated)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.errors import FlagError
+    from q38.export_genai import export_genai, generate_tokens
+
+    prompt: list[int] = []
+    if args.generate:
+        try:
+            prompt = [int(t) for t in args.prompt.split(",")]
+        except ValueError:
+            raise FlagError(f"--prompt {args.prompt!r}: expected comma-separated token ids") from None
+        if args.generate < 0 or not prompt:
+            raise FlagError("--generate needs N > 0 and a non-empty --prompt")
+    result = export_genai(args.pkg, args.out, link=args.link, provider=args.provider)
+    tokens = generate_tokens(result.out, prompt, args.generate) if args.generate else None
+    if args.json:
+        print(json.dumps({"out": str(result.out), "graph": result.graph, "files": result.files,
+                          "states": result.states, "tokens": tokens}, sort_keys=True))
+    else:
+        print(f"exported {args.pkg} -> {result.out} ({len(result.files)} files, graph {result.graph})")
+        if tokens is not None:
+            print("tokens: " + " ".join(str(t) for t in tokens))
+    return 0

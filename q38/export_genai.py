@@ -1,0 +1,246 @@
+"""``q38 export-genai``: a directory that released onnxruntime-genai (0.18.0) loads on CPU.
+
+The export is a plain GenAI model directory for the package's ``cpu``-variant target graph:
+
+* ``genai_config.json`` with ``model.type = "qwen3_5_moe_text"`` (a type 0.18.0 accepts for a
+  hybrid GatedDeltaNet/attention decoder, reference qwen38-graph-structure.md §3), the KV, conv
+  and recurrent state name templates, string provider options (none by default: CPU), and none
+  of the q38-only keys (``qwen38_graph``, ``runtime_profiles``, ``shared_initializers``, the
+  indexer names, ``session.*`` config entries, ``custom_ops_library``);
+* the target graph and every external-data file it references, placed with
+  :func:`q38.package.place_file` (reflink, hard link or copy: ORT accepts hard-linked data).
+
+Nothing is loaded from the weights: the graph is parsed without its external data, checked
+(every op has an ORT 1.32.0 CPU kernel, every graph input is something GenAI feeds, every past
+state has its present twin), and placed unchanged. GenAI generates from token ids without a
+tokenizer, so none is written. The output is staged and renamed into place; a failure leaves
+nothing behind and the package is never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, ONNX_DOMAIN
+from q38.errors import Q38Error
+
+__all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
+
+GENAI_MODEL_TYPE: Final = "qwen3_5_moe_text"
+# The config name templates GenAI 0.18.0 understands for these graphs (key -> default name).
+_SCALAR_INPUTS: Final = ("input_ids", "attention_mask", "position_ids")
+_STATE_KINDS: Final = (("key", "key"), ("value", "value"), ("conv", "conv"), ("recurrent", "recurrent"))
+_SEARCH_KEYS_018: Final = frozenset(
+    {"max_length", "min_length", "do_sample", "top_k", "top_p", "temperature", "num_beams", "repetition_penalty"}
+)
+
+
+class ExportError(Q38Error):
+    """``q38 export-genai`` refused its input."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    out: Path
+    graph: str
+    files: dict[str, str]  # relative name -> link mode
+    states: dict[str, int]  # kind -> number of past inputs
+
+
+def _template_re(template: str) -> re.Pattern[str]:
+    if template.count("%d") != 1:
+        raise ExportError(f"name template {template!r} must contain exactly one %d")
+    head, tail = template.split("%d")
+    return re.compile(f"^{re.escape(head)}([0-9]+){re.escape(tail)}$")
+
+
+def _io_names(decoder_inputs: dict[str, str], decoder_outputs: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The 0.18.0 inputs/outputs sections: q38's names, minus what 0.18.0 rejects."""
+    inputs = {k: decoder_inputs.get(k, k) for k in _SCALAR_INPUTS}
+    outputs = {"logits": decoder_outputs.get("logits", "logits")}
+    defaults = {"key": ("past_key_values.%d.key", "present.%d.key"),
+                "value": ("past_key_values.%d.value", "present.%d.value"),
+                "conv": ("past.%d.conv", "present.%d.conv"),
+                "recurrent": ("past.%d.recurrent", "present.%d.recurrent")}
+    for kind, _ in _STATE_KINDS:
+        past_default, present_default = defaults[kind]
+        inputs[f"past_{kind}_names"] = decoder_inputs.get(f"past_{kind}_names", past_default)
+        outputs[f"present_{kind}_names"] = decoder_outputs.get(f"present_{kind}_names", present_default)
+    return inputs, outputs
+
+
+def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, int]:
+    """Refuse a graph 0.18.0 cannot run on CPU; returns the state counts per kind."""
+    for node in model.graph:
+        domain = node.domain or ONNX_DOMAIN
+        if domain in (ONNX_DOMAIN, "ai.onnx"):
+            continue
+        if domain != MS_DOMAIN:
+            raise ExportError(
+                f"{graph_name}: node {node.name or node.op_type!r} uses custom domain {domain!r} "
+                f"({node.op_type}); GenAI 0.18.0 on CPU cannot run custom-op lineage graphs"
+            )
+        if node.op_type not in CPU_KERNEL_CONTRIB_OPS:
+            raise ExportError(
+                f"{graph_name}: node {node.name or node.op_type!r} is {MS_DOMAIN}::{node.op_type}, "
+                "which has no onnxruntime 1.32.0 CPU kernel"
+            )
+    graph_inputs = [v.name for v in model.graph.inputs]
+    graph_outputs = {v.name for v in model.graph.outputs}
+    fed = {inputs[k] for k in _SCALAR_INPUTS}
+    if inputs["input_ids"] not in graph_inputs:
+        raise ExportError(f"{graph_name}: no graph input {inputs['input_ids']!r} (model.decoder.inputs.input_ids)")
+    if outputs["logits"] not in graph_outputs:
+        raise ExportError(f"{graph_name}: no graph output {outputs['logits']!r} (model.decoder.outputs.logits)")
+    patterns = {kind: _template_re(inputs[f"past_{kind}_names"]) for kind, _ in _STATE_KINDS}
+    counts = dict.fromkeys(patterns, 0)
+    for name in graph_inputs:
+        if name in fed:
+            continue
+        for kind, pattern in patterns.items():
+            match = pattern.match(name)
+            if match:
+                twin = outputs[f"present_{kind}_names"].replace("%d", match.group(1))
+                if twin not in graph_outputs:
+                    raise ExportError(f"{graph_name}: state input {name!r} has no present output {twin!r}")
+                counts[kind] += 1
+                break
+        else:
+            raise ExportError(
+                f"{graph_name}: graph input {name!r} is not fed by onnxruntime-genai 0.18.0 "
+                "(not input_ids/attention_mask/position_ids or a key/value/conv/recurrent state)"
+            )
+    return counts
+
+
+def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[str, Any]:
+    """The 0.18.0 ``genai_config.json`` document for q38 config ``cfg`` (a q38.package.Config)."""
+    m = cfg.model
+    d = m.decoder
+    inputs, outputs = _io_names(d.inputs, d.outputs)
+    so: dict[str, Any] = {"log_id": d.session_options.log_id or "q38"}
+    for key in ("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "log_severity_level"):
+        value = getattr(d.session_options, key)
+        if value is not None:
+            so[key] = value
+    providers: list[dict[str, dict[str, str]]] = []
+    if provider != "cpu":
+        providers = [{p.name: dict(p.options)} for p in d.session_options.provider_options if p.name == provider]
+        if not providers:
+            providers = [{provider: {}}]
+    so["provider_options"] = providers
+    search = {k: v for k, v in cfg.search.items() if k in _SEARCH_KEYS_018}
+    search["max_length"] = min(int(search.get("max_length", m.context_length)), m.context_length)
+    return {
+        "model": {
+            "type": GENAI_MODEL_TYPE,
+            "bos_token_id": m.bos_token_id,
+            "eos_token_id": list(m.eos_token_id),
+            "pad_token_id": m.pad_token_id,
+            "vocab_size": m.vocab_size,
+            "context_length": m.context_length,
+            "decoder": {
+                "filename": graph_name,
+                "session_options": so,
+                "head_size": d.head_size,
+                "hidden_size": d.hidden_size,
+                "num_attention_heads": d.num_attention_heads,
+                "num_hidden_layers": d.num_hidden_layers,
+                "num_key_value_heads": d.num_key_value_heads,
+                "inputs": inputs,
+                "outputs": outputs,
+            },
+        },
+        "search": search,
+    }
+
+
+def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu") -> ExportResult:
+    """Export the cpu-variant package ``src`` to a GenAI 0.18.0 model directory ``out``.
+
+    Raises:
+        ExportError / PackageError: one line naming the file, node or key at fault.
+    """
+    from q38.package import LinkPolicy, StagedDirectory, check_destination, load_graph, open_package
+    from q38.package.graphs import external_refs
+    from q38.package.paths import resolve_inside
+
+    src, out = Path(src), Path(out)
+    check_destination(out, what="output")
+    package = open_package(src)
+    g = package.config.model.qwen38_graph
+    if g.variant != "cpu":
+        raise ExportError(
+            f"{src}: {g.variant}-variant package; onnxruntime-genai 0.18.0 on CPU has no kernels for its "
+            "QSA ops (export a cpu-variant package)"
+        )
+    if g.lineage != "contrib":
+        raise ExportError(f"{src}: {g.lineage}-lineage package; GenAI 0.18.0 on CPU runs contrib-lineage graphs only")
+    graph_dir = package.target_dir
+    graph_rel = g.target
+    graph_path = resolve_inside(graph_dir, graph_rel, what=f"{src}: target graph")
+    model = load_graph(graph_path, root=graph_dir)
+    for role in package.roles():  # a malformed sibling graph makes the whole package malformed
+        if role != "target":
+            package.load(role)
+    inputs, outputs = _io_names(package.config.model.decoder.inputs, package.config.model.decoder.outputs)
+    states = _check_graph(model, graph_rel, inputs, outputs)
+    locations = sorted({ref.location for ref in external_refs(model)})
+    graph_parent = Path(graph_rel).parent
+    policy = LinkPolicy(link)
+    doc = genai_config(package.config, graph_rel, provider=provider)
+    files: dict[str, str] = {}
+    try:
+        _write(StagedDirectory(out), src, graph_dir, graph_rel, graph_parent, locations, policy, doc, files)
+    except OSError as exc:
+        raise ExportError(f"{out}: cannot write the export: {exc.strerror or exc}") from None
+    return ExportResult(out=out, graph=graph_rel, files=files, states=states)
+
+
+def _write(
+    staged_dir: Any,
+    src: Path,
+    graph_dir: Path,
+    graph_rel: str,
+    graph_parent: Path,
+    locations: list[str],
+    policy: Any,
+    doc: dict[str, Any],
+    files: dict[str, str],
+) -> None:
+    from q38.package import place_file
+    from q38.package.paths import resolve_inside
+
+    with staged_dir as staged:
+        for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]:
+            source = resolve_inside(graph_dir, rel, what=f"{src}: {rel}")
+            target = staged.path / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            files[rel] = str(place_file(source, target, policy))
+        with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
+            fh.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        files["genai_config.json"] = "write"
+        staged.commit()
+
+
+def generate_tokens(model_dir: Path | str, prompt: list[int], new_tokens: int) -> list[int]:
+    """Greedy generation with onnxruntime-genai on CPU (``Config.clear_providers()``)."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    config = og.Config(str(model_dir))
+    config.clear_providers()
+    model = og.Model(config)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.asarray([prompt], dtype=np.int32))
+    tokens: list[int] = []
+    while not generator.is_done() and len(tokens) < new_tokens:
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens

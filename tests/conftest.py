@@ -1,0 +1,27 @@
+"""Fixtures shared by every test suite: the golden snapshots (see tests/golden.py).
+
+* ``graph_snapshot``: ``assert graph_snapshot == model`` where model is a ``.onnx`` path, an
+  ``onnx.ModelProto`` or an ``onnx_ir.Model``; ``graph_snapshot(name="target")`` names the file.
+* ``package_snapshot``: ``assert package_snapshot == package_dir``.
+
+Goldens live in ``goldens/<test_module>/<test>[<name>].json``; update them deliberately with
+``nox -s goldens`` (``--snapshot-update``). Unused goldens fail the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+from golden import GraphGoldenExtension, PackageGoldenExtension
+from syrupy.assertion import SnapshotAssertion
+
+
+@pytest.fixture
+def graph_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    """A snapshot that stores the canonical JSON of a graph."""
+    return snapshot.use_extension(GraphGoldenExtension)
+
+
+@pytest.fixture
+def package_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    """A snapshot that stores the canonical JSON of a package's config, pool and manifest."""
+    return snapshot.use_extension(PackageGoldenExtension)

@@ -1,0 +1,233 @@
+"""What this machine offers the GPU suite: the GPU (nvidia-smi or cudart) and onnxruntime features.
+
+Features are probed, not guessed from versions:
+
+* ``cuda_kernels``: the com.microsoft ops with a CUDA kernel, from onnxruntime's kernel registry;
+* ``op_session``: whether a one-node session of a contrib op can be created on an EP with CPU
+  fallback disabled (NOT_IMPLEMENTED / "fallback ... disabled" means no kernel; any other
+  error came from the kernel's constructor, so the kernel exists);
+* ``offload_config``: whether the build parses ``session.moe.offload.*`` (an unknown key
+  under that prefix is rejected only by builds that implement QMoE offload; 1.31.1 accepts
+  anything silently, see ort-cpu-capabilities.md §4.5).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import shutil
+import subprocess
+from collections.abc import Mapping
+from typing import Any, Final
+
+from q38._ops import (
+    CAUSAL_CONV_WITH_STATE,
+    DYNAMIC_SPARSE_ATTENTION,
+    GATED_DELTA_NET,
+    HC_LOW_RANK_MIX,
+    MS_DOMAIN,
+    QMOE,
+    RMS_NORM_ROTARY,
+    SPARSE_ATTENTION_INDEXER,
+)
+
+CUDA_EP: Final = "CUDAExecutionProvider"
+CPU_EP: Final = "CPUExecutionProvider"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    driver: str
+    compute_capability: tuple[int, int] | None
+    memory_mib: int | None
+    source: str
+
+    @property
+    def sm(self) -> int | None:
+        cc = self.compute_capability
+        return cc[0] * 10 + cc[1] if cc else None
+
+
+def query_nvidia_smi() -> tuple[GpuInfo | None, str]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None, "nvidia-smi not found"
+    try:
+        proc = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"nvidia-smi failed: {exc}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        return None, f"nvidia-smi lists no GPU (exit {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()})"
+    name, driver, cap, mem = (f.strip() for f in lines[0].split(",")[:4])
+    try:
+        major, minor = (int(x) for x in cap.split("."))
+        cc: tuple[int, int] | None = (major, minor)
+    except ValueError:
+        cc = None
+    return GpuInfo(name, driver, cc, int(mem) if mem.isdigit() else None, "nvidia-smi"), ""
+
+
+def query_cudart() -> tuple[GpuInfo | None, str]:
+    """Compute capability and driver version through the CUDA runtime, where it is loadable."""
+    candidates = [ctypes.util.find_library("cudart"), "libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    for lib_name in [c for c in candidates if c]:
+        try:
+            lib = ctypes.CDLL(lib_name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if lib.cudaGetDeviceCount(ctypes.byref(count)) != 0 or count.value == 0:
+            return None, f"{lib_name}: no CUDA device"
+        major, minor, driver = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        lib.cudaDeviceGetAttribute(ctypes.byref(major), 75, 0)  # cudaDevAttrComputeCapabilityMajor
+        lib.cudaDeviceGetAttribute(ctypes.byref(minor), 76, 0)  # cudaDevAttrComputeCapabilityMinor
+        lib.cudaDriverGetVersion(ctypes.byref(driver))
+        return GpuInfo("unknown (cudart)", f"cuda-driver-api {driver.value}", (major.value, minor.value), None,
+                       lib_name), ""
+    return None, "libcudart not loadable"
+
+
+def detect_gpu() -> tuple[GpuInfo | None, str]:
+    info, why = query_nvidia_smi()
+    if info is not None:
+        return info, ""
+    info, why2 = query_cudart()
+    return (info, "") if info is not None else (None, f"{why}; {why2}")
+
+
+def cuda_kernel_ops(ort: Any) -> frozenset[str]:
+    """com.microsoft op names with a CUDA kernel in this onnxruntime build (kernel registry)."""
+    try:
+        defs = ort.capi._pybind_state.get_all_opkernel_def()
+    except Exception:
+        return frozenset()
+    return frozenset(d.op_name for d in defs if d.provider == CUDA_EP and d.domain == MS_DOMAIN)
+
+
+def _schema(ort: Any, op: str, domain: str) -> Any | None:
+    for s in ort.capi._pybind_state.get_all_operator_schema():
+        if s.name == op and s.domain == domain:
+            return s
+    return None
+
+
+def _probe_model(schema: Any, op: str, domain: str) -> bytes:
+    from onnx import TensorProto, helper
+
+    def first_type(type_str: str) -> int:
+        allowed = next((c.allowed_type_strs for c in schema.type_constraints if c.type_param_str == type_str),
+                       [type_str])
+        for pref in ("tensor(float16)", "tensor(float)", "tensor(int64)", "tensor(int32)", "tensor(uint8)"):
+            if pref in allowed:
+                return int(getattr(TensorProto, pref[7:-1].upper()))
+        return TensorProto.FLOAT16
+
+    inputs, names = [], []
+    for k, formal in enumerate(schema.inputs):
+        if str(formal.option).endswith("Optional"):
+            names.append("")
+            continue
+        name = f"in{k}"
+        names.append(name)
+        inputs.append(helper.make_tensor_value_info(name, first_type(formal.typeStr), None))
+    while names and names[-1] == "":
+        names.pop()
+    outputs = [helper.make_tensor_value_info(f"out{k}", first_type(f.typeStr), None)
+               for k, f in enumerate(schema.outputs) if not str(f.option).endswith("Optional")]
+    attrs: dict[str, Any] = {}
+    for name, attr in schema.attributes.items():
+        if attr.required:
+            attrs[name] = 1
+    node = helper.make_node(op, names, [o.name for o in outputs], domain=domain, **attrs)
+    graph = helper.make_graph([node], "probe", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(domain, 1)])
+    return bytes(model.SerializeToString())
+
+
+NO_KERNEL_MARKERS: Final = (
+    "NOT_IMPLEMENTED",
+    "Could not find an implementation",
+    "fallback to CPU EP has been explicitly disabled",
+)
+GRAPH_ERROR_MARKERS: Final = ("ShapeInferenceError", "TypeInferenceError", "INVALID_GRAPH", "Type Error")
+PRESENT: Final = "present"
+ABSENT: Final = "absent"
+INCONCLUSIVE: Final = "inconclusive"
+
+
+def op_session(ort: Any, op: str, *, ep: str, domain: str = MS_DOMAIN) -> tuple[str, str]:
+    """Creates a one-node session of ``op`` on ``ep`` alone: (present|absent|inconclusive, why)."""
+    schema = _schema(ort, op, domain)
+    if schema is None:
+        return ABSENT, f"onnxruntime {ort.__version__} has no schema for {domain}::{op}"
+    model = _probe_model(schema, op, domain)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    if ep != CPU_EP:
+        # Only `ep`: a node it cannot take must fail session creation instead of running on CPU.
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    try:
+        ort.InferenceSession(model, so, providers=[ep])
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        if any(m in str(exc) for m in NO_KERNEL_MARKERS):
+            return ABSENT, f"no {ep} kernel for {domain}::{op}: {first}"
+        if any(m in str(exc) for m in GRAPH_ERROR_MARKERS):
+            return INCONCLUSIVE, f"the probe node for {domain}::{op} failed graph checks: {first}"
+        return PRESENT, f"kernel constructor ran and rejected the probe node: {first}"
+    return PRESENT, "session created"
+
+
+def offload_config(ort: Any) -> tuple[bool, str]:
+    """Whether this build implements ``session.moe.offload.*`` (rejects an unknown key)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.moe.offload.q38_probe_unknown_key", "1")
+    try:
+        ort.InferenceSession(model, so, providers=[CPU_EP])
+    except Exception as exc:
+        if "Unknown session.moe.offload.* configuration key" in str(exc):
+            return True, "session.moe.offload.* is parsed"
+        return False, f"unexpected error probing session.moe.offload.*: {exc}"
+    return False, f"onnxruntime {ort.__version__} ignores session.moe.offload.* (no QMoE offload support)"
+
+
+@dataclasses.dataclass(frozen=True)
+class OrtFeatures:
+    version: str
+    providers: tuple[str, ...]
+    cuda_kernels: frozenset[str]
+    offload: tuple[bool, str]
+    ops: Mapping[str, tuple[str, str]]
+
+    def has_cuda_op(self, op: str) -> tuple[bool, str]:
+        """(True, how) when the build has a CUDA kernel for ``op``; (False, exact reason) otherwise."""
+        status, why = self.ops.get(op, (INCONCLUSIVE, "not probed"))
+        if status == PRESENT:
+            return True, why
+        if op in self.cuda_kernels:
+            return True, "in the CUDA kernel registry"
+        if status == ABSENT:
+            return False, why
+        return False, f"onnxruntime {self.version}: {MS_DOMAIN}::{op} not in the CUDA kernel registry ({why})"
+
+
+PROBED_OPS: Final = (RMS_NORM_ROTARY, HC_LOW_RANK_MIX, QMOE, DYNAMIC_SPARSE_ATTENTION,
+                     SPARSE_ATTENTION_INDEXER, CAUSAL_CONV_WITH_STATE, GATED_DELTA_NET)
+
+
+def probe_ort(ort: Any, *, ep: str = CUDA_EP) -> OrtFeatures:
+    providers = tuple(ort.get_available_providers())
+    ops = {op: op_session(ort, op, ep=ep) for op in PROBED_OPS} if ep in providers else {}
+    return OrtFeatures(ort.__version__, providers, cuda_kernel_ops(ort), offload_config(ort), ops)

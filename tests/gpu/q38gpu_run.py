@@ -1,0 +1,297 @@
+"""Running synthetic packages on onnxruntime for the GPU suite: packages, feeds, steps, diffs.
+
+Packages are made through the q38 command line (``q38 synth`` / ``optimize`` / ``offload``,
+SPEC §3), the most stable public surface; a subcommand that is not registered yet makes the test
+skip with that reason, any other failure fails the test with the command's stderr.
+
+Feeds follow docs/synthetic-model.md: ``input_ids``/``position_ids`` [B,S], ``attention_mask``
+[B,T], ``past.*``/``past_key_values.*`` fed from the previous step's ``present.*`` twins.
+Symbolic dims resolve by name (B, S, T, P and their long spellings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import q38gpu_env as genv
+
+CUDA_PROVIDERS: Final = [(genv.CUDA_EP, {"device_id": "0"}), genv.CPU_EP]
+CPU_PROVIDERS: Final = [genv.CPU_EP]
+
+# (rtol, atol) per comparison and output dtype; integer outputs must match exactly.
+TOLERANCES: Final[Mapping[str, Mapping[str, tuple[float, float]]]] = {
+    "cuda_vs_cpu": {"float16": (2e-2, 2e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-3, 1e-3)},
+    "optimized_vs_unoptimized": {"float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2), "float32": (1e-4, 1e-4)},
+    "offload_vs_resident": {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2), "float32": (1e-5, 1e-5)},
+}
+
+DIM_BATCH: Final = frozenset({"B", "batch", "batch_size"})
+DIM_SEQ: Final = frozenset({"S", "seq", "sequence_length", "seq_len"})
+DIM_TOTAL: Final = frozenset({"T", "total", "total_sequence_length", "total_seq_len"})
+DIM_PAST: Final = frozenset({"P", "past", "past_sequence_length", "past_seq_len"})
+
+
+class Unavailable(Exception):
+    """A capability the test needs is missing; the message is the skip reason."""
+
+
+def cuda_session_works(ort: Any) -> tuple[bool, str]:
+    """Creates and runs a one-node CUDA session with CPU fallback disabled."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    try:
+        sess = ort.InferenceSession(model, so, providers=[genv.CUDA_EP])
+        y = sess.run(None, {"x": np.ones(4, np.float32)})[0]
+    except Exception as exc:
+        return False, (str(exc).strip().splitlines() or [""])[0][:300]
+    return bool(np.all(y == 2)), "ok" if np.all(y == 2) else f"wrong result {y}"
+
+
+# --------------------------------------------------------------------------- packages
+
+
+def q38(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "q38", *(os.fspath(a) for a in args)], capture_output=True, text=True,
+                          cwd=cwd, check=False)
+
+
+class PackageFactory:
+    """Synthetic, optimized and offload packages, made once per session and reused."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[tuple[str, ...], Path] = {}
+
+    def _cmd(self, key: tuple[str, ...], out: Path, *args: str | os.PathLike[str]) -> Path:
+        if key in self._made:
+            return self._made[key]
+        proc = q38(*args)
+        if proc.returncode != 0:
+            err = proc.stderr.strip().splitlines()
+            last = err[-1] if err else f"exit {proc.returncode}"
+            if "invalid choice" in proc.stderr or "No module named" in proc.stderr:
+                raise Unavailable(f"q38 {args[0]} is not available in this checkout: {last}")
+            raise RuntimeError(f"q38 {' '.join(str(a) for a in args)} failed (exit {proc.returncode}): {proc.stderr}")
+        self._made[key] = out
+        return out
+
+    def synth(self, *, preset: str = "tiny", variant: str = "cpu", layout: str = "flat", **extra: str) -> Path:
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(extra.items())]
+        key = ("synth", preset, variant, layout, *flags)
+        out = self.root / "-".join(key).replace("=", "_").replace("--", "")
+        return self._cmd(key, out, "synth", out, "--preset", preset, "--variant", variant, "--layout", layout, *flags)
+
+    def optimize(self, src: Path, *, target: str = "cuda") -> Path:
+        out = src.with_name(f"{src.name}-opt-{target}")
+        return self._cmd(("optimize", str(src), target), out, "optimize", src, out, "--target", target)
+
+    def offload(self, src: Path, *, mode: str = "required") -> Path:
+        out = src.with_name(f"{src.name}-offload-{mode}")
+        return self._cmd(("offload", str(src), mode), out, "offload", out, "--from-package", src,
+                         "--offload-mode", mode)
+
+
+def target_graph(package: Path) -> Path:
+    try:
+        from q38.package import open_package
+
+        return Path(open_package(package).graph_path("target"))
+    except ImportError:
+        return package / "model.onnx"
+
+
+def _walk(data: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(data, Mapping):
+        for k, v in data.items():
+            yield str(k), v
+            yield from _walk(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from _walk(v)
+
+
+def offload_entries(package: Path, *, mode: str | None = None) -> dict[str, str]:
+    """The package's ``session.moe.offload.*`` config entries (``mode`` overrides the package's)."""
+    config = json.loads((package / "genai_config.json").read_text(encoding="utf-8"))
+    entries: dict[str, str] = {}
+    for k, v in _walk(config):  # first occurrence: the decoder's own session options
+        if k.startswith("session.moe.offload.") and not isinstance(v, (dict, list)):
+            entries.setdefault(k, str(v))
+    if mode is not None:
+        entries["session.moe.offload.mode"] = mode
+    return dict(sorted(entries.items()))
+
+
+# --------------------------------------------------------------------------- sessions and feeds
+
+
+def session(ort: Any, model: Path, *, providers: Sequence[Any], config: Mapping[str, str] | None = None,
+            profile_prefix: str | None = None) -> Any:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(os.fspath(model), so, providers=list(providers))
+
+
+def present_name(past: str) -> str:
+    for prefix in ("past_key_values.", "past."):
+        if past.startswith(prefix):
+            return "present." + past[len(prefix):]
+    raise ValueError(f"{past}: not a past-state input name")
+
+
+_NP = {"tensor(float16)": np.float16, "tensor(float)": np.float32, "tensor(int64)": np.int64,
+       "tensor(int32)": np.int32, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+def _dim(d: Any, *, batch: int, seq: int, past: int, name: str) -> int:
+    if isinstance(d, int):
+        return d
+    if d in DIM_BATCH:
+        return batch
+    if d in DIM_SEQ:
+        return seq
+    if d in DIM_TOTAL:
+        return past + seq
+    if d in DIM_PAST or name.startswith("past"):
+        return past
+    raise ValueError(f"input {name}: cannot resolve the symbolic dim {d!r}")
+
+
+@dataclasses.dataclass
+class Stepper:
+    """Prefill then decode steps, each feeding the previous presents as pasts."""
+
+    sess: Any
+    vocab: int
+    seed: int = 0
+    batch: int = 1
+
+    def feeds(self, *, seq: int, past: int, state: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(self.seed + past)
+        out: dict[str, np.ndarray] = {}
+        for meta in self.sess.get_inputs():
+            shape = [_dim(d, batch=self.batch, seq=seq, past=past, name=meta.name) for d in meta.shape]
+            dtype = _NP.get(meta.type, np.float32)
+            if meta.name == "input_ids":
+                out[meta.name] = rng.integers(0, self.vocab, size=shape, dtype=np.int64)
+            elif meta.name == "position_ids":
+                out[meta.name] = np.broadcast_to(np.arange(past, past + seq, dtype=dtype), shape).copy()
+            elif meta.name == "attention_mask":
+                out[meta.name] = np.ones(shape, dtype=dtype)
+            elif state is not None and present_name(meta.name) in state:
+                out[meta.name] = state[present_name(meta.name)]
+            else:
+                out[meta.name] = np.zeros(shape, dtype=dtype)
+        return out
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self.sess.get_outputs()]
+        return dict(zip(names, self.sess.run(names, dict(feeds)), strict=True))
+
+    def steps(self, *, prefill: int, decode: int) -> list[dict[str, np.ndarray]]:
+        results = [self.run(self.feeds(seq=prefill, past=0))]
+        for k in range(decode):
+            results.append(self.run(self.feeds(seq=1, past=prefill + k, state=results[-1])))
+        return results
+
+
+def context_length(package: Path) -> int | None:
+    """``model.context_length`` (else ``search.max_length``) of the package config."""
+    config = json.loads((package / "genai_config.json").read_text(encoding="utf-8"))
+    value = config.get("model", {}).get("context_length") or config.get("search", {}).get("max_length")
+    return int(value) if value else None
+
+
+def vocab_of(sess: Any, default: int = 512) -> int:
+    for o in sess.get_outputs():
+        if o.name == "logits" and o.shape and isinstance(o.shape[-1], int):
+            return int(o.shape[-1])
+    return default
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@dataclasses.dataclass(frozen=True)
+class Diff:
+    step: int
+    name: str
+    dtype: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    note: str = ""
+
+    def line(self) -> str:
+        flag = "ok " if self.ok else "BAD"
+        return f"{flag} step {self.step} {self.name:<32} {self.dtype:<8} max|d|={self.max_abs:.3e} max rel={self.max_rel:.3e} {self.note}"
+
+
+def compare_steps(ref: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping[str, np.ndarray]],
+                  *, comparison: str) -> list[Diff]:
+    """Every output of every step, logits and each present state, with the per-dtype tolerance."""
+    tol = TOLERANCES[comparison]
+    diffs: list[Diff] = []
+    for k, (a_step, b_step) in enumerate(zip(ref, got, strict=True)):
+        for name in sorted(a_step):
+            a, b = a_step[name], b_step.get(name)
+            if b is None or a.shape != b.shape:
+                diffs.append(Diff(k, name, str(a.dtype), np.inf, np.inf, False,
+                                  f"shape {a.shape} vs {None if b is None else b.shape}"))
+                continue
+            dtype = str(a.dtype)
+            if dtype not in tol:
+                same = bool(np.array_equal(a, b))
+                diffs.append(Diff(k, name, dtype, 0.0 if same else np.inf, 0.0, same, "exact"))
+                continue
+            rtol, atol = tol[dtype]
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            d = np.abs(a64 - b64)
+            finite = bool(np.all(np.isfinite(a64)) and np.all(np.isfinite(b64)))
+            rel = d / np.maximum(np.abs(a64), 1e-12)
+            ok = finite and bool(np.all(d <= atol + rtol * np.abs(a64)))
+            diffs.append(Diff(k, name, dtype, float(d.max(initial=0.0)), float(rel.max(initial=0.0)), ok,
+                              "" if finite else "non-finite values"))
+    return diffs
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1) -> tuple[int, str]:
+    """GPU kernels launched by one run of a profiled session: (count, what was counted).
+
+    CUPTI-enabled builds emit ``cat == "Kernel"`` events; otherwise the count is the number of
+    node executions assigned to the CUDA EP (a lower bound on kernel launches).
+    """
+    events = json.loads(Path(path).read_text(encoding="utf-8"))
+    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    if runs:
+        run = runs[run_index]
+        lo, hi = run["ts"], run["ts"] + run["dur"]
+        events = [e for e in events if lo <= e.get("ts", -1) <= hi]
+    kernels = [e for e in events if e.get("cat") == "Kernel"]
+    if kernels:
+        return len(kernels), "CUDA kernels (CUPTI)"
+    nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
+             and (e.get("args") or {}).get("provider") == genv.CUDA_EP]
+    return len(nodes), "CUDA EP node executions (no CUPTI events in this build)"

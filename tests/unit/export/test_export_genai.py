@@ -1,0 +1,191 @@
+"""``q38 export-genai``: a real GenAI client (onnxruntime-genai 0.18.0) end to end on CPU.
+
+Invariants guarded:
+* the exported genai_config.json is one 0.18.0 accepts: model.type qwen3_5_moe_text, only string
+  provider/session option values, no runtime_profiles / shared_initializers / qwen38_graph /
+  indexer names, and ``og.Config`` parses it;
+* og.Model + og.Generator (greedy, Config.clear_providers()) generate tokens from an exported
+  synthetic cpu package, and they are exactly the greedy tokens of a plain ORT full-recompute loop
+  over the same graph (so GenAI carries the KV, conv and recurrent state correctly);
+* the tokens are identical before and after ``q38 optimize --target cpu``;
+* faithful-variant and custom-lineage packages are refused with one line, exit 2, nothing written;
+* the package is byte-identical afterwards; an existing OUT is refused; ``--link copy`` copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.fsnap import staging_debris, tree_snapshot
+
+from q38.cli import main
+
+PROMPT = [1, 5, 9, 17, 33, 65]
+NEW_TOKENS = 8
+
+
+def _og():  # type: ignore[no-untyped-def]
+    return pytest.importorskip(
+        "onnxruntime_genai", reason="onnxruntime-genai (0.18.0) is not installed (test dependency group)"
+    )
+
+
+def _export(pkg: Path, out: Path, *extra: str) -> None:
+    assert main(["export-genai", str(pkg), str(out), *extra]) == 0
+
+
+def _ort_greedy(graph: Path, prompt: list[int], n: int) -> list[int]:
+    """Greedy tokens by re-running the whole sequence with empty state each step (no cache)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    ids = list(prompt)
+    for _ in range(n):
+        feeds: dict[str, np.ndarray] = {}
+        for arg in session.get_inputs():
+            if arg.name == "input_ids":
+                feeds[arg.name] = np.array([ids], dtype=np.int64)
+            elif arg.name == "attention_mask":
+                feeds[arg.name] = np.ones((1, len(ids)), dtype=np.int64)
+            elif arg.name == "position_ids":
+                feeds[arg.name] = np.arange(len(ids), dtype=np.int64)[None]
+            else:
+                shape = [1 if d == "batch_size" else 0 if isinstance(d, str) else int(d) for d in arg.shape]
+                feeds[arg.name] = np.zeros(shape, dtype=np.float16 if "float16" in arg.type else np.float32)
+        logits = session.run(["logits"], feeds)[0]
+        ids.append(int(logits[0, -1].astype(np.float32).argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "genai"
+    _export(tiny_cpu_package, out)
+    return out
+
+
+def test_config_is_018_shaped(exported: Path) -> None:
+    doc = json.loads((exported / "genai_config.json").read_text())
+    assert set(doc) == {"model", "search"}
+    model = doc["model"]
+    assert model["type"] == "qwen3_5_moe_text"
+    assert set(model) == {
+        "type", "bos_token_id", "eos_token_id", "pad_token_id", "vocab_size", "context_length", "decoder",
+    }
+    dec = model["decoder"]
+    assert dec["filename"] == "model.onnx"
+    assert "shared_initializers" not in dec
+    assert dec["session_options"] == {"log_id": "q38", "provider_options": []}
+    assert set(dec["inputs"]) == {
+        "input_ids", "attention_mask", "position_ids", "past_key_names", "past_value_names",
+        "past_conv_names", "past_recurrent_names",
+    }
+    assert set(dec["outputs"]) == {
+        "logits", "present_key_names", "present_value_names", "present_conv_names", "present_recurrent_names",
+    }
+    assert sorted(p.name for p in exported.iterdir()) == ["genai_config.json", "model.onnx", "model.onnx.data"]
+    assert doc["search"]["max_length"] <= model["context_length"]
+
+
+def test_og_config_parses_cuda_provider_strings(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    og = _og()
+    out = tmp_path / "cuda"
+    _export(tiny_cpu_package, out, "--provider", "cuda", "--link", "copy")
+    doc = json.loads((out / "genai_config.json").read_text())
+    (entry,) = doc["model"]["decoder"]["session_options"]["provider_options"]
+    assert list(entry) == ["cuda"]
+    assert entry["cuda"] and all(isinstance(v, str) for v in entry["cuda"].values())
+    config = og.Config(str(out))  # strict 0.18.0 parse: rejects numbers in provider options
+    config.clear_providers()
+    assert all(os.stat(p).st_nlink == 1 for p in out.iterdir())
+
+
+def test_og_generates_the_ort_greedy_tokens(exported: Path, tiny_cpu_package: Path) -> None:
+    _og()
+    from q38.export_genai import generate_tokens
+
+    tokens = generate_tokens(exported, PROMPT, NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
+    assert all(0 <= t < 512 for t in tokens)
+    assert tokens == _ort_greedy(tiny_cpu_package / "model.onnx", PROMPT, NEW_TOKENS)
+
+
+def test_tokens_identical_after_optimize_cpu(exported: Path, tiny_cpu_package: Path, tmp_path: Path) -> None:
+    _og()
+    pytest.importorskip("q38.optimize.package_io", reason="q38.optimize.package_io (q38 optimize) has not landed")
+    from q38.export_genai import generate_tokens
+
+    optimized = tmp_path / "opt"
+    assert main(["optimize", str(tiny_cpu_package), str(optimized), "--target", "cpu"]) == 0
+    _export(optimized, tmp_path / "genai_opt")
+    before = generate_tokens(exported, PROMPT, NEW_TOKENS)
+    after = generate_tokens(tmp_path / "genai_opt", PROMPT, NEW_TOKENS)
+    assert after == before
+
+
+def test_cli_generate_json(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _og()
+    out = tmp_path / "g"
+    prompt = ",".join(str(t) for t in PROMPT)
+    _export(tiny_cpu_package, out, "--generate", "3", "--prompt", prompt, "--json")
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["states"] == {"conv": 6, "recurrent": 6, "key": 2, "value": 2}
+    assert len(summary["tokens"]) == 3
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], out: Path, needle: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert needle in err
+    assert not os.path.lexists(out)
+    assert staging_debris(out.parent) == []
+
+
+def test_refuses_faithful(tiny_faithful_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree_snapshot(tiny_faithful_package)
+    out = tmp_path / "out"
+    _refused(capsys, ["export-genai", str(tiny_faithful_package), str(out)], out, "faithful-variant package")
+    assert tree_snapshot(tiny_faithful_package) == before
+
+
+def test_refuses_custom_lineage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from q38.synth import synthesize
+
+    pkg = synthesize(tmp_path / "custom", preset="tiny", variant="cpu", lineage="custom")
+    out = tmp_path / "out"
+    _refused(capsys, ["export-genai", str(pkg), str(out)], out, "custom-lineage package")
+
+
+def test_refuses_existing_out(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export-genai", str(tiny_cpu_package), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to overwrite" in err and err.count("\n") == 1
+    assert list(out.iterdir()) == []
+
+
+def test_refuses_unfed_graph_input(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_cpu_package, pkg, symlinks=True)
+    model = onnx.load(pkg / "model.onnx", load_external_data=False)
+    model.graph.input.append(onnx.helper.make_tensor_value_info("past.0.indexer_key", onnx.TensorProto.FLOAT16, [1, 0, 16]))
+    (pkg / "model.onnx").write_bytes(model.SerializeToString())
+    out = tmp_path / "out"
+    _refused(capsys, ["export-genai", str(pkg), str(out)], out, "graph input 'past.0.indexer_key' is not fed")
+
+
+def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    before = tree_snapshot(tiny_cpu_package)
+    _export(tiny_cpu_package, tmp_path / "a", "--link", "hardlink")
+    _export(tiny_cpu_package, tmp_path / "b", "--link", "copy")
+    assert tree_snapshot(tiny_cpu_package) == before
+    assert (tmp_path / "b" / "model.onnx.data").read_bytes() == (tiny_cpu_package / "model.onnx.data").read_bytes()

@@ -1,0 +1,117 @@
+"""Weights created by `q38 optimize` are pooled, and sharing survives the rewrites.
+
+Invariants guarded (tiny faithful package, --target cuda, every pass fires):
+* every tensor a pass writes to a `<stem>.opt.data` file has exactly one `weights_pool.txt` entry
+  with its file, offset, length, dtype and shape, placement `device`, and a provenance naming
+  every graph that reads it (`ROLE:NAME`), the pass (`pass:PASS`) and its sources (`from:NAME`);
+* a tensor derived from a weight the target, head and prefill graphs shared before is written
+  once (one entry, one byte range) and read by all three graphs;
+* a source entry that no graph reads any more (`lm_head.weight`, replaced by its FP8 form in every
+  graph) is dropped and recorded in the manifest (`extra.pool_dropped`); the others are unchanged;
+* same-name unrelated weights stay distinct (the head's own `fold.proj.weight` is not merged with
+  the target's);
+* on a layered package, derived tensors of the head directory are pooled in `head/`, and both
+  manifests are written in place (the optimized package opens);
+* the pool written is fresh, never a hard link to the source pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from q38.optimize.package_io import optimize_package
+from q38.package import Placement, external_refs, open_package, read_pool
+
+
+@pytest.fixture(scope="module")
+def optimized(tiny_faithful_package: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("pool")
+    src = base / "src"
+    shutil.copytree(tiny_faithful_package, src, symlinks=True)
+    out = base / "out"
+    optimize_package(src, out, target="cuda")
+    return src, out
+
+
+def _opt_refs(pkg_dir: Path) -> dict[tuple[str, int], list[str]]:
+    """(file, offset) -> ROLE:NAME of every graph tensor stored in a `.opt.data` file."""
+    pkg = open_package(pkg_dir)
+    refs: dict[tuple[str, int], list[str]] = {}
+    for role in pkg.roles():
+        for ref in external_refs(pkg.load(role)):
+            if ".opt" in ref.location:
+                refs.setdefault((ref.location, ref.offset), []).append(f"{role}:{ref.name}")
+    return refs
+
+
+def test_every_tensor_a_pass_writes_has_one_pool_entry(optimized: tuple[Path, Path]) -> None:
+    _, out = optimized
+    pool = read_pool(out / "weights_pool.txt")
+    derived = {(e.file, e.offset): e for e in pool.entries if e.pool_id.startswith("opt")}
+    refs = _opt_refs(out)
+    assert set(refs) == set(derived)
+    provenance = json.loads((out / "package_manifest.json").read_text())["extra"]["provenance"]
+    for loc, users in refs.items():
+        entry = derived[loc]
+        parts = entry.provenance.split(",")
+        assert entry.placement is Placement.DEVICE
+        assert [p for p in parts if not p.startswith(("pass:", "from:"))] == users
+        name = users[0].split(":", 1)[1]
+        assert [p for p in parts if p.startswith("from:")] == [f"from:{s}" for s in provenance[name]]
+        assert len([p for p in parts if p.startswith("pass:")]) == 1
+        assert entry.nbytes_expected == entry.length
+        assert (out / entry.file).stat().st_size >= entry.offset + (entry.length or 0)
+
+
+def test_weights_shared_before_a_rewrite_stay_shared_after_it(optimized: tuple[Path, Path]) -> None:
+    _, out = optimized
+    pool = read_pool(out / "weights_pool.txt")
+    by_users = {e.provenance.split(",pass:")[0]: e for e in pool.entries}
+    fp8 = by_users["target:lm_head.weight.fp8,head:lm_head.weight.fp8,prefill:lm_head.weight.fp8"]
+    assert fp8.provenance.endswith(",pass:fp8_head,from:lm_head.weight")
+    assert (fp8.file, fp8.dtype, fp8.shape) == ("model.opt.data", "float8e4m3fn", (512, 64))
+    # The shared-expert weights the target and the prefill graph read from one byte range.
+    fused = [e for e in pool.entries if "shared_expert.gate_up_sg_proj" in e.provenance and "pass:shared_expert" in e.provenance]
+    assert len(fused) == 9  # 8 layers + the MTP draft
+    assert sum("prefill:" in e.provenance for e in fused) == 8
+    # Only the head graph writes derived data of its own: its own fold.proj.weight, distinct.
+    assert sorted(p.name for p in out.glob("*.opt*.data")) == ["head_r2.opt.data", "model.opt.data"]
+    head_only = [e for e in pool.entries if e.file == "head_r2.opt.data"]
+    assert [e.provenance for e in head_only] == ["head:fold.proj.weight.fp8,pass:fp8_head,from:fold.proj.weight"]
+
+
+def test_entries_no_graph_reads_any_more_are_dropped_and_others_kept(optimized: tuple[Path, Path]) -> None:
+    src, out = optimized
+    before = read_pool(src / "weights_pool.txt")
+    after = read_pool(out / "weights_pool.txt")
+    kept = {e.pool_id: e for e in after.entries if not e.pool_id.startswith("opt")}
+    assert sorted(kept) == ["w0001", "w0002"]
+    assert all(kept[i] == before.by_id()[i] for i in kept)
+    manifest = json.loads((out / "package_manifest.json").read_text())
+    assert manifest["extra"]["pool_dropped"] == ["w0000"]
+    assert before.records[:2] == after.records[:2]  # the header comments round-trip
+    assert os.stat(out / "weights_pool.txt").st_nlink == 1
+
+
+def test_layered_package_pools_head_tensors_in_head_dir(tmp_path: Path) -> None:
+    from q38.synth import synthesize
+
+    src = synthesize(tmp_path / "src", preset="tiny", variant="faithful", layout="layered")
+    out = tmp_path / "out"
+    optimize_package(src, out, target="cuda")
+    pkg = open_package(out)
+    assert pkg.manifest is not None and pkg.manifest.command == "optimize"
+    assert pkg.head_manifest is not None and pkg.head_manifest.command == "optimize"
+    assert not (out / "package_manifest.json").exists()
+    head_pool = read_pool(out / "head" / "weights_pool.txt")
+    assert sorted(e.provenance.split(",")[0] for e in head_pool.entries) == [
+        "head:fold.proj.weight.fp8", "head:lm_head.weight.fp8", "head:lm_head.weight.fp8_scale",
+    ]
+    assert all((out / "head" / e.file).is_file() for e in head_pool.entries)
+    target_files = {e.file for e in pkg.pool.entries if e.pool_id.startswith("opt")}
+    assert target_files == {"model.opt.data"}
