@@ -2,7 +2,7 @@
 
 Source: ``ort-cpu-capabilities.md`` §7 and the two wheels' registered schemas
 (``onnxruntime.capi.onnxruntime_pybind11_state.get_all_operator_schema()``, 1.31.1 vs 1.32.0).
-Every rule here applies until 1.32.0 and is enforced at CPU session creation (graph resolve,
+The rules below apply until 1.32.0 and are enforced at CPU session creation (graph resolve,
 any EP):
 
 * ``ORT-SCHEMA-002``: GatedDeltaNet ``decay``/``beta`` (inputs 4, 5) are ``TS`` = float only in
@@ -11,6 +11,9 @@ any EP):
   NOT_IMPLEMENTED, which, like every missing kernel, is not a contract violation.)
 * ``ORT-SCHEMA-003``: attributes 1.31.1 does not know (``Unrecognized attribute: ...``).
 * ``ORT-SCHEMA-004``: more inputs/outputs than 1.31.1's schema allows.
+
+And one 1.32.0 rule of the same op (since 1.32.0): ``ORT-SCHEMA-005``, decay and beta bound to
+one ``TG`` type.
 
 CausalConvWithState / VarlenCausalConvWithState differences are ``CCONV-SCHEMA-002`` /
 ``VCCONV-SCHEMA-002`` (contracts.causal_conv); ops 1.31.1 lacks entirely are ``ORT-SCHEMA-001``
@@ -76,6 +79,27 @@ def _check_gdn_decay_beta(model: Any, _entries: Mapping[str, str]) -> list[Viola
     return found
 
 
+def _check_gdn_tg_binding(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    """1.32.0: decay and beta share the type parameter TG (probed)."""
+    found: list[Violation] = []
+    types: dict[int, dict[int, ir.DataType]] = {}
+    for graph, node in _ms_nodes(model):
+        if node.op_type != _GDN:
+            continue
+        known = types.setdefault(id(graph), infer_elem_types(graph))
+        decay, beta = input_at(node, 4), input_at(node, 5)
+        a = None if decay is None else known.get(id(decay))
+        b = None if beta is None else known.get(id(beta))
+        if a is not None and b is not None and a != b:
+            found.append(Violation(
+                "ORT-SCHEMA-005",
+                f"Type Error: Type parameter (TG) of Optype ({_GDN}) bound to different types "
+                f"(tensor({_onnx_type(a)}) and tensor({_onnx_type(b)}) in node ({node_label(node)}).",
+                node=node_label(node),
+            ))  # fmt: skip
+    return found
+
+
 def _onnx_type(dtype: ir.DataType) -> str:
     """The type name in ORT's ``tensor(<name>)`` texts."""
     names = {ir.DataType.FLOAT: "float", ir.DataType.FLOAT16: "float16", ir.DataType.BFLOAT16: "bfloat16",
@@ -115,6 +139,8 @@ _SRC = "ort-cpu-capabilities.md §7; 1.31.1 vs 1.32.0 get_all_operator_schema()"
 RULES: tuple[Rule, ...] = (
     Rule("ORT-SCHEMA-002", "onnxruntime 1.31.1: GatedDeltaNet decay/beta must be float (TS)", _SRC,
          "cpu-session", "graph", _check_gdn_decay_beta, _UNTIL_132),
+    Rule("ORT-SCHEMA-005", "GatedDeltaNet decay and beta have one type (TG, 1.32.0)", "probed 1.32.0 CPU",
+         "cpu-session", "graph", _check_gdn_tg_binding, OrtVersions(since="1.32.0")),
     Rule("ORT-SCHEMA-003", "onnxruntime 1.31.1 does not know attributes 1.32.0 added", _SRC,
          "cpu-session", "graph", _check_new_attributes, _UNTIL_132),
     Rule("ORT-SCHEMA-004", "onnxruntime 1.31.1 allows fewer inputs/outputs on some ops", _SRC,

@@ -239,9 +239,9 @@ def _psai_indexshare(node: ir.Node) -> str | None:
     mode = str(attr(node, "policy_mode", ""))
     if mode not in _IS_STATE_POLICIES:
         return None  # QSA-PSAI-001 reports it
-    if has_attr(node, "indexshare_state_policy"):
-        if str(attr(node, "indexshare_state_policy")) not in _IS_STATE_POLICIES[mode]:
-            return f"{p}invalid indexshare_state_policy for policy_mode"
+    state_policy = attr(node, "indexshare_state_policy")
+    if state_policy is not None and str(state_policy) not in _IS_STATE_POLICIES[mode]:
+        return f"{p}invalid indexshare_state_policy for policy_mode"
     present = [input_at(node, slot) is not None for slot in _IS_INPUTS]
     if any(present) and not all(present):
         return f"{p}all IndexShare inputs must be provided together"

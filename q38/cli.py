@@ -77,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Q38Error as exc:
         print(f"q38 {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # `q38 check --json | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 141
     except KeyboardInterrupt:
         print(f"q38 {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -36,6 +36,25 @@ def _invoke(step: Step) -> None:
         step.exit_code = main(step.argv)
     step.seconds = time.perf_counter() - start
     step.stderr = err.getvalue().strip()
+    if step.argv[0] == "check" and "--json" in step.argv:
+        step.facts = _check_facts(out.getvalue())
+
+
+def _check_facts(text: str) -> dict[str, object]:
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    violations = report.get("violations", [])
+    sessions = report.get("sessions", [])
+    facts: dict[str, object] = {
+        "rules": len(report.get("rules_checked", [])),
+        "errors": sum(1 for v in violations if v.get("severity") == "error"),
+        "warnings": sum(1 for v in violations if v.get("severity") == "warning"),
+    }
+    if sessions:
+        facts["ort sessions"] = len(sessions)
+    return facts
 
 
 def _package_facts(path: Path) -> dict[str, object]:
@@ -51,8 +70,9 @@ def _package_facts(path: Path) -> dict[str, object]:
     if fused:
         facts["fused contrib nodes"] = fused
     if package.manifest is not None:
-        if package.manifest.rewrites:
-            facts["rewrites"] = sum(package.manifest.rewrites.values())
+        rewrites = sum(v for k, v in package.manifest.rewrites.items() if k != "router_weights_cleared")
+        if rewrites:
+            facts["rewrites"] = rewrites
         if package.manifest.router_weights_cleared:
             facts["router_weights cleared"] = package.manifest.router_weights_cleared
     if package.config.runtime_profiles:
@@ -81,7 +101,7 @@ def run_demo(*, workdir: str, preset: str, variant: str, use_ort: bool, as_json:
         Step("optimize", ["optimize", str(built), str(optimized), "--target", target], optimized),
         Step("offload", ["offload", str(offloaded), "--from-package", str(optimized), "--offload-mode", "auto"], offloaded),
     ]
-    steps += [Step(f"check {s.name}", ["check", str(s.output), *ort], None) for s in steps if s.output is not None]
+    steps += [Step(f"check {s.name}", ["check", str(s.output), "--json", *ort], None) for s in steps if s.output is not None]
     failed = None
     for step in steps:
         _invoke(step)

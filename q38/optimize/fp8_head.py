@@ -76,6 +76,10 @@ class QuantizeFp8HeadPass(RewritePass):
                 return Decline(f"fused FP8 projection has {scale.dtype.name} scales, FP32 required; skipped")
             return Decline("already a fused FP8 projection")
         out = node.outputs[0]
+        # Only the vocabulary projections (logits, mtp.N.logits) are FP8 candidates; other
+        # projections that happen to produce a graph output (the head's next_embeds) keep precision.
+        if "logits" not in (out.name or "").split("/")[-1]:
+            return Decline(f"graph output {out.name!r} is not a logits projection")
         if captured_by_subgraph(out):
             return Decline(f"head output {out.name!r} is captured by a subgraph")
         a, w = node.inputs[0], node.inputs[1]

@@ -10,7 +10,8 @@ asked about that same version):
 - ORT-SCHEMA-003: attributes 1.32.0 added (GatedDeltaNet gate_lower_bound, GroupQueryAttention
   q/k_norm_epsilon) are "Unrecognized attribute" on 1.31.1 only.
 - ORT-SCHEMA-004: GatedAdd's projected mode (4 inputs) is out of 1.31.1's input range only.
-- The rules carry `until 1.32.0`: for 1.32.0 they report nothing on every case.
+- The rules carry `until 1.32.0`: for 1.32.0 they report nothing on every case, except
+  ORT-SCHEMA-005 (since 1.32.0): decay and beta of different types break TG's binding.
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ def _gated_add(n_inputs: int) -> onnx.ModelProto:
     return _model([node], ins, [_vi("y", TP.FLOAT, None)])
 
 
-CASES: list[tuple[str, onnx.ModelProto, str | None]] = [
+# rule_id: the violation on 1.31.1, or (on 1.32.0, on 1.31.1)
+CASES: list[tuple[str, onnx.ModelProto, str | tuple[str, str] | None]] = [
     ("gdn fp16 decay and beta", gdn_model(), "ORT-SCHEMA-002"),
     ("gdn bf16 decay and beta", gdn_model(decay=TP.BFLOAT16), "ORT-SCHEMA-002"),
-    ("gdn float decay, bf16 beta", gdn_model(decay=TP.FLOAT, beta=TP.BFLOAT16), "ORT-SCHEMA-002"),
+    ("gdn float decay, bf16 beta", gdn_model(decay=TP.FLOAT, beta=TP.BFLOAT16), ("ORT-SCHEMA-005", "ORT-SCHEMA-002")),
     ("gdn float decay and beta", gdn_model(decay=TP.FLOAT), None),
     ("gdn decay from a Split of fp16", _gdn_behind("Split"), "ORT-SCHEMA-002"),
     ("gdn decay from a Cast to float", _gdn_behind("Cast"), None),
@@ -77,9 +79,14 @@ CASES: list[tuple[str, onnx.ModelProto, str | None]] = [
 
 
 @pytest.mark.parametrize(("case", "model", "rule_id"), CASES, ids=[c[0] for c in CASES])
-def test_version_schema_rules_match_the_installed_onnxruntime(case: str, model: onnx.ModelProto, rule_id: str | None) -> None:
+def test_version_schema_rules_match_the_installed_onnxruntime(
+    case: str, model: onnx.ModelProto, rule_id: str | tuple[str, str] | None
+) -> None:
     violations = check_ort_schema(model, ort_version=ORT_VERSION)
-    expected = None if _V132 else rule_id
+    if isinstance(rule_id, tuple):
+        expected: str | None = rule_id[0] if _V132 else rule_id[1]
+    else:
+        expected = None if _V132 else rule_id
     assert [v.rule_id for v in violations] == ([expected] if expected else []), violations
     error = ort_error(model)
     assert_agrees(violations, error, context=case)
@@ -88,8 +95,11 @@ def test_version_schema_rules_match_the_installed_onnxruntime(case: str, model: 
 
 
 def test_rules_are_versioned_until_1_32() -> None:
-    assert {r.rule_id for r in RULES} == {"ORT-SCHEMA-002", "ORT-SCHEMA-003", "ORT-SCHEMA-004"}
+    assert {r.rule_id for r in RULES} == {"ORT-SCHEMA-002", "ORT-SCHEMA-003", "ORT-SCHEMA-004", "ORT-SCHEMA-005"}
     for rule in RULES:
+        if rule.rule_id == "ORT-SCHEMA-005":
+            assert rule.applies("1.32.0") and not rule.applies("1.31.1")
+            continue
         assert rule.applies("1.31.1") and not rule.applies("1.32.0") and not rule.applies("1.33.0")
         assert rule.enforced == "cpu-session" and rule.ep == "any"
     assert check_ort_schema(gdn_model(), ort_version="1.32.0") == []

@@ -164,8 +164,8 @@ MERGE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("range_ends rank 2", {"shapes": {"re": [2, 1]}}, "Merge input 4 must have rank 1"),
     ("additional_indices rank 1", {"inputs": MERGE_AI, "policy_mode": "append_indices", "shapes": {"ai": [16]}},
      "Merge input 5 must have rank 2"),
-    ("int64 tensors", {"elem": TP.INT64}, "Type Error: Type 'tensor(int64)' of input parameter (bi) of operator "
-     "(PackedSparseAttentionIndexerMerge) in node (mg) is invalid."),
+    ("int64 tensors", {"elem": TP.INT64}, ("Type Error: Type 'tensor(int64)' of input parameter (bi) of operator "
+                                           "(PackedSparseAttentionIndexerMerge) in node (mg) is invalid.")),
     ("two outputs", {"outputs": ("o_i", "o_c")}, "has output size 2 not in range [min=3, max=3]"),
     ("order: capacity before ranks", {"max_output_entries": 0, "shapes": {"bi": [32]}}, "policy or capacity"),
     ("order: ranks before inputs", {"shapes": {"bi": [32]}, "inputs": ("bi", "bc", "br", "rs")}, "base_indices must have rank 2"),

@@ -298,3 +298,13 @@ def test_fp8_head_handles_producer_without_shape() -> None:
     g.out("logits", G.F16, None)
     model, p = apply(QuantizeFp8HeadPass, g.model())
     assert p.count == 1 and ops(model) == {("", "Relu"): 1, (MS, "MatMulBlockQuantizedFp8Weight"): 1}
+
+
+def test_fp8_head_keeps_non_logits_projections_in_precision() -> None:
+    g = G.G()
+    n = g.inp("n", G.F16, ["B", 128])
+    g.op("MatMul", [n, g.init("fold.proj.weight", np.ones((128, 8), np.float16))], outs=["next_embeds"])
+    g.out("next_embeds", G.F16, ["B", 8])
+    model, p = apply(QuantizeFp8HeadPass, g.model())
+    assert p.count == 0 and ops(model) == {("", "MatMul"): 1}
+    assert reasons(p) == ["graph output 'next_embeds' is not a logits projection"]
