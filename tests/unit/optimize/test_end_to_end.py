@@ -28,11 +28,11 @@ def _digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def packages(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+@pytest.fixture(scope="module", params=["tiny", pytest.param("full", marks=pytest.mark.slow)])
+def packages(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("e2e")
     src, out = base / "src", base / "out"
-    assert main(["synth", str(src), "--preset", "tiny", "--variant", "cpu"]) == 0
+    assert main(["synth", str(src), "--preset", request.param, "--variant", "cpu"]) == 0
     before = _digest(src)
     assert main(["optimize", str(src), str(out), "--target", "cpu"]) == 0
     assert _digest(src) == before

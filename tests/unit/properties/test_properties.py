@@ -59,7 +59,7 @@ from q38.package.config import (
 )
 from q38.package.pool import DTYPE_SIZES
 
-PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = 2**63 - 1
 
 texts = st.text(max_size=12)
@@ -174,6 +174,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @PROPS
 @given(configs)
 def test_config_round_trip_is_identity(cfg: Config) -> None:
@@ -219,6 +220,7 @@ def _mutations(doc: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(apply, st.sampled_from(paths), st.just("__delete__") | json_values)
 
 
+@pytest.mark.slow
 @PROPS
 @given(st.data())
 def test_contracts_never_crash_on_configs(data: st.DataObject) -> None:
@@ -277,6 +279,7 @@ def pools(draw: st.DrawFn) -> WeightsPool:
     return WeightsPool(tuple(records))
 
 
+@pytest.mark.slow
 @PROPS
 @given(pools())
 def test_pool_round_trip_is_identity(pool: WeightsPool) -> None:
