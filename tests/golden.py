@@ -20,6 +20,10 @@ Canonical graph form (``canonical_graph``):
   in package forms also the hashes and sizes of ``.onnx`` files, whose bytes depend on the
   protobuf serializer while their content has its own graph golden) replaced by ``<...>``.
 
+Unused goldens fail the run (syrupy's default), also under pytest-xdist: syrupy 7 merges the
+workers' reports on the controller (tests/unit/goldens/test_golden_extension.py proves it with
+``-n 2``). Running a subset (a path, ``-k``) does not flag the goldens of deselected tests.
+
 Canonical package form (``canonical_package``): ``genai_config.json``, ``weights_pool.txt`` and
 ``package_manifest.json`` with paths and volatile fields normalized, plus the file inventory.
 """

@@ -33,7 +33,7 @@ class Profile:
 
 
 PROFILES = {
-    "h200": Profile("h200", 100, "large", 8.0, 64),
+    "h200": Profile("h200", 100, "large", 4.0, 64),
     "consumer": Profile("consumer", 20, "large", 2.0, 32),
 }
 
@@ -59,13 +59,22 @@ def _package(packages: grun.PackageFactory, profile: Profile, variant: str) -> P
         pytest.skip(str(exc))
 
 
+_SESSIONS: dict[Path, Any] = {}
+
+
 def _cuda_session(ort: Any, model: Path, **kw: Any) -> Any:
+    """A CUDA session; plain ones are shared by the tiers (multi-GB weights load once)."""
+    if not kw and model in _SESSIONS:
+        return _SESSIONS[model]
     try:
-        return grun.session(ort, model, providers=grun.CUDA_PROVIDERS, **kw)
+        sess = grun.session(ort, model, providers=grun.CUDA_PROVIDERS, **kw)
     except Exception as exc:
         if "NOT_IMPLEMENTED" in str(exc):
             pytest.skip(f"{model.name}: no CUDA session: {str(exc).strip().splitlines()[0][:300]}")
         raise
+    if not kw:
+        _SESSIONS[model] = sess
+    return sess
 
 
 def _fits(gpu: genv.GpuInfo, package: Path, tier: int) -> None:
