@@ -8,6 +8,7 @@ no more specific rule already explains the failure.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -116,6 +117,9 @@ def _check_prefill_chunk(config: Mapping[str, Any]) -> list[Violation]:
     prefill = graph.get("prefill")
     kv = graph.get("kv_capacity")
     chunk = prefill.get("chunk") if isinstance(prefill, Mapping) else graph.get("prefill_chunk")
+    for where, value in (("kv_capacity", kv), ("prefill.chunk", chunk)):
+        if isinstance(value, bool):  # JSON true/false is a Python int: refuse it by name
+            return [Violation("CFG-PREFILL-001", f"model.qwen38_graph.{where}: expected an integer, got {json.dumps(value)}")]
     if not isinstance(chunk, int) or not isinstance(kv, int):
         return []
     if chunk <= 0:

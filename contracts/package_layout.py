@@ -29,6 +29,7 @@ class GraphFile:
     path: Path
     root: Path
     refs: tuple[tuple[str, str], ...]  # (initializer name, external-data location)
+    load_error: str = ""  # why q38.package.load_graph refused the graph ("" when it loaded)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,16 @@ def _check_libraries(view: PackageView) -> list[Violation]:
     return found
 
 
+def _check_graph_loads(view: PackageView) -> list[Violation]:
+    """The graph reader's own refusal (external data out of range, malformed protobuf or graph,
+    duplicate names, undefined inputs), which no ORT-facing rule above names."""
+    return [Violation("PKG-GRAPH-001", g.load_error, graph=g.label) for g in view.graphs if g.load_error]
+
+
 RULES: tuple[Rule, ...] = (
+    Rule("PKG-GRAPH-001", "every graph loads with q38.package.load_graph: well-formed protobuf and "
+         "graph, external data inside the package and in range", "q38/package/graphs.py load_graph",
+         "cpu-session", "package", _check_graph_loads),
     Rule("PKG-EXTDATA-001", "external-data locations are relative and resolve inside the package",
          _SRC, "cpu-session", "package", _check_external_data),
     Rule("PKG-SYMLINK-001", "no symlink in the package points outside it (or nowhere)", _SRC,

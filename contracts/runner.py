@@ -8,6 +8,7 @@ references are listed without reading any data) so that the layout rules can nam
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -101,6 +102,36 @@ class _Graph:
     entries: dict[str, str]
     eps: frozenset[str]
     refs: tuple[tuple[str, str], ...] = ()
+    load_error: str = ""
+
+
+def _inside_package(root: Path, path: Path) -> None:
+    """Refuse (one PackageError line) a path whose links loop or resolve outside ``root``."""
+    from q38.errors import PackageError, UnsafePathError
+    from q38.package.paths import resolve_inside
+
+    try:
+        resolve_inside(root, path.relative_to(root).as_posix(), what=str(path), must_exist=False)
+    except UnsafePathError as exc:
+        raise PackageError(str(exc)) from None
+    except (OSError, RuntimeError):
+        raise PackageError(f"{path}: symlink loop") from None
+
+
+def _check_graph_path(root: Path, label: str, path: Path) -> None:
+    """The config's graph file name stays inside the package, resolves, and names a file."""
+    from q38.errors import PackageError
+
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        raise PackageError(f"{path}: {label} graph is an absolute path outside the package") from None
+    if ".." in rel.split("/"):
+        raise PackageError(f"{path}: {label} graph escapes the package")
+    if os.path.lexists(path):
+        _inside_package(root, path)
+        if path.is_dir():
+            raise PackageError(f"{path}: {label} graph is a directory, not a regular file")
 
 
 def _read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
@@ -109,9 +140,16 @@ def _read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
     if not root.is_dir():
         raise PackageError(f"{root}: not a package directory")
     for candidate in (root / _CONFIG, root / "target" / _CONFIG):
+        if not os.path.lexists(candidate):
+            continue
+        _inside_package(root, candidate)  # nothing is read through a link that leaves the package
+        if candidate.is_dir():
+            raise PackageError(f"{candidate}: is a directory, not a JSON file")
         if candidate.is_file():
             try:
                 data = json.loads(candidate.read_text(encoding="utf-8"))
+            except RecursionError:
+                raise PackageError(f"{candidate}: invalid JSON: nested too deeply") from None
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise PackageError(f"{candidate}: unreadable JSON: {' '.join(str(exc).split())}") from None
             if not isinstance(data, dict):
@@ -170,21 +208,24 @@ def _overlay_entries(config: Mapping[str, Any], filename: str, default_file: str
     return out
 
 
-def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...]]:
+def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...], str]:
+    """(model, external-data refs, load_graph's refusal or "")."""
     from q38.errors import GraphError, PackageError
     from q38.package import external_refs, load_graph
 
+    problem = ""
     try:
-        model = load_graph(path, root=root, check_structure=False)
-    except GraphError:
+        model = load_graph(path, root=root)
+    except GraphError as exc:
+        problem = str(exc)
         if not path.is_file():
-            raise PackageError(f"{path}: {label} graph is missing") from None
+            raise PackageError(f"{path}: {label} graph is missing or not a regular file ({problem})") from None
         try:  # examine the references without reading any data; the layout rules name the fault
             model = ir.load(path)
-        except Exception as exc:
-            raise PackageError(f"{path}: not a valid ONNX model: {' '.join(str(exc).split())[:200]}") from None
+        except Exception:
+            raise PackageError(problem) from None
     refs = tuple((r.name, r.location) for r in external_refs(model))
-    return model, refs
+    return model, refs, problem
 
 
 def _applicable(version: str) -> list[Rule]:
@@ -222,13 +263,14 @@ def check_package(
     decoder_file = str(((raw.get("model") or {}).get("decoder") or {}).get("filename", "model.onnx"))
     graphs: list[_Graph] = []
     for label, gpath, gso in _graph_specs(tdir, raw):
+        _check_graph_path(root, label, gpath)
         groot = gpath.parent
-        model, refs = _load(label, gpath, groot)
+        model, refs, problem = _load(label, gpath, groot)
         eps = {"cuda"} if (_has_cuda(gso) or variant == "faithful") else set()
         if variant == "cpu" or not _has_cuda(gso):
             eps.add("cpu")
         entry_sets = [_entries_of(gso), *(_overlay_entries(raw, gpath.name, decoder_file) if label != "head" else [])]
-        graphs.append(_Graph(label, gpath, groot, model, _entries_of(gso), frozenset(eps), refs))
+        graphs.append(_Graph(label, gpath, groot, model, _entries_of(gso), frozenset(eps), refs, problem))
         report.graphs.append(label)
         for rule in _graph_rules(rules, frozenset(eps)):
             for entries in entry_sets:
@@ -238,7 +280,7 @@ def check_package(
 
     view = PackageView(
         root=root,
-        graphs=tuple(GraphFile(g.label, g.path, root, g.refs) for g in graphs),
+        graphs=tuple(GraphFile(g.label, g.path, root, g.refs, g.load_error) for g in graphs),
         libraries=tuple(_library_rel(root, tdir, p, rel) for p, rel in config_surface.library_paths(raw)),
     )
     report.violations.extend(package_layout.check_package_layout(view))

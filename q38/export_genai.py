@@ -96,6 +96,12 @@ def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: d
         raise ExportError(f"{graph_name}: no graph input {inputs['input_ids']!r} (model.decoder.inputs.input_ids)")
     if outputs["logits"] not in graph_outputs:
         raise ExportError(f"{graph_name}: no graph output {outputs['logits']!r} (model.decoder.outputs.logits)")
+    ids = next(v for v in model.graph.inputs if v.name == inputs["input_ids"])
+    if ids.shape is not None and len(ids.shape) == 2 and isinstance(ids.shape[1], int):
+        raise ExportError(
+            f"{graph_name}: input {ids.name!r} has a fixed sequence length {ids.shape[1]} (a multi-draft verify "
+            "graph); GenAI needs a decoder with a dynamic sequence length (export the package before q38 offload)"
+        )
     patterns = {kind: _template_re(inputs[f"past_{kind}_names"]) for kind, _ in _STATE_KINDS}
     counts = dict.fromkeys(patterns, 0)
     for name in graph_inputs:
@@ -188,7 +194,7 @@ def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provid
         if role != "target":
             package.load(role)
     inputs, outputs = _io_names(package.config.model.decoder.inputs, package.config.model.decoder.outputs)
-    states = _check_graph(model, graph_rel, inputs, outputs)
+    states = _check_graph(model, str(graph_path), inputs, outputs)
     locations = sorted({ref.location for ref in external_refs(model)})
     graph_parent = Path(graph_rel).parent
     policy = LinkPolicy(link)
@@ -232,15 +238,18 @@ def generate_tokens(model_dir: Path | str, prompt: list[int], new_tokens: int) -
     import numpy as np
     import onnxruntime_genai as og
 
-    config = og.Config(str(model_dir))
-    config.clear_providers()
-    model = og.Model(config)
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.asarray([prompt], dtype=np.int32))
     tokens: list[int] = []
-    while not generator.is_done() and len(tokens) < new_tokens:
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
+    try:
+        config = og.Config(str(model_dir))
+        config.clear_providers()
+        model = og.Model(config)
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.asarray([prompt], dtype=np.int32))
+        while not generator.is_done() and len(tokens) < new_tokens:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+    except RuntimeError as exc:  # onnxruntime-genai reports every failure as RuntimeError
+        raise ExportError(f"{model_dir}: onnxruntime-genai could not generate: {exc}") from None
     return tokens

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
 import onnx_ir as ir
 
 from q38 import __version__
@@ -213,9 +212,8 @@ def plan_offload(
     base_role = "s2" if "s2" in package.roles() else "target"
     where = str(package.graph_path(base_role))
     for role in package.roles():
-        if role != base_role:  # graphs q38 only copies: a cheap protobuf scan
-            refuse_qmoe_offload(onnx.load(package.graph_path(role), load_external_data=False),
-                                where=str(package.graph_path(role)))
+        if role != base_role:  # graphs q38 only copies: parsed and their external data checked
+            refuse_qmoe_offload(package.load(role), where=str(package.graph_path(role)))
     source_model = package.load(base_role)  # private: the file on disk is never written
     refuse_qmoe_offload(source_model, where=where)
     prepared, cleared = clear_router_weights(source_model, in_place=True)

@@ -4,7 +4,7 @@ Invariants guarded:
 - Every tiny preset combination of variant x layout x lineage (x experts, nvfp4 for faithful) passes
   the onnxruntime 1.32.0 contracts (`q38 check --ort-version 1.32.0`, exit 0), whatever is
   installed: q38 targets 1.32.0.
-- Against the installed onnxruntime with `--ort`:
+- Against the installed onnxruntime with `--ort --json`:
   * 1.32.0: exit 0; every graph's real CPU session is created, or skipped only for a missing CPU
     kernel or a custom-op domain (the custom lineage's target graph).
   * 1.31.1: exit 1 with exactly ORT-SCHEMA-002 (fp16 GatedDeltaNet decay/beta) on the graphs that
@@ -15,12 +15,12 @@ Invariants guarded:
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
 from support.contracts_testkit import ORT_VERSION
 
-from contracts.runner import check_package
 from q38.cli import main
 
 _V132 = ORT_VERSION >= "1.32"
@@ -40,28 +40,28 @@ def test_every_synth_combination_passes_check(
     from q38.synth import synthesize
 
     pkg = synthesize(tmp_path / "pkg", preset="tiny", variant=variant, layout=layout, lineage=lineage, experts=experts)
-    report = check_package(pkg, ort_sessions=True)
-    assert report.graphs == ["target", "head", "prefill"]
-    sessions = {s.graph: s for s in report.sessions}
-    for s in report.sessions:
-        assert s.status in {"ok", "skipped"} or not _V132, s
-        if s.status == "skipped":
-            assert s.message.startswith(("no CPU kernel for ", "custom-op domain(s) ")), s
+    assert main(["check", str(pkg), "--ort", "--json"]) == (0 if _V132 else 1)
+    report = json.loads(capsys.readouterr().out)
+    assert report["graphs"] == ["target", "head", "prefill"]
+    errors = [v for v in report["violations"] if v["severity"] == "error"]
+    sessions = {s["graph"]: s for s in report["sessions"]}
+    assert sorted(sessions) == ["head", "prefill", "target"]
+    for s in sessions.values():
+        assert s["status"] in {"ok", "skipped"} or not _V132, s
+        if s["status"] == "skipped":
+            assert s["message"].startswith(("no CPU kernel for ", "custom-op domain(s) ")), s
     if _V132:
-        assert report.ok and not report.errors, report.violations
-        assert main(["check", str(pkg)]) == 0
-        assert "OK: 0 error(s)" in capsys.readouterr().out
+        assert report["ok"] is True and report["violations"] == [], report["violations"]
         if variant == "cpu" and lineage == "contrib":
-            assert all(s.status == "ok" for s in report.sessions), report.sessions
+            assert all(s["status"] == "ok" for s in sessions.values()), sessions
         return
     # onnxruntime 1.31.1: the GatedDeltaNet graphs (target, prefill) break one rule, and ORT agrees
-    assert {v.rule_id for v in report.errors} == {"ORT-SCHEMA-002"}
-    assert {v.graph for v in report.errors} == {"target", "prefill"}
-    for graph in report.graphs:
-        first = next((v for v in report.errors if v.graph == graph), None)
+    assert {v["rule_id"] for v in errors} == {"ORT-SCHEMA-002"}
+    assert {v["graph"] for v in errors} == {"target", "prefill"}
+    for graph, session in sessions.items():
+        first = next((v for v in errors if v["graph"] == graph), None)
         if first is None:
-            assert sessions[graph].status in {"ok", "skipped"}, sessions[graph]
-        elif sessions[graph].status != "skipped":  # the custom-lineage target needs its library
-            assert sessions[graph].status == "failed" and first.message in sessions[graph].message
-    assert main(["check", str(pkg)]) == 1
+            assert session["status"] in {"ok", "skipped"}, session
+        elif session["status"] != "skipped":  # the custom-lineage target needs its library
+            assert session["status"] == "failed" and first["message"] in session["message"]
     assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 0

@@ -7,6 +7,9 @@ Invariants guarded:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
   chunk, profile overlap), file layout (escaping symlink); a hard-linked data file only warns.
 - Unreadable input exits 2 with one line; --json prints the documented shape.
+- A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
+  row (exit 1), never a silent pass; a config or graph path that leaves the package (symlink,
+  absolute, '..'), a deeply nested or directory config exit 2 with one line, before any read.
 """
 
 from __future__ import annotations
@@ -165,3 +168,41 @@ def test_json_output_shape(tiny_faithful_package: Path, tmp_path: Path, capsys: 
     assert set(warning) == {"rule_id", "graph", "node", "severity", "message"}
     assert warning["severity"] == "warning" and warning["rule_id"] == "OFFLOAD-NODE-C08"
     assert warning["message"].startswith("stays on the GPU (not offloaded): unsupported optional input slot 14")
+
+
+def test_a_graph_the_reader_refuses_is_a_violation_not_a_pass(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    with open(pkg / "model.onnx.data", "r+b") as f:  # every external-data range now ends past EOF
+        f.truncate(16)
+    assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PKG-GRAPH-001")]
+    assert rows and all("past the end" in r for r in rows)
+    assert {v.graph for v in check_package(pkg, ort_version="1.32.0").errors} >= {"target", "prefill", "head"}
+
+
+@pytest.mark.parametrize(("case", "expect"), [
+    ("config symlink to /etc/passwd", "outside the package directory"),
+    ("config nested too deeply", "invalid JSON: nested too deeply"),
+    ("config is a directory", "is a directory, not a JSON file"),
+    ("target graph absolute", "target graph is an absolute path outside the package"),
+    ("target graph through ..", "target graph escapes the package"),
+])  # fmt: skip
+def test_unsafe_or_unreadable_inputs_exit_2_before_reading(
+    case: str, expect: str, tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    config = pkg / "genai_config.json"
+    if case == "config symlink to /etc/passwd":
+        config.unlink()
+        config.symlink_to("/etc/passwd")
+    elif case == "config nested too deeply":
+        config.write_text("[" * 100_000 + "]" * 100_000)
+    elif case == "config is a directory":
+        config.unlink()
+        config.mkdir()
+    else:
+        name = "/etc/passwd" if case == "target graph absolute" else "../outside/model.onnx"
+        _edit_config(pkg, lambda d: d["model"]["qwen38_graph"]["target"].update({"filename": name}))
+    assert main(["check", str(pkg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expect in err, err

@@ -8,7 +8,9 @@ Invariants guarded:
   synthetic cpu package, and they are exactly the greedy tokens of a plain ORT full-recompute loop
   over the same graph (so GenAI carries the KV, conv and recurrent state correctly);
 * the tokens are identical before and after ``q38 optimize --target cpu``;
-* faithful-variant and custom-lineage packages are refused with one line, exit 2, nothing written;
+* a layered package exports and generates the same tokens as the flat one;
+* faithful-variant, custom-lineage and offloaded (fixed sequence length, multi-draft) packages
+  are refused with one line, exit 2, nothing written;
 * the package is byte-identical afterwards; an existing OUT is refused; ``--link copy`` copies.
 """
 
@@ -117,7 +119,6 @@ def test_og_generates_the_ort_greedy_tokens(exported: Path, tiny_cpu_package: Pa
 
 def test_tokens_identical_after_optimize_cpu(exported: Path, tiny_cpu_package: Path, tmp_path: Path) -> None:
     _og()
-    pytest.importorskip("q38.optimize.package_io", reason="q38.optimize.package_io (q38 optimize) has not landed")
     from q38.export_genai import generate_tokens
 
     optimized = tmp_path / "opt"
@@ -189,3 +190,21 @@ def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
     _export(tiny_cpu_package, tmp_path / "b", "--link", "copy")
     assert tree_snapshot(tiny_cpu_package) == before
     assert (tmp_path / "b" / "model.onnx.data").read_bytes() == (tiny_cpu_package / "model.onnx.data").read_bytes()
+
+
+def test_layered_package_generates_same_tokens(exported: Path, tmp_path: Path) -> None:
+    _og()
+    from q38.export_genai import generate_tokens
+    from q38.synth import synthesize
+
+    layered = synthesize(tmp_path / "layered", preset="tiny", variant="cpu", layout="layered")
+    _export(layered, tmp_path / "genai")
+    assert generate_tokens(tmp_path / "genai", PROMPT, NEW_TOKENS) == generate_tokens(exported, PROMPT, NEW_TOKENS)
+
+
+def test_refuses_offloaded_package(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    offloaded = tmp_path / "off"
+    assert main(["offload", str(offloaded), "--from-package", str(tiny_cpu_package), "--offload-mode", "auto"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    _refused(capsys, ["export-genai", str(offloaded), str(out)], out, "has a fixed sequence length 4")

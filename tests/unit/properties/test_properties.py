@@ -310,7 +310,7 @@ def test_profile_round_trip(layers: int, experts: int, data: st.DataObject) -> N
 
 @PROPS
 @given(st.binary(max_size=64) | st.builds(
-    lambda l, e, v, r, tail: struct.pack("<4sHHII", b"STRP", v, r, l, e) + tail,
+    lambda layers, e, v, r, tail: struct.pack("<4sHHII", b"STRP", v, r, layers, e) + tail,
     st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 3), st.integers(0, 2), st.binary(max_size=80),
 ))
 def test_parse_profile_only_raises_profile_error(data: bytes) -> None:
