@@ -64,7 +64,9 @@ def _check_gdn_decay_beta(model: Any, _entries: Mapping[str, str]) -> list[Viola
     for graph, node in _ms_nodes(model):
         if node.op_type != _GDN:
             continue
-        known = types.setdefault(id(graph), infer_elem_types(graph))
+        if id(graph) not in types:  # one forward pass per graph, only where GatedDeltaNet is
+            types[id(graph)] = infer_elem_types(graph)
+        known = types[id(graph)]
         for slot in (4, 5):
             value = input_at(node, slot)
             dtype = None if value is None else known.get(id(value))
@@ -86,7 +88,9 @@ def _check_gdn_tg_binding(model: Any, _entries: Mapping[str, str]) -> list[Viola
     for graph, node in _ms_nodes(model):
         if node.op_type != _GDN:
             continue
-        known = types.setdefault(id(graph), infer_elem_types(graph))
+        if id(graph) not in types:  # one forward pass per graph, only where GatedDeltaNet is
+            types[id(graph)] = infer_elem_types(graph)
+        known = types[id(graph)]
         decay, beta = input_at(node, 4), input_at(node, 5)
         a = None if decay is None else known.get(id(decay))
         b = None if beta is None else known.get(id(beta))

@@ -130,7 +130,7 @@ def _parse_line(line: str, *, source: str, lineno: int) -> PoolEntry:
     if not _ID_RE.match(pool_id):
         raise PoolError(f"{source}:{lineno}: invalid pool id {pool_id!r}")
     try:
-        file = safe_relpath(file, what=f"{source}:{lineno}: file")
+        safe_relpath(file, what=f"{source}:{lineno}: file")  # validated; kept as written (round trip)
     except UnsafePathError as exc:
         raise PoolError(str(exc)) from None
     offset = _parse_int(offset_s, what="offset", source=source, lineno=lineno)

@@ -55,32 +55,9 @@ _MODULES = {"check": "check", "optimize": "optimize", "offload": "offload", "exp
 
 # (item, command) -> why it fails today (owner module); xfail(strict=False) until fixed.
 KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("head_truncated", "offload"): "q38/offload/convert.py plan_offload reads head/prefill with onnx.load "
-    "instead of q38.package.load_graph: DecodeError traceback (exit 70)",
-    ("prefill_truncated", "offload"): "q38/offload/convert.py plan_offload reads head/prefill with onnx.load "
-    "instead of q38.package.load_graph: DecodeError traceback (exit 70)",
-    ("head_ext_offset_past_eof", "offload"): "q38/offload does not validate the head graph's external data "
-    "(q38.package.load_graph) and writes a package with a broken head",
     ("bundle_graph_cycle", "build"): "q38/build does not check graph structure (load_graph check_structure) "
     "and assembles a package whose target graph has a cycle",
 }
-
-_CHECK_REASON = (
-    "contracts/runner.py (q38 check): when q38.package.load_graph refuses a graph it falls back to "
-    "onnx_ir.load and reports nothing (exit 0) or a vague message; it reads genai_config.json and graph "
-    "files before open_package's path checks (follows links to /etc/passwd); RecursionError on deep JSON"
-)
-for _name in (
-    "ext_negative_length", "ext_negative_offset", "ext_overflow_offset", "ext_overflow_length", "ext_offset_past_eof",
-    "ext_length_past_eof", "ext_length_mismatch", "ext_location_directory", "head_ext_offset_past_eof",
-    "graph_empty_file", "graph_is_directory", "graph_symlink_to_etc", "graph_symlink_loop", "dup_initializer",
-    "dup_node_output", "graph_cycle", "graph_self_loop", "node_missing_input", "graph_output_unproduced",
-    "dtype_wrong_for_length", "dtype_undefined_initializer", "dtype_string_external", "negative_dim_initializer",
-    "huge_dims_initializer", "config_deep_nesting", "config_target_dotdot", "config_target_absolute",
-    "config_target_is_dir", "config_bool_for_int", "config_symlink_loop", "config_is_directory",
-    "config_symlink_to_etc",
-):
-    KNOWN_BUGS[(_name, "check")] = _CHECK_REASON
 
 
 @pytest.fixture(scope="session")
