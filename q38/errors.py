@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BuildError",
     "ConfigError",
+    "ExportError",
     "FlagError",
     "GraphError",
     "InternalError",
@@ -63,6 +64,10 @@ class UnsafePathError(PackageError):
 
 class BuildError(Q38Error):
     """``q38 build`` refused its inputs."""
+
+
+class ExportError(Q38Error):
+    """``q38 export-genai`` refused its input."""
 
 
 class OptimizeError(Q38Error):

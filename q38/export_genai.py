@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, ONNX_DOMAIN
-from q38.errors import Q38Error
+from q38.errors import ExportError
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -37,10 +37,6 @@ _STATE_KINDS: Final = (("key", "key"), ("value", "value"), ("conv", "conv"), ("r
 _SEARCH_KEYS_018: Final = frozenset(
     {"max_length", "min_length", "do_sample", "top_k", "top_p", "temperature", "num_beams", "repetition_penalty"}
 )
-
-
-class ExportError(Q38Error):
-    """``q38 export-genai`` refused its input."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import onnx
 
 from q38.build.graphs import ExtRef, external_refs, load_proto
 from q38.errors import BuildError, GraphError
+from q38.package.graphs import load_graph
 from q38.package.paths import resolve_inside
 
 __all__ = ["DEFAULT_GRAPH", "REGENERATED", "DataFile", "Entry", "Source", "read_source", "walk_bundle"]
@@ -80,6 +81,10 @@ def read_source(role: str, bundle: Path) -> Source:
         raise BuildError(f"--{role} {bundle}: not a directory")
     rel = _find_graph(role, bundle)
     what = f"--{role} {bundle / rel}"
+    try:  # the package model's validation: structure (cycles, missing inputs), every reference
+        load_graph(bundle / rel, root=bundle)
+    except GraphError as exc:
+        raise GraphError(f"--{role}: {exc}") from None
     model = load_proto(bundle / rel, what=what)
     refs = external_refs(model, what=what)
     files: dict[str, DataFile] = {}

@@ -171,6 +171,15 @@ def _width(value: ir.Value, depth: int = 6) -> int | None:
             found = _width(node.outputs[0], depth - 1)
             if found is not None:
                 return found
+    # An optimizer's fused producers may leave no shape: an elementwise producer's output has
+    # the width of its declared-shape inputs.
+    producer = value.producer()
+    if producer is not None and producer.op_type in _SHAPE_KEEPING:
+        for operand in producer.inputs:
+            if operand is not None and operand is not value:
+                found = _width(operand, depth - 1)
+                if found is not None and found > 1:
+                    return found
     return None
 
 

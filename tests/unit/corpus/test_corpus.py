@@ -13,7 +13,7 @@ per-session temporary directory. For every (item, command) pair, run in-process 
 
 Commands: ``check``, ``optimize``, ``offload --from-package`` and ``export-genai`` on package
 items; ``build`` on bundle-shaped items. A command whose module has not landed is skipped with
-the reason; known bugs of other modules are xfailed (not strict) with the owner named (see KNOWN_BUGS).
+the reason; known bugs of other modules are xfailed (strictly) with the owner named (see KNOWN_BUGS).
 """
 
 from __future__ import annotations
@@ -54,10 +54,9 @@ _MODULES = {"check": "check", "optimize": "optimize", "offload": "offload", "exp
             "build": "build"}
 
 # (item, command) -> why it fails today (owner module); xfail(strict=False) until fixed.
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("bundle_graph_cycle", "build"): "q38/build does not check graph structure (load_graph check_structure) "
-    "and assembles a package whose target graph has a cycle",
-}
+# (item, command) -> the owner and the bug, for a known failure; xfailed strictly, so a fix
+# that makes it pass fails the run until the entry goes.
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +112,7 @@ def test_command_refuses_item(
     if importlib.util.find_spec(f"q38.commands.{_MODULES[command]}") is None:
         pytest.skip(f"q38/commands/{_MODULES[command]}.py (q38 {command}) has not landed yet")
     if (name, command) in KNOWN_BUGS:  # still run: an XPASS says the bug is fixed and the entry can go
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_BUGS[(name, command)], strict=False))
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_BUGS[(name, command)], strict=True))
     meta = json.loads((corpus / "corpus.json").read_text())[name]
     item = corpus / name
     before = tree_snapshot(item)
