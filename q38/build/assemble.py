@@ -26,6 +26,7 @@ from q38.build.inputs import Library, check_destinations, check_libraries, check
 from q38.build.qsa import qsa_constants
 from q38.errors import BuildError, InternalError
 from q38.package.config import config_to_dict, dumps_config, parse_config
+from q38.package.hashing import sha256_file
 from q38.package.links import LinkPolicy, place_file
 from q38.package.manifest import FileRecord, Manifest, dumps_manifest
 from q38.package.paths import is_inside
@@ -93,12 +94,8 @@ class _Hasher:
     def file(self, path: Path) -> str:
         st = os.stat(path)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key not in self.cache:
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                while chunk := f.read(8 << 20):
-                    h.update(chunk)
-            self.cache[key] = h.hexdigest()
+        if key not in self.cache:  # a source named by several packages is hashed once
+            self.cache[key] = sha256_file(path)
         return self.cache[key]
 
 

@@ -50,6 +50,7 @@ from q38.package import (
     external_refs,
     open_package,
     parse_config,
+    sha256_file,
 )
 from q38.package.pool import POOL_FILENAME
 from q38.package.profile import read_profile
@@ -296,14 +297,6 @@ def plan_offload(
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _place(writer: PackageWriter, src: Path, rel: str, link: LinkPolicy | None) -> str:
     if link is not None:
         return str(writer.place(src, rel, link))
@@ -360,10 +353,10 @@ def write_offload(plan: OffloadPlan, out: Path, *, link: LinkPolicy | None = Non
         if plan.pool_plan.moves:
             aligned = stage_t / ALIGNED_FILE
             write_moves(plan.pool_plan.moves, src_root=tdir, dst=aligned)
-            files[prefix + ALIGNED_FILE] = FileRecord("write", _sha256(aligned))
+            files[prefix + ALIGNED_FILE] = FileRecord("write", sha256_file(aligned))
         if plan.profile_src is not None:
             writer.write_bytes(prefix + PROFILE_FILENAME, plan.profile_src.read_bytes())
-            files[prefix + PROFILE_FILENAME] = FileRecord("write", _sha256(stage_t / PROFILE_FILENAME))
+            files[prefix + PROFILE_FILENAME] = FileRecord("write", sha256_file(stage_t / PROFILE_FILENAME))
         writer.write_pool(plan.pool_plan.pool, sub, g.weights_pool)
         writer.write_config(plan.config, sub)
         files[prefix + CONFIG_FILENAME] = FileRecord("write")

@@ -12,7 +12,6 @@ the manifest are written fresh (never through a hard link to the source's files)
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -37,19 +36,12 @@ from q38.package import (
     open_package,
     read_tensor,
     save_graph,
+    sha256_file,
 )
 from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
 from q38.package.pool import POOL_FILENAME
 
 __all__ = ["optimize_package"]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _reader(graph_path: Path, root: Path) -> TensorReader:
@@ -110,10 +102,10 @@ def optimize_package(
             save_graph(model, dest, new_data=data_name)
             store.register(model, role=role, graph_dir=dest.parent)
             refs_after[pool_rel][role] = tensor_refs(model, dest.parent, staged / Path(pool_rel).parent)
-            records[rel.as_posix()] = FileRecord("write", _sha256(dest))
+            records[rel.as_posix()] = FileRecord("write", sha256_file(dest))
             if (dest.parent / data_name).exists():
                 data_rel = (rel.parent / data_name).as_posix()
-                records[data_rel] = FileRecord("write", _sha256(dest.parent / data_name))
+                records[data_rel] = FileRecord("write", sha256_file(dest.parent / data_name))
         dropped: list[str] = []
         for pool_rel, pool in pools.items():
             new_pool, gone = reconcile_pool(pool, refs_before[pool_rel], refs_after[pool_rel])
@@ -125,7 +117,7 @@ def optimize_package(
                 new_pool = WeightsPool(new_pool.records + tuple(added))
             if (pkg.root / pool_rel).is_file() or added:
                 writer.write_text(pool_rel, format_pool(new_pool))
-                records[pool_rel] = FileRecord("write", _sha256(staged / pool_rel))
+                records[pool_rel] = FileRecord("write", sha256_file(staged / pool_rel))
         base = pkg.manifest or Manifest(command="optimize")
         extra = {
             **base.extra,

@@ -29,6 +29,7 @@ from q38.package.graphs import (
     read_tensor,
     save_graph,
 )
+from q38.package.hashing import sha256_file
 from q38.package.links import LinkMode, LinkPolicy, copy_file, place_file
 from q38.package.manifest import (
     MANIFEST_FILENAME,
@@ -113,4 +114,5 @@ __all__ = [
     "resolve_inside",
     "safe_relpath",
     "save_graph",
+    "sha256_file",
 ]
