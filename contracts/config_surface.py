@@ -188,6 +188,8 @@ RULES: tuple[Rule, ...] = (
 
 def check_genai_config(config: Mapping[str, Any]) -> list[Violation]:
     """Every config-surface violation of the raw ``genai_config.json`` document ``config``."""
+    if not isinstance(config, Mapping):  # the rules below walk an object; say what it is instead
+        return [Violation("CFG-SURFACE-001", f"genai_config.json: expected an object, got {type(config).__name__}")]
     found: list[Violation] = []
     for rule in _SPECIFIC:
         found.extend(rule.check(config))

@@ -230,7 +230,11 @@ def test_contracts_never_crash_on_configs(data: st.DataObject) -> None:
     doc = data.draw(_mutations(config_to_dict(cfg)))
     found = check_genai_config(doc)
     assert isinstance(found, list)
-    # runner.check_package refuses a non-object document before the contracts run
+    # Any JSON value at the top, not only objects: a violation, never a crash.
+    value = data.draw(json_values)
+    assert isinstance(check_genai_config(value), list)
+    if not isinstance(value, dict):
+        assert [v.rule_id for v in check_genai_config(value)] == ["CFG-SURFACE-001"]
     top = data.draw(st.dictionaries(st.sampled_from(("model", "runtime_profiles", "search", "x")), json_values))
     assert isinstance(check_genai_config(top), list)
     model = data.draw(st.dictionaries(st.sampled_from(("decoder", "qwen38_graph", "type", "y")), json_values))
