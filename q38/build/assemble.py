@@ -31,6 +31,7 @@ from q38.package.links import LinkPolicy, place_file
 from q38.package.manifest import FileRecord, Manifest, dumps_manifest
 from q38.package.paths import is_inside
 from q38.package.staging import StagedDirectory
+from q38.progress import Progress
 
 __all__ = ["BuildRequest", "BuildResult", "build_package"]
 
@@ -203,6 +204,28 @@ def _emit_multidraft(root: Path, config_text: str, *, profiles: bool) -> tuple[s
     return dumps_config(cfg), written
 
 
+def _place_entry(
+    root: Path, rel: str, e: Any, policy: LinkPolicy, hasher: _Hasher, files: dict[str, dict[str, Any]]
+) -> None:
+    dst = root / rel
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if e.kind == "dir":
+        dst.mkdir(exist_ok=True)
+        return
+    if e.kind == "symlink":
+        assert e.link is not None
+        os.symlink(e.link, dst)
+        files[rel] = {"link_mode": "symlink", "source": e.link}
+    elif e.kind == "graph":
+        assert e.model is not None
+        save_proto(e.model, dst)
+        files[rel] = {"link_mode": "write", "sha256": hasher.file(dst)}
+    else:
+        assert e.src is not None
+        mode = place_file(e.src, dst, policy)
+        files[rel] = {"link_mode": mode, "sha256": hasher.file(e.src)}
+
+
 def _write(
     root: Path,
     pkg: _Package,
@@ -215,25 +238,13 @@ def _write(
     offload_profiles: bool = False,
 ) -> None:
     files: dict[str, dict[str, Any]] = {}
-    for rel, e in sorted(pkg.comp.entries.items()):
-        dst = root / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if e.kind == "dir":
-            dst.mkdir(exist_ok=True)
-            continue
-        if e.kind == "symlink":
-            assert e.link is not None
-            os.symlink(e.link, dst)
-            files[rel] = {"link_mode": "symlink", "source": e.link}
-        elif e.kind == "graph":
-            assert e.model is not None
-            save_proto(e.model, dst)
-            files[rel] = {"link_mode": "write", "sha256": hasher.file(dst)}
-        else:
-            assert e.src is not None
-            mode = place_file(e.src, dst, policy)
-            files[rel] = {"link_mode": mode, "sha256": hasher.file(e.src)}
-        modes[files[rel]["link_mode"]] += 1
+    entries = sorted(pkg.comp.entries.items())
+    with Progress(len(entries), f"build {pkg.rel or 'package'}: placing files") as bar:
+        for rel, e in entries:
+            bar.advance()
+            _place_entry(root, rel, e, policy, hasher, files)
+            if rel in files:
+                modes[files[rel]["link_mode"]] += 1
     for lib in pkg.libs:
         rel = f"libs/{lib.basename}"
         if rel in files:

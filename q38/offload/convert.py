@@ -54,6 +54,7 @@ from q38.package import (
 )
 from q38.package.pool import POOL_FILENAME
 from q38.package.profile import read_profile
+from q38.progress import Progress
 
 __all__ = ["OffloadPlan", "OffloadReport", "convert_package", "plan_offload"]
 
@@ -331,12 +332,15 @@ def write_offload(plan: OffloadPlan, out: Path, *, link: LinkPolicy | None = Non
     with PackageWriter(out) as writer:
         stage_t = writer.path / sub if sub else writer.path
         # Data files, libraries, head and prefill graphs: placed unchanged.
-        for rel in _source_files(tdir):
-            if package.layout == "layered" and rel.split(os.sep)[0] == "head":
-                continue
-            if rel in regenerated:
-                continue
-            files[prefix + rel] = FileRecord(_place(writer, tdir / rel, prefix + rel, link))
+        sources = _source_files(tdir)
+        with Progress(len(sources), "offload: placing files") as bar:
+            for rel in sources:
+                bar.advance()
+                if package.layout == "layered" and rel.split(os.sep)[0] == "head":
+                    continue
+                if rel in regenerated:
+                    continue
+                files[prefix + rel] = FileRecord(_place(writer, tdir / rel, prefix + rel, link))
         if package.layout == "layered":
             for rel in _source_files(package.root):
                 if rel.split(os.sep)[0] not in ("target", "head"):

@@ -166,6 +166,8 @@ class FuseCausalConvStatePass(RewritePass):
                 or a_tail[1] < _BIG or a_head[:2] != (0, 1) or a_tail[2] not in (-1, 2) or a_head[2] not in (-1, 2)
             ):
                 return Decline("first-token carry is not Concat(Slice(past,[1],[MAX]), Slice(x,[0],[1]))")
+            if attr_int(concat, "axis") not in (-1, 2):
+                return Decline(f"carry Concat axis {attr_int(concat, 'axis')} is not the sequence axis")
             seq = x.shape[2] if x.shape is not None and len(x.shape) == 3 else None
             if seq is None and _is_transpose021(xT) and xT is not None:
                 src = xT.inputs[0]

@@ -40,6 +40,7 @@ from q38.package import (
 )
 from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
 from q38.package.pool import POOL_FILENAME
+from q38.progress import Progress
 
 __all__ = ["optimize_package"]
 
@@ -80,7 +81,9 @@ def optimize_package(
                 continue
             writer.place(path, rel.as_posix(), link)
         records: dict[str, FileRecord] = {}
+        bar = Progress(len(pkg.roles()), "optimize: graphs")
         for role in pkg.roles():
+            bar.advance()
             gpath, root = pkg.graph_path(role), pkg.graph_dir(role)
             pool_rel = _pool_rel(pkg, role)
             model = pkg.load(role)
@@ -106,6 +109,7 @@ def optimize_package(
             if (dest.parent / data_name).exists():
                 data_rel = (rel.parent / data_name).as_posix()
                 records[data_rel] = FileRecord("write", sha256_file(dest.parent / data_name))
+        bar.close()
         dropped: list[str] = []
         for pool_rel, pool in pools.items():
             new_pool, gone = reconcile_pool(pool, refs_before[pool_rel], refs_after[pool_rel])
