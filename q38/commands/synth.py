@@ -33,6 +33,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         default=None,
         help="routed-expert gigabytes (--preset large only)",
     )
+    p.add_argument(
+        "--context-length",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="model.context_length and kv_capacity in tokens (default 4096; at least 256, the prefill chunk)",
+    )
     p.set_defaults(run=run)
 
 
@@ -49,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         bundles=args.bundles,
         weight_gb=args.weight_gb,
+        context_length=args.context_length,
     )
     if args.json:
         print(json.dumps({"out": str(out), "preset": args.preset, "variant": args.variant}))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,12 @@ class ExtRef:
 
 
 class DataFile:
-    """An external data file written front to back at fixed, 64-byte aligned offsets."""
+    """An external data file written front to back at fixed, 64-byte aligned offsets.
+
+    Writes go through one background thread behind a short queue (at most ``_QUEUE`` pieces in
+    flight), so generating the next piece overlaps writing this one and memory stays bounded."""
+
+    _QUEUE = 3
 
     def __init__(self, path: Path, location: str) -> None:
         self.path = path
@@ -45,26 +52,69 @@ class DataFile:
         self._fh = path.open("wb")
         self.size = 0
         self.refs: dict[str, ExtRef] = {}
+        self._q: queue.Queue[np.ndarray | bytes | None] = queue.Queue(self._QUEUE)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name=f"q38-synth-{location}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (item := self._q.get()) is not None:
+            if self._error is None:
+                try:
+                    self._fh.write(item if isinstance(item, bytes) else item.data)
+                except BaseException as exc:  # reported by the next put or by close()
+                    self._error = exc
+
+    def _put(self, item: np.ndarray | bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._q.put(item)
 
     def add(self, key: str, arr: np.ndarray, *, misalign: int = 0) -> ExtRef:
         """Append ``arr``; ``misalign`` > 0 places it ``misalign`` bytes past a 64-byte boundary
         (used for deliberately unaligned expert weights)."""
+        return self.add_chunks(key, [arr], arr.dtype, tuple(arr.shape), misalign=misalign)
+
+    def add_chunks(
+        self,
+        key: str,
+        chunks: Iterable[np.ndarray],
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        *,
+        misalign: int = 0,
+    ) -> ExtRef:
+        """Append one tensor given as consecutive pieces of its C-order bytes (written as they come,
+        never held whole); same placement rules as ``add``."""
         if key in self.refs:
             return self.refs[key]
         start = -(-self.size // _ALIGN) * _ALIGN + misalign
         if misalign and start % 4096 == 0:
             start += _ALIGN
-        data = np.ascontiguousarray(arr).tobytes()
         if start > self.size:
-            self._fh.write(b"\0" * (start - self.size))
-        self._fh.write(data)
-        self.size = start + len(data)
-        ref = ExtRef(self.location, start, len(data), _dtype_name(arr), tuple(arr.shape))
+            self._put(b"\0" * (start - self.size))
+        length = 0
+        for chunk in chunks:
+            c = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
+            self._put(c)
+            length += c.size
+        want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if length != want:
+            raise ValueError(f"{key}: chunks hold {length} bytes, shape {shape} needs {want}")
+        self.size = start + length
+        ref = ExtRef(self.location, start, length, _dtype_name(np.empty(0, dtype)), shape)
         self.refs[key] = ref
         return ref
 
     def close(self) -> None:
+        """Wait for the queued writes, close the file, raise the first write error if any."""
+        if self._thread.is_alive():
+            self._q.put(None)
+            self._thread.join()
         self._fh.close()
+        if self._error is not None:
+            raise self._error
 
 
 def _onnx_dtype(arr: np.ndarray) -> int:

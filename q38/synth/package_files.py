@@ -11,7 +11,7 @@ from typing import Any
 
 from q38 import __version__
 from q38.synth.graph import ExtRef
-from q38.synth.spec import Spec
+from q38.synth.spec import PREFILL_CHUNK, Spec
 
 __all__ = ["config_dict", "dumps_json", "manifest_dict", "pool_text", "sha256_file"]
 
@@ -86,7 +86,7 @@ def config_dict(
                         },
                     }
                 },
-                "prefill": {"filename": "prefill.onnx", "chunk": 256},
+                "prefill": {"filename": "prefill.onnx", "chunk": PREFILL_CHUNK},
                 "kv_capacity": s.context,
                 "weights_pool": "weights_pool.txt",
             },

@@ -9,9 +9,17 @@ interleave_column_major -> add_bias_and_interleave. ORT 1.32.0's CPU QMoE reads 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-__all__ = ["dequantize_int4", "pack_sm80_int4", "quantize_int4", "reference_qmoe"]
+__all__ = [
+    "dequantize_int4",
+    "pack_sm80_int4",
+    "pack_sm80_int4_steps",
+    "quantize_int4",
+    "reference_qmoe",
+]
 
 # permutation_map["16_4"] of the ORT packer (fp16 activations, 4-bit weights).
 _PERM_16_4 = (0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27,
@@ -42,10 +50,14 @@ def dequantize_int4(raw: np.ndarray, scale: np.ndarray, block: int) -> np.ndarra
     return w.reshape(n, k)
 
 
-def pack_sm80_int4(raw: np.ndarray, n: int, k: int) -> np.ndarray:
-    """CUTLASS SM80 bytes (uint8 [..., K, N/2]) of raw ORT int4 storage [..., N, K/2] (batched)."""
+def _check_dims(n: int, k: int) -> None:
     if k % 64 or n % 16:
         raise ValueError(f"SM80 int4 packing needs K % 64 == 0 and N % 16 == 0, got N={n} K={k}")
+
+
+def pack_sm80_int4_steps(raw: np.ndarray, n: int, k: int) -> np.ndarray:
+    """The step-by-step port of ORT's packer (slow; the reference ``pack_sm80_int4`` must match)."""
+    _check_dims(n, k)
     q = np.ascontiguousarray(raw, dtype=np.uint8)
     lead = q.shape[:-2]
     q = q.reshape(-1, n, k // 2)
@@ -72,6 +84,68 @@ def pack_sm80_int4(raw: np.ndarray, n: int, k: int) -> np.ndarray:
     nib = np.where(nib > 7, nib - 8, nib + 8)
     out = (nib[:, :, 0::2] + nib[:, :, 1::2] * 16).astype(np.uint8)
     return out.reshape(*lead, rows, cols)
+
+
+@lru_cache(maxsize=16)
+def _nibble_source(n: int, k: int) -> np.ndarray:
+    """For each packed nibble (low first), the raw nibble it copies (int64 [N*K]).
+
+    The packer moves nibbles and maps each value v -> ((v - 8) & 15) ^ 8 == v, so it is a pure
+    nibble permutation. Found by packing the raw nibble positions 4 bits at a time."""
+    pos = np.arange(n * k, dtype=np.int64)
+    src = np.zeros(n * k, dtype=np.int64)
+    for shift in range(0, max(1, (n * k - 1).bit_length()), 4):
+        nib = ((pos >> shift) & 15).astype(np.uint8)
+        packed = pack_sm80_int4_steps((nib[0::2] | (nib[1::2] << 4)).reshape(n, k // 2), n, k)
+        flat = packed.reshape(-1)
+        src |= np.stack([flat & 15, flat >> 4], axis=-1).reshape(-1).astype(np.int64) << shift
+    return src
+
+
+# Within each 16-byte block the packer's permutation is this 4x8 -> 8x4 nibble transpose.
+_BLOCK_TRANSPOSE = np.arange(32).reshape(4, 8).T.reshape(-1)
+
+
+@lru_cache(maxsize=16)
+def _blockwise(n: int, k: int) -> bool:
+    """True when the permutation keeps every 16-byte block in place (a nibble transpose inside)."""
+    src = _nibble_source(n, k).reshape(-1, 32)
+    base = np.arange(0, n * k, 32)[:, None]
+    return bool(np.array_equal(src, base + _BLOCK_TRANSPOSE))
+
+
+def _pack_blocks(q: np.ndarray) -> np.ndarray:
+    """The 4x8 -> 8x4 nibble transpose of every 16-byte block of ``q`` (uint8, size % 16 == 0).
+
+    Input rows r0..r3 (4 bytes, 8 nibbles each) -> output byte 4j + 2h + p holds nibble 2j + h of
+    rows 2p (low) and 2p + 1 (high)."""
+    r = q.reshape(-1).view("<u4").reshape(-1, 4)
+    out = np.empty((r.shape[0], 4, 2, 2), dtype=np.uint8)
+    lo4 = np.uint32(0x0F0F0F0F)
+    for p in (0, 1):
+        a, b = r[:, 2 * p], r[:, 2 * p + 1]
+        low = (a & lo4) | ((b & lo4) << np.uint32(4))
+        high = ((a >> np.uint32(4)) & lo4) | (b & np.uint32(0xF0F0F0F0))
+        out[:, :, 0, p] = low.astype("<u4", copy=False).view(np.uint8).reshape(-1, 4)
+        out[:, :, 1, p] = high.astype("<u4", copy=False).view(np.uint8).reshape(-1, 4)
+    return out.reshape(-1)
+
+
+def pack_sm80_int4(raw: np.ndarray, n: int, k: int) -> np.ndarray:
+    """CUTLASS SM80 bytes (uint8 [..., K, N/2]) of raw ORT int4 storage [..., N, K/2] (batched).
+
+    Byte-identical to ``pack_sm80_int4_steps``, computed as the equivalent nibble permutation."""
+    _check_dims(n, k)
+    q = np.ascontiguousarray(raw, dtype=np.uint8)
+    lead = q.shape[:-2]
+    if _blockwise(n, k):
+        return _pack_blocks(q).reshape(*lead, k, n // 2)
+    nib = np.empty((q.size // (n * k // 2), n * k), dtype=np.uint8)
+    flat = q.reshape(nib.shape[0], -1)
+    nib[:, 0::2] = flat & 15
+    nib[:, 1::2] = flat >> 4
+    p = np.take(nib, _nibble_source(n, k), axis=1)
+    return (p[:, 0::2] | (p[:, 1::2] << 4)).reshape(*lead, k, n // 2)
 
 
 def reference_qmoe(

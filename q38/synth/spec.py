@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["PRESETS", "Spec", "spec_for"]
+__all__ = ["DEFAULT_CONTEXT", "PREFILL_CHUNK", "PRESETS", "Spec", "spec_for"]
+
+DEFAULT_CONTEXT = 4096  # model.context_length and qwen38_graph.kv_capacity unless --context-length
+PREFILL_CHUNK = 256  # qwen38_graph.prefill.chunk; --context-length must be at least this
 
 
 # Bytes of one routed int4 expert: fc1 + fc2 weights and fp16 scales.
@@ -37,7 +40,7 @@ class Spec:
     token_budget: int = 32
     hc_rank: int = 32
     block: int = 32
-    context: int = 4096
+    context: int = DEFAULT_CONTEXT
     eps: float = 1e-6
 
     @property
@@ -59,7 +62,11 @@ class Spec:
 PRESETS = ("tiny", "full", "large")
 
 
-def spec_for(preset: str, weight_gb: float | None = None) -> Spec:
+def spec_for(preset: str, weight_gb: float | None = None, context: int = DEFAULT_CONTEXT) -> Spec:
+    return replace(_preset(preset, weight_gb), context=context)
+
+
+def _preset(preset: str, weight_gb: float | None) -> Spec:
     if preset == "tiny":
         return Spec("tiny", 8)
     if preset == "full":

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from q38.synth.graph import EXTERNAL_THRESHOLD, DataFile, ExtRef, GraphBuilder, rng_for
 
-__all__ = ["Weights"]
+__all__ = ["CHUNK_BYTES", "Weights"]
+
+# Target size of one generated piece of a streamed tensor (large preset: memory stays bounded).
+CHUNK_BYTES = 4 << 20
+
+
+def _shape_only(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zero-memory array with ``shape`` and ``dtype`` (for GraphBuilder.external)."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
 
 
 class Weights:
@@ -31,7 +39,7 @@ class Weights:
             return name
         if name in self.refs:
             shape, dtype = self._meta[name]
-            return g.external(name, self.refs[name], np.empty(shape, dtype))
+            return g.external(name, self.refs[name], _shape_only(shape, dtype))
         if name in self._small:
             return g.inline(name, self._small[name])
         arr = make()
@@ -42,6 +50,38 @@ class Weights:
             return g.external(name, ref, arr)
         self._small[name] = arr
         return g.inline(name, arr)
+
+    def add_streamed(
+        self,
+        g: GraphBuilder,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        make: Callable[[int], np.ndarray],
+        *,
+        rows_per_chunk: int,
+        misalign: int = 0,
+    ) -> str:
+        """Like ``add`` for a tensor made ``rows_per_chunk`` leading rows at a time: ``make(r)``
+        returns the next ``r`` rows (the generator's state carries over between calls). The pieces
+        go straight into the data file; the whole tensor is never held."""
+        if g.has_init(name) or name in self.refs or name in self._small:
+            return self.add(g, name, lambda: np.empty(0))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes < EXTERNAL_THRESHOLD or not shape:
+            return self.add(g, name, lambda: make(shape[0] if shape else 1).reshape(shape))
+
+        def pieces() -> Iterator[np.ndarray]:
+            left = shape[0]
+            while left:
+                r = min(left, rows_per_chunk)
+                yield make(r)
+                left -= r
+
+        ref = self.data.add_chunks(name, pieces(), np.dtype(dtype), shape, misalign=misalign)
+        self.refs[name] = ref
+        self._meta[name] = (shape, np.dtype(dtype))
+        return g.external(name, ref, _shape_only(shape, np.dtype(dtype)))
 
     def normal(
         self,
@@ -73,10 +113,20 @@ class Weights:
         dtype: type = np.float16,
         misalign: int = 0,
     ) -> str:
-        def make() -> np.ndarray:
-            return rng_for(self.seed, name).uniform(lo, hi, shape).astype(dtype)
+        rng = rng_for(self.seed, name)  # one double per element: pieces continue the stream
 
-        return self.add(g, name, make, misalign=misalign)
+        def rows(r: int) -> np.ndarray:
+            return rng.uniform(lo, hi, (r, *shape[1:])).astype(dtype)
+
+        return self.add_streamed(
+            g,
+            name,
+            shape,
+            np.dtype(dtype),
+            rows,
+            rows_per_chunk=_rows_per_chunk(shape, 8),
+            misalign=misalign,
+        )
 
     def codes(
         self,
@@ -87,14 +137,33 @@ class Weights:
         misalign: int = 0,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> str:
-        """Random uint8 bytes (two int4/fp4 codes each), optionally transformed (e.g. SM80 packing)."""
+        """Random uint8 bytes (two int4/fp4 codes each), optionally transformed (e.g. SM80 packing).
 
-        def make() -> np.ndarray:
-            raw = rng_for(self.seed, name).integers(0, 256, shape, dtype=np.uint8)
+        ``transform`` maps rows [r, ...] of raw codes to rows of stored bytes (row by row)."""
+        rng = rng_for(self.seed, name)
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        # numpy draws uint8 codes 4 per 32-bit word and drops the rest at the end of a call, so
+        # pieces continue the one-call stream only when each holds a multiple of 4 bytes.
+        per = _rows_per_chunk(shape, 1) if row % 4 == 0 else max(1, shape[0] if shape else 1)
+
+        def rows(r: int) -> np.ndarray:
+            raw = rng.integers(0, 256, (r, *shape[1:]), dtype=np.uint8)
             return raw if transform is None else transform(raw)
 
-        return self.add(g, name, make, misalign=misalign)
+        stored = shape  # the stored rows' shape (SM80 packing turns [N, K/2] into [K, N/2])
+        if transform is not None and shape:
+            stored = (shape[0], *transform(np.zeros((1, *shape[1:]), np.uint8)).shape[1:])
+        return self.add_streamed(
+            g, name, stored, np.dtype(np.uint8), rows, rows_per_chunk=per, misalign=misalign
+        )
 
     def raw_codes(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """The raw codes behind ``codes(name, shape)`` (for numerical references)."""
         return rng_for(self.seed, name).integers(0, 256, shape, dtype=np.uint8)
+
+
+def _rows_per_chunk(shape: tuple[int, ...], itemsize: int) -> int:
+    """Leading rows per piece so that one piece (at ``itemsize`` bytes per element while it is
+    generated) stays near CHUNK_BYTES."""
+    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    return max(1, CHUNK_BYTES // max(1, row))

@@ -11,7 +11,7 @@ from q38.errors import FlagError
 from q38.synth import package_files as pf
 from q38.synth.graph import DataFile, ExtRef
 from q38.synth.model import build_head, build_target
-from q38.synth.spec import PRESETS, Spec, spec_for
+from q38.synth.spec import DEFAULT_CONTEXT, PREFILL_CHUNK, PRESETS, Spec, spec_for
 from q38.synth.weights import Weights
 
 __all__ = ["OPTIONS", "synthesize"]
@@ -32,7 +32,13 @@ SHARED_WITH_HEAD = ("model.embed_tokens.weight", "model.norm.hc_gate.weight", "l
 
 
 def _check(
-    preset: str, variant: str, layout: str, lineage: str, experts: str, weight_gb: float | None
+    preset: str,
+    variant: str,
+    layout: str,
+    lineage: str,
+    experts: str,
+    weight_gb: float | None,
+    context_length: int = DEFAULT_CONTEXT,
 ) -> None:
     for flag, value in (
         ("preset", preset),
@@ -49,6 +55,14 @@ def _check(
         raise FlagError("--weight-gb applies to --preset large only")
     if weight_gb is not None and not weight_gb > 0:
         raise FlagError(f"--weight-gb {weight_gb}: must be positive")
+    if isinstance(context_length, bool) or not isinstance(context_length, int):
+        raise FlagError(f"--context-length {context_length}: expected a whole number of tokens")
+    if context_length <= 0:
+        raise FlagError(f"--context-length {context_length}: must be positive")
+    if context_length < PREFILL_CHUNK:
+        raise FlagError(
+            f"--context-length {context_length}: must be at least the prefill chunk ({PREFILL_CHUNK})"
+        )
 
 
 def _save(model: onnx.ModelProto, path: Path) -> None:
@@ -196,18 +210,22 @@ def synthesize(
     seed: int = 0,
     bundles: bool = False,
     weight_gb: float | None = None,
+    context_length: int = DEFAULT_CONTEXT,
 ) -> Path:
     """Write a synthetic package (or, with ``bundles``, the source bundles) at ``out``.
 
+    ``context_length`` sets ``model.context_length``, ``qwen38_graph.kv_capacity``,
+    ``search.max_length`` and the rotary caches' length (at least the prefill chunk, 256).
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
     PackageError otherwise); the tree is built in a staging directory and renamed into place."""
     from q38.package import StagedDirectory
 
-    _check(preset, variant, layout, lineage, experts, weight_gb)
-    s = spec_for(preset, weight_gb)
-    notes = [
-        f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
-    ]
+    _check(preset, variant, layout, lineage, experts, weight_gb, context_length)
+    s = spec_for(preset, weight_gb, context_length)
+    note = f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
+    if context_length != DEFAULT_CONTEXT:
+        note += f" context_length={context_length}"
+    notes = [note]
     with StagedDirectory(Path(out)) as staged:
         root = staged.path
         if bundles:

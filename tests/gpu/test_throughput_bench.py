@@ -53,8 +53,10 @@ def profile(gpu: genv.GpuInfo) -> Profile:
 
 
 def _package(packages: grun.PackageFactory, profile: Profile, variant: str) -> Path:
+    # One package per variant serves every tier: its context_length is the largest tier's.
     try:
-        return packages.synth(preset=profile.preset, variant=variant, weight_gb=str(profile.weight_gb))
+        return packages.synth(preset=profile.preset, variant=variant, weight_gb=str(profile.weight_gb),
+                              context_length=str(max(TIERS.values())))
     except grun.Unavailable as exc:
         pytest.skip(str(exc))
 
