@@ -1,31 +1,28 @@
-"""Private writers for genai_config.json, weights_pool.txt and package_manifest.json.
-
-They follow docs/package-format.md exactly; they are replaced by q38.package once it lands."""
+"""The synthetic package's config document, pool and manifest, as q38.package records."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from q38 import __version__
+from q38.package import (
+    FileRecord,
+    Manifest,
+    Placement,
+    PoolEntry,
+    WeightsPool,
+    format_pool,
+    sha256_file,
+)
 from q38.synth.graph import ExtRef
 from q38.synth.spec import PREFILL_CHUNK, Spec
 
-__all__ = ["config_dict", "dumps_json", "manifest_dict", "pool_text", "sha256_file"]
+__all__ = ["config_dict", "dumps_json", "manifest", "pool_text"]
 
 
 def dumps_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, indent=2) + "\n"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def config_dict(
@@ -98,33 +95,22 @@ def config_dict(
 
 def pool_text(entries: list[tuple[str, ExtRef, str]], *, file_prefix: str = "") -> str:
     """Pool format 1: (pool_id, ref, provenance) per shared tensor, all placement ``device``."""
-    lines = [
-        "# q38 weights pool v1",
-        "# pool_id file offset length dtype shape placement provenance",
-    ]
-    for pool_id, ref, prov in entries:
-        shape = "x".join(str(d) for d in ref.shape) if ref.shape else "scalar"
-        lines.append(
-            f"{pool_id} {file_prefix}{ref.location} {ref.offset} {ref.length} {ref.dtype} {shape} device {prov}"
+    return format_pool(
+        WeightsPool.from_entries(
+            PoolEntry(
+                pool_id, f"{file_prefix}{ref.location}", ref.offset, ref.length, ref.dtype,
+                tuple(ref.shape), Placement.DEVICE, prov,
+            )
+            for pool_id, ref, prov in entries
         )
-    return "\n".join(lines) + "\n"
+    )
 
 
-def manifest_dict(root: Path, notes: list[str]) -> dict[str, Any]:
+def manifest(root: Path, notes: list[str]) -> Manifest:
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(root).as_posix()
         if rel.endswith("package_manifest.json"):
             continue
-        files[rel] = {"link_mode": "write", "sha256": sha256_file(path)}
-    return {
-        "q38_version": __version__,
-        "manifest_version": 1,
-        "command": "synth",
-        "sources": [],
-        "files": files,
-        "rewrites": {},
-        "router_weights_cleared": 0,
-        "resident_slots": {},
-        "notes": notes,
-    }
+        files[rel] = FileRecord("write", sha256_file(path))
+    return Manifest(command="synth", files=files, notes=tuple(notes))

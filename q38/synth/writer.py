@@ -8,6 +8,7 @@ from pathlib import Path
 import onnx
 
 from q38.errors import FlagError
+from q38.package import dumps_config, dumps_manifest, parse_config
 from q38.synth import package_files as pf
 from q38.synth.graph import DataFile, ExtRef
 from q38.synth.model import build_head, build_target
@@ -121,21 +122,13 @@ def _pool(refs: dict[str, ExtRef]) -> str:
 def _write_config(
     root: Path, s: Spec, variant: str, lineage: str, decoder: str = "model.onnx"
 ) -> None:
-    cfg = pf.config_dict(s, variant=variant, lineage=lineage, decoder=decoder)
-    text = pf.dumps_json(cfg)
-    try:
-        from q38.package import dumps_config, parse_config
-    except ImportError:  # pragma: no cover - before q38.package lands
-        pass
-    else:
-        text = dumps_config(parse_config(cfg, source="genai_config.json"))
-    (root / "genai_config.json").write_text(text, encoding="utf-8")
+    # The dict goes through the strict parser: a synthetic config is a valid v12b config.
+    cfg = parse_config(pf.config_dict(s, variant=variant, lineage=lineage, decoder=decoder))
+    (root / "genai_config.json").write_text(dumps_config(cfg), encoding="utf-8")
 
 
 def _finish(root: Path, notes: list[str]) -> None:
-    (root / "package_manifest.json").write_text(
-        pf.dumps_json(pf.manifest_dict(root, notes)), encoding="utf-8"
-    )
+    (root / "package_manifest.json").write_text(dumps_manifest(pf.manifest(root, notes)), encoding="utf-8")
 
 
 def _libs(root: Path) -> None:
