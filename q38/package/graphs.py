@@ -113,11 +113,10 @@ def _expected_nbytes(dtype: ir.DataType, shape: tuple[int, ...]) -> int | None:
     return count * (bits // 8)
 
 
-def _check_external(graph_path: Path, root: Path, ref: ExternalRef) -> tuple[Path, int, int]:
-    """Validate one reference; return (named path, offset, length) with length resolved."""
-    what = f"{graph_path.name}: initializer {ref.name!r} external data"
+def _resolve_data_file(graph_path: Path, root: Path, location: str, what: str) -> tuple[Path, os.stat_result]:
+    """The named path of one external-data file, after the containment checks, and its stat."""
     try:
-        location = safe_relpath(ref.location, what=what)
+        location = safe_relpath(location, what=what)
         # The location is relative to the graph file's directory; the containment bound is the
         # package root (a layered package's head may not reach into its sibling).
         rel_to_root = os.path.relpath(graph_path.parent / location, root)
@@ -130,6 +129,28 @@ def _check_external(graph_path: Path, root: Path, ref: ExternalRef) -> tuple[Pat
         raise GraphError(f"{what}: cannot stat {location!r}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
         raise GraphError(f"{what}: {location!r} is not a regular file")
+    return named, st
+
+
+def _check_external(
+    graph_path: Path,
+    root: Path,
+    ref: ExternalRef,
+    files: dict[str, tuple[Path, os.stat_result]] | None = None,
+) -> tuple[Path, int, int]:
+    """Validate one reference; return (named path, offset, length) with length resolved.
+
+    ``files`` caches the per-file checks (path safety, stat): a graph's thousand tensors in one
+    data file resolve the path once.
+    """
+    what = f"{graph_path.name}: initializer {ref.name!r} external data"
+    location = ref.location
+    if files is not None and location in files:
+        named, st = files[location]
+    else:
+        named, st = _resolve_data_file(graph_path, root, location, what)
+        if files is not None:
+            files[location] = (named, st)
     if ref.offset < 0 or (ref.length is not None and ref.length < 0):
         raise GraphError(f"{what}: negative offset or length ({ref.offset}, {ref.length})")
     length = st.st_size - ref.offset if ref.length is None else ref.length
@@ -243,8 +264,9 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise GraphError(f"{path}: not a valid ONNX model (malformed graph): {detail}") from None
     ir.external_data.set_base_dir(model.graph, os.path.dirname(path))
+    files: dict[str, tuple[Path, os.stat_result]] = {}
     for ref in external_refs(model):
-        _check_external(path, root, ref)
+        _check_external(path, root, ref, files)
     if check_structure:
         _check_structure(model.graph, path)
     model.meta["q38.path"] = str(path)
