@@ -76,6 +76,35 @@ def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
     return node.inputs[1] if node.inputs[0] is value else node.inputs[0]
 
 
+def _static_2d(value: ir.Value) -> tuple[int, int] | None:
+    shape = value.shape
+    if shape is None or len(shape) != 2 or not all(isinstance(d, int) for d in shape):
+        return None
+    return int(shape[0]), int(shape[1])  # type: ignore[arg-type]
+
+
+def _check_weight_shapes(weights: tuple[ir.Value | None, ...], c: int) -> Decline | None:
+    """LowRankMix needs norm_scale (C*H), down (C*H, R), up (R, C*H), inject (C*H, C).
+
+    The unfused ops are laxer (BranchwiseRMSNorm takes an (H) scale, PreMix takes (..., C) branch
+    gates from an (R, C) up projection), so the layouts are proved here, not assumed.
+    """
+    scale, down, up, inject = weights
+    assert scale is not None and down is not None and up is not None and inject is not None
+    d, u, j = _static_2d(down), _static_2d(up), _static_2d(inject)
+    if d is None or u is None or j is None:
+        return Decline("hyper-connection projection weights are not static 2-D tensors")
+    ch, r = d
+    if ch % c or scale.shape is None or scale.shape[0] != ch:
+        length = scale.shape[0] if scale.shape is not None and len(scale.shape) else None
+        return Decline(f"norm scale {scale.name!r} length {length} is not C*H = {ch} (down rows)")
+    if u != (r, ch):
+        return Decline(f"up weight {up.name!r} shape {list(u)} is not (R, C*H) = {[r, ch]} (per-feature gates)")
+    if j != (ch, c):
+        return Decline(f"inject weight {inject.name!r} shape {list(j)} is not (C*H, C) = {[ch, c]}")
+    return None
+
+
 class FuseHyperConnectionPass(RewritePass):
     """Fuse the low-rank hyper-connection gate network and absorb the previous PostMix."""
 
@@ -150,6 +179,9 @@ class FuseHyperConnectionPass(RewritePass):
                 return Decline("a hyper-connection weight is not a constant initializer")
             if t is not None and w.dtype != t:
                 return Decline(f"weight {w.name!r} dtype {w.dtype} != streams dtype {t} (LowRankMix needs one T)")
+        declined = _check_weight_shapes(weights, c)
+        if declined:
+            return declined
         nodes = [norm, down_mm, silu, up_mm, sig, pre_mix, inj_mm, div, sig2, mul]
         declined = check_private(
             [hn, down_mm.outputs[0], silu.outputs[0], up_mm.outputs[0], sig.outputs[0], inj_mm.outputs[0],

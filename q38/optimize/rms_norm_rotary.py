@@ -21,6 +21,7 @@ caches); each converted tensor is created once per source tensor, so q and k kee
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import onnx_ir as ir
 
@@ -78,6 +79,36 @@ def _slice_args(node: ir.Node, ctx: RewriteContext) -> tuple[int, int, int] | No
     if not starts or not ends or not axes or steps != [1] or len(starts) != 1 or len(axes) != 1:
         return None
     return starts[0], ends[0], axes[0]
+
+
+def _same_dim(a: object, b: object) -> bool | None:
+    """True/False when two dims are provably equal/different, None when unknown."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    va, vb = getattr(a, "value", a), getattr(b, "value", b)
+    if va is None or vb is None:
+        return None
+    if isinstance(va, str) and isinstance(vb, str):
+        return va == vb
+    return False  # a static size against a symbolic one: not provably the same
+
+
+def _check_positions(pos: ir.Value, r: ir.Value, reshaped: ir.Node | None) -> Decline | None:
+    """The op takes [B, S] positions (or one base position); a broadcast [1, S] / [1, 1] gather is not that."""
+    if pos.shape is None:
+        return None
+    if len(pos.shape) != 2:
+        return Decline(f"position ids rank {len(pos.shape)} is not 2 ([B, S])")
+    src = reshaped.inputs[0] if reshaped is not None else None
+    lead = None
+    if r.shape is not None and len(r.shape) == 4:
+        lead = list(r.shape)[:2]
+    elif src is not None and src.shape is not None and len(src.shape) == 3:
+        lead = list(src.shape)[:2]
+    if lead is not None and any(_same_dim(p, x) is False for p, x in zip(pos.shape, lead, strict=True)):
+        shown = ", ".join(str(getattr(d, "value", d)) for d in lead)
+        return Decline(f"position ids shape {pos.shape} is not the input's [B, S] = [{shown}]")
+    return None
 
 
 class FuseRMSNormRotaryPass(RewritePass):
@@ -181,6 +212,8 @@ class FuseRMSNormRotaryPass(RewritePass):
         eps = const_scalar(eps_v, ctx.reader)
         if eps is None:
             return Decline("epsilon is not a constant scalar")
+        if not math.isfinite(eps) or eps < 0:
+            return Decline(f"epsilon {eps} is not finite and nonnegative")
         w_arr = const_array(w, ctx.reader)
         if w_arr is None or w.is_graph_input():
             return Decline(f"RMS scale {w.name!r} is not a constant initializer")
@@ -220,6 +253,9 @@ class FuseRMSNormRotaryPass(RewritePass):
             return Decline("cosine and sine are gathered with different position ids")
         if gathers_pos[0].dtype not in (None, ir.DataType.INT64):
             return Decline("position ids are not int64")
+        declined = _check_positions(gathers_pos[0], r, reshaped)
+        if declined:
+            return declined
         # --- the flattening Reshape that the op's output replaces --------------------------------
         y = node.outputs[0]
         uses = list(y.uses())
