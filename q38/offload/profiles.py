@@ -78,7 +78,16 @@ def build_runtime_profiles(
                 ),
                 overlay=ProfileOverlay(
                     decoder_filename=filename,
-                    session_options=SessionOptions(config_entries=dict(offload_entries)),
+                    session_options=SessionOptions(
+                        config_entries=dict(offload_entries),
+                        # The base options' gpu_mem_limit was sized for one device; each profile
+                        # caps the arena at the smallest device memory it admits.
+                        provider_options=(
+                            ProviderOptions(
+                                "cuda", {**CUDA_OFFLOAD_PROVIDER_OPTIONS, "gpu_mem_limit": str(lo * GIB)}
+                            ),
+                        ),
+                    ),
                 ),
             )
         )

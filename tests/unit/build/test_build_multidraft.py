@@ -50,6 +50,11 @@ def test_offload_profiles_match_what_q38_offload_emits(tiny_bundles: Path, tmp_p
     package = open_package(out)
     assert len(package.config.runtime_profiles) == 4
     assert {p.overlay.decoder_filename for p in package.config.runtime_profiles} == {"model_s4.onnx"}
+    for profile in package.config.runtime_profiles:  # each caps the CUDA arena at its own minimum
+        assert profile.overlay.session_options is not None
+        (cuda,) = profile.overlay.session_options.provider_options
+        assert cuda.options["gpu_mem_limit"] == str(profile.eligibility.minimum_total_device_memory_bytes)
+        assert cuda.options["arena_extend_strategy"] == "kSameAsRequested"
     assert (out / "model.onnx").read_bytes() == (out / "model_s4.onnx").read_bytes()
     assert (out / "model.onnx").stat().st_nlink == 1
     entries = package.config.model.decoder.session_options.config_entries
