@@ -22,7 +22,7 @@ CausalConvWithState / VarlenCausalConvWithState differences are ``CCONV-SCHEMA-0
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import onnx_ir as ir
@@ -58,15 +58,20 @@ def _ms_nodes(model: Any) -> list[tuple[ir.Graph, ir.Node]]:
     return [(n.graph or graph, n) for n in graph.all_nodes() if n.domain == MS_DOMAIN]
 
 
-def _check_gdn_decay_beta(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found: list[Violation] = []
+def _gdn_nodes_with_types(model: Any) -> Iterator[tuple[ir.Node, dict[int, ir.DataType]]]:
+    """Each GatedDeltaNet node with the element types inferred for its graph."""
     types: dict[int, dict[int, ir.DataType]] = {}
     for graph, node in _ms_nodes(model):
         if node.op_type != _GDN:
             continue
         if id(graph) not in types:  # one forward pass per graph, only where GatedDeltaNet is
             types[id(graph)] = infer_elem_types(graph)
-        known = types[id(graph)]
+        yield node, types[id(graph)]
+
+
+def _check_gdn_decay_beta(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    found: list[Violation] = []
+    for node, known in _gdn_nodes_with_types(model):
         for slot in (4, 5):
             value = input_at(node, slot)
             dtype = None if value is None else known.get(id(value))
@@ -84,13 +89,7 @@ def _check_gdn_decay_beta(model: Any, _entries: Mapping[str, str]) -> list[Viola
 def _check_gdn_tg_binding(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
     """1.32.0: decay and beta share the type parameter TG (probed)."""
     found: list[Violation] = []
-    types: dict[int, dict[int, ir.DataType]] = {}
-    for graph, node in _ms_nodes(model):
-        if node.op_type != _GDN:
-            continue
-        if id(graph) not in types:  # one forward pass per graph, only where GatedDeltaNet is
-            types[id(graph)] = infer_elem_types(graph)
-        known = types[id(graph)]
+    for node, known in _gdn_nodes_with_types(model):
         decay, beta = input_at(node, 4), input_at(node, 5)
         a = None if decay is None else known.get(id(decay))
         b = None if beta is None else known.get(id(beta))
