@@ -80,8 +80,11 @@ def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded synthetic default."""
     session.install(ORT_DEFAULT)
     session.install("-e", ".")
-    out = session.create_tmp()
-    session.run("q38", "demo", "--workdir", os.path.join(out, "demo"), *session.posargs)
+    # The workdir lives in nox's own scratch space: a rerun replaces the previous demo's output
+    # (q38 demo itself never overwrites a directory).
+    workdir = os.path.join(session.create_tmp(), "demo")
+    shutil.rmtree(workdir, ignore_errors=True)
+    session.run("q38", "demo", "--workdir", workdir, *session.posargs)
 
 
 def _visible_gpu() -> str | None:
