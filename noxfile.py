@@ -145,6 +145,7 @@ def bench(session: nox.Session) -> None:
     """Release gate: benchmark the base ref and the head here; fail on a median regression."""
     # Q38_BENCH_ORT names the runtime (e.g. onnxruntime-gpu==1.31.1 or a wheel, for tests/gpu).
     _install_ort(session, os.environ.get("Q38_BENCH_ORT") or ORT_DEFAULT)
+    session.install("matplotlib")  # labelled comparison plots for reviewers (the gate needs none)
     _print_env(session)
     args = list(session.posargs)
     gate_args, pytest_args = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
