@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.build._build_bundles import make_bundles, tree_digest
+from support.build_bundles import make_bundles, tree_digest
 
 
 @pytest.fixture

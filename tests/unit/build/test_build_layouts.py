@@ -27,7 +27,7 @@ import pytest
 
 from q38.build import BuildRequest, LinkPolicy, build_package
 from q38.package.config import read_config
-from tests.unit.build._build_bundles import EPS, W_NORM_H
+from support.build_bundles import EPS, W_NORM_H
 
 
 def _refs(path: Path) -> dict[str, dict[str, str]]:

@@ -18,7 +18,7 @@ import pytest
 
 from q38.cli import main
 from q38.package import open_package
-from tests.unit.build._build_bundles import tree_digest
+from support.build_bundles import tree_digest
 
 VARIANTS = {
     "folded": [],

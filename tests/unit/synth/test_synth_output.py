@@ -42,7 +42,9 @@ def test_deterministic(tmp_path: Path, kw: dict[str, object]) -> None:
     assert a.keys() == c.keys() and a != c
 
 
-def test_bundles_links(tiny_bundles: Path) -> None:
+def test_bundles_links(tmp_path: Path) -> None:
+    # Fresh bundles: the shared tiny_bundles fixture gains hard links from builds (--link auto).
+    tiny_bundles = synthesize(tmp_path / "bundles", preset="tiny", variant="cpu", bundles=True)
     t, h, p = (tiny_bundles / d / "model.onnx.data" for d in ("target", "head", "prefill"))
     assert os.stat(t).st_ino == os.stat(h).st_ino == os.stat(p).st_ino
     assert os.stat(t).st_nlink == 3
