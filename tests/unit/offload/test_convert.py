@@ -34,7 +34,7 @@ from q38.offload.options import OffloadOptions
 from q38.package import encode_profile, external_refs, open_package
 from q38.package.profile import ExpertProfile
 
-from ._synthpkg import tree_digest
+from support.offload_synthpkg import tree_digest
 
 GIB = 1 << 30
 

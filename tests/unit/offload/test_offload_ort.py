@@ -28,7 +28,7 @@ from q38.offload.options import OffloadOptions, offload_config_entries
 from q38.package import open_package
 from q38.synth.qmoe import dequantize_int4, pack_sm80_int4, quantize_int4, reference_qmoe
 
-from ._synthpkg import feeds_for
+from support.offload_synthpkg import feeds_for
 
 
 def _session(path: Path, entries: dict[str, str]) -> ort.InferenceSession:
