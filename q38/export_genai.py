@@ -167,12 +167,20 @@ def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provid
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
     """
-    from q38.package import LinkPolicy, StagedDirectory, check_destination, load_graph, open_package
+    from q38.package import (
+        LinkPolicy,
+        StagedDirectory,
+        check_destination,
+        check_output_outside,
+        load_graph,
+        open_package,
+    )
     from q38.package.graphs import external_refs
     from q38.package.paths import resolve_inside
 
     src, out = Path(src), Path(out)
     check_destination(out, what="output")
+    check_output_outside(Path(out), [Path(src)])
     package = open_package(src)
     g = package.config.model.qwen38_graph
     if g.variant != "cpu":

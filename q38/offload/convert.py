@@ -46,6 +46,7 @@ from q38.package import (
     Manifest,
     Package,
     PackageWriter,
+    check_output_outside,
     config_to_dict,
     external_refs,
     open_package,
@@ -397,8 +398,7 @@ def convert_package(
 ) -> OffloadReport:
     """Convert ``src`` into a new offload package at ``out``; ``src`` is only read."""
     src, out = Path(src), Path(out)
-    if os.path.abspath(out).startswith(os.path.abspath(src) + os.sep) or os.path.abspath(out) == os.path.abspath(src):
-        raise OffloadError(f"{out}: the output must not be inside the source package {src}")
+    check_output_outside(out, [src])
     plan = plan_offload(src, options, out=out, eligibility=eligibility)
     _LOG.info(
         "offload: %d QMoE nodes offloaded, %d kept resident, %d router_weights cleared",

@@ -32,6 +32,7 @@ from q38.package import (
     Package,
     PackageWriter,
     WeightsPool,
+    check_output_outside,
     format_pool,
     open_package,
     read_tensor,
@@ -62,6 +63,7 @@ def optimize_package(
     link: LinkPolicy = LinkPolicy.AUTO,
 ) -> tuple[OptimizeResult, dict[str, tuple[int, int]]]:
     """Write the optimized package at ``out``; returns the result and node counts per graph."""
+    check_output_outside(Path(out), [Path(src)])
     pkg = open_package(src)
     total = OptimizeResult({}, [], {})
     node_counts: dict[str, tuple[int, int]] = {}

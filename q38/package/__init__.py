@@ -57,7 +57,7 @@ from q38.package.profile import (
     parse_profile,
     read_profile,
 )
-from q38.package.staging import StagedDirectory, check_destination
+from q38.package.staging import StagedDirectory, check_destination, check_output_outside
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -90,6 +90,7 @@ __all__ = [
     "WeightsPool",
     "all_graphs",
     "check_destination",
+    "check_output_outside",
     "config_to_dict",
     "copy_file",
     "dumps_config",

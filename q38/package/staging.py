@@ -21,7 +21,14 @@ from typing import Any, Final
 
 from q38.errors import InternalError, PackageError
 
-__all__ = ["STAGING_MARK", "StagedDirectory", "check_destination", "rename_noreplace", "staging_prefix"]
+__all__ = [
+    "STAGING_MARK",
+    "StagedDirectory",
+    "check_destination",
+    "check_output_outside",
+    "rename_noreplace",
+    "staging_prefix",
+]
 
 STAGING_MARK: Final = ".q38-staging-"
 _AT_FDCWD: Final = -100
@@ -69,6 +76,19 @@ def check_destination(dest: Path, *, what: str = "destination") -> None:
     parent = dest.parent
     if not parent.is_dir():
         raise PackageError(f"{what} {dest}: parent directory {parent} does not exist")
+
+
+def check_output_outside(out: Path, sources: list[Path]) -> None:
+    """Refuse an output inside (or equal to) any source, after resolving symlinks.
+
+    Writing there would modify the source package, and a later read of the source would see the
+    output as part of it.
+    """
+    real_out = Path(os.path.realpath(out.parent)) / out.name
+    for src in sources:
+        real_src = Path(os.path.realpath(src))
+        if real_out == real_src or real_src in real_out.parents:
+            raise PackageError(f"{out}: the output must not be inside the source package {src}")
 
 
 def _pid_alive(pid: int) -> bool:
