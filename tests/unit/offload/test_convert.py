@@ -28,7 +28,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from q38.errors import ConfigError, FlagError, GraphError, OffloadError
+from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Error
 from q38.offload.convert import convert_package
 from q38.offload.options import OffloadOptions
 from q38.package import encode_profile, external_refs, open_package
@@ -297,7 +297,7 @@ def test_profile_total_refused_before_writing(tiny_cpu_package: Path, tmp_path: 
 
 
 def test_output_inside_source_refused(tiny_cpu_package: Path) -> None:
-    with pytest.raises(OffloadError, match="must not be inside the source package"):
+    with pytest.raises(Q38Error, match="must not be inside the source package"):
         convert_package(tiny_cpu_package, tiny_cpu_package / "out", OffloadOptions())
     assert not (tiny_cpu_package / "out").exists()
 
