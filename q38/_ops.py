@@ -37,6 +37,12 @@ SKIP_SIMPLIFIED_LAYER_NORM: Final = "SkipSimplifiedLayerNormalization"
 MATMUL_NBITS: Final = "MatMulNBits"
 MATMUL_FP8: Final = "MatMulBlockQuantizedFp8Weight"
 FOLD_MID2: Final = "FoldMid2"  # qwen.fold domain, custom-op lineage only
+SIMPLIFIED_LAYER_NORM: Final = "SimplifiedLayerNormalization"  # ai.onnx domain (ORT-only schema)
+M_ROTARY_EMBEDDING: Final = "MRotaryEmbedding"
+ENGRAM_GATE: Final = "EngramGate"
+NGRAM_HASH_MAPPING: Final = "NGramHashMapping"
+GATHER_BLOCK_QUANTIZED: Final = "GatherBlockQuantized"
+BUILDER_ONNX_OPSET: Final = 22  # the public builder writes ai.onnx opset 22
 
 # Ops with an ORT 1.32.0 CPU kernel (ort-cpu-capabilities.md); `--target cpu` keeps to these.
 CPU_KERNEL_CONTRIB_OPS: Final = frozenset(

@@ -23,6 +23,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--layout", default="flat", choices=("flat", "layered"))
     p.add_argument("--lineage", default="contrib", choices=("contrib", "custom"))
     p.add_argument("--experts", default="int4", choices=("int4", "nvfp4"))
+    p.add_argument(
+        "--exporter",
+        default="research",
+        choices=("research", "builder"),
+        help="graph forms: the research exporter's (default) or the public builder's "
+        "(genai package with mtp.onnx / engram.onnx; docs/synthetic-model.md)",
+    )
+    p.add_argument(
+        "--weights-prepacked",
+        action="store_true",
+        help="builder only: QMoE weights_prepacked=1 with CUTLASS SM80 expert bytes "
+        "(default: attribute absent, raw bytes)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--bundles", action="store_true", help="write source bundles instead of a package"
@@ -57,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
         bundles=args.bundles,
         weight_gb=args.weight_gb,
         context_length=args.context_length,
+        exporter=args.exporter,
+        weights_prepacked=args.weights_prepacked,
     )
     if args.json:
-        print(json.dumps({"out": str(out), "preset": args.preset, "variant": args.variant}))
+        doc = {"out": str(out), "preset": args.preset, "variant": args.variant}
+        print(json.dumps(doc | {"exporter": args.exporter}))
     return 0

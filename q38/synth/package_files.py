@@ -18,7 +18,13 @@ from q38.package import (
 from q38.synth.graph import ExtRef
 from q38.synth.spec import PREFILL_CHUNK, Spec
 
-__all__ = ["config_dict", "dumps_json", "manifest", "pool_text"]
+__all__ = ["LIB_HC", "LIB_QSA", "config_dict", "dumps_json", "manifest", "pool_text"]
+
+# Placeholder library bytes (not a loadable ELF): deterministic, distinct per role.
+LIB_QSA = b"\x7fELF q38 synthetic placeholder: qsa libcustom_ops (RegisterCustomOps)\n"
+LIB_HC = (
+    b"\x7fELF q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
+)
 
 
 def dumps_json(data: Any) -> str:

@@ -42,6 +42,16 @@ class Spec:
     block: int = 32
     context: int = DEFAULT_CONTEXT
     eps: float = 1e-6
+    # Builder forms only (docs/synthetic-model.md, "builder exporter"): partial interleaved MRoPE,
+    # the PLE / Engram layer and the MTP head's FP8 experts.
+    rotary_dim: int = 8  # partial_rotary_factor 0.5 of head_size 16
+    mrope_section: tuple[int, ...] = (2, 1, 1)  # sums to rotary_dim / 2
+    ple_layer: int = 1  # 0-based (the checkpoint's ple_layer_ids = [2] is 1-based)
+    ngram: int = 3  # max_ngram_size; also the PLE conv's dilation
+    ngram_heads: int = 2  # n_head_per_ngram
+    ngram_head_vocab: int = 64  # rows per n-gram head in the Engram table
+    ple_head_dim: int = 16  # embedding width per n-gram head
+    fp8_block: int = 128
 
     @property
     def streams(self) -> int:
@@ -57,6 +67,14 @@ class Spec:
 
     def is_qsa(self, i: int) -> bool:
         return i % 4 == 3
+
+    @property
+    def ngram_total_heads(self) -> int:
+        return (self.ngram - 1) * self.ngram_heads
+
+    @property
+    def ple_dim(self) -> int:
+        return self.ngram_total_heads * self.ple_head_dim
 
 
 PRESETS = ("tiny", "full", "large")

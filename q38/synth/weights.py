@@ -25,9 +25,10 @@ class Weights:
     A second graph built with the same ``Weights`` points at the same bytes (same offsets).
     ``refs`` maps initializer name -> ExtRef for the external ones."""
 
-    def __init__(self, seed: int, data: DataFile) -> None:
+    def __init__(self, seed: int, data: DataFile, *, threshold: int = EXTERNAL_THRESHOLD) -> None:
         self.seed = seed
         self.data = data
+        self.threshold = threshold  # 0: every initializer external (the public builder's rule)
         self.refs: dict[str, ExtRef] = {}
         self._small: dict[str, np.ndarray] = {}
         self._meta: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -43,7 +44,7 @@ class Weights:
         if name in self._small:
             return g.inline(name, self._small[name])
         arr = make()
-        if arr.nbytes >= EXTERNAL_THRESHOLD:
+        if arr.nbytes >= self.threshold:
             ref = self.data.add(name, arr, misalign=misalign)
             self.refs[name] = ref
             self._meta[name] = (tuple(arr.shape), arr.dtype)
@@ -68,7 +69,7 @@ class Weights:
         if g.has_init(name) or name in self.refs or name in self._small:
             return self.add(g, name, lambda: np.empty(0))
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if nbytes < EXTERNAL_THRESHOLD or not shape:
+        if nbytes < self.threshold or not shape:
             return self.add(g, name, lambda: make(shape[0] if shape else 1).reshape(shape))
 
         def pieces() -> Iterator[np.ndarray]:
@@ -96,10 +97,12 @@ class Weights:
 
         return self.add(g, name, make)
 
-    def norm(self, g: GraphBuilder, name: str, shape: tuple[int, ...]) -> str:
+    def norm(
+        self, g: GraphBuilder, name: str, shape: tuple[int, ...], dtype: type = np.float16
+    ) -> str:
         def make() -> np.ndarray:
             r = rng_for(self.seed, name).standard_normal(shape)
-            return (1.0 + 0.02 * r).astype(np.float16)
+            return (1.0 + 0.02 * r).astype(dtype)
 
         return self.add(g, name, make)
 

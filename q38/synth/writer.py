@@ -10,8 +10,10 @@ import onnx
 from q38.errors import FlagError
 from q38.package import dumps_config, dumps_manifest, parse_config
 from q38.synth import package_files as pf
+from q38.synth.builder_forms import write_builder_package
 from q38.synth.graph import DataFile, ExtRef
 from q38.synth.model import build_head, build_target
+from q38.synth.package_files import LIB_HC, LIB_QSA
 from q38.synth.spec import DEFAULT_CONTEXT, PREFILL_CHUNK, PRESETS, Spec, spec_for
 from q38.synth.weights import Weights
 
@@ -23,12 +25,8 @@ OPTIONS = {
     "layout": ("flat", "layered"),
     "lineage": ("contrib", "custom"),
     "experts": ("int4", "nvfp4"),
+    "exporter": ("research", "builder"),
 }
-# Placeholder library bytes (not a loadable ELF): deterministic, distinct per role.
-LIB_QSA = b"\x7fELF q38 synthetic placeholder: qsa libcustom_ops (RegisterCustomOps)\n"
-LIB_HC = (
-    b"\x7fELF q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
-)
 SHARED_WITH_HEAD = ("model.embed_tokens.weight", "model.norm.hc_gate.weight", "lm_head.weight")
 
 
@@ -40,8 +38,10 @@ def _check(
     experts: str,
     weight_gb: float | None,
     context_length: int = DEFAULT_CONTEXT,
+    exporter: str = "research",
 ) -> None:
     for flag, value in (
+        ("exporter", exporter),
         ("preset", preset),
         ("variant", variant),
         ("layout", layout),
@@ -52,6 +52,10 @@ def _check(
             raise FlagError(f"--{flag} {value}: expected one of {', '.join(OPTIONS[flag])}")
     if experts == "nvfp4" and variant == "cpu":
         raise FlagError("--experts nvfp4 needs --variant faithful (NVFP4 QMoE has no CPU kernel)")
+    if exporter == "builder" and layout != "flat":
+        raise FlagError("--layout layered applies to --exporter research (the builder writes one folder)")
+    if exporter == "builder" and experts != "int4":
+        raise FlagError(f"--experts {experts} applies to --exporter research")
     if weight_gb is not None and preset != "large":
         raise FlagError("--weight-gb applies to --preset large only")
     if weight_gb is not None and not weight_gb > 0:
@@ -204,16 +208,25 @@ def synthesize(
     bundles: bool = False,
     weight_gb: float | None = None,
     context_length: int = DEFAULT_CONTEXT,
+    exporter: str = "research",
+    weights_prepacked: bool = False,
 ) -> Path:
     """Write a synthetic package (or, with ``bundles``, the source bundles) at ``out``.
 
     ``context_length`` sets ``model.context_length``, ``qwen38_graph.kv_capacity``,
     ``search.max_length`` and the rotary caches' length (at least the prefill chunk, 256).
+    ``exporter="builder"`` writes the public builder's forms (``q38.synth.builder_forms``);
+    ``weights_prepacked`` (builder only) sets QMoE ``weights_prepacked=1`` with SM80 expert bytes
+    instead of omitting the attribute (raw bytes).
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
     PackageError otherwise); the tree is built in a staging directory and renamed into place."""
     from q38.package import StagedDirectory
 
-    _check(preset, variant, layout, lineage, experts, weight_gb, context_length)
+    _check(preset, variant, layout, lineage, experts, weight_gb, context_length, exporter)
+    if bundles and exporter == "builder":
+        raise FlagError("--bundles applies to --exporter research")
+    if weights_prepacked and exporter != "builder":
+        raise FlagError("--weights-prepacked applies to --exporter builder")
     s = spec_for(preset, weight_gb, context_length)
     note = f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
     if context_length != DEFAULT_CONTEXT:
@@ -221,7 +234,11 @@ def synthesize(
     notes = [note]
     with StagedDirectory(Path(out)) as staged:
         root = staged.path
-        if bundles:
+        if exporter == "builder":
+            write_builder_package(
+                root, s, seed, variant=variant, lineage=lineage, prepacked=weights_prepacked
+            )
+        elif bundles:
             _bundles(root, s, seed, variant=variant, lineage=lineage, experts=experts)
         else:
             _package(

@@ -50,3 +50,27 @@ def full_cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from q38.synth import synthesize
 
     return synthesize(tmp_path_factory.mktemp("synth") / "full_cpu", preset="full", variant="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_builder_cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny ``--exporter builder`` cpu-variant package (genai surface, model.onnx + mtp.onnx; runs
+    on ORT 1.32.0 CPU and generates with onnxruntime-genai 0.18.0). Read-only: copy first."""
+    from q38.synth import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("synth") / "tiny_builder_cpu", exporter="builder", variant="cpu"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_builder_faithful_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny ``--exporter builder`` faithful-variant package (qwen4_exp_text: QSA ops, FP8 MTP
+    experts, engram.onnx, shared_initializers; bf16). Read-only: copy first."""
+    from q38.synth import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("synth") / "tiny_builder_faithful",
+        exporter="builder",
+        variant="faithful",
+    )

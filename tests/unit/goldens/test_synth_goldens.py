@@ -45,3 +45,21 @@ def test_tiny_package_goldens(
 def test_full_faithful_target_graph_golden(tmp_path: Path, graph_snapshot: SnapshotAssertion) -> None:
     package = synth.synthesize(tmp_path / "pkg", preset="full", variant="faithful")
     assert graph_snapshot(name="target") == _graph_paths(package)["target"]
+
+
+BUILDER_GRAPHS = {"cpu": ("model.onnx", "mtp.onnx"),
+                  "faithful": ("model.onnx", "mtp.onnx", "engram.onnx")}  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["cpu", "faithful"])
+def test_tiny_builder_package_goldens(
+    tmp_path: Path,
+    package_snapshot: SnapshotAssertion,
+    graph_snapshot: SnapshotAssertion,
+    variant: str,
+) -> None:
+    """``--exporter builder`` packages: genai config + file inventory, and every graph."""
+    package = synth.synthesize(tmp_path / "pkg", preset="tiny", variant=variant, exporter="builder")
+    assert package_snapshot(name="package") == package
+    for graph in BUILDER_GRAPHS[variant]:
+        assert graph_snapshot(name=graph.removesuffix(".onnx")) == package / graph
