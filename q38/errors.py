@@ -1,13 +1,24 @@
-"""The q38 error hierarchy.
+"""The q38 error hierarchy, and how user values appear in messages.
 
 Every user-facing failure is a :class:`Q38Error`. The CLI prints ``str(error)`` as one
 line and exits 2, so messages must name what is at fault (file, node, rule, flag) and
 fit on one line. Internal invariants use :class:`InternalError`.
+
+Messages are bounded: a hostile input can hold a 50 MB string where a name belongs, and the
+one error line must stay readable. :func:`quote` shows a user value as its ``repr`` cut to
+:data:`QUOTE_LIMIT` characters (with an ellipsis and the full length), :func:`clip` does the
+same for a path or free text without quotes, and every :class:`Q38Error` line is capped at
+:data:`LINE_LIMIT` characters whatever its parts.
 """
 
 from __future__ import annotations
 
+import reprlib
+from typing import Final
+
 __all__ = [
+    "LINE_LIMIT",
+    "QUOTE_LIMIT",
     "BuildError",
     "ConfigError",
     "ExportError",
@@ -21,7 +32,98 @@ __all__ = [
     "ProfileError",
     "Q38Error",
     "UnsafePathError",
+    "bound_line",
+    "clip",
+    "quote",
 ]
+
+QUOTE_LIMIT: Final = 120
+LINE_LIMIT: Final = 400
+_INT_DIGITS_SHOWN: Final = 40
+
+
+class _Repr(reprlib.Repr):
+    """repr of containers with bounded work: a few items, short strings, no huge integers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = 6
+        self.maxstring = QUOTE_LIMIT
+        self.maxother = QUOTE_LIMIT
+        self.maxlong = _INT_DIGITS_SHOWN
+
+    def repr_int(self, x: int, level: int) -> str:
+        return _int_text(x)
+
+
+_REPR: Final = _Repr()
+
+
+def _int_text(value: int) -> str:
+    # str() of an integer beyond ~4300 digits raises ValueError (CPython's conversion limit), and
+    # any integer that long is hostile: show its size, not its digits.
+    if value.bit_length() <= 128:
+        return str(value)
+    digits = int(value.bit_length() * 0.30103) + 1
+    return f"<integer of about {digits} digits>"
+
+
+def _escape(text: str) -> str:
+    """``text`` with control characters and lone surrogates escaped (``\\n``, ``\\x1b``, ``\\ud800``)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, with an ellipsis and the full length.
+
+    ``quote("a" * 10**8)`` is ``'aaaa...'... (100000000 chars)``: the work is bounded by
+    ``limit``, not by the value. Use it for every user value in an error or violation message.
+    """
+    if isinstance(value, (str, bytes, bytearray)):
+        if len(value) <= limit:
+            return repr(value)
+        unit = "chars" if isinstance(value, str) else "bytes"
+        return f"{repr(value[:limit])[: limit + 8]}... ({len(value)} {unit})"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return _int_text(value)
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def clip(text: object, limit: int = QUOTE_LIMIT + 40) -> str:
+    """A path or free text for a message, unquoted: control characters escaped, cut to ``limit``.
+
+    Long paths keep their head and their tail (the file name is what the reader needs).
+    """
+    raw = str(text)
+    if len(raw) > 4 * limit:
+        raw = raw[: 2 * limit] + raw[-2 * limit :]
+        total = len(str(text))
+    else:
+        total = len(raw)
+    shown = _escape(raw)
+    if len(shown) <= limit and total == len(raw):
+        return shown
+    half = (limit - 5) // 2
+    return f"{shown[:half]}...{shown[-half:]} ({total} chars)"
+
+
+def bound_line(message: object, limit: int = LINE_LIMIT) -> str:
+    """``message`` as one line of at most about ``limit`` characters (whitespace runs collapsed)."""
+    raw = str(message)
+    total = len(raw)
+    if total > 8 * limit:  # never split / escape megabytes of a hostile message
+        raw = raw[: 4 * limit]
+    line = _escape(" ".join(raw.split()))
+    if len(line) <= limit and total == len(str(message)) and total <= 8 * limit:
+        return line
+    suffix = f"... (message cut, {total} chars)"
+    return line[: max(0, limit - len(suffix))] + suffix
 
 
 class Q38Error(Exception):
@@ -30,8 +132,9 @@ class Q38Error(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        # One line, always: newlines in a wrapped library message would break the CLI contract.
-        super().__init__(" ".join(str(message).split()))
+        # One bounded line, always: newlines in a wrapped library message would break the CLI
+        # contract, and a hostile value quoted without quote() must not make it megabytes long.
+        super().__init__(bound_line(message))
 
 
 class FlagError(Q38Error):
