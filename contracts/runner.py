@@ -7,7 +7,6 @@ references are listed without reading any data) so that the layout rules can nam
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from contracts import (
     offload_nodes,
     ort_schema,
     package_layout,
+    path_fields,
     qsa,
 )
 from contracts._rule import Rule, Violation
@@ -39,6 +39,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *causal_conv.RULES,
     *config_surface.RULES,
     *package_layout.RULES,
+    *path_fields.RULES,
 )
 _CONFIG = "genai_config.json"
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
@@ -136,6 +137,7 @@ def _check_graph_path(root: Path, label: str, path: Path) -> None:
 
 def _read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
     from q38.errors import PackageError
+    from q38.package.jsonio import read_json
 
     if not root.is_dir():
         raise PackageError(f"{root}: not a package directory")
@@ -145,16 +147,10 @@ def _read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
         _inside_package(root, candidate)  # nothing is read through a link that leaves the package
         if candidate.is_dir():
             raise PackageError(f"{candidate}: is a directory, not a JSON file")
-        if candidate.is_file():
-            try:
-                data = json.loads(candidate.read_text(encoding="utf-8"))
-            except RecursionError:
-                raise PackageError(f"{candidate}: invalid JSON: nested too deeply") from None
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise PackageError(f"{candidate}: unreadable JSON: {' '.join(str(exc).split())}") from None
-            if not isinstance(data, dict):
-                raise PackageError(f"{candidate}: expected a JSON object")
-            return candidate.parent, data
+        data = read_json(candidate, what="config")  # strict JSON, bounded, regular files only
+        if not isinstance(data, dict):
+            raise PackageError(f"{candidate}: expected a JSON object")
+        return candidate.parent, data
     raise PackageError(f"{root}: not a q38 package (no {_CONFIG}, no target/{_CONFIG})")
 
 
@@ -261,8 +257,13 @@ def check_package(
 
     variant = ((raw.get("model") or {}).get("qwen38_graph") or {}).get("variant", "faithful")
     decoder_file = str(((raw.get("model") or {}).get("decoder") or {}).get("filename", "model.onnx"))
+    paths = path_fields.path_view(root, tdir, raw)
+    report.violations.extend(path_fields.check_path_fields(paths))
+    refused = path_fields.refused_graph_paths(paths)  # reported above; never opened
     graphs: list[_Graph] = []
     for label, gpath, gso in _graph_specs(tdir, raw):
+        if gpath in refused:
+            continue
         _check_graph_path(root, label, gpath)
         groot = gpath.parent
         model, refs, problem = _load(label, gpath, groot)

@@ -8,14 +8,16 @@ sorted keys, indent 2, trailing newline.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from q38.errors import ConfigError
+from q38.errors import ConfigError, clip, quote
+from q38.package.files import CONFIG_LIMIT
+from q38.package.jsonio import dumps_json, read_json
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -189,7 +191,7 @@ class _Reader:
         self.source = source
 
     def fail(self, path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {path}: {message}")
+        return ConfigError(f"{clip(self.source)}: {clip(path, 200)}: {message}")
 
     def obj(self, value: object, path: str, allowed: frozenset[str] | set[str] | Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -213,15 +215,15 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, f"expected an integer, got {_kind(value)}")
         if minimum is not None and value < minimum:
-            raise self.fail(path, f"must be >= {minimum}, got {value}")
+            raise self.fail(path, f"must be >= {minimum}, got {quote(value)}")
         if value >= 2**63:
-            raise self.fail(path, f"value {value} does not fit in int64")
+            raise self.fail(path, f"value {quote(value)} does not fit in int64")
         return value
 
     def choice(self, value: object, path: str, choices: tuple[str, ...]) -> str:
         text = self.string(value, path)
         if text not in choices:
-            raise self.fail(path, f"expected one of {', '.join(choices)}, got {text!r}")
+            raise self.fail(path, f"expected one of {', '.join(choices)}, got {quote(text)}")
         return text
 
     def str_map(self, value: object, path: str, allowed: frozenset[str] | None = None) -> dict[str, str]:
@@ -322,7 +324,7 @@ def _qwen38_graph(r: _Reader, value: object, path: str) -> Qwen38Graph:
     g = r.obj(value, path, allowed)
     surface = r.string(g.get("surface", SURFACE), _join(path, "surface"))
     if surface != SURFACE:
-        raise r.fail(_join(path, "surface"), f"unsupported surface {surface!r} (expected {SURFACE!r})")
+        raise r.fail(_join(path, "surface"), f"unsupported surface {quote(surface)} (expected {SURFACE!r})")
     target = r.obj(r.req(g, "target", path), _join(path, "target"), {"filename"})
     fold = r.obj(r.req(g, "fold", path), _join(path, "fold"), {"head_r2"})
     head_path = _join(path, "fold.head_r2")
@@ -365,7 +367,7 @@ def _model(r: _Reader, value: object, path: str) -> ModelConfig:
     m = r.obj(value, path, allowed)
     mtype = r.string(r.req(m, "type", path), _join(path, "type"))
     if mtype != MODEL_TYPE:
-        raise r.fail(_join(path, "type"), f"expected {MODEL_TYPE!r}, got {mtype!r}")
+        raise r.fail(_join(path, "type"), f"expected {MODEL_TYPE!r}, got {quote(mtype)}")
     eos = m.get("eos_token_id", [2])
     eos_ids = tuple(
         r.integer(v, f"{path}.eos_token_id[{i}]", minimum=0) for i, v in enumerate(eos if isinstance(eos, list) else [eos])
@@ -437,6 +439,10 @@ def _search(r: _Reader, value: object, path: str) -> dict[str, Any]:
         )
         if not ok:
             raise r.fail(f"{path}.{key}", f"expected {want.__name__}, got {_kind(item)}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise r.fail(f"{path}.{key}", f"{item!r} is not a finite number")
+        if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
+            raise r.fail(f"{path}.{key}", f"value {quote(item)} does not fit in int64")
         out[key] = item
     return out
 
@@ -503,7 +509,7 @@ def parse_config(data: object, *, source: str = CONFIG_FILENAME) -> Config:
     seen: set[str] = set()
     for i, profile in enumerate(profiles):
         if profile.id in seen:
-            raise r.fail(f"runtime_profiles[{i}].id", f"duplicate runtime profile id {profile.id!r}")
+            raise r.fail(f"runtime_profiles[{i}].id", f"duplicate runtime profile id {quote(profile.id)}")
         seen.add(profile.id)
     _check_overlaps(r, profiles)
     return Config(
@@ -528,26 +534,16 @@ def _check_overlaps(r: _Reader, profiles: tuple[RuntimeProfile, ...]) -> None:
         if lo <= reach:
             raise r.fail(
                 f"runtime_profiles[{max(owner, j)}].eligibility",
-                f"runtime profile eligibility ranges overlap ({profiles[owner].id!r} and {profiles[j].id!r})",
+                f"runtime profile eligibility ranges overlap ({quote(profiles[owner].id)} and {quote(profiles[j].id)})",
             )
         if hi > reach:
             reach, owner = hi, j
 
 
 def read_config(path: Path) -> Config:
-    """Read and parse ``path``; any problem is one ConfigError line naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: unreadable: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: invalid JSON: arrays/objects nested too deeply") from None
+    """Read and parse ``path`` (strict JSON, at most :data:`CONFIG_LIMIT` bytes, a regular file);
+    any problem is one ConfigError line naming the file."""
+    data = read_json(path, what="config", limit=CONFIG_LIMIT, error=ConfigError)
     return parse_config(data, source=str(path))
 
 
@@ -633,5 +629,6 @@ def _profile_dict(p: RuntimeProfile) -> dict[str, Any]:
 
 
 def dumps_config(cfg: Config) -> str:
-    """Deterministic JSON text: sorted keys, indent 2, trailing newline."""
-    return json.dumps(config_to_dict(cfg), indent=2, sort_keys=True) + "\n"
+    """Deterministic JSON text: sorted keys, indent 2, trailing newline; a value strict JSON
+    cannot carry (NaN, an infinity, an integer beyond 64 bits) is refused with its key path."""
+    return dumps_json(config_to_dict(cfg), what=CONFIG_FILENAME, error=ConfigError)

@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from q38.errors import GraphError, UnsafePathError
+from q38.errors import GraphError, UnsafePathError, clip, quote
+from q38.package.files import GRAPH_LIMIT, open_regular, os_problem
 from q38.package.paths import resolve_inside, safe_relpath
 
 __all__ = [
@@ -126,9 +127,9 @@ def _resolve_data_file(graph_path: Path, root: Path, location: str, what: str) -
     try:
         st = named.stat()
     except OSError as exc:
-        raise GraphError(f"{what}: cannot stat {location!r}: {exc.strerror}") from None
+        raise GraphError(f"{what}: cannot stat {quote(location)}: {os_problem(exc)}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise GraphError(f"{what}: {location!r} is not a regular file")
+        raise GraphError(f"{what}: {quote(location)} is not a regular file")
     return named, st
 
 
@@ -143,7 +144,7 @@ def _check_external(
     ``files`` caches the per-file checks (path safety, stat): a graph's thousand tensors in one
     data file resolve the path once.
     """
-    what = f"{graph_path.name}: initializer {ref.name!r} external data"
+    what = f"{graph_path.name}: initializer {quote(ref.name)} external data"
     location = ref.location
     if files is not None and location in files:
         named, st = files[location]
@@ -157,12 +158,12 @@ def _check_external(
     if ref.offset > st.st_size or ref.offset + length > st.st_size:
         raise GraphError(
             f"{what}: byte range [{ref.offset}, {ref.offset + length}) is past the end of "
-            f"{location!r} ({st.st_size} bytes)"
+            f"{quote(location)} ({st.st_size} bytes)"
         )
     expected = _expected_nbytes(ref.dtype, ref.shape)
     if expected is not None and length != expected and not (ref.length is None and length > expected):
         raise GraphError(
-            f"{what}: {length} bytes in {location!r} but {ref.dtype.name} shape {list(ref.shape)} needs {expected}"
+            f"{what}: {length} bytes in {quote(location)} but {ref.dtype.name} shape {quote(list(ref.shape))} needs {expected}"
         )
     return named, ref.offset, expected if ref.length is None and expected is not None else length
 
@@ -179,7 +180,7 @@ def _check_structure(graph: ir.Graph, path: Path, outer: frozenset[str] = frozen
             if value.name not in defined:
                 producer = value.producer()
                 why = "is produced later (cycle or wrong order)" if producer is not None else "is not produced by any node"
-                raise GraphError(f"{path.name}: node {node.name or node.op_type!r} input {value.name!r} {why}")
+                raise GraphError(f"{path.name}: node {quote(node.name or node.op_type)} input {quote(value.name)} {why}")
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.GRAPH:
                 _check_structure(attr.value, path, frozenset(defined))
@@ -189,7 +190,7 @@ def _check_structure(graph: ir.Graph, path: Path, outer: frozenset[str] = frozen
         defined.update(v.name for v in node.outputs if v.name)
     for value in graph.outputs:
         if value.name and value.name not in defined:
-            raise GraphError(f"{path.name}: graph output {value.name!r} is not produced by any node")
+            raise GraphError(f"{path.name}: graph output {quote(value.name)} is not produced by any node")
 
 
 _DATA_TYPES: Final = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
@@ -198,11 +199,11 @@ _DATA_TYPES: Final = frozenset(onnx.TensorProto.DataType.values()) - {onnx.Tenso
 def _check_proto(proto: onnx.ModelProto, path: Path) -> None:
     """What onnx-ir would silently accept or refuse with a vague message, named precisely."""
     if not proto.HasField("graph") or not proto.opset_import:
-        raise GraphError(f"{path}: not a valid ONNX model (empty file or no graph / opset_import)")
+        raise GraphError(f"{clip(path)}: not a valid ONNX model (empty file or no graph / opset_import)")
     graph = proto.graph
     seen: set[str] = set()
     for tensor in graph.initializer:
-        what = f"{path.name}: initializer {tensor.name!r}"
+        what = f"{path.name}: initializer {quote(tensor.name)}"
         if tensor.name in seen:
             raise GraphError(f"{what} is defined twice (duplicate initializer name)")
         seen.add(tensor.name)
@@ -215,10 +216,10 @@ def _check_proto(proto: onnx.ModelProto, path: Path) -> None:
                 raise GraphError(f"{what}: STRING tensors cannot be stored as external data")
             for entry in tensor.external_data:
                 if entry.key in ("offset", "length") and not (
-                    entry.value.isascii() and entry.value.isdigit() and int(entry.value) < 2**63
+                    entry.value.isascii() and entry.value.isdigit() and len(entry.value) <= 19 and int(entry.value) < 2**63
                 ):
                     raise GraphError(
-                        f"{what} external data: {entry.key} {entry.value!r} is not a non-negative int64 decimal"
+                        f"{what} external data: {entry.key} {quote(entry.value)} is not a non-negative int64 decimal"
                     )
     produced: set[str] = {v.name for v in graph.input} | seen
     for node in graph.node:
@@ -227,7 +228,7 @@ def _check_proto(proto: onnx.ModelProto, path: Path) -> None:
                 continue
             if out in produced:
                 raise GraphError(
-                    f"{path.name}: node {node.name or node.op_type!r} output {out!r} is already produced "
+                    f"{path.name}: node {quote(node.name or node.op_type)} output {quote(out)} is already produced "
                     "(duplicate value name)"
                 )
             produced.add(out)
@@ -244,25 +245,26 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
     Raises:
         GraphError: one line naming the file and the problem.
     """
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise GraphError(f"{path}: missing") from None
-    except OSError as exc:
-        raise GraphError(f"{path}: unreadable: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise GraphError(f"{path}: not a regular file")
-    try:
-        proto = onnx.load(path, load_external_data=False)
-    except Exception as exc:  # protobuf DecodeError on truncated or corrupt files
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise GraphError(f"{path}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None
+    fd = open_regular(path, what="graph", error=GraphError)  # never a FIFO, a device, a directory
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > GRAPH_LIMIT:
+            raise GraphError(f"{clip(path)}: {size} bytes is larger than protobuf's 2 GiB limit for one graph")
+        try:
+            data = fh.read()
+        except OSError as exc:
+            raise GraphError(f"{clip(path)}: cannot read: {os_problem(exc)}") from None
+        try:
+            proto = onnx.load_model_from_string(data)
+        except Exception as exc:  # protobuf DecodeError on truncated or corrupt files
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise GraphError(f"{clip(path)}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None
     _check_proto(proto, path)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:  # onnx-ir ValueError on malformed graphs
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise GraphError(f"{path}: not a valid ONNX model (malformed graph): {detail}") from None
+        raise GraphError(f"{clip(path)}: not a valid ONNX model (malformed graph): {detail}") from None
     ir.external_data.set_base_dir(model.graph, os.path.dirname(path))
     files: dict[str, tuple[Path, os.stat_result]] = {}
     for ref in external_refs(model):
@@ -278,7 +280,7 @@ def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root:
     """The tensor's values, reading external bytes ourselves (hard-link tolerant)."""
     if isinstance(tensor, ir.Value):
         if tensor.const_value is None:
-            raise GraphError(f"{graph_path.name}: value {tensor.name!r} has no constant value")
+            raise GraphError(f"{graph_path.name}: value {quote(tensor.name)} has no constant value")
         tensor = tensor.const_value
     if not isinstance(tensor, ir.ExternalTensor):
         return tensor.numpy()
@@ -291,13 +293,15 @@ def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root:
         shape=tuple(int(d) for d in tensor.shape.numpy()),
     )
     named, offset, length = _check_external(graph_path, root, ref)
-    fd = os.open(named, os.O_RDONLY)
+    fd = open_regular(named, what=f"{graph_path.name}: external data of {quote(ref.name)}", error=GraphError)
     try:
         data = os.pread(fd, length, offset)
+    except OSError as exc:
+        raise GraphError(f"{clip(named)}: cannot read {quote(ref.name)}: {os_problem(exc)}") from None
     finally:
         os.close(fd)
     if len(data) != length:
-        raise GraphError(f"{graph_path.name}: short read of {ref.name!r} ({len(data)} of {length} bytes)")
+        raise GraphError(f"{graph_path.name}: short read of {quote(ref.name)} ({len(data)} of {length} bytes)")
     np_dtype = tensor.dtype.numpy()
     if tensor.dtype.bitwidth % 8:  # packed sub-byte types: hand back the raw bytes
         return np.frombuffer(data, dtype=np.uint8).copy()

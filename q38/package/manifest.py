@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from q38 import __version__
-from q38.errors import PackageError
+from q38.errors import PackageError, clip, quote
+from q38.package.files import MANIFEST_LIMIT
+from q38.package.jsonio import dumps_json, read_json
 
 __all__ = ["LINK_MODES", "MANIFEST_FILENAME", "FileRecord", "Manifest", "dumps_manifest", "parse_manifest", "read_manifest"]
 
@@ -60,11 +61,18 @@ class Manifest:
 
 
 def dumps_manifest(manifest: Manifest) -> str:
-    return json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n"
+    """Deterministic JSON text (strict: a non-finite number or a 65-bit integer is refused)."""
+    return dumps_json(manifest.to_dict(), what=MANIFEST_FILENAME)
 
 
 def _fail(source: str, path: str, message: str) -> PackageError:
-    return PackageError(f"{source}: {path}: {message}")
+    return PackageError(f"{clip(source)}: {clip(path, 200)}: {message}")
+
+
+def _string(value: object, source: str, path: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(source, path, "expected a string")
+    return value
 
 
 def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest:
@@ -78,7 +86,7 @@ def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest
         if key not in allowed:
             raise _fail(source, key, "unknown key")
     if data.get("manifest_version") != MANIFEST_VERSION:
-        raise _fail(source, "manifest_version", f"expected {MANIFEST_VERSION}, got {data.get('manifest_version')!r}")
+        raise _fail(source, "manifest_version", f"expected {MANIFEST_VERSION}, got {quote(data.get('manifest_version'))}")
     files: dict[str, FileRecord] = {}
     raw_files = data.get("files", {})
     if not isinstance(raw_files, dict):
@@ -89,6 +97,9 @@ def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest
         unknown = set(rec) - {"link_mode", "sha256", "source"}
         if unknown:
             raise _fail(source, f"files.{name}.{sorted(unknown)[0]}", "unknown key")
+        for key in ("sha256", "source"):
+            if rec.get(key) is not None and not isinstance(rec[key], str):
+                raise _fail(source, f"files.{name}.{key}", "expected a string")
         files[name] = FileRecord(rec["link_mode"], rec.get("sha256"), rec.get("source"))
     for key in ("rewrites", "resident_slots"):
         value = data.get(key, {})
@@ -111,7 +122,7 @@ def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest
         raise _fail(source, "extra", "expected an object")
     return Manifest(
         command=command,
-        q38_version=str(data.get("q38_version", "")),
+        q38_version=_string(data.get("q38_version", ""), source, "q38_version"),
         sources=tuple(dict(s) for s in sources),
         files=files,
         rewrites=dict(data.get("rewrites", {})),
@@ -123,14 +134,6 @@ def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest
 
 
 def read_manifest(path: Path) -> Manifest:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PackageError(f"{path}: missing") from None
-    except json.JSONDecodeError as exc:
-        raise PackageError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise PackageError(f"{path}: invalid JSON: arrays/objects nested too deeply") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PackageError(f"{path}: unreadable: {exc}") from None
+    """Read ``path`` (strict JSON, at most :data:`MANIFEST_LIMIT` bytes, a regular file)."""
+    data = read_json(path, what="manifest", limit=MANIFEST_LIMIT)
     return parse_manifest(data, source=str(path))

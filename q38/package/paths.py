@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from q38.errors import UnsafePathError
+from q38.errors import UnsafePathError, clip, quote
+from q38.package.files import os_problem
 
 __all__ = ["is_inside", "resolve_inside", "safe_relpath"]
 
@@ -23,17 +24,21 @@ def safe_relpath(rel: str, *, what: str) -> str:
         what: what names the path (file and field), for the error message.
     """
     if not isinstance(rel, str) or not rel or rel.strip() != rel:
-        raise UnsafePathError(f"{what}: invalid path {rel!r}")
+        raise UnsafePathError(f"{what}: invalid path {quote(rel)}")
     if "\x00" in rel or "\\" in rel:
-        raise UnsafePathError(f"{what}: invalid character in path {rel!r}")
+        raise UnsafePathError(f"{what}: invalid character in path {quote(rel)}")
+    try:
+        os.fsencode(rel)
+    except UnicodeEncodeError:  # an unpaired surrogate: no file system can hold the name
+        raise UnsafePathError(f"{what}: invalid character in path {quote(rel)} (not valid Unicode)") from None
     pure = PurePosixPath(rel)
     if pure.is_absolute():
-        raise UnsafePathError(f"{what}: absolute path {rel!r} is not allowed (must be inside the package)")
+        raise UnsafePathError(f"{what}: absolute path {quote(rel)} is not allowed (must be inside the package)")
     if any(part == ".." for part in pure.parts):
-        raise UnsafePathError(f"{what}: path {rel!r} escapes the package directory")
+        raise UnsafePathError(f"{what}: path {quote(rel)} escapes the package directory")
     norm = str(pure)
     if norm in ("", "."):
-        raise UnsafePathError(f"{what}: invalid path {rel!r}")
+        raise UnsafePathError(f"{what}: invalid path {quote(rel)}")
     return norm
 
 
@@ -54,19 +59,19 @@ def resolve_inside(root: Path, rel: str, *, what: str, must_exist: bool = True) 
     """
     norm = safe_relpath(rel, what=what)
     named = root / norm
-    real_root = root.resolve()
     try:
+        real_root = root.resolve()
         real = named.resolve(strict=must_exist)
     except FileNotFoundError:
-        raise UnsafePathError(f"{what}: {norm!r} does not exist in {root}") from None
+        raise UnsafePathError(f"{what}: {quote(norm)} does not exist in {clip(root)}") from None
     except RuntimeError:  # symlink loop (Python < 3.13 raises RuntimeError)
-        raise UnsafePathError(f"{what}: {norm!r} is a symlink loop") from None
+        raise UnsafePathError(f"{what}: {quote(norm)} is a symlink loop") from None
     except OSError as exc:
         if exc.errno == 40:  # ELOOP
-            raise UnsafePathError(f"{what}: {norm!r} is a symlink loop") from None
-        raise UnsafePathError(f"{what}: cannot resolve {norm!r}: {exc.strerror}") from None
+            raise UnsafePathError(f"{what}: {quote(norm)} is a symlink loop") from None
+        raise UnsafePathError(f"{what}: cannot resolve {quote(norm)}: {os_problem(exc)}") from None
     if not is_inside(real_root, real):
         raise UnsafePathError(
-            f"{what}: {norm!r} resolves to {os.fspath(real)!r}, outside the package directory"
+            f"{what}: {quote(norm)} resolves to {quote(os.fspath(real))}, outside the package directory"
         )
     return named

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from q38.errors import PoolError, UnsafePathError
+from q38.errors import PoolError, UnsafePathError, clip, quote
+from q38.package.files import POOL_LIMIT, read_text_bounded
 from q38.package.paths import safe_relpath
 
 __all__ = [
@@ -111,11 +112,11 @@ class WeightsPool:
 
 def _parse_int(text: str, *, what: str, source: str, lineno: int) -> int:
     if not text.isdigit() or not text.isascii():
-        raise PoolError(f"{source}:{lineno}: {what} {text!r} is not a non-negative decimal integer")
-    value = int(text)
-    if value >= 2**63:
-        raise PoolError(f"{source}:{lineno}: {what} {text!r} does not fit in int64")
-    return value
+        raise PoolError(f"{source}:{lineno}: {what} {quote(text)} is not a non-negative decimal integer")
+    # len() first: int() of more than 4300 digits raises ValueError (CPython's conversion limit).
+    if len(text) > 19 or int(text) >= 2**63:
+        raise PoolError(f"{source}:{lineno}: {what} {quote(text)} does not fit in int64")
+    return int(text)
 
 
 def _parse_line(line: str, *, source: str, lineno: int) -> PoolEntry:
@@ -128,7 +129,7 @@ def _parse_line(line: str, *, source: str, lineno: int) -> PoolEntry:
     pool_id, file, offset_s, length_s, dtype, shape_s, placement_s = fields[:7]
     provenance = fields[7] if len(fields) > 7 else ""
     if not _ID_RE.match(pool_id):
-        raise PoolError(f"{source}:{lineno}: invalid pool id {pool_id!r}")
+        raise PoolError(f"{source}:{lineno}: invalid pool id {quote(pool_id)}")
     try:
         safe_relpath(file, what=f"{source}:{lineno}: file")  # validated; kept as written (round trip)
     except UnsafePathError as exc:
@@ -136,7 +137,7 @@ def _parse_line(line: str, *, source: str, lineno: int) -> PoolEntry:
     offset = _parse_int(offset_s, what="offset", source=source, lineno=lineno)
     length = None if length_s == "-" else _parse_int(length_s, what="length", source=source, lineno=lineno)
     if dtype not in DTYPE_SIZES:
-        raise PoolError(f"{source}:{lineno}: unknown dtype {dtype!r}")
+        raise PoolError(f"{source}:{lineno}: unknown dtype {quote(dtype)}")
     if shape_s == "scalar":
         shape: tuple[int, ...] = ()
     else:
@@ -146,19 +147,20 @@ def _parse_line(line: str, *, source: str, lineno: int) -> PoolEntry:
         placement = Placement(placement_s)
     except ValueError:
         raise PoolError(
-            f"{source}:{lineno}: unknown placement {placement_s!r} (expected device, cpu_mmap or host_mapped)"
+            f"{source}:{lineno}: unknown placement {quote(placement_s)} (expected device, cpu_mmap or host_mapped)"
         ) from None
     entry = PoolEntry(pool_id, file, offset, length, dtype, shape, placement, provenance)
     expected = entry.nbytes_expected
     if length is not None and expected is not None and expected != length:
         raise PoolError(
-            f"{source}:{lineno}: length {length} does not match {dtype} shape {shape_s} ({expected} bytes)"
+            f"{source}:{lineno}: length {length} does not match {dtype} shape {clip(shape_s)} ({expected} bytes)"
         )
     return entry
 
 
 def parse_pool(text: str, *, source: str = POOL_FILENAME) -> WeightsPool:
     """Parse pool text; one PoolError line naming ``source:line`` for any malformed entry."""
+    source = clip(source)
     records: list[PoolEntry | str] = []
     seen: dict[str, int] = {}
     lines = text.split("\n")
@@ -172,7 +174,7 @@ def parse_pool(text: str, *, source: str = POOL_FILENAME) -> WeightsPool:
         entry = _parse_line(line, source=source, lineno=lineno)
         if entry.pool_id in seen:
             raise PoolError(
-                f"{source}:{lineno}: duplicate pool id {entry.pool_id!r} (first on line {seen[entry.pool_id]})"
+                f"{source}:{lineno}: duplicate pool id {quote(entry.pool_id)} (first on line {seen[entry.pool_id]})"
             )
         seen[entry.pool_id] = lineno
         records.append(entry)
@@ -187,12 +189,6 @@ def format_pool(pool: WeightsPool) -> str:
 
 
 def read_pool(path: Path) -> WeightsPool:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise PoolError(f"{path}: missing") from None
-    except UnicodeDecodeError as exc:
-        raise PoolError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise PoolError(f"{path}: unreadable: {exc.strerror}") from None
+    """Read ``path`` (UTF-8, at most :data:`POOL_LIMIT` bytes, a regular file) and parse it."""
+    text = read_text_bounded(path, what="weights pool", limit=POOL_LIMIT, error=PoolError)
     return parse_pool(text, source=str(path))

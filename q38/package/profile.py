@@ -14,7 +14,8 @@ from typing import Final
 
 import numpy as np
 
-from q38.errors import ProfileError
+from q38.errors import ProfileError, clip
+from q38.package.files import PROFILE_LIMIT, read_bounded
 
 __all__ = ["PROFILE_FILENAME", "ExpertProfile", "encode_profile", "parse_profile", "read_profile"]
 
@@ -22,7 +23,8 @@ PROFILE_FILENAME: Final = "expert-profile.bin"
 MAGIC: Final = b"STRP"
 VERSION: Final = 1
 _HEADER: Final = struct.Struct("<4sHHII")
-MAX_CELLS: Final = 1 << 24  # 16 M counts (128 MiB): far above any real model, bounds allocation
+# The most counts a profile file within PROFILE_LIMIT can hold (2 M): bounds the allocation.
+MAX_CELLS: Final = (PROFILE_LIMIT - _HEADER.size) // 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +59,7 @@ def encode_profile(profile: ExpertProfile) -> bytes:
 
 
 def parse_profile(data: bytes, *, source: str = PROFILE_FILENAME) -> ExpertProfile:
+    source = clip(source)
     if len(data) < _HEADER.size:
         raise ProfileError(f"{source}: truncated header ({len(data)} of {_HEADER.size} bytes)")
     magic, version, reserved, layers, experts = _HEADER.unpack_from(data)
@@ -70,7 +73,9 @@ def parse_profile(data: bytes, *, source: str = PROFILE_FILENAME) -> ExpertProfi
         raise ProfileError(f"{source}: num_layers={layers} num_experts={experts}; both must be positive")
     cells = layers * experts
     if cells > MAX_CELLS:
-        raise ProfileError(f"{source}: {layers} x {experts} counts exceed the limit of {MAX_CELLS}")
+        raise ProfileError(
+            f"{source}: {layers} x {experts} counts exceed the limit of {MAX_CELLS} (a {PROFILE_LIMIT >> 20} MiB file)"
+        )
     expected = _HEADER.size + 8 * cells
     if len(data) != expected:
         what = "truncated counts" if len(data) < expected else "trailing bytes after the counts"
@@ -79,16 +84,11 @@ def parse_profile(data: bytes, *, source: str = PROFILE_FILENAME) -> ExpertProfi
     return ExpertProfile(counts.reshape(layers, experts))
 
 
-def read_profile(path: Path) -> ExpertProfile:
-    try:
-        size = path.stat().st_size
-        if size > _HEADER.size + 8 * MAX_CELLS:
-            raise ProfileError(f"{path}: {size} bytes is larger than any valid STRP v1 profile")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: missing") from None
-    except IsADirectoryError:
-        raise ProfileError(f"{path}: is a directory, expected an STRP v1 file") from None
-    except OSError as exc:
-        raise ProfileError(f"{path}: unreadable: {exc.strerror}") from None
+def read_profile(path: Path, *, what: str = "expert profile") -> ExpertProfile:
+    """Read ``path`` (a regular file of at most :data:`PROFILE_LIMIT` bytes) as STRP v1.
+
+    ``what`` names the file for the user: ``"--expert-profile"`` for a path given on the command
+    line. A FIFO or a device (``/dev/zero``) is refused before anything is read.
+    """
+    data = read_bounded(path, what=what, limit=PROFILE_LIMIT, error=ProfileError)
     return parse_profile(data, source=str(path))

@@ -123,9 +123,9 @@ def test_open_package_reads_a_written_package_and_leaves_it_unchanged(tmp_path: 
         (lambda p: (p / "genai_config.json").write_text('{"model": {"foo": 1}}'), "genai_config.json: model.foo: unknown key"),
         (lambda p: (p / "genai_config.json").write_text("{"), "genai_config.json: invalid JSON at line 1"),
         (lambda p: (p / "weights_pool.txt").write_text("w0 model.onnx.data 0\n"), "weights_pool.txt:1: expected"),
-        (lambda p: (p / "head_r2.onnx").unlink(), "head graph: 'head_r2.onnx' does not exist"),
+        (lambda p: (p / "head_r2.onnx").unlink(), "head_r2.filename: 'head_r2.onnx' does not exist"),
         (lambda p: (p / "weights_pool.txt").write_text("w0 gone.bin 0 4 float 1 device\n"), "pool entry 'w0': 'gone.bin' does not exist"),
-        (lambda p: (p / "prefill.onnx").unlink() or (p / "prefill.onnx").mkdir(), "prefill graph: 'prefill.onnx' is a directory"),
+        (lambda p: (p / "prefill.onnx").unlink() or (p / "prefill.onnx").mkdir(), "prefill.filename: 'prefill.onnx' is a directory"),
     ],
 )
 def test_malformed_packages_are_one_line_errors(tmp_path: Path, damage, message: str) -> None:

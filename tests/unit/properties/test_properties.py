@@ -62,7 +62,9 @@ from q38.package.pool import DTYPE_SIZES
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = 2**63 - 1
 
-texts = st.text(max_size=12)
+# Any text strict JSON can carry: no NUL (q38.package.jsonio refuses it in every string).
+_chars = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
+texts = st.text(_chars, max_size=12)
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-/", min_size=1, max_size=16)
 entry_keys = st.from_regex(r"\A[a-z][a-z0-9_]{0,5}(\.[A-Za-z0-9_]{1,5}){1,3}\Z")
 
@@ -83,7 +85,7 @@ session_options = st.builds(
     config_entries=st.dictionaries(entry_keys, texts, max_size=3),
     provider_options=st.lists(
         st.builds(ProviderOptions, st.sampled_from(("cuda", "cpu")),
-                  st.dictionaries(st.text(min_size=1, max_size=8), texts, max_size=3)),
+                  st.dictionaries(st.text(_chars, min_size=1, max_size=8), texts, max_size=3)),
         max_size=2,
     ).map(tuple),
 )
@@ -103,7 +105,7 @@ def qwen38_graphs(draw: st.DrawFn) -> Qwen38Graph:
         variant=draw(st.sampled_from(VARIANTS)),
         expert_profile=draw(_opt(names)),
         multidraft=draw(st.dictionaries(st.sampled_from(("s2", "s3", "s4")), names)),
-        libraries=draw(st.dictionaries(st.text(min_size=1, max_size=8), names, max_size=2)),
+        libraries=draw(st.dictionaries(st.text(_chars, min_size=1, max_size=8), names, max_size=2)),
     )
 
 
