@@ -7,6 +7,7 @@ session), 2 unreadable input (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -42,8 +43,11 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from contracts.runner import check_package
+    from q38.errors import bound_line
 
     report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
+    # A hostile value quoted in a violation message stays one bounded line.
+    report.violations[:] = [dataclasses.replace(v, message=bound_line(v.message)) for v in report.violations]
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
         return 0 if report.ok else 1

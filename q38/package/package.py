@@ -11,11 +11,13 @@ from typing import Final, Literal
 
 import onnx_ir as ir
 
-from q38.errors import PackageError, PoolError
-from q38.package.config import CONFIG_FILENAME, Config, dumps_config, read_config
+from q38.errors import PackageError, PoolError, clip, quote
+from q38.package.config import CONFIG_FILENAME, Config, config_to_dict, dumps_config, read_config
+from q38.package.files import describe_mode, os_problem
 from q38.package.graphs import load_graph
 from q38.package.links import LinkMode, LinkPolicy, place_file
 from q38.package.manifest import MANIFEST_FILENAME, Manifest, dumps_manifest, read_manifest
+from q38.package.path_fields import check_path_fields
 from q38.package.paths import resolve_inside, safe_relpath
 from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
 from q38.package.profile import ExpertProfile, read_profile
@@ -66,11 +68,11 @@ class Package:
             return g.head_r2.filename
         if role == "prefill":
             if g.prefill is None:
-                raise PackageError(f"{self.root}: package has no prefill graph")
+                raise PackageError(f"{clip(self.root)}: package has no prefill graph")
             return g.prefill.filename
         if role in g.multidraft:
             return g.multidraft[role]
-        raise PackageError(f"{self.root}: package has no {role!r} graph")
+        raise PackageError(f"{clip(self.root)}: package has no {quote(role)} graph")
 
     def graph_dir(self, role: str) -> Path:
         return self.dirs["head"] if role == "head" else self.dirs["target"]
@@ -85,19 +87,24 @@ class Package:
 
 def _require_file(base: Path, rel: str, *, what: str) -> Path:
     path = resolve_inside(base, rel, what=what)
-    mode = path.stat().st_mode
-    if stat.S_ISDIR(mode):
-        raise PackageError(f"{what}: {rel!r} is a directory, expected a file")
-    if not stat.S_ISREG(mode):
-        raise PackageError(f"{what}: {rel!r} is not a regular file")
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise PackageError(f"{what}: {quote(rel)}: {os_problem(exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise PackageError(f"{what}: {quote(rel)} is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise PackageError(f"{what}: {quote(rel)} is {describe_mode(st.st_mode)}, not a regular file")
     return path
 
 
-def _check_links(root: Path) -> None:
-    """Every symlink in the package resolves inside it: no loop, no escape, none dangling.
+def _check_tree(root: Path) -> None:
+    """Every entry of the package is a directory, a regular file, or a symlink that resolves
+    inside it (no loop, no escape, none dangling); FIFOs, sockets and devices are refused.
 
     Nothing is followed while walking, so a hostile link is refused before any command reads
-    or copies through it (commands copy unchanged package files verbatim).
+    or copies through it (commands copy unchanged package files verbatim), and no command can
+    block on a FIFO or read a device it would have copied.
     """
     stack = [root]
     while stack:
@@ -106,73 +113,102 @@ def _check_links(root: Path) -> None:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            raise PackageError(f"{directory}: unreadable directory: {exc.strerror}") from None
+            raise PackageError(f"{clip(directory)}: unreadable directory: {os_problem(exc)}") from None
         for entry in entries:
-            if entry.is_symlink():
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError as exc:
+                raise PackageError(f"{clip(entry.path)}: {os_problem(exc)}") from None
+            if stat.S_ISLNK(mode):
                 rel = os.path.relpath(entry.path, root)
-                resolve_inside(root, rel, what=f"{root}: symlink")
-            elif entry.is_dir(follow_symlinks=False):
+                resolve_inside(root, rel, what=f"{clip(root)}: symlink")
+            elif stat.S_ISDIR(mode):
                 stack.append(Path(entry.path))
+            elif not stat.S_ISREG(mode):
+                raise PackageError(
+                    f"{clip(entry.path)}: is {describe_mode(mode)}; a package holds only regular files, "
+                    "directories and symlinks"
+                )
 
 
 def _check_pool_ranges(base: Path, pool: WeightsPool, source: Path) -> None:
     for entry in pool.entries:
-        path = _require_file(base, entry.file, what=f"{source}: pool entry {entry.pool_id!r}")
+        path = _require_file(base, entry.file, what=f"{clip(source)}: pool entry {quote(entry.pool_id)}")
         size = path.stat().st_size
         end = entry.offset + (entry.length or 0)
         if entry.offset > size or end > size:
             raise PoolError(
-                f"{source}: pool entry {entry.pool_id!r}: byte range [{entry.offset}, {end}) is past the end "
-                f"of {entry.file!r} ({size} bytes)"
+                f"{clip(source)}: pool entry {quote(entry.pool_id)}: byte range [{entry.offset}, {end}) is past "
+                f"the end of {quote(entry.file)} ({size} bytes)"
             )
 
 
-def open_package(path: Path | str) -> Package:
-    """Open and validate a flat or layered package; any problem is one PackageError line."""
-    root = Path(path)
-    if not root.exists():
-        raise PackageError(f"{root}: no such package directory")
-    if not root.is_dir():
-        raise PackageError(f"{root}: not a directory")
+def _package_dirs(root: Path) -> tuple[Layout, dict[str, Path]]:
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise PackageError(f"{clip(root)}: no such package directory") from None
+    except OSError as exc:
+        raise PackageError(f"{clip(root)}: {os_problem(exc)}") from None
+    except ValueError:
+        raise PackageError(f"{clip(root)}: invalid path (contains a NUL byte)") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise PackageError(f"{clip(root)}: not a directory")
     if os.path.lexists(root / CONFIG_FILENAME):
-        layout: Layout = "flat"
-        dirs = {"target": root, "head": root}
-    elif os.path.lexists(root / "target" / CONFIG_FILENAME):
-        layout = "layered"
+        return "flat", {"target": root, "head": root}
+    if os.path.lexists(root / "target" / CONFIG_FILENAME):
         dirs = {"target": root / "target", "head": root / "head"}
         if not dirs["head"].is_dir():
-            raise PackageError(f"{root}: layered package without a head/ directory")
-    else:
-        raise PackageError(f"{root}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
+            raise PackageError(f"{clip(root)}: layered package without a head/ directory")
+        return "layered", dirs
+    raise PackageError(f"{clip(root)}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
+
+
+def open_package(path: Path | str) -> Package:
+    """Open and validate a flat or layered package; any problem is one PackageError line.
+
+    Every file is opened through :mod:`q38.package.files` (regular files only, bounded reads) and
+    every path field of the config meets :mod:`q38.package.path_fields`' contract before a
+    byte of it is read.
+    """
+    root = Path(path)
+    layout, dirs = _package_dirs(root)
     tdir = dirs["target"]
-    _check_links(root)
-    config = read_config(_require_file(tdir, CONFIG_FILENAME, what=f"{tdir}: config"))
+    _check_tree(root)
+    config_path = _require_file(tdir, CONFIG_FILENAME, what=f"{clip(tdir)}: config")
+    config = read_config(config_path)
+    check_path_fields(
+        config_to_dict(config), root=root, config_dir=tdir, head_dir=dirs["head"], source=clip(config_path)
+    )
     g = config.model.qwen38_graph
-    pool_path = _require_file(tdir, g.weights_pool, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.weights_pool")
+    pool_path = _require_file(tdir, g.weights_pool, what=f"{clip(config_path)}: model.qwen38_graph.weights_pool")
     pool = read_pool(pool_path)
     manifest = (
-        read_manifest(_require_file(tdir, MANIFEST_FILENAME, what=f"{tdir}: manifest"))
+        read_manifest(_require_file(tdir, MANIFEST_FILENAME, what=f"{clip(tdir)}: manifest"))
         if os.path.lexists(tdir / MANIFEST_FILENAME)
         else None
     )
     head_pool = head_manifest = None
     if layout == "layered":
         hdir = dirs["head"]
-        if (hdir / POOL_FILENAME).exists():
-            head_pool = read_pool(hdir / POOL_FILENAME)
-            _check_pool_ranges(hdir, head_pool, hdir / POOL_FILENAME)
-        if (hdir / MANIFEST_FILENAME).exists():
-            head_manifest = read_manifest(hdir / MANIFEST_FILENAME)
+        if os.path.lexists(hdir / POOL_FILENAME):
+            head_pool_path = _require_file(hdir, POOL_FILENAME, what=f"{clip(hdir)}: weights pool")
+            head_pool = read_pool(head_pool_path)
+            _check_pool_ranges(hdir, head_pool, head_pool_path)
+        if os.path.lexists(hdir / MANIFEST_FILENAME):
+            head_manifest = read_manifest(_require_file(hdir, MANIFEST_FILENAME, what=f"{clip(hdir)}: manifest"))
     profile = None
     if g.expert_profile is not None:
-        profile = read_profile(_require_file(tdir, g.expert_profile, what=f"{tdir / CONFIG_FILENAME}: model.qwen38_graph.expert_profile"))
+        profile = read_profile(
+            _require_file(tdir, g.expert_profile, what=f"{clip(config_path)}: model.qwen38_graph.expert_profile")
+        )
     _check_pool_ranges(tdir, pool, pool_path)
     so = config.model.decoder.session_options
     libs = dict(g.libraries)
     if so.custom_ops_library is not None:
         libs["custom_ops_library"] = so.custom_ops_library
     for name, rel in libs.items():
-        _require_file(tdir, rel, what=f"{tdir / CONFIG_FILENAME}: library {name!r}")
+        _require_file(tdir, rel, what=f"{clip(config_path)}: library {quote(name)}")
     package = Package(
         root=root,
         layout=layout,
@@ -186,7 +222,7 @@ def open_package(path: Path | str) -> Package:
     )
     for role in package.roles():
         rel = package.graph_filename(role)
-        _require_file(package.graph_dir(role), rel, what=f"{tdir / CONFIG_FILENAME}: {role} graph")
+        _require_file(package.graph_dir(role), rel, what=f"{clip(config_path)}: {role} graph")
     return package
 
 

@@ -460,7 +460,7 @@ def _(pkg: Path) -> None:
     edit_config(pkg, lambda d: graph_cfg(d).__setitem__("kv_capacity", True))
 
 
-@item("config_nan", r"search\.max_length.*expected int")
+@item("config_nan", r"search\.max_length.*NaN is not valid JSON")
 def _(pkg: Path) -> None:
     p = pkg / "genai_config.json"
     p.write_text(p.read_text().replace('"max_length": 4096', '"max_length": NaN'))
@@ -514,17 +514,17 @@ def _(pkg: Path) -> None:
     edit_config(pkg, fn)
 
 
-@item("config_target_dotdot", r"target graph.*escapes the package")
+@item("config_target_dotdot", r"target(\.filename| graph).*escapes the package")
 def _(pkg: Path) -> None:
     edit_config(pkg, lambda d: graph_cfg(d)["target"].__setitem__("filename", "../outside/model.onnx"))
 
 
-@item("config_target_absolute", r"target graph.*absolute path")
+@item("config_target_absolute", r"target(\.filename| graph).*absolute path")
 def _(pkg: Path) -> None:
     edit_config(pkg, lambda d: graph_cfg(d)["target"].__setitem__("filename", "/etc/passwd"))
 
 
-@item("config_target_is_dir", r"target graph.*directory")
+@item("config_target_is_dir", r"target(\.filename| graph).*directory")
 def _(pkg: Path) -> None:
     edit_config(pkg, lambda d: graph_cfg(d)["target"].__setitem__("filename", "libs"))
 
