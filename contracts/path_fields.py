@@ -43,9 +43,8 @@ def path_view(root: Path, config_dir: Path, config: Mapping[str, Any]) -> Packag
 
 
 def _problems(view: PackageView) -> list[Any]:
-    from q38.package.path_fields import field_problem, path_fields
-
     from contracts.config_surface import library_paths
+    from q38.package.path_fields import field_problem, path_fields
 
     config = view.extra.get("config")
     if not isinstance(config, Mapping):
