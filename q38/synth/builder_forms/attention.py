@@ -12,7 +12,7 @@ from q38.synth.builder_forms.forms import KV_DIM, TOKENS, B, Forms, P, S, T
 __all__ = ["attention"]
 
 MS = _ops.MS_DOMAIN
-I32, BOOL = TensorProto.INT32, TensorProto.BOOL
+I32, BOOL, F32 = TensorProto.INT32, TensorProto.BOOL, TensorProto.FLOAT
 
 
 def attention(f: Forms, x: str, i: int, state: int) -> str:
@@ -80,37 +80,47 @@ def _sparse(f: Forms, x: str, qkv: str, i: int, state: int) -> str:
 
 
 def _qk(f: Forms, x: str, p: str, wp: str, tag: str, heads: int) -> str:
-    """Per-head ``SimplifiedLayerNormalization`` (ai.onnx) then ``MRotaryEmbedding`` over the
-    [3, B, S] position ids (interleaved partial MRoPE, mrope_layout 1)."""
+    """``Reshape [0, -1, D]`` -> ``SimplifiedLayerNormalization`` (ai.onnx) -> ``Reshape`` back, then
+    ``MRotaryEmbedding`` over the [3, B, S] position ids (interleaved partial MRoPE, mrope_layout 1)
+    computed in float32 between two Casts: the Qwen3.5 builder's CPU attention form."""
     g, s, e = f.g, f.s, f.io.elem
     d = s.head_size
-    r = f.reshape(x, [0, 0, heads, d], f"{p}/{tag}_norm/Reshape", [B, S, heads, d])
-    n = g.node1(_ops.SIMPLIFIED_LAYER_NORM, [r, f.norm_weight(f"{wp}.{tag}_norm.weight", (d,))],
-                f"{p}/{tag}_norm/SimplifiedLayerNormalization", e, [B, S, heads, d],
-                epsilon=s.eps, axis=-1, stash_type=1)  # fmt: skip
-    n3 = f.reshape(n, [0, 0, heads * d], f"{p}/{tag}_norm/Reshape_1", [B, S, heads * d])
-    cos, sin = f.rotary_caches()
-    return g.node1(_ops.M_ROTARY_EMBEDDING, [n3, "position_ids", cos, sin],
-                   f"{p}/{tag}_rotary/MRotaryEmbedding", e, [B, S, heads * d], domain=MS,
-                   interleaved=0, rotary_embedding_dim=s.rotary_dim, num_heads=heads,
-                   mrope_section=list(s.mrope_section), mrope_layout=1,
-                   is_packed_batching=0)  # fmt: skip
+    rows = "sequence_length * num_attention_heads" if tag == "q" else "sequence_length * num_key_value_heads"
+    r = f.reshape(x, [0, -1, d], f"{p}/{tag}_norm/Reshape_1", [B, rows, d])
+    n = g.node1(_ops.SIMPLIFIED_LAYER_NORM,
+                [r, f.norm_weight(f"{wp}.{tag}_norm.layernorm.weight", (d,))],
+                f"{p}/{tag}_norm/SimplifiedLayerNormalization", e,
+                [B, rows, d], epsilon=s.eps, axis=-1, stash_type=1)  # fmt: skip
+    n3 = f.reshape(n, [0, -1, heads * d], f"{p}/{tag}_norm/Reshape_2", [B, S, heads * d])
+    cos, sin = f.rotary_caches(fp32=True)
+    rp = f"{p}/{tag}_rotary/MRotaryEmbedding"
+    shape: list[int | str] = [B, S, heads * d]
+    x32 = g.node1("Cast", [n3], f"{rp}/root_input/Cast", F32, shape, to=F32)
+    y32 = g.node(_ops.M_ROTARY_EMBEDDING, [x32, "position_ids", cos, sin], rp, [(F32, shape)],
+                 outputs=[f"{rp}/output_0/Cast/output_0"], domain=MS, interleaved=0,
+                 rotary_embedding_dim=s.rotary_dim, num_heads=heads,
+                 mrope_section=list(s.mrope_section), mrope_layout=1,
+                 is_packed_batching=0)[0]  # fmt: skip
+    return g.node(
+        "Cast", [y32], f"{rp}/output_0/Cast", [(e, shape)], outputs=[f"{rp}/output_0"], to=e
+    )[0]
 
 
 def _gqa(f: Forms, qkv: str, i: int, state: int) -> str:
     s, e = f.s, f.io.elem
     p, wp = f"/model/layers.{i}/attn", f"model.layers.{i}.attn"
     qd, kd = s.heads * s.head_size, s.kv_heads * s.head_size
-    q, k, v = f.g.node("Split", [qkv, f.c([qd, kd, kd])], f"{p}/qkv/Split",
+    q, k, v = f.g.node("Split", [qkv, f.c([qd, kd, kd])], f"{p}/qkv_proj/Split",
                        [(e, [B, S, qd]), (e, [B, S, kd]), (e, [B, S, kd])], axis=-1)  # fmt: skip
     qr = _qk(f, q, p, wp, "q", s.heads)
     kr = _qk(f, k, p, wp, "k", s.kv_heads)
     seqlens, total = f.mask()
     return _kv(f, p, _ops.GROUP_QUERY_ATTENTION,
                [qr, kr, v, f"past_key_values.{state}.key", f"past_key_values.{state}.value",
-                seqlens, total],
+                seqlens, total, "", "", "", "", ""],
                state, num_heads=s.heads, kv_num_heads=s.kv_heads,
-               scale=float(s.head_size) ** -0.5)  # fmt: skip
+               scale=float(s.head_size) ** -0.5, local_window_size=-1, softcap=0.0, do_rotary=0,
+               rotary_interleaved=0)  # fmt: skip
 
 
 def kv_shapes(f: Forms) -> tuple[list[int | str], list[int | str]]:

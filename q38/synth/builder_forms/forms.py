@@ -124,17 +124,19 @@ class Forms:
                                       axis=0)  # fmt: skip
         return self._pos0
 
-    def rotary_caches(self) -> tuple[str, str]:
-        """``cos_cache`` / ``sin_cache`` [context, rotary_dim / 2] in the io dtype.
+    def rotary_caches(self, fp32: bool = False) -> tuple[str, str]:
+        """``cos_cache`` / ``sin_cache`` [context, rotary_dim / 2] in the io dtype (``fp32``: float,
+        as the builder writes them when MRoPE runs in float32).
 
-        Kept inline (32 KiB each at the default context): the one place where these packages hold
-        initializers over 1 KiB inside the graph file, as some hand-made exports do."""
+        Kept inline (32 KiB each in float16 at the default context): the one place where these
+        packages hold initializers over 1 KiB inside the graph file, as some hand-made exports do."""
         if self._rotary is None:
             s = self.s
             half = s.rotary_dim // 2
             inv = 1.0 / (10000000.0 ** (np.arange(half, dtype=np.float64) * 2 / s.rotary_dim))
             ang = np.arange(s.context, dtype=np.float64)[:, None] * inv[None, :]
-            cos = self.g.inline("cos_cache", np.cos(ang).astype(self.io.np_type))
-            sin = self.g.inline("sin_cache", np.sin(ang).astype(self.io.np_type))
+            dtype = np.float32 if fp32 else self.io.np_type
+            cos = self.g.inline("cos_cache", np.cos(ang).astype(dtype))
+            sin = self.g.inline("sin_cache", np.sin(ang).astype(dtype))
             self._rotary = (cos, sin)
         return self._rotary

@@ -98,8 +98,7 @@ def gated_delta_net(f: Forms, x: str, i: int) -> str:
                beta_activation="sigmoid", qk_l2_norm=1, chunk_size=64)[0]  # fmt: skip
     o3 = f.reshape(o, [0, 0, zd], f"{p}/gdn_out/Reshape", [B, S, zd])
     n = g.node1(_ops.GATED_RMS_NORM, [o3, f.norm_weight(f"{wp}.norm.weight", (s.gdn_dv,)), z],
-                f"{p}/norm/GatedRMSNorm", e, [B, S, zd], domain=MS, activation="silu",
-                epsilon=s.eps)  # fmt: skip
+                f"{p}/GatedRMSNorm", e, [B, S, zd], domain=MS, epsilon=s.eps)  # fmt: skip
     return f.matmul(n, f"{p}/out_proj/MatMul", zd, s.hidden)
 
 
@@ -163,15 +162,15 @@ def moe(f: Forms, x: str, i: int, *, fp8: bool = False) -> str:
     m = g.node1(_ops.QMOE, [x, lg2, *ins], f"{p}/moe/QMoE", e, [B, S, h], domain=MS,
                 activation_alpha=1.0, activation_beta=0.0, k=s.top_k,
                 normalize_routing_weights=1, use_sparse_mixer=0, **attrs)  # fmt: skip
-    sp, si = f"{p}/shared_expert", s.shared_inter
+    sp, si = f"{p}/mlp", s.shared_inter  # the builder names the shared expert "mlp"
     gm = f.matmul(x, f"{sp}/gate_proj/MatMul", h, si)
     um = f.matmul(x, f"{sp}/up_proj/MatMul", h, si)
     sig = f.act("Sigmoid", gm, f"{sp}/act_fn/Sigmoid", [B, S, si])
     act = f.binary("Mul", gm, sig, f"{sp}/act_fn/Mul", [B, S, si])
     a = f.binary("Mul", act, um, f"{sp}/Mul", [B, S, si])
     d = f.matmul(a, f"{sp}/down_proj/MatMul", si, h)
-    sgm = f.matmul(x, f"{sp}_gate/MatMul", h, 1)
-    gate = f.act("Sigmoid", sgm, f"{sp}_gate/Sigmoid", [B, S, 1])
+    sgm = f.matmul(x, f"{p}/shared_expert_gate/MatMul", h, 1)
+    gate = f.act("Sigmoid", sgm, f"{p}/shared_expert_gate/Sigmoid", [B, S, 1])
     return g.node1(_ops.GATED_ADD, [m, d, gate], f"{p}/moe/GatedAdd", e, [B, S, h], domain=MS)
 
 

@@ -59,7 +59,7 @@ def _bytes(pkg: Path, t: onnx.TensorProto) -> bytes:
 
 
 CPU_COUNTS = {
-    ("", "Add"): 2, ("", "Cast"): 14, ("", "Constant"): 16, ("", "Div"): 16, ("", "Gather"): 2,
+    ("", "Add"): 2, ("", "Cast"): 22, ("", "Constant"): 16, ("", "Div"): 16, ("", "Gather"): 2,
     ("", "Identity"): 1, ("", "MatMul"): 101, ("", "Mul"): 34, ("", "ReduceSum"): 1,
     ("", "Reshape"): 27, ("", "Shape"): 1, ("", "Sigmoid"): 51,
     ("", "SimplifiedLayerNormalization"): 4, ("", "Split"): 30, ("", "Sub"): 1, ("", "Tile"): 1,
@@ -174,11 +174,15 @@ def test_qsa_cpu_substitute(tiny_builder_cpu_package: Path) -> None:
     m = _load(tiny_builder_cpu_package / "model.onnx")
     prod = _producers(m)
     for n in _ops(m, "GroupQueryAttention"):
+        assert len(n.input) == 12 and _attrs(n)["do_rotary"] == 0
         for slot in (0, 1):
-            rot = prod[n.input[slot]]
+            cast = prod[n.input[slot]]
+            assert cast.op_type == "Cast" and _attrs(cast)["to"] == TensorProto.FLOAT16
+            rot = prod[cast.input[0]]
             assert rot.op_type == "MRotaryEmbedding" and rot.domain == MS
             assert list(rot.input)[1] == "position_ids" and _attrs(rot)["mrope_section"] == [2, 1, 1]
-            norm = prod[prod[rot.input[0]].input[0]]
+            assert _attrs(prod[rot.input[0]])["to"] == TensorProto.FLOAT  # float32 MRoPE
+            norm = prod[prod[prod[rot.input[0]].input[0]].input[0]]
             assert norm.op_type == "SimplifiedLayerNormalization" and norm.domain == ""
     names = {v.name for v in m.graph.input}
     assert not [x for x in names if "indexer" in x] and "past_sequence_length" not in names
