@@ -97,6 +97,25 @@ class Weights:
 
         return self.add(g, name, make)
 
+    def normal_streamed(
+        self,
+        g: GraphBuilder,
+        name: str,
+        shape: tuple[int, ...],
+        scale: float,
+        dtype: type,
+    ) -> str:
+        """``normal`` generated and written a few MiB at a time (the large preset's expert tensors;
+        pieces continue the one generator stream, so the bytes equal a whole-tensor draw)."""
+        rng = rng_for(self.seed, name)
+
+        def rows(r: int) -> np.ndarray:
+            return (rng.standard_normal((r, *shape[1:])) * scale).astype(dtype)
+
+        return self.add_streamed(
+            g, name, shape, np.dtype(dtype), rows, rows_per_chunk=_rows_per_chunk(shape, 8)
+        )
+
     def norm(
         self, g: GraphBuilder, name: str, shape: tuple[int, ...], dtype: type = np.float16
     ) -> str:

@@ -74,3 +74,16 @@ def tiny_builder_faithful_package(tmp_path_factory: pytest.TempPathFactory) -> P
         exporter="builder",
         variant="faithful",
     )
+
+
+@pytest.fixture(scope="session")
+def full_builder_cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Full-preset (48 layers) ``--exporter builder`` cpu-variant package. Read-only: copy first."""
+    from q38.synth import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("synth") / "full_builder_cpu",
+        preset="full",
+        exporter="builder",
+        variant="cpu",
+    )

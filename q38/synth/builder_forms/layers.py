@@ -135,7 +135,7 @@ def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
     e, h, i, blk = s.experts, s.hidden, s.moe_inter, s.fp8_block
 
     def fp8(name: str, n: int, k: int) -> tuple[str, str]:
-        wt = w.normal(g, f"{name}.weight", (e, n, k), scale=0.5, dtype=ml_dtypes.float8_e4m3fn)
+        wt = w.normal_streamed(g, f"{name}.weight", (e, n, k), 0.5, ml_dtypes.float8_e4m3fn)
         sc = w.uniform(g, f"{name}.weight_scale_inv", (e, -(-n // blk), -(-k // blk)), 0.01, 0.03,
                        dtype=np.float32)  # fmt: skip
         return wt, sc

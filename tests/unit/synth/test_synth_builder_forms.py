@@ -329,3 +329,18 @@ def test_config_and_shared_initializers(tiny_builder_faithful_package: Path,
     cpu = json.loads((tiny_builder_cpu_package / "genai_config.json").read_text())["model"]
     assert cpu["type"] == "qwen3_5_moe_text" and "engram" not in cpu
     assert "shared_initializers" not in cpu["decoder"] and "shared_initializers" not in cpu["mtp"]
+
+
+def test_custom_lineage(tmp_path: Path) -> None:
+    pkg = synthesize(tmp_path / "p", exporter="builder", lineage="custom")
+    m = _load(pkg / "model.onnx")
+    fold = [n for n in m.graph.node if n.domain == "qwen.fold"]
+    assert [(n.name, n.op_type) for n in fold] == [("/fold/FoldMid2", "FoldMid2")]
+    assert _producers(m)[fold[0].input[0]].op_type == "HyperConnectionPostMix"
+    users = [n for n in m.graph.node if fold[0].output[0] in n.input]
+    assert [n.name for n in users] == ["/model/final_hyper_connection/BranchwiseRMSNorm"]
+    doc = json.loads((pkg / "genai_config.json").read_text())
+    so = doc["model"]["decoder"]["session_options"]
+    assert so["custom_ops_library"] == "libs/libcustom_ops.so"
+    assert (pkg / "libs" / "libcustom_ops.so").is_file()
+    assert "custom_ops_library" not in doc["model"]["mtp"].get("session_options", {})

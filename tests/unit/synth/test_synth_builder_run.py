@@ -13,12 +13,14 @@ with one line and write nothing.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from support.synth_builder import PROMPT, decoder_steps, feeds_for, og_greedy, zero_state
@@ -146,3 +148,38 @@ def test_builder_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str], a
     err = capsys.readouterr().err
     assert err.strip() == f"q38 synth: error: {message}" and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def _kinds(m: onnx.ModelProto) -> collections.Counter[str]:
+    return collections.Counter(n.op_type for n in m.graph.node)
+
+
+@pytest.mark.slow
+def test_full_cpu_schedule_runs_and_generates(full_builder_cpu_package: Path) -> None:
+    m = onnx.load(str(full_builder_cpu_package / "model.onnx"), load_external_data=False)
+    k = _kinds(m)
+    assert (k["GatedDeltaNet"], k["GroupQueryAttention"], k["QMoE"]) == (36, 12, 48)
+    assert k["HyperConnectionPostMix"] == 96 and k["EngramGate"] == 1
+    gqa = sorted(int(n.name.split("/")[2].split(".")[1]) for n in m.graph.node
+                 if n.op_type == "GroupQueryAttention")  # fmt: skip
+    assert gqa == list(range(3, 48, 4))
+    out = decoder_steps(full_builder_cpu_package / "model.onnx", steps=1)
+    assert out[1]["present.47.key"].shape == (1, 2, len(PROMPT) + 1, 16)
+    assert all(np.isfinite(v).all() for step in out for v in step.values())
+    tokens = og_greedy(full_builder_cpu_package, max_length=12)
+    assert len(tokens) == 12 - len(PROMPT) and tokens[0] == int(out[0]["logits"][0, -1].argmax())
+
+
+@pytest.mark.slow
+def test_full_faithful_schedule(tmp_path: Path) -> None:
+    pkg = synthesize(tmp_path / "p", preset="full", exporter="builder", variant="faithful")
+    m = onnx.load(str(pkg / "model.onnx"), load_external_data=False)
+    k = _kinds(m)
+    assert (k["GatedDeltaNet"], k["DynamicSparseAttention"], k["SparseAttentionIndexer"]) == (
+        36, 12, 12)  # fmt: skip
+    assert k["QMoE"] == 48 and "GroupQueryAttention" not in k
+    cfg = json.loads((pkg / "genai_config.json").read_text())["model"]["decoder"]
+    assert cfg["num_hidden_layers"] == 48
+    names = {v.name for v in m.graph.input}
+    assert {f"past.{i}.indexer_key" for i in range(3, 48, 4)} <= names
+    assert len([n for n in names if n.endswith(".conv")]) == 36

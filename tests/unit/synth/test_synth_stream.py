@@ -4,7 +4,7 @@ Invariants: the fast SM80 packer is byte-identical to the step-by-step port of O
 every supported shape; a tensor written in pieces (uint8 codes through the packer, uniform fp16
 scales) has exactly the bytes, offset and shape of the same tensor written whole; the large
 preset's peak anonymous memory does not grow with --weight-gb (0.2 vs 0.6 GB differ by < 64 MiB,
-measured in a child process); --context-length sets model.context_length, kv_capacity,
+measured in a child process; the builder exporter 0.1 vs 0.3 GB); --context-length sets model.context_length, kv_capacity,
 search.max_length and the rotary caches (the cpu variant runs a 300-token prefill at positions up
 to 8191 with --context-length 8192 on ORT CPU); bad values exit 2 with one line.
 """
@@ -65,11 +65,11 @@ def test_pieces_equal_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert refs_whole["s"].dtype == "float16" and refs_whole["s"].length == 9 * 64 * 2 * 2
 
 
-def _peak(tmp: Path, gb: str) -> int:
-    report = tmp / f"rss{gb}.json"
-    cmd = [sys.executable, str(RSS_CHILD), str(report), "synth", str(tmp / f"p{gb}"), "--preset",
-           "large", "--weight-gb", gb]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+def _peak(tmp: Path, gb: str, exporter: str = "research") -> int:
+    report = tmp / f"rss{gb}{exporter}.json"
+    cmd = [sys.executable, str(RSS_CHILD), str(report), "synth", str(tmp / f"p{gb}{exporter}"),
+           "--preset", "large", "--weight-gb", gb, "--exporter", exporter]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text(encoding="utf-8"))
     assert data["rc"] == 0
@@ -77,11 +77,15 @@ def _peak(tmp: Path, gb: str) -> int:
 
 
 @pytest.mark.slow
-def test_large_memory_does_not_grow_with_weight_gb(tmp_path: Path) -> None:
-    small, big = _peak(tmp_path, "0.2"), _peak(tmp_path, "0.6")
+@pytest.mark.parametrize(("exporter", "gbs"), [("research", ("0.2", "0.6")),
+                                                ("builder", ("0.1", "0.3"))])  # fmt: skip
+def test_large_memory_does_not_grow_with_weight_gb(
+    tmp_path: Path, exporter: str, gbs: tuple[str, str]
+) -> None:
+    small, big = _peak(tmp_path, gbs[0], exporter), _peak(tmp_path, gbs[1], exporter)
     assert abs(big - small) < 64 * 1024, (small, big)
-    size = (tmp_path / "p0.6" / "model.onnx.data").stat().st_size
-    assert size > 0.55e9
+    size = (tmp_path / f"p{gbs[1]}{exporter}" / "model.onnx.data").stat().st_size
+    assert size > 0.9 * float(gbs[1]) * 1e9
 
 
 def test_context_length_config(tmp_path: Path) -> None:
@@ -133,3 +137,23 @@ def test_bad_context_length(
     err = capsys.readouterr().err
     assert err.strip() == message and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_normal_streamed_pieces_equal_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ml_dtypes
+
+    def write(name: str, chunk: int) -> bytes:
+        monkeypatch.setattr(weights_mod, "CHUNK_BYTES", chunk)
+        data = DataFile(tmp_path / name, "x.data")
+        Weights(7, data, threshold=0).normal_streamed(
+            GraphBuilder("g"), "fp8", (6, 32, 64), 0.5, ml_dtypes.float8_e4m3fn
+        )
+        data.close()
+        return (tmp_path / name).read_bytes()
+
+    whole = write("whole", 1 << 30)
+    assert write("pieces", 32 * 64 * 8) == whole and len(whole) == 6 * 32 * 64
+    ref = (weights_mod.rng_for(7, "fp8").standard_normal((6, 32, 64)) * 0.5).astype(
+        ml_dtypes.float8_e4m3fn
+    )
+    assert whole == ref.tobytes()
