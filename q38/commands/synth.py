@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="builder only: QMoE weights_prepacked=1 with CUTLASS SM80 expert bytes "
         "(default: attribute absent, raw bytes)",
     )
+    p.add_argument(
+        "--linear-attn",
+        default="gated_delta_net",
+        choices=("gated_delta_net", "linear_attention"),
+        help="builder only: GatedDeltaNet layers (Qwen3.8, default) or the 0.18.0 builder's "
+        "LinearAttentionGate + LinearAttention form",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--bundles", action="store_true", help="write source bundles instead of a package"
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         context_length=args.context_length,
         exporter=args.exporter,
         weights_prepacked=args.weights_prepacked,
+        linear_attn=args.linear_attn,
     )
     if args.json:
         doc = {"out": str(out), "preset": args.preset, "variant": args.variant}

@@ -26,6 +26,7 @@ OPTIONS = {
     "lineage": ("contrib", "custom"),
     "experts": ("int4", "nvfp4"),
     "exporter": ("research", "builder"),
+    "linear_attn": ("gated_delta_net", "linear_attention"),
 }
 SHARED_WITH_HEAD = ("model.embed_tokens.weight", "model.norm.hc_gate.weight", "lm_head.weight")
 
@@ -210,6 +211,7 @@ def synthesize(
     context_length: int = DEFAULT_CONTEXT,
     exporter: str = "research",
     weights_prepacked: bool = False,
+    linear_attn: str = "gated_delta_net",
 ) -> Path:
     """Write a synthetic package (or, with ``bundles``, the source bundles) at ``out``.
 
@@ -217,7 +219,8 @@ def synthesize(
     ``search.max_length`` and the rotary caches' length (at least the prefill chunk, 256).
     ``exporter="builder"`` writes the public builder's forms (``q38.synth.builder_forms``);
     ``weights_prepacked`` (builder only) sets QMoE ``weights_prepacked=1`` with SM80 expert bytes
-    instead of omitting the attribute (raw bytes).
+    instead of omitting the attribute (raw bytes); ``linear_attn="linear_attention"`` (builder only)
+    writes the 0.18.0 builder's LinearAttentionGate + LinearAttention layers instead of GatedDeltaNet.
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
     PackageError otherwise); the tree is built in a staging directory and renamed into place."""
     from q38.package import StagedDirectory
@@ -227,6 +230,10 @@ def synthesize(
         raise FlagError("--bundles applies to --exporter research")
     if weights_prepacked and exporter != "builder":
         raise FlagError("--weights-prepacked applies to --exporter builder")
+    if linear_attn not in OPTIONS["linear_attn"]:
+        raise FlagError(f"--linear-attn {linear_attn}: expected one of {', '.join(OPTIONS['linear_attn'])}")
+    if linear_attn != "gated_delta_net" and exporter != "builder":
+        raise FlagError("--linear-attn applies to --exporter builder")
     s = spec_for(preset, weight_gb, context_length)
     note = f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
     if context_length != DEFAULT_CONTEXT:
@@ -236,7 +243,8 @@ def synthesize(
         root = staged.path
         if exporter == "builder":
             write_builder_package(
-                root, s, seed, variant=variant, lineage=lineage, prepacked=weights_prepacked
+                root, s, seed, variant=variant, lineage=lineage, prepacked=weights_prepacked,
+                linear_attn=linear_attn,
             )
         elif bundles:
             _bundles(root, s, seed, variant=variant, lineage=lineage, experts=experts)

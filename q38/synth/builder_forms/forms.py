@@ -50,8 +50,10 @@ class Forms:
         variant: str,
         prepacked: bool,
         shared: Weights | None = None,
+        linear_attn: str = "gated_delta_net",
     ) -> None:
         self.g, self.w, self.s, self.io = g, w, spec, io
+        self.linear_attn = linear_attn  # "gated_delta_net" (Qwen3.8) or "linear_attention" (0.18.0 default)
         self.variant, self.prepacked = variant, prepacked
         self.shared = shared if shared is not None else w  # where shared tensors' bytes live
         self._mask: tuple[str, str] | None = None

@@ -15,6 +15,7 @@ from q38.synth.builder_forms.layers import (
     gated_delta_net,
     hc_mix,
     hc_post,
+    linear_attention,
     moe,
     ple,
 )
@@ -66,12 +67,13 @@ def _logits_elem(f: Forms) -> int:
 
 
 def build_decoder(w: Weights, s: Spec, *, io: IoType, variant: str, prepacked: bool,
-                  lineage: str) -> onnx.ModelProto:  # fmt: skip
+                  lineage: str, linear_attn: str = "gated_delta_net") -> onnx.ModelProto:  # fmt: skip
     """The decoder: embedding, Tile x hc, per layer two packed HC mixes around GDN or QSA and the
     MoE, PLE on layer ``s.ple_layer``, ``hidden_states`` (the streams), final mixer, lm_head."""
     g = TypedGraph("qwen4_exp_text")
-    f = Forms(g, w, s, io=io, variant=variant, prepacked=prepacked)
+    f = Forms(g, w, s, io=io, variant=variant, prepacked=prepacked, linear_attn=linear_attn)
     e, ch = io.elem, s.streams
+    recurrent = F32 if linear_attn == "gated_delta_net" else e  # GatedDeltaNet's state is float
     _common_inputs(g, f)
     if f.faithful:  # engram.onnx runs as a CPU session: its float16 output is cast in here
         g.input("engram_embeddings", ENGRAM_IO.elem, [B, S, s.ple_dim])
@@ -82,7 +84,7 @@ def build_decoder(w: Weights, s: Spec, *, io: IoType, variant: str, prepacked: b
         else:
             states: tuple[tuple[str, int, Shape], ...] = (
                 ("conv", e, [B, s.conv_dim, s.conv_k - 1]),
-                ("recurrent", F32, [B, s.gdn_hv, s.gdn_dk, s.gdn_dv]),
+                ("recurrent", recurrent, [B, s.gdn_hv, s.gdn_dk, s.gdn_dv]),
             )
             for kind, elem, shape in states:
                 g.input(f"past.{i}.{kind}", elem, shape)
@@ -104,7 +106,12 @@ def build_decoder(w: Weights, s: Spec, *, io: IoType, variant: str, prepacked: b
                 ee = engram_lookup(f, "input_ids", f"/model/layers.{i}/ple/engram", None)
             x = ple(f, x, i, ee)
         pre, pg = hc_mix(f, x, f"{p}/attn_hyper_connection", f"{wp}.attn_hyper_connection")
-        out = attention(f, pre, i, i) if s.is_qsa(i) else gated_delta_net(f, pre, i)
+        if s.is_qsa(i):
+            out = attention(f, pre, i, i)
+        elif linear_attn == "linear_attention":
+            out = linear_attention(f, pre, i)
+        else:
+            out = gated_delta_net(f, pre, i)
         x = hc_post(f, x, out, pg, f"{p}/attn_hyper_connection")
         pre2, pg2 = hc_mix(f, x, f"{p}/mlp_hyper_connection", f"{wp}.mlp_hyper_connection")
         x = hc_post(f, x, moe(f, pre2, i), pg2, f"{p}/mlp_hyper_connection")

@@ -13,7 +13,16 @@ from q38.synth.builder_forms.forms import TOKENS, B, Forms, S
 from q38.synth.builder_forms.typed import Shape
 from q38.synth.qmoe import pack_sm80_int4
 
-__all__ = ["final_mixer", "gated_delta_net", "hc_mix", "hc_post", "moe", "ple"]
+__all__ = [
+    "engram_lookup",
+    "final_mixer",
+    "gated_delta_net",
+    "hc_mix",
+    "hc_post",
+    "linear_attention",
+    "moe",
+    "ple",
+]
 
 MS = _ops.MS_DOMAIN
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -241,3 +250,50 @@ def ple(f: Forms, x: str, i: int, embeddings: str) -> str:
     g3 = f.reshape(gated, [0, 0, ch], f"{p}/gated/Reshape", [B, S, ch])
     add = f.binary("Add", g3, c, f"{p}/Add", [B, S, ch])
     return f.binary("Add", x, add, f"{p}/residual/Add", [B, S, ch])
+
+
+def linear_attention(f: Forms, x: str, i: int) -> str:
+    """The 0.18.0 builder's default linear-attention form (``linear_attn_op=linear_attention``):
+    separate qkv / z / b / a projections, CausalConvWithState (output 1 = ``present.{i}.conv``),
+    split q/k/v, LpNormalization q/k (q scaled by Dk^-0.5), LinearAttentionGate ->
+    LinearAttention{gated_delta} (state ``past.{i}.recurrent`` in the io dtype), GatedRMSNorm,
+    out_proj."""
+    g, s, e = f.g, f.s, f.io.elem
+    p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
+    kd, vd, hk, hv = s.gdn_hk * s.gdn_dk, s.gdn_hv * s.gdn_dv, s.gdn_hk, s.gdn_hv
+    cd = s.conv_dim
+    qkv = f.matmul(x, f"{p}/qkv_proj/MatMul", s.hidden, cd)
+    z = f.matmul(x, f"{p}/z_proj/MatMul", s.hidden, vd)
+    b = f.matmul(x, f"{p}/b_proj/MatMul", s.hidden, hv)
+    a = f.matmul(x, f"{p}/a_proj/MatMul", s.hidden, hv)
+    xt = g.node1("Transpose", [qkv], f"{p}/qkv_proj/Transpose", e, [B, cd, S], perm=[0, 2, 1])
+    conv = f"{p}/CausalConvWithState"
+    y = g.node(_ops.CAUSAL_CONV_WITH_STATE,
+               [xt, f.weight(f"{wp}.conv1d.weight", (cd, 1, s.conv_k), scale=0.3),
+                f.weight(f"{wp}.conv1d.bias", (cd,), scale=0.1), f"past.{i}.conv"],
+               conv, [(e, [B, cd, S]), None], outputs=[f"{conv}/output_0", f"present.{i}.conv"],
+               domain=MS, ndim=1, activation="silu", state_window=0)[0]  # fmt: skip
+    yt = g.node1("Transpose", [y], f"{p}/conv_out/Transpose", e, [B, S, cd], perm=[0, 2, 1])
+    q, k, v = g.node("Split", [yt, f.c([kd, kd, vd])], f"{p}/split_qkv/Split",
+                     [(e, [B, S, kd]), (e, [B, S, kd]), (e, [B, S, vd])], axis=-1)  # fmt: skip
+
+    def l2(t: str, tag: str) -> str:
+        r = f.reshape(t, [0, 0, hk, s.gdn_dk], f"{p}/{tag}_l2norm/flat/Reshape", [B, S, hk, s.gdn_dk])
+        n = g.node1("LpNormalization", [r], f"{p}/{tag}_l2norm/LpNormalization", e,
+                    [B, S, hk, s.gdn_dk], axis=-1, p=2)  # fmt: skip
+        return f.reshape(n, [0, 0, kd], f"{p}/{tag}_l2norm/unflat/Reshape", [B, S, kd])
+
+    qs = f.binary("Mul", l2(q, "q"), f.cf(float(s.gdn_dk) ** -0.5), f"{p}/q_scaled/Mul", [B, S, kd])
+    kn = l2(k, "k")
+    dt_b = f.w.normal(g, f"{wp}.dt_bias", (hv,), scale=0.5, dtype=np.float32)  # TF is float only
+    neg = f.w.add(g, f"{wp}.neg_exp_A", lambda: (-np.linspace(1.0, 4.0, hv)).astype(np.float32))
+    decay, beta = g.node(_ops.LINEAR_ATTENTION_GATE, [a, dt_b, neg, b], f"{p}/LinearAttentionGate",
+                         [(e, [B, S, hv]), (e, [B, S, hv])], domain=MS)  # fmt: skip
+    la = f"{p}/LinearAttention"
+    o = g.node(_ops.LINEAR_ATTENTION, [qs, kn, v, f"past.{i}.recurrent", decay, beta], la,
+               [(e, [B, S, vd]), None], outputs=[f"{la}/output_0", f"present.{i}.recurrent"],
+               domain=MS, q_num_heads=hk, kv_num_heads=hv, update_rule="gated_delta", scale=1.0,
+               state_window=0)[0]  # fmt: skip
+    n = g.node1(_ops.GATED_RMS_NORM, [o, f.norm_weight(f"{wp}.norm.weight", (s.gdn_dv,)), z],
+                f"{p}/GatedRMSNorm", e, [B, S, vd], domain=MS, epsilon=s.eps)  # fmt: skip
+    return f.matmul(n, f"{p}/out_proj/MatMul", vd, s.hidden)

@@ -40,13 +40,20 @@ def _graph(root: Path, name: str, seed: int, build: Callable[[Weights], onnx.Mod
 
 
 def write_builder_package(
-    root: Path, s: Spec, seed: int, *, variant: str, lineage: str, prepacked: bool
+    root: Path,
+    s: Spec,
+    seed: int,
+    *,
+    variant: str,
+    lineage: str,
+    prepacked: bool,
+    linear_attn: str = "gated_delta_net",
 ) -> None:
     """Write the package into the (existing, empty) directory ``root``."""
     io = BF16 if variant == "faithful" else FP16
     dec = _graph(root, "model.onnx", seed,
                  lambda w: build_decoder(w, s, io=io, variant=variant, prepacked=prepacked,
-                                         lineage=lineage))  # fmt: skip
+                                         lineage=lineage, linear_attn=linear_attn))  # fmt: skip
     _graph(root, "mtp.onnx", seed ^ MTP_SEED,
            lambda w: build_mtp(w, dec, s, io=io, variant=variant, prepacked=prepacked))  # fmt: skip
     if variant == "faithful":

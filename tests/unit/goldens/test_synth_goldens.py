@@ -63,3 +63,9 @@ def test_tiny_builder_package_goldens(
     assert package_snapshot(name="package") == package
     for graph in BUILDER_GRAPHS[variant]:
         assert graph_snapshot(name=graph.removesuffix(".onnx")) == package / graph
+
+
+def test_tiny_builder_linear_attention_golden(tmp_path: Path, graph_snapshot: SnapshotAssertion) -> None:
+    """``--exporter builder --linear-attn linear_attention``: the decoder graph."""
+    package = synth.synthesize(tmp_path / "pkg", exporter="builder", linear_attn="linear_attention")
+    assert graph_snapshot(name="model") == package / "model.onnx"

@@ -344,3 +344,27 @@ def test_custom_lineage(tmp_path: Path) -> None:
     assert so["custom_ops_library"] == "libs/libcustom_ops.so"
     assert (pkg / "libs" / "libcustom_ops.so").is_file()
     assert "custom_ops_library" not in doc["model"]["mtp"].get("session_options", {})
+
+
+def test_linear_attention_form_runs(tmp_path: Path) -> None:
+    """``--linear-attn linear_attention``: the 0.18.0 builder's default form, runnable on CPU."""
+    from support.synth_builder import decoder_steps, og_greedy
+
+    pkg = synthesize(tmp_path / "p", exporter="builder", linear_attn="linear_attention")
+    m = _load(pkg / "model.onnx")
+    prod = _producers(m)
+    assert not _ops(m, "GatedDeltaNet") and len(_ops(m, "LinearAttention")) == 6
+    for n in _ops(m, "LinearAttention"):
+        i = int(n.name.split("/")[2].split(".")[1])
+        assert list(n.input)[3] == f"past.{i}.recurrent" and n.output[1] == f"present.{i}.recurrent"
+        assert _attrs(n) == {"q_num_heads": 2, "kv_num_heads": 4, "update_rule": b"gated_delta",
+                             "scale": 1.0, "state_window": 0}  # fmt: skip
+        assert prod[n.input[4]].op_type == "LinearAttentionGate" and n.input[5] == prod[n.input[4]].output[1]
+        q = prod[n.input[0]]
+        assert q.name.endswith("/q_scaled/Mul") and prod[prod[q.input[0]].input[0]].op_type == "LpNormalization"
+    rec = {v.name: v.type.tensor_type.elem_type for v in m.graph.input}["past.0.recurrent"]
+    assert rec == TensorProto.FLOAT16  # the LinearAttention state is in the io dtype
+    out = decoder_steps(pkg / "model.onnx", steps=1)
+    assert all(np.isfinite(v).all() for step in out for v in step.values())
+    tokens = og_greedy(pkg, max_length=10)
+    assert len(tokens) == 5 and tokens[0] == int(out[0]["logits"][0, -1].argmax())

@@ -140,6 +140,7 @@ def test_cli_builder(tmp_path: Path) -> None:
         (["--exporter", "builder", "--variant", "faithful", "--experts", "nvfp4"],
          "--experts nvfp4 applies to --exporter research"),
         (["--weights-prepacked"], "--weights-prepacked applies to --exporter builder"),
+        (["--linear-attn", "linear_attention"], "--linear-attn applies to --exporter builder"),
     ],
 )  # fmt: skip
 def test_builder_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
