@@ -157,11 +157,23 @@ def _check_library_paths(config: Mapping[str, Any]) -> list[Violation]:
 
 
 def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
+    """q38's strict parser of the config's surface: v12b, or onnxruntime-genai 0.18.0's (genai).
+
+    A genai config that only the Qwen3.8 research builder's keys keep 0.18.0 from loading is a
+    warning (CFG-SURFACE-002): q38 reads it, released onnxruntime-genai would refuse it.
+    """
     from q38.errors import ConfigError
     from q38.package import parse_config
+    from q38.package.genai_config import is_genai_document, parse_genai_config
 
     try:
-        parse_config(dict(config))
+        if is_genai_document(config):
+            parsed = parse_genai_config(dict(config), research=True)
+            if parsed.og_refusal:
+                return [Violation("CFG-SURFACE-002", f"onnxruntime-genai 0.18.0 refuses this config: "
+                                  f"{parsed.og_refusal}", severity="warning")]  # fmt: skip
+        else:
+            parse_config(dict(config))
     except ConfigError as exc:
         return [Violation("CFG-SURFACE-001", str(exc))]
     return []
@@ -181,8 +193,8 @@ _SPECIFIC = (
 )  # fmt: skip
 RULES: tuple[Rule, ...] = (
     *_SPECIFIC,
-    Rule("CFG-SURFACE-001", "the config matches the strict v12b surface (unknown keys rejected)",
-         _SRC, "run-time", "genai-config", _check_surface),
+    Rule("CFG-SURFACE-001", "the config matches its strict surface: v12b, or what onnxruntime-genai "
+         "0.18.0 accepts (genai; unknown keys rejected)", _SRC, "run-time", "genai-config", _check_surface),
 )
 
 

@@ -1,8 +1,14 @@
 """Run every applicable contract on a package: the config, every graph, the file layout.
 
-Used by ``q38 check`` and the tests. Reading goes through ``q38.package`` (``open_package``,
-``load_graph``); a graph whose external data ``load_graph`` refuses is still examined (its
+Used by ``q38 check`` and the tests. Both package surfaces are checked: q38's own (v12b) and the
+onnxruntime-genai builder's (genai). The graphs come from ``q38.package.graph_listing`` (every
+graph the config names: v12b target/head/prefill/s2..s4; genai decoder/mtp/engram/..., runtime
+profile decoders), with the session options and providers of each, read from the config
+document so that a broken package is still examined in full. Graph files are read with
+``q38.package.load_graph``; a graph whose external data it refuses is still examined (its
 references are listed without reading any data) so that the layout rules can name the problem.
+The strict reader of the package's surface runs last: if it refuses a package no rule faulted,
+that refusal is the answer (exit 2).
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from contracts import (
     package_layout,
     path_fields,
     qsa,
+    shared_initializers,
 )
 from contracts._rule import Rule, Violation
 from contracts.package_layout import GraphFile, PackageView
 
-__all__ = ["ALL_RULES", "CheckReport", "SessionResult", "check_package", "installed_ort_version"]
+__all__ = ["ALL_RULES", "CheckReport", "GraphCheck", "SessionResult", "check_package", "installed_ort_version"]
 
 ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
@@ -40,8 +47,8 @@ ALL_RULES: tuple[Rule, ...] = (
     *config_surface.RULES,
     *package_layout.RULES,
     *path_fields.RULES,
+    *shared_initializers.RULES,
 )
-_CONFIG = "genai_config.json"
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
@@ -63,14 +70,29 @@ class SessionResult:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class GraphCheck:
+    """One graph examined: its role, file (relative to the package), provider, rules run on it."""
+
+    graph: str
+    file: str
+    provider: str
+    rules: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph, "file": self.file, "provider": self.provider, "rules": self.rules}
+
+
 @dataclass
 class CheckReport:
     """What ``check_package`` found."""
 
     package: str
     ort_version: str
+    surface: str = "v12b"
     rules_checked: list[str] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
+    graph_checks: list[GraphCheck] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     sessions: list[SessionResult] = field(default_factory=list)
 
@@ -86,9 +108,11 @@ class CheckReport:
         return {
             "package": self.package,
             "ort_version": self.ort_version,
+            "surface": self.surface,
             "ok": self.ok,
             "rules_checked": self.rules_checked,
             "graphs": self.graphs,
+            "graph_checks": [c.to_dict() for c in self.graph_checks],
             "violations": [v.to_dict() for v in self.violations],
             "sessions": [{"graph": s.graph, "status": s.status, "message": s.message} for s in self.sessions],
         }
@@ -104,19 +128,14 @@ class _Graph:
     eps: frozenset[str]
     refs: tuple[tuple[str, str], ...] = ()
     load_error: str = ""
+    providers: tuple[str, ...] = ()
 
 
 def _inside_package(root: Path, path: Path) -> None:
     """Refuse (one PackageError line) a path whose links loop or resolve outside ``root``."""
-    from q38.errors import PackageError, UnsafePathError
-    from q38.package.paths import resolve_inside
+    from q38.package.graph_listing import _inside_package as inside
 
-    try:
-        resolve_inside(root, path.relative_to(root).as_posix(), what=str(path), must_exist=False)
-    except UnsafePathError as exc:
-        raise PackageError(str(exc)) from None
-    except (OSError, RuntimeError):
-        raise PackageError(f"{path}: symlink loop") from None
+    inside(root, path)
 
 
 def _check_graph_path(root: Path, label: str, path: Path) -> None:
@@ -135,25 +154,6 @@ def _check_graph_path(root: Path, label: str, path: Path) -> None:
             raise PackageError(f"{path}: {label} graph is a directory, not a regular file")
 
 
-def _read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
-    from q38.errors import PackageError
-    from q38.package.jsonio import read_json
-
-    if not root.is_dir():
-        raise PackageError(f"{root}: not a package directory")
-    for candidate in (root / _CONFIG, root / "target" / _CONFIG):
-        if not os.path.lexists(candidate):
-            continue
-        _inside_package(root, candidate)  # nothing is read through a link that leaves the package
-        if candidate.is_dir():
-            raise PackageError(f"{candidate}: is a directory, not a JSON file")
-        data = read_json(candidate, what="config")  # strict JSON, bounded, regular files only
-        if not isinstance(data, dict):
-            raise PackageError(f"{candidate}: expected a JSON object")
-        return candidate.parent, data
-    raise PackageError(f"{root}: not a q38 package (no {_CONFIG}, no target/{_CONFIG})")
-
-
 def _entries_of(so: Mapping[str, Any] | None) -> dict[str, str]:
     if not isinstance(so, Mapping):
         return {}
@@ -166,42 +166,6 @@ def _has_cuda(so: Mapping[str, Any] | None) -> bool:
     if not isinstance(so, Mapping):
         return False
     return any(isinstance(e, Mapping) and "cuda" in e for e in so.get("provider_options") or [])
-
-
-def _graph_specs(tdir: Path, config: Mapping[str, Any]) -> list[tuple[str, Path, Mapping[str, Any] | None]]:
-    """(label, graph path, session_options) for every graph the config names."""
-    model = config.get("model", {})
-    graph = model.get("qwen38_graph", {}) if isinstance(model, Mapping) else {}
-    decoder = model.get("decoder", {}) if isinstance(model, Mapping) else {}
-    dso = decoder.get("session_options") if isinstance(decoder, Mapping) else None
-    layered = tdir.name == "target" and (tdir.parent / "head").is_dir()
-    hdir = tdir.parent / "head" if layered else tdir
-    specs: list[tuple[str, Path, Mapping[str, Any] | None]] = []
-    target = (graph.get("target") or {}).get("filename") if isinstance(graph, Mapping) else None
-    if isinstance(target, str):
-        specs.append(("target", tdir / target, dso))
-    head = ((graph.get("fold") or {}).get("head_r2") or {}) if isinstance(graph, Mapping) else {}
-    if isinstance(head.get("filename"), str):
-        specs.append(("head", hdir / head["filename"], head.get("session_options")))
-    prefill = graph.get("prefill") if isinstance(graph, Mapping) else None
-    if isinstance(prefill, Mapping) and isinstance(prefill.get("filename"), str):
-        specs.append(("prefill", tdir / prefill["filename"], dso))
-    for role, rel in sorted(((graph.get("multidraft") or {}) if isinstance(graph, Mapping) else {}).items()):
-        if isinstance(rel, str):
-            specs.append((role, tdir / rel, dso))
-    return specs
-
-
-def _overlay_entries(config: Mapping[str, Any], filename: str, default_file: str) -> list[dict[str, str]]:
-    out = []
-    for profile in config.get("runtime_profiles") or []:
-        try:
-            decoder = profile["overlay"]["model"]["decoder"]
-        except (KeyError, TypeError):
-            continue
-        if decoder.get("filename", default_file) == filename and "session_options" in decoder:
-            out.append(_entries_of(decoder["session_options"]))
-    return out
 
 
 def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...], str]:
@@ -240,59 +204,111 @@ def check_package(
     Raises:
         PackageError: the package cannot be read at all (no/unreadable config, unreadable graph).
     """
-    from q38.errors import PackageError
-    from q38.package import open_package
+    from q38.package.graph_listing import list_graphs
 
     root = Path(path)
     version = ort_version or installed_ort_version()
-    tdir, raw = _read_raw_config(root)
+    listing = list_graphs(root)
+    tdir, raw = listing.config_dir, listing.document
     rules = _applicable(version)
-    report = CheckReport(package=str(root), ort_version=version, rules_checked=sorted({r.rule_id for r in rules}))
+    report = CheckReport(package=str(root), ort_version=version, surface=listing.surface,
+                         rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
     report.violations.extend(config_surface.check_genai_config(raw))
-    for block_path, so in config_surface.session_option_blocks(raw):
+    for block_path, so in _session_blocks(listing):
         entries = _entries_of(so)
         for rule in rules:
             if rule.surface == "session-config":
                 report.violations.extend(v.at(graph=block_path) for v in rule.check(entries))
 
     variant = ((raw.get("model") or {}).get("qwen38_graph") or {}).get("variant", "faithful")
-    decoder_file = str(((raw.get("model") or {}).get("decoder") or {}).get("filename", "model.onnx"))
     paths = path_fields.path_view(root, tdir, raw)
     report.violations.extend(path_fields.check_path_fields(paths))
     refused = path_fields.refused_graph_paths(paths)  # reported above; never opened
     graphs: list[_Graph] = []
-    for label, gpath, gso in _graph_specs(tdir, raw):
+    for ref in listing.graphs:
+        label, gpath = ref.role, ref.path
         if gpath in refused:
             continue
         _check_graph_path(root, label, gpath)
         groot = gpath.parent
         model, refs, problem = _load(label, gpath, groot)
-        eps = {"cuda"} if (_has_cuda(gso) or variant == "faithful") else set()
-        if variant == "cpu" or not _has_cuda(gso):
-            eps.add("cpu")
-        entry_sets = [_entries_of(gso), *(_overlay_entries(raw, gpath.name, decoder_file) if label != "head" else [])]
-        graphs.append(_Graph(label, gpath, groot, model, _entries_of(gso), frozenset(eps), refs, problem))
+        eps = _eps(listing.surface, variant, ref.providers)
+        graphs.append(_Graph(label, gpath, groot, model, dict(ref.session_entries), eps, refs, problem, ref.providers))
         report.graphs.append(label)
-        for rule in _graph_rules(rules, frozenset(eps)):
-            for entries in entry_sets:
+        applied = _graph_rules(rules, eps)
+        for rule in applied:
+            for entries in (ref.session_entries, *ref.overlay_entries):
                 for v in rule.check(model, entries):
                     if v not in report.violations and v.at(graph=label) not in report.violations:
                         report.violations.append(v.at(graph=label))
+        report.graph_checks.append(GraphCheck(label, ref.rel, ref.provider, len(applied)))
 
     view = PackageView(
         root=root,
         graphs=tuple(GraphFile(g.label, g.path, root, g.refs, g.load_error) for g in graphs),
         libraries=tuple(_library_rel(root, tdir, p, rel) for p, rel in config_surface.library_paths(raw)),
+        extra=_genai_extra(listing, graphs),
     )
     report.violations.extend(package_layout.check_package_layout(view))
-    try:
-        open_package(root)
-    except PackageError:
-        if not report.errors:
-            raise
+    report.violations.extend(shared_initializers.check_shared_initializers(view))
+    _open_strictly(listing.surface, root, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))
     return report
+
+
+def _eps(surface: str, variant: str, providers: tuple[str, ...]) -> frozenset[str]:
+    """The EPs a graph's kernel rules concern: v12b by variant, genai by the providers it names."""
+    cuda = "cuda" in providers
+    if surface == "genai":
+        return frozenset({"cuda"} if cuda else {"cpu"} if not providers or "CPU" in providers else set())
+    eps = {"cuda"} if (cuda or variant == "faithful") else set()
+    if variant == "cpu" or not cuda:
+        eps.add("cpu")
+    return frozenset(eps)
+
+
+def _session_blocks(listing: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """Every session_options object of the config: decoder, head, overlays, other genai graphs."""
+    blocks = list(config_surface.session_option_blocks(listing.document))
+    if listing.surface == "genai":
+        model = listing.document.get("model") or {}
+        for ref in listing.graphs:
+            section = model.get(ref.role) if ref.role != "decoder" and isinstance(model, Mapping) else None
+            so = section.get("session_options") if isinstance(section, Mapping) else None
+            if isinstance(so, Mapping):
+                blocks.append((f"{ref.section}.session_options", so))
+    return blocks
+
+
+def _genai_extra(listing: Any, graphs: list[_Graph]) -> dict[str, Any]:
+    """What the genai package rules need: the parsed config (when it parses) and the graphs."""
+    if listing.surface != "genai":
+        return {}
+    from q38.errors import ConfigError
+    from q38.package.genai_config import parse_genai_config
+
+    try:
+        config = parse_genai_config(listing.document, source=str(listing.config_path), research=True)
+    except ConfigError:
+        return {}  # CFG-SURFACE-001 reports it
+    return {"genai_config": config, "models": {g.label: g.model for g in graphs if not g.load_error}}
+
+
+def _open_strictly(surface: str, root: Path, report: CheckReport) -> None:
+    """The surface's own reader; its refusal of a package no rule faulted is the answer."""
+    from q38.errors import PackageError
+    from q38.package import open_package
+    from q38.package.genai_package import open_genai_package
+
+    try:
+        if surface == "genai":
+            open_genai_package(root)
+        else:
+            open_package(root)
+    except PackageError:
+        if not report.errors:
+            raise
 
 
 def _library_rel(root: Path, tdir: Path, json_path: str, rel: str) -> tuple[str, str]:
@@ -305,9 +321,19 @@ def _library_rel(root: Path, tdir: Path, json_path: str, rel: str) -> tuple[str,
 _NOT_IMPL_OP = re.compile(r"(?:implementation for|kernel for com\.microsoft\.|kernel for )(\w+)\(")
 
 
+def _session_providers(g: _Graph, available: list[str]) -> tuple[list[str], str]:
+    """(ORT providers to create ``g``'s session with, a note when that is not what the config names)."""
+    if "cuda" in g.providers:
+        if "CUDAExecutionProvider" in available:
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"], ""
+        return ["CPUExecutionProvider"], "CPU session: the config names cuda, which this onnxruntime lacks"
+    return ["CPUExecutionProvider"], ""
+
+
 def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
     import onnxruntime as ort
 
+    available = list(ort.get_available_providers())
     results = []
     for g in graphs:
         so = ort.SessionOptions()
@@ -318,8 +344,9 @@ def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
         if custom:
             results.append(SessionResult(g.label, "skipped", f"custom-op domain(s) {', '.join(custom)} need their library"))
             continue
+        providers, note = _session_providers(g, available)
         try:
-            ort.InferenceSession(str(g.path), so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(str(g.path), so, providers=providers)
         except Exception as exc:
             text = " ".join(str(exc).split())
             if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text or "Failed to find kernel" in text:
@@ -329,5 +356,5 @@ def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
             else:
                 results.append(SessionResult(g.label, "failed", text[:1000]))
             continue
-        results.append(SessionResult(g.label, "ok"))
+        results.append(SessionResult(g.label, "ok", note))
     return results

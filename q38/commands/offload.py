@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from q38.offload.convert import convert_package
     from q38.offload.options import OffloadOptions
     from q38.package import LinkPolicy
+    from q38.package.surface import require_surface
 
+    require_surface(args.src, ("v12b",), command="offload",
+                    reason="the QMoE-offload conversion needs the MTP drafts inside the target graph")  # fmt: skip
     options = OffloadOptions(
         mode=args.offload_mode,
         placement=args.offload_placement,

@@ -1,4 +1,8 @@
-"""The one place that reads and writes q38 packages (see docs/package-format.md)."""
+"""The one place that reads and writes packages (see docs/package-format.md).
+
+Two surfaces: q38's own v12b packages (``open_package``) and onnxruntime-genai builder packages
+(``open_genai_package``); ``open_any`` opens either and lists its graphs.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,15 @@ from q38.package.config import (
     parse_config,
     read_config,
 )
+from q38.package.genai_config import (
+    GenaiConfig,
+    dumps_genai_config,
+    genai_config_to_dict,
+    parse_genai_config,
+    read_genai_config,
+)
+from q38.package.genai_package import GenaiPackage, open_genai_package
+from q38.package.graph_ref import GraphRef
 from q38.package.graphs import (
     ExternalRef,
     all_graphs,
@@ -58,6 +71,7 @@ from q38.package.profile import (
     read_profile,
 )
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
+from q38.package.surface import V12bPackage, detect_surface, open_any, require_surface
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -71,6 +85,9 @@ __all__ = [
     "ExpertProfile",
     "ExternalRef",
     "FileRecord",
+    "GenaiConfig",
+    "GenaiPackage",
+    "GraphRef",
     "HeadGraph",
     "LinkMode",
     "LinkPolicy",
@@ -87,31 +104,40 @@ __all__ = [
     "RuntimeProfile",
     "SessionOptions",
     "StagedDirectory",
+    "V12bPackage",
     "WeightsPool",
     "all_graphs",
     "check_destination",
     "check_output_outside",
     "config_to_dict",
     "copy_file",
+    "detect_surface",
     "dumps_config",
+    "dumps_genai_config",
     "dumps_manifest",
     "encode_profile",
     "external_refs",
     "format_pool",
+    "genai_config_to_dict",
     "is_inside",
     "iter_tensors",
     "load_graph",
+    "open_any",
+    "open_genai_package",
     "open_package",
     "parse_config",
+    "parse_genai_config",
     "parse_manifest",
     "parse_pool",
     "parse_profile",
     "place_file",
     "read_config",
+    "read_genai_config",
     "read_manifest",
     "read_pool",
     "read_profile",
     "read_tensor",
+    "require_surface",
     "resolve_inside",
     "safe_relpath",
     "save_graph",

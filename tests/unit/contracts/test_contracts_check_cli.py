@@ -158,8 +158,12 @@ def test_json_output_shape(tiny_faithful_package: Path, tmp_path: Path, capsys: 
     _edit_config(pkg, lambda d: _entries(d).update({"session.moe.offload.mode": "auto"}))
     assert main(["check", str(pkg), "--json"]) == (0 if _V132 else 1)
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"package", "ort_version", "ok", "rules_checked", "graphs", "violations", "sessions"}
-    assert data["ok"] is _V132 and data["graphs"] == ["target", "head", "prefill"]
+    assert set(data) == {"package", "ort_version", "surface", "ok", "rules_checked", "graphs", "graph_checks",
+                         "violations", "sessions"}
+    assert data["ok"] is _V132 and data["graphs"] == ["target", "head", "prefill"] and data["surface"] == "v12b"
+    assert [(c["graph"], c["file"]) for c in data["graph_checks"]] == [
+        ("target", "model.onnx"), ("head", "head_r2.onnx"), ("prefill", "prefill.onnx")]
+    assert all(c["rules"] > 0 for c in data["graph_checks"])
     assert ("OFFLOAD-CFG-003" in data["rules_checked"]) == _V132
     if not _V132:
         assert {v["rule_id"] for v in data["violations"]} == {"ORT-SCHEMA-002"}

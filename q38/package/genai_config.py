@@ -1,0 +1,537 @@
+"""The onnxruntime-genai 0.18.0 ``genai_config.json`` (the "genai" surface) as frozen dataclasses.
+
+This is the config the public builder (``python -m onnxruntime_genai.models.builder``) writes
+next to its graphs, for any decoder model type it emits (``qwen3_5_moe_text``, ``qwen3_5_text``,
+``llama``, ...). Parsing is strict in exactly GenAI's way: a document is accepted iff
+``og.Config(dir)`` of the installed 0.18.0 wheel accepts it (:mod:`q38.package.genai_surface`
+mirrors its parser, :mod:`q38.package.genai_checks` its checks after parsing, the differential
+test holds the verdicts equal); a refusal is one line naming the key path.
+
+The Qwen3.8 builder of the research branch writes a few keys 0.18.0 refuses (``model.engram``,
+the indexer / PLE state names, ``ple_token_pad_id``, ``mtp.index_share``, the ``fixed_indexer``
+and ``fixed_ple`` state groups). ``parse_genai_config(..., research=True)`` accepts those too and
+records GenAI's refusal in :attr:`GenaiConfig.og_refusal`, so q38 can read and check such a
+package and say that released GenAI cannot load it.
+
+Sections q38 does not interpret (vision, speech, drafters, pipelines, sliding windows, ...) are
+validated and kept verbatim in ``extra`` mappings. The writer is deterministic: sorted keys,
+indent 2, raw UTF-8 (GenAI's JSON reader refuses ``\\u`` escapes), trailing newline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from q38.errors import ConfigError
+from q38.package import genai_surface as gs
+from q38.package.genai_checks import check_document
+
+__all__ = [
+    "BUILDER_MODEL_TYPES",
+    "OG_MODEL_TYPES",
+    "GenaiConfig",
+    "GenaiDecoder",
+    "GenaiEngram",
+    "GenaiModel",
+    "GenaiMtp",
+    "GenaiProvider",
+    "GenaiSessionOptions",
+    "SharedInitializer",
+    "dumps_genai_config",
+    "genai_config_to_dict",
+    "is_genai_document",
+    "parse_genai_config",
+    "parse_session_options",
+    "read_genai_config",
+]
+
+# Decoder model types the 0.18.0 builder writes (builder.py: the architecture table, and the
+# ``type`` it derives from ``config.architectures[0]``), plus the research Qwen3.8 builder's.
+BUILDER_MODEL_TYPES: Final = frozenset(
+    {
+        "chatglm", "ernie4_5", "gemma", "gemma2", "gemma3_text", "gemma3_vl_text", "gemma3",
+        "gemma4_text", "gptoss", "granite", "granitemoehybrid", "hunyuandensev1", "internlm2",
+        "lfm2", "lfm2_moe", "lfm2_vl", "lfm2_vl_text", "lfm2_audio", "lfm2_audio_text", "llama",
+        "mistral", "mistral3", "mistral3_text", "nemotron", "olmo", "phi", "phi3", "phi3small",
+        "phimoe", "phi3v", "phi4mm", "qwen2", "qwen2_5_vl", "qwen2_5_vl_text", "qwen3",
+        "qwen3_vl", "qwen3_vl_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+        "smollm3", "decoder", "decoder-pipeline",
+        "qwen4_exp_text",  # the Qwen3.8 builder of the research branch
+    }
+)  # fmt: skip
+# The types 0.18.0's og.Model creates a text decoder for (src/models/model_type.h: IsLLM, IsPipe).
+OG_MODEL_TYPES: Final = frozenset(
+    {
+        "chatglm", "decoder", "ernie4_5", "gemma", "gemma2", "gemma3_text", "gemma4_text", "gpt2",
+        "gptoss", "granite", "granitemoehybrid", "hunyuandensev1", "internlm2", "lfm2", "llama",
+        "mistral", "nemotron", "olmo", "phi", "phimoe", "phi3", "phi3small", "qwen2", "qwen3",
+        "qwen3_5_moe_text", "qwen3_5_text", "smollm3", "decoder-pipeline",
+    }
+)  # fmt: skip
+V12B_MODEL_TYPES: Final = frozenset({"qwen38_flash_graph", "qwen38_flash"})
+
+
+# --------------------------------------------------------------------------- research keys
+def _add(obj: gs.Obj, **fields: tuple[gs.Scalar | gs.Obj | gs.Arr, ...]) -> gs.Obj:
+    return replace(obj, fields={**obj.fields, **fields})
+
+
+_RESEARCH_NAMES: Final = (
+    "past_indexer_names", "past_indexer_kv_buffer_names", "past_indexer_state_lengths_names",
+    "past_ple_token_names", "past_ple_conv_names", "engram_embeddings",
+)  # fmt: skip
+_RESEARCH_OUT: Final = tuple("present_" + n.removeprefix("past_") for n in _RESEARCH_NAMES if n.startswith("past_"))
+_RESEARCH_KINDS: Final = ("fixed_indexer", "fixed_ple")
+
+
+def _research_root() -> gs.Obj:
+    """GenAI 0.18.0's table plus what the Qwen3.8 builder of the research branch adds."""
+    dec = gs.MODEL.fields["decoder"][0]
+    assert isinstance(dec, gs.Obj)
+    d_in, d_out = dec.fields["inputs"][0], dec.fields["outputs"][0]
+    groups = dec.fields["state_groups"][0]
+    assert isinstance(d_in, gs.Obj) and isinstance(d_out, gs.Obj) and isinstance(groups, gs.Arr)
+    assert isinstance(groups.item, gs.Obj)
+    update = groups.item.fields["state_update"][0]
+    assert isinstance(update, gs.Obj)
+    kinds = gs.Scalar("string", gs.one_of(*gs.STATE_GROUP_KINDS, *_RESEARCH_KINDS))
+    group = _add(groups.item, kind=(kinds,), state_update=(_add(update, compress_ratio=(gs.POS,)),))
+    decoder = _add(
+        dec,
+        inputs=(_add(d_in, **dict.fromkeys(_RESEARCH_NAMES, (gs.STR,))),),
+        outputs=(_add(d_out, **dict.fromkeys(_RESEARCH_OUT, (gs.STR,))),),
+        ple_token_pad_id=(gs.I32,),
+        state_groups=(gs.Arr(group),),
+    )
+    mtp = gs.MTP
+    m_in, m_out = mtp.fields["inputs"][0], mtp.fields["outputs"][0]
+    assert isinstance(m_in, gs.Obj) and isinstance(m_out, gs.Obj)
+    mtp = _add(
+        mtp,
+        inputs=(_add(m_in, past_indexer_names=(gs.STR,), past_sequence_length=(gs.STR,), logits_indices=(gs.STR,)),),
+        outputs=(_add(m_out, present_indexer_names=(gs.STR,)),),
+        index_share=(gs.I32, gs.BOOL),
+    )
+    engram = gs.Obj(
+        {
+            "filename": (gs.PATH,),
+            "cache_capacity": (gs.POS,),
+            "session_options": (gs.SESSION_OPTIONS,),
+            "run_options": (gs.RUN_OPTIONS,),
+            "inputs": (gs.Obj(dict.fromkeys(("input_ids", "past_ple_token_names"), (gs.STR,))),),
+            "outputs": (gs.Obj(dict.fromkeys(("embeddings", "present_ple_token_names"), (gs.STR,))),),
+        }
+    )
+    model = _add(gs.MODEL, decoder=(decoder,), mtp=(mtp,), engram=(engram,))
+    return _add(gs.ROOT, model=(model,))
+
+
+RESEARCH_ROOT: Final = _research_root()
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class GenaiProvider:
+    """One execution provider of ``provider_options``; values are strings, as 0.18.0 requires."""
+
+    name: str
+    options: dict[str, str] = field(default_factory=dict)
+    device_filtering_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def canonical(self) -> str:
+        """GenAI's ``NormalizeProviderName``: ``cpu`` -> ``CPU``, ``CUDAExecutionProvider`` -> ``cuda``."""
+        low = self.name.lower().removesuffix("executionprovider") or self.name.lower()
+        names = {"cpu": "CPU", "cuda": "cuda", "qnn": "QNN", "webgpu": "WebGPU", "dml": "DML",
+                 "openvino": "OpenVINO", "vitisai": "VitisAI", "ryzenai": "RyzenAI",
+                 "nvtensorrtrtx": "NvTensorRtRtx", "amdgpu": "AMDGPU"}  # fmt: skip
+        return names.get(low, self.name)
+
+
+@dataclass(frozen=True)
+class GenaiSessionOptions:
+    """A ``session_options`` object: typed options, string config entries, providers."""
+
+    typed: dict[str, Any] = field(default_factory=dict)  # log_id, intra_op_num_threads, ...
+    config_entries: dict[str, str] = field(default_factory=dict)
+    providers: tuple[GenaiProvider, ...] = ()
+
+    @property
+    def provider_names(self) -> tuple[str, ...]:
+        """Canonical provider names in config order (empty: the CPU provider)."""
+        return tuple(p.canonical for p in self.providers)
+
+    @property
+    def custom_ops_library(self) -> str | None:
+        lib = self.typed.get("custom_ops_library")
+        return lib if isinstance(lib, str) else None
+
+
+@dataclass(frozen=True)
+class SharedInitializer:
+    """A ``shared_initializers`` entry: one tensor both graphs read from one data file."""
+
+    name: str = ""
+    data_file: str = ""
+    offset: str = ""
+    length: str = ""
+    data_type: int = 0
+    shape: tuple[int, ...] = ()
+
+    def byte_range(self) -> tuple[int, int] | None:
+        """(offset, length) when both are decimal strings, else None."""
+        if not (self.offset.isdigit() and self.length.isdigit()):
+            return None
+        return int(self.offset), int(self.length)
+
+
+@dataclass(frozen=True)
+class GenaiGraphSection:
+    """What every graph section has: a file, session options, name maps, shared weights."""
+
+    filename: str | None = None
+    session_options: GenaiSessionOptions | None = None
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    shared_initializers: tuple[SharedInitializer, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # validated keys q38 does not interpret
+
+
+@dataclass(frozen=True)
+class GenaiDecoder(GenaiGraphSection):
+    head_size: int | None = None
+    hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    num_hidden_layers: int | None = None
+    num_key_value_heads: int | None = None
+
+
+@dataclass(frozen=True)
+class GenaiMtp(GenaiGraphSection):
+    enabled: bool | None = None
+    num_hidden_layers: int | None = None
+    num_key_value_heads: int | None = None
+    head_size: int | None = None
+    main_hidden_states: str | None = None
+
+
+@dataclass(frozen=True)
+class GenaiEngram(GenaiGraphSection):
+    cache_capacity: int | None = None
+
+
+@dataclass(frozen=True)
+class GenaiModel:
+    type: str
+    context_length: int
+    decoder: GenaiDecoder = field(default_factory=GenaiDecoder)
+    vocab_size: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    mtp: GenaiMtp | None = None
+    engram: GenaiEngram | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # other model keys (vision, token ids, ...)
+
+
+@dataclass(frozen=True)
+class GenaiConfig:
+    """A parsed genai_config.json; ``og_refusal`` is 0.18.0's refusal of a research config ("")."""
+
+    model: GenaiModel
+    search: dict[str, Any] = field(default_factory=dict)
+    speculative: dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    runtime_profiles: tuple[dict[str, Any], ...] = ()
+    ignored: dict[str, Any] = field(default_factory=dict)  # top-level scalars: GenAI skips them
+    og_refusal: str = ""
+
+    @property
+    def graph_sections(self) -> dict[str, GenaiGraphSection]:
+        """role -> section for every graph the config names (decoder, mtp, engram)."""
+        out: dict[str, GenaiGraphSection] = {"decoder": self.model.decoder}
+        if self.model.mtp is not None:
+            out["mtp"] = self.model.mtp
+        if self.model.engram is not None:
+            out["engram"] = self.model.engram
+        return out
+
+    def profile_decoder_files(self) -> list[tuple[str, str]]:
+        """(profile id, decoder filename) of every runtime profile that swaps the decoder graph."""
+        out = []
+        for p in self.runtime_profiles:
+            filename = p.get("overlay", {}).get("model", {}).get("decoder", {}).get("filename")
+            if isinstance(filename, str):
+                out.append((str(p["id"]), filename))
+        return out
+
+
+# --------------------------------------------------------------------------- parsing
+def is_genai_document(data: object) -> bool:
+    """Whether ``data`` is a genai-surface document, not q38's v12b one.
+
+    v12b: ``model.type`` ``qwen38_flash_graph`` / ``qwen38_flash``, no type at all, or a
+    ``model.qwen38_graph`` / ``model.qwen38`` section (whatever the type says: the v12b parser
+    then names the wrong type).
+    """
+    if not isinstance(data, Mapping):
+        return False
+    model = data.get("model")
+    if not isinstance(model, Mapping) or "qwen38_graph" in model or "qwen38" in model:
+        return False
+    mtype = model.get("type")
+    return mtype is not None and mtype not in V12B_MODEL_TYPES
+
+
+def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions | None:
+    if raw is None:
+        return None
+    typed_keys = {k for k in gs.SESSION_OPTIONS.fields if k != "provider_options"}
+    typed = {k: v for k, v in raw.items() if k in typed_keys}
+    entries = {k: v for k, v in raw.items() if k not in typed_keys and k != "provider_options"}
+    providers: dict[str, GenaiProvider] = {}
+    if isinstance(raw.get("provider_options"), list):
+        for element in raw["provider_options"]:
+            for name, options in element.items():
+                prev = providers.get(name, GenaiProvider(name))
+                dfo = options.get("device_filtering_options")
+                flat = {k: v for k, v in options.items() if isinstance(v, str)}  # a string dfo is an option
+                providers[name] = GenaiProvider(
+                    name,
+                    {**prev.options, **flat},
+                    {**prev.device_filtering_options, **(dfo if isinstance(dfo, dict) else {})},
+                )
+    else:
+        # A string "provider_options" is a config entry to GenAI (its catch-all takes it).
+        entries.update({k: v for k, v in raw.items() if k == "provider_options"})
+    return GenaiSessionOptions(typed, entries, tuple(providers.values()))
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _section_common(raw: Mapping[str, Any], typed: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    known = {"filename", "session_options", "inputs", "outputs", "shared_initializers", *typed}
+    common: dict[str, Any] = {
+        "filename": raw.get("filename"),
+        "session_options": parse_session_options(raw.get("session_options")),
+        "inputs": dict(raw.get("inputs", {})),
+        "outputs": dict(raw.get("outputs", {})),
+        "shared_initializers": tuple(
+            SharedInitializer(
+                name=s.get("name", ""), data_file=s.get("data_file", ""), offset=s.get("offset", ""),
+                length=s.get("length", ""), data_type=int(s.get("data_type", 0)),
+                shape=tuple(int(d) for d in s.get("shape", [])),
+            )
+            for s in raw.get("shared_initializers", [])
+        ),
+        "extra": {k: v for k, v in raw.items() if k not in known},
+    }  # fmt: skip
+    return common, {k: raw[k] for k in typed if k in raw}
+
+
+def _decoder(raw: Mapping[str, Any]) -> GenaiDecoder:
+    dims = ("head_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads")
+    common, typed = _section_common(raw, dims)
+    ints: dict[str, Any] = {k: _int(v) for k, v in typed.items()}
+    return GenaiDecoder(**common, **ints)
+
+
+def _mtp(raw: Mapping[str, Any]) -> GenaiMtp:
+    common, typed = _section_common(
+        raw, ("enabled", "num_hidden_layers", "num_key_value_heads", "head_size", "main_hidden_states")
+    )
+    for key in ("num_hidden_layers", "num_key_value_heads", "head_size"):
+        if key in typed:
+            typed[key] = int(typed[key])
+    return GenaiMtp(**common, **typed)
+
+
+def _engram(raw: Mapping[str, Any]) -> GenaiEngram:
+    common, typed = _section_common(raw, ("cache_capacity",))
+    ints: dict[str, Any] = {k: _int(v) for k, v in typed.items()}
+    return GenaiEngram(**common, **ints)
+
+
+_MODEL_TYPED: Final = ("type", "context_length", "decoder", "vocab_size", "bos_token_id", "eos_token_id",
+                       "pad_token_id", "mtp", "engram")  # fmt: skip
+
+
+def _model(raw: Mapping[str, Any]) -> GenaiModel:
+    eos = raw.get("eos_token_id", [])
+    return GenaiModel(
+        type=str(raw.get("type", "")),
+        context_length=int(raw["context_length"]),
+        decoder=_decoder(raw.get("decoder", {})),
+        vocab_size=_int(raw.get("vocab_size")),
+        bos_token_id=_int(raw.get("bos_token_id")),
+        eos_token_id=tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])),
+        pad_token_id=_int(raw.get("pad_token_id")),
+        mtp=_mtp(raw["mtp"]) if "mtp" in raw else None,
+        engram=_engram(raw["engram"]) if "engram" in raw else None,
+        extra={k: v for k, v in raw.items() if k not in _MODEL_TYPED},
+    )
+
+
+def parse_genai_config(data: object, *, source: str = "genai_config.json", research: bool = False) -> GenaiConfig:
+    """Validate ``data`` as onnxruntime-genai 0.18.0 would, then build the records.
+
+    Args:
+        data: the JSON document (already read strictly: no duplicate keys, no NaN).
+        source: names the file in error messages.
+        research: also accept the keys of the Qwen3.8 research builder (see the module doc);
+            GenAI 0.18.0's refusal of them is kept in ``og_refusal``.
+
+    Raises:
+        ConfigError: one line, ``SOURCE: key.path: what is wrong``.
+    """
+    og_refusal = ""
+    try:
+        gs.validate(data, source=source)
+    except ConfigError as exc:
+        if not research:
+            raise
+        gs.validate(data, source=source, root=RESEARCH_ROOT)
+        og_refusal = str(exc)
+    assert isinstance(data, dict)
+    check_document(data, source=source)
+    roots = {"model", "search", "speculative", "engine", "runtime_profiles"}
+    profiles = data.get("runtime_profiles")
+    return GenaiConfig(
+        model=_model(data["model"]),
+        search=dict(data.get("search", {})) if isinstance(data.get("search"), dict) else {},
+        speculative=dict(data["speculative"]) if isinstance(data.get("speculative"), dict) else {},
+        engine=dict(data["engine"]) if isinstance(data.get("engine"), dict) else {},
+        runtime_profiles=tuple(dict(p) for p in profiles) if isinstance(profiles, list) else (),
+        ignored={k: v for k, v in data.items() if k not in roots or not isinstance(v, (dict, list))},
+        og_refusal=og_refusal,
+    )
+
+
+def _refuse_unicode_escapes(text: str, source: str) -> None:
+    r"""GenAI's JSON reader refuses every ``\uXXXX`` escape ("Unsupported uXXXX code used")."""
+    i = text.find("\\")
+    while i != -1:
+        if text[i + 1 : i + 2] == "u":
+            line = text.count("\n", 0, i) + 1
+            raise ConfigError(f"{source}: line {line}: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)")
+        i = text.find("\\", i + 2)
+
+
+def _strict_loads(text: str, source: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ConfigError(f"{source}: duplicate key {key!r}")
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise ConfigError(f"{source}: {name} is not JSON")
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid JSON: nested too deeply") from None
+
+
+def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
+    """Read and parse ``path`` (a genai-surface config); problems are one ConfigError line."""
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: unreadable: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    _refuse_unicode_escapes(text, str(path))
+    return parse_genai_config(_strict_loads(text, str(path)), source=str(path), research=research)
+
+
+# --------------------------------------------------------------------------- writing
+def _session_dict(so: GenaiSessionOptions) -> dict[str, Any]:
+    out: dict[str, Any] = {**so.typed, **so.config_entries}
+    if so.providers or "provider_options" not in so.config_entries:
+        out["provider_options"] = [
+            {p.name: {**p.options, **({"device_filtering_options": dict(p.device_filtering_options)}
+                                      if p.device_filtering_options else {})}}
+            for p in so.providers
+        ]  # fmt: skip
+    return out
+
+
+def _section_dict(s: GenaiGraphSection, typed: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(s.extra)
+    if s.filename is not None:
+        out["filename"] = s.filename
+    if s.session_options is not None:
+        out["session_options"] = _session_dict(s.session_options)
+    if s.inputs:
+        out["inputs"] = dict(s.inputs)
+    if s.outputs:
+        out["outputs"] = dict(s.outputs)
+    if s.shared_initializers:
+        out["shared_initializers"] = [
+            {"name": i.name, "data_file": i.data_file, "offset": i.offset, "length": i.length,
+             "data_type": i.data_type, "shape": list(i.shape)}
+            for i in s.shared_initializers
+        ]  # fmt: skip
+    out.update({k: v for k, v in typed.items() if v is not None})
+    return out
+
+
+def genai_config_to_dict(cfg: GenaiConfig) -> dict[str, Any]:
+    """The JSON document of ``cfg`` (``parse_genai_config`` of it gives ``cfg`` back)."""
+    m = cfg.model
+    d = m.decoder
+    model: dict[str, Any] = dict(m.extra)
+    model.update({"type": m.type, "context_length": m.context_length})
+    for key in ("vocab_size", "bos_token_id", "pad_token_id"):
+        if getattr(m, key) is not None:
+            model[key] = getattr(m, key)
+    if m.eos_token_id:
+        model["eos_token_id"] = list(m.eos_token_id)
+    model["decoder"] = _section_dict(d, {k: getattr(d, k) for k in (
+        "head_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads")})  # fmt: skip
+    if m.mtp is not None:
+        model["mtp"] = _section_dict(m.mtp, {k: getattr(m.mtp, k) for k in (
+            "enabled", "num_hidden_layers", "num_key_value_heads", "head_size", "main_hidden_states")})  # fmt: skip
+    if m.engram is not None:
+        model["engram"] = _section_dict(m.engram, {"cache_capacity": m.engram.cache_capacity})
+    out: dict[str, Any] = dict(cfg.ignored)
+    out["model"] = model
+    for key in ("search", "speculative", "engine"):
+        if getattr(cfg, key):
+            out[key] = dict(getattr(cfg, key))
+    if cfg.runtime_profiles:
+        out["runtime_profiles"] = [dict(p) for p in cfg.runtime_profiles]
+    return out
+
+
+def dumps_genai_config(cfg: GenaiConfig) -> str:
+    """Deterministic text: sorted keys, indent 2, raw UTF-8, trailing newline."""
+    doc = genai_config_to_dict(cfg)
+    _no_non_finite(doc, "")
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _no_non_finite(value: object, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"genai_config.json: {path}: {value} is not representable in JSON")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _no_non_finite(v, f"{path}.{k}" if path else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_non_finite(v, f"{path}[{i}]")

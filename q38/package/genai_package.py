@@ -1,0 +1,192 @@
+"""A package as the onnxruntime-genai builder writes it: the "genai" surface.
+
+The directory holds ``genai_config.json`` (an onnxruntime-genai 0.18.0 config, see
+:mod:`q38.package.genai_config`), the graphs it names (``model.decoder.filename``, a separate
+``mtp.onnx`` / ``engram.onnx``, drafters, vision / embedding graphs, pipeline stages, runtime
+profile decoders), their external data, and tokenizer / processor files beside them. There is
+no weights pool and no manifest: weights shared between graphs are the ``shared_initializers``
+lists (checked by :mod:`q38.package.shared_initializers`).
+
+:func:`open_genai_package` validates the config the way GenAI does, the model type against the
+decoder types the builder emits, every named graph file (inside the package, a regular file),
+and every symlink in the tree; graphs are loaded on demand, without weight bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import onnx_ir as ir
+
+from q38.errors import PackageError
+from q38.package.config import CONFIG_FILENAME
+from q38.package.genai_config import (
+    BUILDER_MODEL_TYPES,
+    GenaiConfig,
+    GenaiSessionOptions,
+    genai_config_to_dict,
+    parse_session_options,
+    read_genai_config,
+)
+from q38.package.graph_ref import GraphRef
+from q38.package.graphs import load_graph
+from q38.package.paths import resolve_inside
+
+__all__ = ["TOKENIZER_FILES", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
+
+# What the builder's save_processing writes next to the graphs (tokenizer / processor files).
+TOKENIZER_FILES: Final = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+    "generation_config.json", "preprocessor_config.json", "processor_config.json",
+    "video_preprocessor_config.json",
+)  # fmt: skip
+_GRAPH_SECTIONS: Final = ("decoder", "mtp", "engram", "draft", "dflash2", "dspark", "encoder",
+                          "vision", "embedding", "speech", "joiner", "vad")  # fmt: skip
+
+
+def _obj(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _session_of(raw: object) -> GenaiSessionOptions | None:
+    try:
+        return parse_session_options(raw) if isinstance(raw, dict) else None
+    except (AttributeError, TypeError):  # a malformed block (check lists graphs of broken configs too)
+        return None
+
+
+def genai_graph_refs(root: Path, doc: dict[str, Any]) -> list[GraphRef]:
+    """Every graph a genai-surface document names, decoder first; tolerant of a broken document.
+
+    Roles: the section name (``decoder``, ``mtp``, ``engram``, ``vision``, ...), ``decoder.pipeline.ID``
+    for pipeline stages, ``profile:ID`` for a runtime profile's alternate decoder. A graph section
+    without its own ``session_options`` runs with the decoder's (GenAI's default).
+    """
+    model = _obj(doc.get("model"))
+    decoder_so = _session_of(_obj(model.get("decoder")).get("session_options"))
+    refs: list[GraphRef] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(role: str, section: str, filename: object, so: GenaiSessionOptions | None) -> None:
+        if not isinstance(filename, str) or not filename or (role, filename) in seen:
+            return
+        seen.add((role, filename))
+        used = so if so is not None else decoder_so
+        refs.append(
+            GraphRef(
+                role=role,
+                path=root / filename,
+                rel=filename,
+                section=section,
+                session_entries=dict(used.config_entries) if used is not None else {},
+                providers=used.provider_names if used is not None else (),
+                root=root,
+            )
+        )
+
+    for role in _GRAPH_SECTIONS:
+        section = _obj(model.get(role))
+        add(role, f"model.{role}", section.get("filename"), _session_of(section.get("session_options")))
+    for owner in ("decoder", "vision"):
+        pipeline = _obj(model.get(owner)).get("pipeline")
+        stages = pipeline if isinstance(pipeline, list) else [pipeline]
+        for stage in stages:
+            for stage_id, spec in _obj(stage).items():
+                spec = _obj(spec)
+                add(f"{owner}.pipeline.{stage_id}", f"model.{owner}.pipeline.{stage_id}", spec.get("filename"),
+                    _session_of(spec.get("session_options")))  # fmt: skip
+    profiles = doc.get("runtime_profiles")
+    for i, profile in enumerate(profiles if isinstance(profiles, list) else []):
+        overlay = _obj(_obj(_obj(_obj(profile).get("overlay")).get("model")).get("decoder"))
+        pid = _obj(profile).get("id", i)
+        add(f"profile:{pid}", f"runtime_profiles[{i}].overlay.model.decoder", overlay.get("filename"), decoder_so)
+    return refs
+
+
+@dataclass(frozen=True)
+class GenaiPackage:
+    """A builder package, read and validated; graphs are loaded on demand."""
+
+    root: Path
+    config: GenaiConfig
+    surface: str = "genai"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_FILENAME
+
+    def graphs(self) -> list[GraphRef]:
+        """Every graph the config names, in a fixed order (decoder first)."""
+        return genai_graph_refs(self.root, genai_config_to_dict(self.config))
+
+    def graph(self, role: str) -> GraphRef:
+        for ref in self.graphs():
+            if ref.role == role:
+                return ref
+        raise PackageError(f"{self.config_path}: the config names no {role} graph")
+
+    def load(self, role: str) -> ir.Model:
+        """Load one graph without its external weights (validated, hard-link tolerant)."""
+        return load_graph(self.graph(role).path, root=self.root)
+
+    def tokenizer_files(self) -> list[str]:
+        """The tokenizer / processor files present at the top level (relative names)."""
+        return [name for name in TOKENIZER_FILES if (self.root / name).is_file()]
+
+
+def _check_links(root: Path) -> None:
+    from q38.package.package import _check_links as check
+
+    check(root)
+
+
+def _require_graph(root: Path, ref: GraphRef, config_path: Path) -> None:
+    what = f"{config_path}: {ref.section}.filename"
+    path = resolve_inside(root, ref.rel, what=what)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise PackageError(f"{what}: {ref.rel!r}: {exc.strerror}") from None
+    import stat
+
+    if stat.S_ISDIR(st.st_mode):
+        raise PackageError(f"{what}: {ref.rel!r} is a directory, expected an ONNX file")
+    if not stat.S_ISREG(st.st_mode):
+        raise PackageError(f"{what}: {ref.rel!r} is not a regular file")
+
+
+def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -> GenaiPackage:
+    """Open and validate a builder package; any problem is one PackageError line.
+
+    Args:
+        path: the package directory (``genai_config.json`` at its top level).
+        config: the already parsed config (callers that detected the surface pass it).
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise PackageError(f"{root}: {'not a directory' if root.exists() else 'no such package directory'}")
+    config_path = root / CONFIG_FILENAME
+    if not os.path.lexists(config_path):
+        raise PackageError(f"{root}: not a genai package (no {CONFIG_FILENAME})")
+    _check_links(root)
+    resolve_inside(root, CONFIG_FILENAME, what=f"{root}: config")
+    if not config_path.is_file():
+        raise PackageError(f"{config_path}: not a regular file")
+    cfg = config if config is not None else read_genai_config(config_path)
+    mtype = cfg.model.type
+    if mtype not in BUILDER_MODEL_TYPES:
+        raise PackageError(
+            f"{config_path}: model.type {mtype!r} is not a decoder model type the onnxruntime-genai builder "
+            "writes (e.g. qwen3_5_moe_text, qwen3_5_text, qwen4_exp_text, llama)"
+        )
+    package = GenaiPackage(root=root, config=cfg)
+    refs = package.graphs()
+    if not any(r.role in ("decoder",) or r.role.startswith("decoder.pipeline.") for r in refs):
+        raise PackageError(f"{config_path}: model.decoder.filename: required for a decoder package")
+    for ref in refs:
+        _require_graph(root, ref, config_path)
+    return package

@@ -1,0 +1,159 @@
+"""The genai surface: builder packages read through ``q38.package`` (``open_any``).
+
+Invariants guarded:
+* every builder package (committed fixtures, ``Q38_REAL_EXPORTS``, and the genai package
+  ``q38 export-genai`` writes from a synthetic cpu package) opens as ``surface == "genai"``; its
+  ``graphs()`` names every ``.onnx`` of the package with role, file, section and providers;
+* a v12b package opens as ``surface == "v12b"`` with its target / head / prefill graphs;
+* the config round-trips (``parse(dump(c)) == c``, text canonical, raw UTF-8) and GenAI accepts
+  the dump;
+* refusals are one line: a model type the builder never writes, a graph the config names that is
+  missing or a directory, a config escaping through a symlink;
+* shared_initializers of an MTP export resolve; a dangling one, a wrong shape and a range past
+  the data file are each reported with the key path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from support.genai_packages import copy_package, edit_genai_config, real_package_dirs
+
+from q38.cli import main
+from q38.errors import PackageError
+from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
+from q38.package.graphs import load_graph
+from q38.package.shared_initializers import shared_initializer_problems
+from q38.package.surface import open_any, require_surface
+
+REAL = real_package_dirs()
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A genai package (model.type qwen3_5_moe_text) written by q38 export-genai."""
+    out = tmp_path_factory.mktemp("genai") / "exported"
+    assert main(["export-genai", str(tiny_cpu_package), str(out), "--link", "copy"]) == 0
+    return out
+
+
+def _packages(exported: Path) -> list[Path]:
+    return [exported, *REAL]
+
+
+def test_every_builder_package_opens_and_lists_every_onnx(exported: Path) -> None:
+    for pkg in _packages(exported):
+        opened = open_any(pkg)
+        assert opened.surface == "genai" and opened.root == pkg
+        refs = opened.graphs()
+        assert refs[0].role == "decoder" and refs[0].section == "model.decoder"
+        assert {r.rel for r in refs} == {p.name for p in pkg.glob("*.onnx")}, pkg
+        for ref in refs:
+            assert ref.path == pkg / ref.rel and ref.path.is_file()
+            assert ref.provider in ("CPU", "cuda")
+            load_graph(ref.path, root=pkg)
+
+
+def test_providers_come_from_the_config(exported: Path, tmp_path: Path) -> None:
+    pkg = copy_package(exported, tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"]["decoder"]["session_options"].update(
+        {"provider_options": [{"cuda": {"enable_cuda_graph": "0"}}], "ep.cuda.fpa_intb_gemm": "1"}))  # fmt: skip
+    (ref,) = open_any(pkg).graphs()
+    assert ref.providers == ("cuda",) and ref.provider == "cuda"
+    assert ref.session_entries == {"ep.cuda.fpa_intb_gemm": "1"}
+
+
+def test_v12b_package_opens_through_the_same_entry_point(tiny_cpu_package: Path) -> None:
+    opened = open_any(tiny_cpu_package)
+    assert opened.surface == "v12b"
+    assert [(r.role, r.rel) for r in opened.graphs()] == [
+        ("target", "model.onnx"), ("head", "head_r2.onnx"), ("prefill", "prefill.onnx")]  # fmt: skip
+
+
+def test_config_round_trips_canonically_and_og_accepts_the_dump(exported: Path, tmp_path: Path) -> None:
+    og = pytest.importorskip("onnxruntime_genai")
+    for pkg in _packages(exported):
+        cfg = read_genai_config(pkg / "genai_config.json")
+        text = dumps_genai_config(cfg)
+        assert parse_genai_config(json.loads(text)) == cfg
+        assert text == json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        out = tmp_path / pkg.name
+        out.mkdir()
+        (out / "genai_config.json").write_text(text, encoding="utf-8")
+        og.Config(str(out))
+
+
+def test_a_model_type_the_builder_never_writes_is_refused(exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = copy_package(exported, tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"].update({"type": "whisper"}))
+    with pytest.raises(PackageError, match=r"model.type 'whisper' is not a decoder model type the onnxruntime-genai builder writes"):
+        open_any(pkg)
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "traversal"])
+def test_a_graph_the_config_names_must_be_a_file_inside(case: str, exported: Path, tmp_path: Path) -> None:
+    pkg = copy_package(exported, tmp_path / "pkg")
+    if case == "missing":
+        (pkg / "model.onnx").unlink()
+        expect = r"model.decoder.filename: 'model.onnx' does not exist"
+    elif case == "directory":
+        (pkg / "model.onnx").unlink()
+        (pkg / "model.onnx").mkdir()
+        expect = r"model.decoder.filename: 'model.onnx' is a directory"
+    else:
+        edit_genai_config(pkg, lambda d: d["model"]["decoder"].update({"filename": "../model.onnx"}))
+        expect = r"model.decoder.filename: must not contain path traversal"
+    with pytest.raises(PackageError, match=expect) as info:
+        open_any(pkg)
+    assert "\n" not in str(info.value)
+
+
+def test_config_symlink_leaving_the_package_is_refused(exported: Path, tmp_path: Path) -> None:
+    pkg = copy_package(exported, tmp_path / "pkg")
+    outside = tmp_path / "elsewhere.json"
+    os.replace(pkg / "genai_config.json", outside)
+    (pkg / "genai_config.json").symlink_to(outside)
+    with pytest.raises(PackageError, match="outside the package directory"):
+        open_any(pkg)
+
+
+def test_offload_refuses_the_genai_surface_in_one_line(exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["offload", str(tmp_path / "out"), "--from-package", str(exported)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "an onnxruntime-genai builder package; q38 offload takes q38's own package" in err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(PackageError, match="q38 diff takes q38's own package"):
+        require_surface(exported, ("v12b",), command="diff")
+
+
+def _mtp_packages() -> list[Path]:
+    return [p for p in REAL if (p / "mtp.onnx").is_file()]
+
+
+@pytest.mark.skipif(not _mtp_packages(), reason="no MTP builder export committed yet")
+@pytest.mark.parametrize(
+    ("mutate", "expect"),
+    [
+        (lambda e: e.update({"name": "no.such.tensor"}), "no initializer 'no.such.tensor' in the decoder graph (dangling shared initializer)"),
+        (lambda e: e.update({"shape": [*e["shape"], 1]}), "the entry says data_type"),
+        (lambda e: e.update({"offset": str(10**12)}), "lie past the end of 'model.onnx.data'"),
+        (lambda e: e.update({"length": "7"}), "needs"),
+        (lambda e: e.update({"offset": "0x10"}), "must be decimal byte counts"),
+    ],
+)
+def test_shared_initializers_resolve_and_a_broken_entry_is_named(mutate, expect: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    for src in _mtp_packages():
+        pkg = open_any(src)
+        models = {r.role: load_graph(r.path, root=src) for r in pkg.graphs()}
+        sections = {role: s.shared_initializers for role, s in pkg.config.graph_sections.items() if s.shared_initializers}
+        assert sections and shared_initializer_problems(src, sections, models) == []
+        broken = copy_package(src, tmp_path / src.name)
+        edit_genai_config(broken, lambda d: mutate(d["model"]["mtp"]["shared_initializers"][0]))
+        cfg = read_genai_config(broken / "genai_config.json")
+        problems = shared_initializer_problems(broken, {"mtp": cfg.model.mtp.shared_initializers}, models)  # type: ignore[union-attr]
+        assert problems and problems[0][0] == "model.mtp.shared_initializers[0]"
+        assert expect in problems[0][1]
