@@ -31,7 +31,7 @@ def _check(view: PackageView) -> list[Violation]:
     sharing = {role: models.get(role) for role in ["decoder", *(r for r in sections if r != "decoder")]}
     return [
         Violation("PKG-SHARED-001", f"{path}: {problem}", graph=path.split(".")[1])
-        for path, problem in shared_initializer_problems(view.root, sections, sharing)
+        for path, problem in shared_initializer_problems(view.root, sections, sharing, files=False)
     ]
 
 

@@ -21,7 +21,6 @@ indent 2, raw UTF-8 (GenAI's JSON reader refuses ``\\u`` escapes), trailing newl
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -424,39 +423,25 @@ def _refuse_unicode_escapes(text: str, source: str) -> None:
         i = text.find("\\", i + 2)
 
 
-def _strict_loads(text: str, source: str) -> Any:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ConfigError(f"{source}: duplicate key {key!r}")
-            out[key] = value
-        return out
-
-    def constant(name: str) -> Any:
-        raise ConfigError(f"{source}: {name} is not JSON")
-
-    try:
-        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise ConfigError(f"{source}: invalid JSON: nested too deeply") from None
-
-
 def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
-    """Read and parse ``path`` (a genai-surface config); problems are one ConfigError line."""
+    """Read and parse ``path`` (a genai-surface config); problems are one ConfigError line.
+
+    The file must be a regular file within the config size limit, strict JSON (no duplicate
+    keys, NaN, oversized integers: :mod:`q38.package.jsonio`) without ``\\u`` escapes (GenAI's
+    reader refuses them), and a document GenAI 0.18.0 accepts (``research``: or one the Qwen3.8
+    research builder writes).
+    """
+    from q38.package.files import CONFIG_LIMIT, read_bounded
+    from q38.package.jsonio import loads_strict
+
+    raw = read_bounded(path, what="config", limit=CONFIG_LIMIT, error=ConfigError)
     try:
-        raw = path.read_bytes()
         text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: missing") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: unreadable: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     _refuse_unicode_escapes(text, str(path))
-    return parse_genai_config(_strict_loads(text, str(path)), source=str(path), research=research)
+    data = loads_strict(text, what=str(path), error=ConfigError)
+    return parse_genai_config(data, source=str(path), research=research)
 
 
 # --------------------------------------------------------------------------- writing
@@ -519,19 +504,32 @@ def genai_config_to_dict(cfg: GenaiConfig) -> dict[str, Any]:
     return out
 
 
+_UNESCAPED_CONTROLS: Final = frozenset("\b\f\n\r\t")
+
+
 def dumps_genai_config(cfg: GenaiConfig) -> str:
-    """Deterministic text: sorted keys, indent 2, raw UTF-8, trailing newline."""
+    """Deterministic text: sorted keys, indent 2, raw UTF-8, trailing newline.
+
+    Refuses (ConfigError, naming the key path) what strict JSON cannot carry and what GenAI's
+    reader could not read back: a control character JSON would write as a ``\\u`` escape.
+    """
+    from q38.package.jsonio import dumps_json
+
     doc = genai_config_to_dict(cfg)
-    _no_non_finite(doc, "")
+    dumps_json(doc, what="genai_config.json", error=ConfigError)  # NaN, >64-bit ints, NUL, surrogates
+    _no_u_escapes(doc, "")
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _no_non_finite(value: object, path: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"genai_config.json: {path}: {value} is not representable in JSON")
+def _no_u_escapes(value: object, path: str) -> None:
+    texts = [value] if isinstance(value, str) else list(value) if isinstance(value, dict) else []
+    for text in texts:
+        if any(ord(ch) < 0x20 and ch not in _UNESCAPED_CONTROLS for ch in text):
+            raise ConfigError(f"genai_config.json: {path or '(top level)'}: control character in {text!r} "
+                              "needs a \\u escape, which onnxruntime-genai 0.18.0 cannot read")  # fmt: skip
     if isinstance(value, dict):
         for k, v in value.items():
-            _no_non_finite(v, f"{path}.{k}" if path else k)
+            _no_u_escapes(v, f"{path}.{k}" if path else k)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _no_non_finite(v, f"{path}[{i}]")
+            _no_u_escapes(v, f"{path}[{i}]")

@@ -14,14 +14,13 @@ and every symlink in the tree; graphs are loaded on demand, without weight bytes
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import onnx_ir as ir
 
-from q38.errors import PackageError
+from q38.errors import PackageError, clip, quote
 from q38.package.config import CONFIG_FILENAME
 from q38.package.genai_config import (
     BUILDER_MODEL_TYPES,
@@ -33,7 +32,6 @@ from q38.package.genai_config import (
 )
 from q38.package.graph_ref import GraphRef
 from q38.package.graphs import load_graph
-from q38.package.paths import resolve_inside
 
 __all__ = ["TOKENIZER_FILES", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
 
@@ -138,55 +136,40 @@ class GenaiPackage:
         return [name for name in TOKENIZER_FILES if (self.root / name).is_file()]
 
 
-def _check_links(root: Path) -> None:
-    from q38.package.package import _check_links as check
-
-    check(root)
-
-
-def _require_graph(root: Path, ref: GraphRef, config_path: Path) -> None:
-    what = f"{config_path}: {ref.section}.filename"
-    path = resolve_inside(root, ref.rel, what=what)
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise PackageError(f"{what}: {ref.rel!r}: {exc.strerror}") from None
-    import stat
-
-    if stat.S_ISDIR(st.st_mode):
-        raise PackageError(f"{what}: {ref.rel!r} is a directory, expected an ONNX file")
-    if not stat.S_ISREG(st.st_mode):
-        raise PackageError(f"{what}: {ref.rel!r} is not a regular file")
-
-
 def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -> GenaiPackage:
     """Open and validate a builder package; any problem is one PackageError line.
 
+    Checked before any graph is read: the tree (regular files, directories and symlinks that stay
+    inside only), the config (GenAI 0.18.0's verdict, or the research builder's keys), the model
+    type, every path field (:mod:`q38.package.path_fields`) and every graph the config names
+    (inside the package, a regular file).
+
     Args:
         path: the package directory (``genai_config.json`` at its top level).
-        config: the already parsed config (callers that detected the surface pass it).
+        config: the already parsed config, if the caller has it.
     """
+    from q38.package.package import _check_tree, _package_dirs, _require_file
+    from q38.package.path_fields import check_path_fields
+
     root = Path(path)
-    if not root.is_dir():
-        raise PackageError(f"{root}: {'not a directory' if root.exists() else 'no such package directory'}")
-    config_path = root / CONFIG_FILENAME
-    if not os.path.lexists(config_path):
-        raise PackageError(f"{root}: not a genai package (no {CONFIG_FILENAME})")
-    _check_links(root)
-    resolve_inside(root, CONFIG_FILENAME, what=f"{root}: config")
-    if not config_path.is_file():
-        raise PackageError(f"{config_path}: not a regular file")
+    layout, _dirs = _package_dirs(root)
+    if layout != "flat":
+        raise PackageError(f"{clip(root)}: a genai package keeps {CONFIG_FILENAME} at its top level")
+    _check_tree(root)
+    config_path = _require_file(root, CONFIG_FILENAME, what=f"{clip(root)}: config")
     cfg = config if config is not None else read_genai_config(config_path)
     mtype = cfg.model.type
     if mtype not in BUILDER_MODEL_TYPES:
         raise PackageError(
-            f"{config_path}: model.type {mtype!r} is not a decoder model type the onnxruntime-genai builder "
-            "writes (e.g. qwen3_5_moe_text, qwen3_5_text, qwen4_exp_text, llama)"
+            f"{clip(config_path)}: model.type {quote(mtype)} is not a decoder model type the onnxruntime-genai "
+            "builder writes (e.g. qwen3_5_moe_text, qwen3_5_text, qwen4_exp_text, llama)"
         )
+    doc = genai_config_to_dict(cfg)
+    check_path_fields(doc, root=root, config_dir=root, source=clip(config_path))
     package = GenaiPackage(root=root, config=cfg)
     refs = package.graphs()
-    if not any(r.role in ("decoder",) or r.role.startswith("decoder.pipeline.") for r in refs):
-        raise PackageError(f"{config_path}: model.decoder.filename: required for a decoder package")
+    if not any(r.role == "decoder" or r.role.startswith("decoder.pipeline.") for r in refs):
+        raise PackageError(f"{clip(config_path)}: model.decoder.filename: required for a decoder package")
     for ref in refs:
-        _require_graph(root, ref, config_path)
+        _require_file(root, ref.rel, what=f"{clip(config_path)}: {ref.section}.filename")
     return package

@@ -10,12 +10,11 @@ on documents they have validated, so the two can never disagree on which graphs 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from q38.errors import PackageError, UnsafePathError
 from q38.package.config import CONFIG_FILENAME
@@ -27,7 +26,6 @@ from q38.package.paths import resolve_inside
 __all__ = ["GraphListing", "list_graphs", "read_raw_config", "surface_of_document", "v12b_graph_refs"]
 
 Surface = Literal["v12b", "genai"]
-_CONFIG_LIMIT: Final = 64 * 1024 * 1024
 
 
 def _inside_package(root: Path, path: Path) -> None:
@@ -42,6 +40,8 @@ def _inside_package(root: Path, path: Path) -> None:
 
 def read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
     """(config path, JSON object) of a flat (``root/``) or layered (``root/target/``) package."""
+    from q38.package.jsonio import read_json
+
     if not root.is_dir():
         raise PackageError(f"{root}: not a package directory")
     for candidate in (root / CONFIG_FILENAME, root / "target" / CONFIG_FILENAME):
@@ -50,20 +50,10 @@ def read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
         _inside_package(root, candidate)  # nothing is read through a link that leaves the package
         if candidate.is_dir():
             raise PackageError(f"{candidate}: is a directory, not a JSON file")
-        if candidate.is_file():
-            try:
-                with open(candidate, "rb") as fh:
-                    raw = fh.read(_CONFIG_LIMIT + 1)
-                if len(raw) > _CONFIG_LIMIT:
-                    raise PackageError(f"{candidate}: larger than {_CONFIG_LIMIT} bytes, not a config")
-                data = json.loads(raw.decode("utf-8"))
-            except RecursionError:
-                raise PackageError(f"{candidate}: invalid JSON: nested too deeply") from None
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise PackageError(f"{candidate}: unreadable JSON: {' '.join(str(exc).split())}") from None
-            if not isinstance(data, dict):
-                raise PackageError(f"{candidate}: expected a JSON object")
-            return candidate, data
+        data = read_json(candidate, what="config")  # strict JSON, bounded, regular files only
+        if not isinstance(data, dict):
+            raise PackageError(f"{candidate}: expected a JSON object")
+        return candidate, data
     raise PackageError(f"{root}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
 
 
