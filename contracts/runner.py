@@ -330,29 +330,48 @@ def _session_providers(g: _Graph, available: list[str]) -> tuple[list[str], str]
     return ["CPUExecutionProvider"], ""
 
 
+def _no_kernel_message(missing: list[Any]) -> str:
+    """``op X has no CPU kernel`` (``... for bfloat16`` when X has kernels for other dtypes)."""
+    names = list(dict.fromkeys(m.describe() for m in missing))
+    first, rest = names[0], names[1:]
+    also = f" (nor {', '.join(rest)})" if rest else ""
+    if " for " in first:
+        op, dtype = first.split(" for ", 1)
+        return f"op {op} has no CPU kernel for {dtype}{also}"
+    return f"op {first} has no CPU kernel{also}"
+
+
 def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
     import onnxruntime as ort
 
+    from q38.ort_kernels import cpu_kernels
+
     available = list(ort.get_available_providers())
+    kernels = cpu_kernels()
     results = []
     for g in graphs:
         so = ort.SessionOptions()
         so.log_severity_level = 4
         for key, value in g.entries.items():
             so.add_session_config_entry(key, value)
-        custom = sorted({n.domain for n in (g.model.graph.all_nodes() if g.model else [])} - _STANDARD_DOMAINS)
+        nodes = list(g.model.graph.all_nodes()) if g.model else []
+        custom = sorted({n.domain for n in nodes} - _STANDARD_DOMAINS)
         if custom:
             results.append(SessionResult(g.label, "skipped", f"custom-op domain(s) {', '.join(custom)} need their library"))
             continue
         providers, note = _session_providers(g, available)
+        missing = kernels.missing(nodes) if providers[0] == "CPUExecutionProvider" else []
+        if missing:  # known from the probed CPU-kernel table: no session attempt
+            results.append(SessionResult(g.label, "skipped", _no_kernel_message(missing)))
+            continue
         try:
             ort.InferenceSession(str(g.path), so, providers=providers)
         except Exception as exc:
             text = " ".join(str(exc).split())
             if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text or "Failed to find kernel" in text:
                 found = _NOT_IMPL_OP.search(text)
-                op = found.group(1) if found else "an operator"
-                results.append(SessionResult(g.label, "skipped", f"no CPU kernel for {op}"))
+                message = f"op {found.group(1)} has no CPU kernel" if found else f"not implemented on CPU: {text[:300]}"
+                results.append(SessionResult(g.label, "skipped", message))
             else:
                 results.append(SessionResult(g.label, "failed", text[:1000]))
             continue

@@ -36,6 +36,9 @@ ROTARY_EMBEDDING: Final = "RotaryEmbedding"
 SKIP_SIMPLIFIED_LAYER_NORM: Final = "SkipSimplifiedLayerNormalization"
 MATMUL_NBITS: Final = "MatMulNBits"
 MATMUL_FP8: Final = "MatMulBlockQuantizedFp8Weight"
+LINEAR_ATTENTION: Final = "LinearAttention"
+LINEAR_ATTENTION_GATE: Final = "LinearAttentionGate"
+PAGED_ATTENTION: Final = "PagedAttention"
 FOLD_MID2: Final = "FoldMid2"  # qwen.fold domain, custom-op lineage only
 SIMPLIFIED_LAYER_NORM: Final = "SimplifiedLayerNormalization"  # ai.onnx domain (ORT-only schema)
 M_ROTARY_EMBEDDING: Final = "MRotaryEmbedding"
@@ -45,25 +48,4 @@ LINEAR_ATTENTION_GATE: Final = "LinearAttentionGate"
 NGRAM_HASH_MAPPING: Final = "NGramHashMapping"
 GATHER_BLOCK_QUANTIZED: Final = "GatherBlockQuantized"
 BUILDER_ONNX_OPSET: Final = 22  # the public builder writes ai.onnx opset 22
-
-# Ops with an ORT 1.32.0 CPU kernel (ort-cpu-capabilities.md); `--target cpu` keeps to these.
-CPU_KERNEL_CONTRIB_OPS: Final = frozenset(
-    {
-        QMOE,
-        MOE,
-        CAUSAL_CONV_WITH_STATE,
-        VARLEN_CAUSAL_CONV_WITH_STATE,
-        GATED_DELTA_NET,
-        "LinearAttention",
-        HC_PRE_MIX,
-        HC_POST_MIX,
-        BRANCHWISE_RMS_NORM,
-        GATED_RMS_NORM,
-        GATED_ADD,
-        SKIP_SIMPLIFIED_LAYER_NORM,
-        ROTARY_EMBEDDING,
-        GROUP_QUERY_ATTENTION,
-        MATMUL_NBITS,
-        SCALED_SILU,
-    }
-)
+# Which ops have a CPU kernel is probed from the installed onnxruntime: q38.ort_kernels.

@@ -11,7 +11,8 @@ The export is a plain GenAI model directory for the package's ``cpu``-variant ta
   :func:`q38.package.place_file` (reflink, hard link or copy: ORT accepts hard-linked data).
 
 Nothing is loaded from the weights: the graph is parsed without its external data, checked
-(every op has an ORT 1.32.0 CPU kernel, every graph input is something GenAI feeds, every past
+(every contrib op has a CPU kernel in the installed onnxruntime, probed once and cached by
+:mod:`q38.ort_kernels`; every graph input is something GenAI feeds, every past
 state has its present twin), and placed unchanged. GenAI generates from token ids without a
 tokenizer, so none is written. The output is staged and renamed into place; a failure leaves
 nothing behind and the package is never modified.
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, ONNX_DOMAIN
+from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
+from q38.ort_kernels import cpu_kernels
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -71,6 +73,7 @@ def _io_names(decoder_inputs: dict[str, str], decoder_outputs: dict[str, str]) -
 
 def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, int]:
     """Refuse a graph 0.18.0 cannot run on CPU; returns the state counts per kind."""
+    kernels = cpu_kernels()
     for node in model.graph:
         domain = node.domain or ONNX_DOMAIN
         if domain in (ONNX_DOMAIN, "ai.onnx"):
@@ -80,10 +83,12 @@ def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: d
                 f"{graph_name}: node {node.name or node.op_type!r} uses custom domain {domain!r} "
                 f"({node.op_type}); GenAI 0.18.0 on CPU cannot run custom-op lineage graphs"
             )
-        if node.op_type not in CPU_KERNEL_CONTRIB_OPS:
+        if not kernels.has_node(node):
+            dtype = kernels.node_dtype(node)
+            which = f" for {dtype}" if dtype and kernels.has(node.op_type, MS_DOMAIN) else ""
             raise ExportError(
                 f"{graph_name}: node {node.name or node.op_type!r} is {MS_DOMAIN}::{node.op_type}, "
-                "which has no onnxruntime 1.32.0 CPU kernel"
+                f"which has no onnxruntime {kernels.ort_version} CPU kernel{which}"
             )
     graph_inputs = [v.name for v in model.graph.inputs]
     graph_outputs = {v.name for v in model.graph.outputs}

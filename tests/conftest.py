@@ -11,6 +11,7 @@ Goldens live in ``goldens/<test_module>/<test>[<name>].json``; update them delib
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 from golden import GraphGoldenExtension, PackageGoldenExtension
@@ -24,6 +25,11 @@ settings.register_profile(
     "q38", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=bool(os.environ.get("CI"))
 )
 settings.load_profile("q38")
+
+# The CPU-kernel table (q38.ort_kernels) is probed once per onnxruntime build: keep the tests'
+# copy out of the user's cache, shared by the xdist workers and the q38 processes tests spawn.
+# Tests of the cache itself point Q38_CACHE_DIR at their own tmp_path.
+os.environ.setdefault("Q38_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"q38-tests-cache-{os.getuid()}"))
 
 
 @pytest.fixture

@@ -29,7 +29,8 @@ from typing import ClassVar, Literal
 import numpy as np
 import onnx_ir as ir
 
-from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN, MS_OPSET
+from q38._ops import MS_DOMAIN, MS_OPSET
+from q38.ort_kernels import cpu_kernels
 
 __all__ = [
     "SUBGRAPH_REASON",
@@ -428,7 +429,7 @@ class RewritePass(ir.passes.InPlacePass):
             if (
                 self.target == "cpu"
                 and self.contrib_op is not None
-                and self.contrib_op not in CPU_KERNEL_CONTRIB_OPS
+                and not cpu_kernels().has(self.contrib_op)
             ):
                 self._record(anchor, False, f"no CPU kernel for {self.contrib_op} (target cpu)")
                 continue

@@ -22,7 +22,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from q38._ops import CPU_KERNEL_CONTRIB_OPS, MS_DOMAIN
+from q38._ops import MS_DOMAIN
+from q38.ort_kernels import cpu_kernels
 from q38.optimize import RewritePass
 from q38.optimize._common import check_topological
 from support.optimize_helpers import close
@@ -171,7 +172,8 @@ def _all_nodes(proto_graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 
 
 def cpu_runnable(proto: onnx.ModelProto) -> bool:
-    return all(n.domain in ("", "ai.onnx") or (n.domain == MS_DOMAIN and n.op_type in CPU_KERNEL_CONTRIB_OPS)
+    kernels = cpu_kernels()
+    return all(n.domain in ("", "ai.onnx") or (n.domain == MS_DOMAIN and kernels.has(n.op_type))
                for n in _all_nodes(proto.graph))
 
 
