@@ -188,15 +188,23 @@ def test_probe_agrees_with_a_real_node_session(domain: str, op: str, make: Calla
     assert cpu_kernels().has(op, domain, dtype) is (real != probe.VERDICT_NONE), (op, dtype, real)
 
 
+def _session_error(path: Path) -> str | None:
+    """ORT's text when a CPU session of ``path`` cannot be created, else None."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
 def test_every_contrib_node_of_a_cpu_package_has_a_kernel(tiny_cpu_package: Path) -> None:
     kernels = cpu_kernels()
     for path in sorted(tiny_cpu_package.rglob("*.onnx")):
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
-        try:
-            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # a graph this ORT cannot create says nothing about kernels
-            assert probe.classify(str(exc)) != probe.VERDICT_NONE or not V132, (path, exc)
+        error = _session_error(path)
+        if error is not None:  # a graph this ORT cannot create says nothing about kernels
+            assert probe.classify(error) != probe.VERDICT_NONE or not V132, (path, error)
             continue
         nodes = [n for n in ir.load(path).graph.all_nodes() if n.domain == "com.microsoft"]
         assert nodes, path
@@ -208,14 +216,8 @@ def test_the_op_a_failed_session_names_has_no_kernel(tiny_faithful_package: Path
     kernels = cpu_kernels()
     named = set()
     for path in sorted(tiny_faithful_package.rglob("*.onnx")):
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
-        try:
-            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            continue
-        except Exception as exc:
-            text = str(exc)
-        if probe.classify(text) != probe.VERDICT_NONE:
+        text = _session_error(path)
+        if text is None or probe.classify(text) != probe.VERDICT_NONE:
             continue
         op = text.split("implementation for ")[-1].split("(")[0] if "implementation for " in text else text.split("com.microsoft.")[1].split("(")[0]
         named.add(op)
