@@ -87,6 +87,30 @@ def demo(session: nox.Session) -> None:
     session.run("q38", "demo", "--workdir", workdir, *session.posargs)
 
 
+# torch for `nox -s fixtures`: pip (not uv) takes the CPU wheel that lies on this kind of machine
+# (pip's find-links); elsewhere PyPI's torch 2.13.0 is the CUDA build on Linux x86_64 (several GB)
+# and a CPU build on macOS / aarch64. Q38_TORCH overrides the requirement (e.g. a local CPU wheel).
+TORCH = "torch==2.13.0"
+REAL_FIXTURES = "tests/fixtures/real"
+
+
+@nox.session(python=PYTHON, default=False, venv_backend="venv")
+def fixtures(session: nox.Session) -> None:
+    """Regenerate the real fixtures with the real builder; fail if any byte differs.
+
+    Installs the exporter stack (torch, transformers, onnxruntime-genai 0.18.0, onnx-ir; pinned in
+    tests/fixtures/real/requirements.txt), rebuilds every fixture into a scratch directory and
+    compares it file by file with the committed tree (listing the files that differ).
+    """
+    session.install(*os.environ.get("Q38_TORCH", TORCH).split())
+    session.install("-r", f"{REAL_FIXTURES}/requirements.txt")
+    scratch = os.path.join(session.create_tmp(), "real-fixtures")
+    shutil.rmtree(scratch, ignore_errors=True)
+    script = f"{REAL_FIXTURES}/make_real_fixtures.py"
+    session.run("python", script, "build", "--out", scratch, *session.posargs)
+    session.run("python", script, "compare", REAL_FIXTURES, scratch)
+
+
 def _visible_gpu() -> str | None:
     """The first GPU `nvidia-smi -L` lists, or None (no driver, no device, no nvidia-smi)."""
     smi = shutil.which("nvidia-smi")
