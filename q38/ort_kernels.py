@@ -25,6 +25,7 @@ A *dtype* is the element type of the op's compute slot (see
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -271,15 +272,20 @@ def cache_dir() -> Path:
 
 
 def installed_identity() -> tuple[str, str]:
-    """(version, identity) of the installed onnxruntime; ``KernelKnowledgeError`` without one."""
-    try:
+    """(version, identity) of the installed onnxruntime, found without importing it (an import
+    costs about as much as reading the cache); ``KernelKnowledgeError`` when there is none."""
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None:
+        raise KernelKnowledgeError("onnxruntime is not installed: no CPU-kernel knowledge (pip install onnxruntime)")
+    package = Path(spec.origin).resolve().parent
+    dist = _distribution(package)
+    if dist is not None:
+        version, record = dist
+    else:  # no wheel metadata (a source build): ask the module itself
         import onnxruntime
-    except ImportError:
-        raise KernelKnowledgeError("onnxruntime is not installed: no CPU-kernel knowledge (pip install onnxruntime)") from None
-    version = str(onnxruntime.__version__)
-    package = Path(onnxruntime.__file__).resolve().parent
+
+        version, record = str(onnxruntime.__version__), []
     digest = hashlib.sha256(f"{version}\n".encode())
-    record = _record_lines(package, version)
     if record:
         digest.update(b"record\n" + "\n".join(record).encode())
     else:
@@ -289,27 +295,35 @@ def installed_identity() -> tuple[str, str]:
     return version, digest.hexdigest()[:16]
 
 
-def _record_lines(package: Path, version: str) -> list[str]:
-    """The wheel RECORD's lines of the native libraries, when their recorded sizes still match."""
-    for dist in sorted(package.parent.glob(f"onnxruntime*-{version}.dist-info")):
+def _distribution(package: Path) -> tuple[str, list[str]] | None:
+    """(version, RECORD lines of the native libraries) of the wheel that installed ``package``.
+
+    The library lines are empty when a library's size no longer matches its RECORD entry (a
+    file replaced in place): the identity then falls back to the files' size and mtime.
+    """
+    for dist in sorted(package.parent.glob("onnxruntime*.dist-info")):
         try:
             lines = (dist / "RECORD").read_text(encoding="utf-8").splitlines()
+            metadata = (dist / "METADATA").read_text(encoding="utf-8").splitlines()
         except OSError:
+            continue
+        if not any(line.startswith("onnxruntime/__init__.py,") for line in lines):
+            continue  # onnxruntime_genai and friends
+        version = next((m.split(":", 1)[1].strip() for m in metadata if m.startswith("Version:")), "")
+        if not version:
             continue
         libs = []
         for line in lines:
             path, _, rest = line.partition(",")
             if path.startswith("onnxruntime/") and (path.endswith(_LIB_SUFFIXES) or ".so." in path):
-                size = rest.rpartition(",")[2]
                 try:
-                    if int(size) != (package.parent / path).stat().st_size:
-                        return []
+                    if int(rest.rpartition(",")[2]) != (package.parent / path).stat().st_size:
+                        return version, []
                 except (OSError, ValueError):
-                    return []
+                    return version, []
                 libs.append(line)
-        if libs:
-            return sorted(libs)
-    return []
+        return version, sorted(libs)
+    return None
 
 
 def _cache_path(version: str, identity: str) -> Path:
