@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
-import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,7 +36,9 @@ from typing import Any, Final
 
 from q38 import ort_kernel_probe as probe
 from q38._ops import MS_DOMAIN
-from q38.errors import Q38Error
+from q38.errors import PackageError, Q38Error
+from q38.package.files import read_bounded
+from q38.package.jsonio import dumps_json, loads_strict
 
 __all__ = [
     "CACHE_ENV",
@@ -192,12 +192,13 @@ class CpuKernels:
             "onnxruntime": {"version": self.ort_version, "identity": self.identity},
             "ops": ops,
         }
-        return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        return dumps_json(document, what="CPU-kernel table")
 
     @classmethod
-    def from_json(cls, text: str, *, version: str | None, identity: str | None) -> CpuKernels:
-        """Parse a cache document; ``ValueError`` on anything this module would not write."""
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    def from_json(cls, data: bytes | str, *, version: str | None, identity: str | None) -> CpuKernels:
+        """Parse a cache document (strict JSON); ``ValueError`` / ``PackageError`` on anything
+        this module would not write."""
+        doc = loads_strict(data, what="CPU-kernel cache", limit=CACHE_LIMIT)
         _expect(isinstance(doc, dict) and set(doc) == {"format", "probe_revision", "onnxruntime", "ops"}, "keys")
         _expect(doc["format"] == FORMAT and doc["probe_revision"] == PROBE_REVISION, "format")
         ort = doc["onnxruntime"]
@@ -227,19 +228,6 @@ def _expect(condition: bool, what: str) -> None:
 def _valid_slot(slot: str) -> bool:
     kind, _, index = slot.partition(":")
     return kind in ("input", "output") and index.isdigit()
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
 
 
 def _domain(domain: str | None) -> str:
@@ -373,30 +361,18 @@ def clear_memo() -> None:
 
 
 def _read_cache(path: Path, version: str, identity: str | None) -> CpuKernels | None:
-    """The cached table, or ``None`` (logged) when the file is absent or anything but ours."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
+    """The cached table, or ``None`` (logged) when the file is absent or anything but ours.
+
+    Read like every package file (``read_bounded``: a regular file, no symlink, no FIFO wait,
+    at most CACHE_LIMIT bytes) and parsed as strict JSON.
+    """
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        log.warning("CPU-kernel cache %s unreadable (%s); probing again", path, exc.strerror)
-        return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_LIMIT:
-            log.warning("CPU-kernel cache %s is not a regular file under %d bytes; probing again", path, CACHE_LIMIT)
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(CACHE_LIMIT + 1)
-    except OSError as exc:
-        log.warning("CPU-kernel cache %s unreadable (%s); probing again", path, exc.strerror)
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return CpuKernels.from_json(data.decode("utf-8"), version=version, identity=identity)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        log.warning("CPU-kernel cache %s rejected (%s); probing again", path, exc)
+        data = read_bounded(path, what="CPU-kernel cache", limit=CACHE_LIMIT, nofollow=True)
+        return CpuKernels.from_json(data, version=version, identity=identity)
+    except (PackageError, ValueError) as exc:
+        log.warning("CPU-kernel cache rejected, probing again: %s", exc)
         return None
 
 
