@@ -217,3 +217,15 @@ def test_onnxruntime_genai_generates_the_recorded_greedy_tokens() -> None:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
     assert tokens == recorded["tokens"]
+
+
+@pytest.mark.skipif(not V132, reason="the CPU kernels of onnxruntime 1.32.0")
+def test_check_ort_skips_the_paged_cuda_fixture_naming_the_op(capsys: pytest.CaptureFixture[str]) -> None:
+    from q38.cli import main
+
+    assert main(["check", str(REAL / "fp16-cuda-paged"), "--ort"]) == 0
+    out = capsys.readouterr().out
+    assert "session decoder: skipped: op PagedAttention has no CPU kernel\n" in out
+    assert main(["check", str(REAL / "int4-cpu-mtp"), "--ort"]) == 0
+    out = capsys.readouterr().out
+    assert "session decoder: ok\n" in out and "session mtp: ok\n" in out
