@@ -229,3 +229,37 @@ def test_check_ort_skips_the_paged_cuda_fixture_naming_the_op(capsys: pytest.Cap
     assert main(["check", str(REAL / "int4-cpu-mtp"), "--ort"]) == 0
     out = capsys.readouterr().out
     assert "session decoder: ok\n" in out and "session mtp: ok\n" in out
+
+
+def _generator() -> Any:
+    import importlib.util
+    import sys
+
+    if "make_real_fixtures" in sys.modules:
+        return sys.modules["make_real_fixtures"]
+    spec = importlib.util.spec_from_file_location("make_real_fixtures", REAL / "make_real_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_real_fixtures"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)  # imports no torch at module level
+    return module
+
+
+def test_the_generators_manifest_is_the_committed_one() -> None:
+    assert _generator().manifest_text(REAL) == MANIFEST.read_text()
+
+
+def test_compare_lists_every_differing_file(tmp_path: Path) -> None:
+    gen = _generator()
+    copy = tmp_path / "real"
+    for rel in _manifest():
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        (copy / rel).write_bytes((REAL / rel).read_bytes())
+    assert gen.compare(REAL, copy) == []
+    data = bytearray((copy / "int4-cpu" / "model.onnx").read_bytes())
+    data[-1] ^= 1
+    (copy / "int4-cpu" / "model.onnx").write_bytes(bytes(data))
+    (copy / "fp16-cuda-gdn" / "tokenizer.json").unlink()
+    (copy / "int4-cpu-mtp" / "extra.bin").write_bytes(b"x")
+    assert gen.compare(REAL, copy) == ["fp16-cuda-gdn/tokenizer.json", "int4-cpu-mtp/extra.bin", "int4-cpu/model.onnx"]
+    assert gen.main(["compare", str(REAL), str(copy)]) == 1
