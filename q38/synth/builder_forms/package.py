@@ -9,12 +9,13 @@ from pathlib import Path
 
 import onnx
 
+from q38.package.jsonio import dumps_json
 from q38.synth.builder_forms import config as cfg
 from q38.synth.builder_forms.forms import BF16, FP16
 from q38.synth.builder_forms.graphs import SHARED_WITH_MTP, build_decoder, build_engram, build_mtp
 from q38.synth.builder_forms.tokenizer import tokenizer_files
 from q38.synth.graph import DataFile
-from q38.synth.package_files import LIB_QSA, dumps_json
+from q38.synth.package_files import LIB_QSA
 from q38.synth.spec import Spec
 from q38.synth.weights import Weights
 
@@ -60,7 +61,7 @@ def write_builder_package(
         _graph(root, "engram.onnx", seed ^ ENGRAM_SEED, lambda w: build_engram(w, s))
     shared = cfg.shared_initializers({n: dec.refs[n] for n in SHARED_WITH_MTP})
     doc = cfg.config_dict(s, variant=variant, lineage=lineage, shared=shared)
-    (root / "genai_config.json").write_text(dumps_json(doc), encoding="utf-8")
+    (root / "genai_config.json").write_text(dumps_json(doc, what="genai_config.json"), encoding="utf-8")
     for name, text in tokenizer_files(s.vocab, s.context).items():
         (root / name).write_text(text, encoding="utf-8")
     if lineage == "custom":
