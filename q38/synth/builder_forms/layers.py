@@ -73,6 +73,22 @@ def final_mixer(f: Forms, x: str) -> str:
                    domain=MS, num_branches=s.hc, reduction_scale=1.0 / s.hc)  # fmt: skip
 
 
+def _state_conv(f: Forms, x: str, i: int, transpose_in: str) -> str:
+    """Transpose [B,S,C] -> [B,C,S], ``CausalConvWithState`` whose output 1 is
+    ``present.{i}.conv`` (ndim 1, silu, state_window 0), Transpose back to [B,S,C]."""
+    g, s, e = f.g, f.s, f.io.elem
+    p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
+    cd = s.conv_dim
+    xt = g.node1("Transpose", [x], f"{p}/{transpose_in}/Transpose", e, [B, cd, S], perm=[0, 2, 1])
+    conv = f"{p}/CausalConvWithState"
+    y = g.node(_ops.CAUSAL_CONV_WITH_STATE,
+               [xt, f.weight(f"{wp}.conv1d.weight", (cd, 1, s.conv_k), scale=0.3),
+                f.weight(f"{wp}.conv1d.bias", (cd,), scale=0.1), f"past.{i}.conv"],
+               conv, [(e, [B, cd, S]), None], outputs=[f"{conv}/output_0", f"present.{i}.conv"],
+               domain=MS, ndim=1, activation="silu", state_window=0)[0]  # fmt: skip
+    return g.node1("Transpose", [y], f"{p}/conv_out/Transpose", e, [B, S, cd], perm=[0, 2, 1])
+
+
 def gated_delta_net(f: Forms, x: str, i: int) -> str:
     """qkv_z / a_b projections; CausalConvWithState whose output 1 is ``present.{i}.conv``;
     GatedDeltaNet(packed qkv, "", "", "", fp32 decay, fp32 beta, state, A_log, dt_bias) with
@@ -86,14 +102,7 @@ def gated_delta_net(f: Forms, x: str, i: int) -> str:
     ab = f.matmul(x, f"{p}/a_b_proj/MatMul", s.hidden, 2 * hv)
     a, b = g.node("Split", [ab, f.c([hv, hv])], f"{p}/a_b/Split",
                   [(e, [B, S, hv]), (e, [B, S, hv])], axis=-1)  # fmt: skip
-    xt = g.node1("Transpose", [xb], f"{p}/conv_in/Transpose", e, [B, cd, S], perm=[0, 2, 1])
-    conv = f"{p}/CausalConvWithState"
-    y = g.node(_ops.CAUSAL_CONV_WITH_STATE,
-               [xt, f.weight(f"{wp}.conv1d.weight", (cd, 1, s.conv_k), scale=0.3),
-                f.weight(f"{wp}.conv1d.bias", (cd,), scale=0.1), f"past.{i}.conv"],
-               conv, [(e, [B, cd, S]), None], outputs=[f"{conv}/output_0", f"present.{i}.conv"],
-               domain=MS, ndim=1, activation="silu", state_window=0)[0]  # fmt: skip
-    yt = g.node1("Transpose", [y], f"{p}/conv_out/Transpose", e, [B, S, cd], perm=[0, 2, 1])
+    yt = _state_conv(f, xb, i, "conv_in")
     gdn = f"{p}/GatedDeltaNet"
     decay = g.node1("Cast", [a], f"{gdn}/decay_fp32/Cast", F32, [B, S, hv], to=F32)
     beta = g.node1("Cast", [b], f"{gdn}/beta_fp32/Cast", F32, [B, S, hv], to=F32)
@@ -266,14 +275,7 @@ def linear_attention(f: Forms, x: str, i: int) -> str:
     z = f.matmul(x, f"{p}/z_proj/MatMul", s.hidden, vd)
     b = f.matmul(x, f"{p}/b_proj/MatMul", s.hidden, hv)
     a = f.matmul(x, f"{p}/a_proj/MatMul", s.hidden, hv)
-    xt = g.node1("Transpose", [qkv], f"{p}/qkv_proj/Transpose", e, [B, cd, S], perm=[0, 2, 1])
-    conv = f"{p}/CausalConvWithState"
-    y = g.node(_ops.CAUSAL_CONV_WITH_STATE,
-               [xt, f.weight(f"{wp}.conv1d.weight", (cd, 1, s.conv_k), scale=0.3),
-                f.weight(f"{wp}.conv1d.bias", (cd,), scale=0.1), f"past.{i}.conv"],
-               conv, [(e, [B, cd, S]), None], outputs=[f"{conv}/output_0", f"present.{i}.conv"],
-               domain=MS, ndim=1, activation="silu", state_window=0)[0]  # fmt: skip
-    yt = g.node1("Transpose", [y], f"{p}/conv_out/Transpose", e, [B, S, cd], perm=[0, 2, 1])
+    yt = _state_conv(f, qkv, i, "qkv_proj")
     q, k, v = g.node("Split", [yt, f.c([kd, kd, vd])], f"{p}/split_qkv/Split",
                      [(e, [B, S, kd]), (e, [B, S, kd]), (e, [B, S, vd])], axis=-1)  # fmt: skip
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from q38.package.jsonio import dumps_json
+from q38.package.genai_config import dumps_genai_config, parse_genai_config
 from q38.synth.builder_forms import config as cfg
 from q38.synth.builder_forms.forms import BF16, FP16
 from q38.synth.builder_forms.graphs import SHARED_WITH_MTP, build_decoder, build_engram, build_mtp
@@ -61,7 +61,10 @@ def write_builder_package(
         _graph(root, "engram.onnx", seed ^ ENGRAM_SEED, lambda w: build_engram(w, s))
     shared = cfg.shared_initializers({n: dec.refs[n] for n in SHARED_WITH_MTP})
     doc = cfg.config_dict(s, variant=variant, lineage=lineage, shared=shared)
-    (root / "genai_config.json").write_text(dumps_json(doc, what="genai_config.json"), encoding="utf-8")
+    # Through the strict genai-surface parser: the cpu config is one onnxruntime-genai 0.18.0
+    # accepts; the faithful one is accepted as the Qwen3.8 research builder's (0.18.0 refuses it).
+    parsed = parse_genai_config(doc, source="genai_config.json", research=variant == "faithful")
+    (root / "genai_config.json").write_text(dumps_genai_config(parsed), encoding="utf-8")
     for name, text in tokenizer_files(s.vocab, s.context).items():
         (root / name).write_text(text, encoding="utf-8")
     if lineage == "custom":
