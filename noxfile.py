@@ -70,9 +70,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def goldens(session: nox.Session) -> None:
-    """Update the goldens deliberately; the diff is what a reviewer reads."""
+    """Update the goldens deliberately (only the tests that use them); prints what changed."""
     _install(session)
-    session.run("pytest", "tests/unit", "-n", "auto", "--snapshot-update", *session.posargs)
+    # --goldens-only skips (rather than deselects) every other test, so syrupy still deletes the
+    # goldens of removed tests; posargs narrow the run (e.g. -k synth).
+    session.run("pytest", "tests/unit", "--goldens-only", "--snapshot-update", "-n", "auto",
+                "-p", "no:cacheprovider", "-q", "-r", "fE", *session.posargs)
+    session.run("git", "diff", "--stat", "--", "goldens/", external=True)
+    session.run("git", "status", "--short", "--untracked-files=all", "--", "goldens/", external=True)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -4,8 +4,9 @@
   ``onnx.ModelProto`` or an ``onnx_ir.Model``; ``graph_snapshot(name="target")`` names the file.
 * ``package_snapshot``: ``assert package_snapshot == package_dir``.
 
-Goldens live in ``goldens/<test_module>/<test>[<name>].json``; update them deliberately with
-``nox -s goldens`` (``--snapshot-update``). Unused goldens fail the run.
+Goldens live in ``goldens/<test_module>/<test>[<name>].json``; identical ones are stored once
+(the others refer to it). Tests using them are marked ``golden``; update them deliberately with
+``nox -s goldens`` (``--goldens-only --snapshot-update``). Unused goldens fail a passing run.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import golden
 import pytest
-from golden import GraphGoldenExtension, PackageGoldenExtension
 from hypothesis import HealthCheck, settings
 from syrupy.assertion import SnapshotAssertion
 
@@ -32,13 +33,21 @@ settings.load_profile("q38")
 os.environ.setdefault("Q38_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"q38-tests-cache-{os.getuid()}"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    golden.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(golden.GoldenPlugin(config), "q38-goldens")
+
+
 @pytest.fixture
 def graph_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     """A snapshot that stores the canonical JSON of a graph."""
-    return snapshot.use_extension(GraphGoldenExtension)
+    return golden.golden_assertion(snapshot, golden.GraphGoldenExtension)
 
 
 @pytest.fixture
 def package_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     """A snapshot that stores the canonical JSON of a package's config, pool and manifest."""
-    return snapshot.use_extension(PackageGoldenExtension)
+    return golden.golden_assertion(snapshot, golden.PackageGoldenExtension)

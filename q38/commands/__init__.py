@@ -15,5 +15,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "offload",
     "check",
     "export_genai",
+    "diff",
     "demo",
 )
