@@ -15,7 +15,6 @@ hash it. :class:`TensorDigest` is the sha256 of one byte range of one data file:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -23,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from q38.errors import GraphError
+from q38.errors import GraphError, PackageError
+from q38.package.files import MANIFEST_LIMIT
+from q38.package.jsonio import read_json
 
 __all__ = ["CHUNK", "FileIdentity", "TensorDigest", "recorded_digests", "sha256_range"]
 
 CHUNK: Final = 8 << 20
 MANIFEST_NAME: Final = "package_manifest.json"
-_MANIFEST_LIMIT: Final = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,10 @@ def recorded_digests(package_dir: Path) -> dict[str, str]:
         manifest = Path(dirpath, MANIFEST_NAME)
         try:
             mst = manifest.lstat()
-            if not stat.S_ISREG(mst.st_mode) or mst.st_size > _MANIFEST_LIMIT:
+            if not stat.S_ISREG(mst.st_mode):
                 continue
-            files = json.loads(manifest.read_bytes()).get("files") or {}
-        except (OSError, ValueError, AttributeError):
+            files = read_json(manifest, what="manifest", limit=MANIFEST_LIMIT).get("files") or {}
+        except (OSError, PackageError, AttributeError):
             continue
         if not isinstance(files, dict):
             continue

@@ -32,6 +32,7 @@ from q38.canonical.normalize import MASK, Normalizer
 from q38.canonical.values import shortest_float, shortest_floats
 from q38.canonical.version import VERSION
 from q38.errors import GraphError, UnsafePathError
+from q38.package.files import GRAPH_LIMIT, read_bounded
 from q38.package.paths import resolve_inside
 
 __all__ = ["GRAPH_FORMAT", "TINY_TENSOR_VALUES", "LazyNode", "canonical_graph", "load_proto"]
@@ -325,13 +326,10 @@ class _Canonicalizer:
 
 def load_proto(path: Path) -> onnx.ModelProto:
     """Parse a ``.onnx`` file without its external data; a bad file is one GraphError line."""
+    data = read_bounded(path, what="graph", limit=GRAPH_LIMIT, error=GraphError)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
         model = onnx.ModelProto()
         model.ParseFromString(data)
-    except OSError as exc:
-        raise GraphError(f"{path}: unreadable: {exc.strerror or exc}") from None
     except Exception as exc:  # protobuf DecodeError on truncated or corrupt files
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise GraphError(f"{path}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None

@@ -9,7 +9,6 @@ path, kind (file / dir / symlink with its target) and the size of files other th
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -17,6 +16,14 @@ from typing import Any, Final
 from q38.canonical.normalize import Normalizer
 from q38.canonical.version import VERSION
 from q38.errors import PackageError, PoolError
+from q38.package.files import (
+    CONFIG_LIMIT,
+    MANIFEST_LIMIT,
+    POOL_LIMIT,
+    TEXT_LIMIT,
+    read_text_bounded,
+)
+from q38.package.jsonio import read_json
 from q38.package.pool import parse_pool
 
 __all__ = ["CONFIG_FILE", "MANIFEST_FILE", "PACKAGE_FORMAT", "POOL_FILE", "canonical_package", "inventory", "pool_records", "read_json_document", "read_text_document"]
@@ -25,43 +32,20 @@ PACKAGE_FORMAT: Final = "q38-package"
 CONFIG_FILE: Final = "genai_config.json"
 POOL_FILE: Final = "weights_pool.txt"
 MANIFEST_FILE: Final = "package_manifest.json"
-DOCUMENT_LIMIT: Final = 64 << 20
-"""The largest config, pool or manifest file read (a bigger one is refused, not read)."""
 
 
 def read_text_document(path: Path) -> str:
-    """A package's text document (UTF-8, at most DOCUMENT_LIMIT bytes); one PackageError line."""
-    try:
-        size = path.stat().st_size
-        if size > DOCUMENT_LIMIT:
-            raise PackageError(f"{path}: {size} bytes, more than the {DOCUMENT_LIMIT} a package document may have")
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PackageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise PackageError(f"{path}: unreadable: {exc.strerror or exc}") from None
+    """A package's text document: a regular file, bounded, UTF-8; one PackageError line."""
+    return read_text_bounded(path, what="package document", limit=_limit(path))
 
 
 def read_json_document(path: Path) -> Any:
-    """A package's JSON document; malformed JSON (or NaN, duplicate keys) is one PackageError line."""
+    """A package's JSON document, strict (no NaN, no duplicate keys ...); one PackageError line."""
+    return read_json(path, what="package document", limit=_limit(path))
 
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise PackageError(f"{path}: duplicate key {key!r}")
-            out[key] = value
-        return out
 
-    def no_constant(name: str) -> Any:
-        raise PackageError(f"{path}: {name} is not JSON")
-
-    try:
-        return json.loads(read_text_document(path), object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except json.JSONDecodeError as exc:
-        raise PackageError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise PackageError(f"{path}: invalid JSON: arrays/objects nested too deeply") from None
+def _limit(path: Path) -> int:
+    return {CONFIG_FILE: CONFIG_LIMIT, MANIFEST_FILE: MANIFEST_LIMIT, POOL_FILE: POOL_LIMIT}.get(path.name, TEXT_LIMIT)
 
 
 def pool_records(path: Path, norm: Normalizer) -> list[dict[str, Any] | str]:
