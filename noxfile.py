@@ -85,10 +85,9 @@ def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded synthetic default."""
     session.install(ORT_DEFAULT)
     session.install("-e", ".")
-    # The workdir lives in nox's own scratch space: a rerun replaces the previous demo's output
-    # (q38 demo itself never overwrites a directory).
+    # The workdir lives in nox's own scratch space; each run adds run-N there (q38 demo never
+    # overwrites or deletes anything).
     workdir = os.path.join(session.create_tmp(), "demo")
-    shutil.rmtree(workdir, ignore_errors=True)
     session.run("q38", "demo", "--workdir", workdir, *session.posargs)
 
 

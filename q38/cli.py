@@ -23,11 +23,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType, ModuleType
+from typing import Any, NoReturn
 
 from q38 import __version__
 from q38.commands import COMMAND_MODULES
 
-__all__ = ["build_parser", "interrupted", "main"]
+__all__ = ["build_parser", "configure_logging", "interrupted", "main", "verbosity"]
 
 _LOG = logging.getLogger("q38")
 _INTERRUPTED = False
@@ -65,12 +66,29 @@ def interrupted() -> bool:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with q38's one-line, exit-2 error contract."""
+    """argparse with q38's one-line, exit-2 error contract and defaults shown in ``--help``."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from q38.commands._options import HelpFormatter
+
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> NoReturn:
         from q38.errors import bound_line
 
         self.exit(2, f"{bound_line(f'{self.prog}: error: {message}')}\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self.commands:
+            # argparse reports a subcommand's unknown flags from the top-level parser ("q38:");
+            # the subcommand's own parser names it ("q38 synth: error: ...").
+            command = self.commands.get(str(getattr(ns, "command", "")))
+            if command is not None:
+                command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
 
 
 def _command_modules() -> list[tuple[str, ModuleType]]:
@@ -96,19 +114,57 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"q38 {__version__}")
+    # -v / -q are accepted before the subcommand (q38 -v synth) and after it (q38 synth -v).
+    parser.add_argument("-v", "--verbose", dest="verbose_first", action="count", default=0, help=_VERBOSE_HELP)
+    parser.add_argument("-q", "--quiet", dest="quiet_first", action="count", default=0, help=_QUIET_HELP)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=0, help="log detail (-vv: debug)")
-    common.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    common.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
+    common.add_argument("-q", "--quiet", action="count", default=0, help=_QUIET_HELP)
+    common.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for _name, module in _command_modules():
         module.register(sub, common)
+    parser.commands = dict(sub.choices)
     return parser
 
 
-def _configure_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+_VERBOSE_HELP = (
+    "log q38's steps on stderr: -v what is read, each pass, each file placed; -vv q38 debug detail; "
+    "-vvv also the libraries' (onnx_ir, onnxruntime ...) debug logs"
+)
+_QUIET_HELP = "log errors only (no warnings)"
+_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+OWN_LOGGERS = ("q38", "contracts")
+"""The loggers whose level -v/-q set; every other logger (a library's) stays at WARNING unless -vvv."""
+_handler: logging.Handler | None = None
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """-v count minus -q count, wherever they were given (before or after the subcommand)."""
+    up = int(getattr(args, "verbose", 0) or 0) + int(getattr(args, "verbose_first", 0) or 0)
+    down = int(getattr(args, "quiet", 0) or 0) + int(getattr(args, "quiet_first", 0) or 0)
+    return up - down
+
+
+def configure_logging(level: int) -> None:
+    """One stderr handler on the root logger; q38's own loggers at the level -v/-q chose.
+
+    0: warnings; 1 (-v): q38 INFO; 2 (-vv): q38 DEBUG; 3 (-vvv): every logger at DEBUG;
+    negative (-q): errors only. Libraries' loggers (``onnx_ir.serde`` ...) inherit the root's
+    WARNING below -vvv, so -vv is q38's detail, not a thousand lines of a serializer's.
+    """
+    global _handler
+    root = logging.getLogger()
+    if _handler is not None:  # main() runs several times in one process (q38 demo, tests)
+        root.removeHandler(_handler)
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    root.addHandler(_handler)
+    own = logging.ERROR if level < 0 else (logging.WARNING, logging.INFO, logging.DEBUG)[min(level, 2)]
+    root.setLevel(logging.DEBUG if level >= 3 else logging.ERROR if level < 0 else logging.WARNING)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(own)
 
 
 def _say(command: str, text: str) -> None:
@@ -150,7 +206,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         command = str(getattr(args, "command", "?"))
-        _configure_logging(getattr(args, "verbose", 0))
+        configure_logging(verbosity(args))
         return _run(args, command)
     except KeyboardInterrupt:
         _say(command, "interrupted")
@@ -190,7 +246,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
     except Exception as exc:  # a q38 bug: one line unless -v asks for the traceback
         if _INTERRUPTED:
             raise KeyboardInterrupt from None
-        if getattr(args, "verbose", 0):
+        if verbosity(args) > 0:
             raise
         _say(command, f"internal error: {type(exc).__name__}: {exc} (rerun with -v for the traceback)")
         return 70

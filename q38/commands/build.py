@@ -61,11 +61,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.__class__ = type("_BuildSubParser", (_BuildParser, type(p)), {})
     p.add_argument("out", metavar="OUT", type=Path, help="destination (must not exist)")
-    p.add_argument("--target", required=True, type=Path, metavar="DIR", help="target bundle")
-    p.add_argument("--head", required=True, type=Path, metavar="DIR", help="head bundle")
-    p.add_argument("--prefill", type=Path, metavar="DIR", help="prefill bundle")
-    p.add_argument("--layout", choices=("layered", "folded"), default="folded")
-    p.add_argument("--provider", choices=("cuda", "cpu"), default="cpu")
+    p.add_argument("--target", required=True, type=Path, metavar="DIR", help="target bundle directory (required)")
+    p.add_argument("--head", required=True, type=Path, metavar="DIR", help="head bundle directory (required)")
+    p.add_argument("--prefill", type=Path, metavar="DIR", help="prefill bundle (default: none, no prefill graph)")
+    p.add_argument("--layout", choices=("layered", "folded"), default="folded",
+                   help="folded: one package, shared weights stored once; layered: OUT/target and OUT/head")
+    p.add_argument("--provider", choices=("cuda", "cpu"), default="cpu",
+                   help="execution provider the config's session options name")
     p.add_argument("--cuda-option", action="append", default=[], metavar="KEY=VALUE",
                    help="CUDA provider option (numbers are written as decimal strings)")
     p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",

@@ -27,7 +27,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("package", metavar="PKG", help="package directory (flat or layered)")
-    p.add_argument("--ort", action="store_true", help="also create real onnxruntime CPU sessions")
+    p.add_argument("--ort", action="store_true",
+                   help="also create a real onnxruntime CPU session per graph; a graph with an op the "
+                   "installed ORT has no CPU kernel for is SKIPPED, naming the op")
+    p.add_argument("--require-sessions", action="store_true",
+                   help="with --ort: a SKIPPED session fails the check (exit 1) instead of passing")
     p.add_argument("--ort-version", default=None, help="mirror this onnxruntime version (default: the installed one)")
     p.set_defaults(run=run)
 
@@ -43,14 +47,21 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from contracts.runner import check_package
-    from q38.errors import bound_line
+    from q38.errors import FlagError, bound_line
 
+    if args.require_sessions and not args.ort:
+        raise FlagError("--require-sessions needs --ort (no session is created without it)")
     report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
+    skipped = [s for s in report.sessions if s.status == "skipped"]
+    ok = report.ok and not (args.require_sessions and skipped)
     # A hostile value quoted in a violation message stays one bounded line.
     report.violations[:] = [dataclasses.replace(v, message=bound_line(v.message)) for v in report.violations]
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-        return 0 if report.ok else 1
+        doc = report.to_dict()
+        doc["ok"] = ok
+        doc["require_sessions"] = bool(args.require_sessions)
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0 if ok else 1
     out = sys.stdout
     print(
         f"q38 check {report.package}: onnxruntime {report.ort_version}, {len(report.rules_checked)} rules, "
@@ -61,9 +72,17 @@ def run(args: argparse.Namespace) -> int:
         rows: list[tuple[str, ...]] = [(v.rule_id, v.severity, v.graph or "-", v.node or "-", v.message) for v in report.violations]
         print(_table(rows), file=out)
     for s in report.sessions:
-        print(f"session {s.graph}: {s.status}{': ' + s.message if s.message else ''}", file=out)
+        status = s.status.upper() if s.status != "ok" else "ok"
+        print(f"session {s.graph}: {status}{': ' + s.message if s.message else ''}", file=out)
     errors, warnings = len(report.errors), len(report.violations) - len(report.errors)
-    failed = sum(s.status == "failed" for s in report.sessions)
-    print(f"{'FAIL' if not report.ok else 'OK'}: {errors} error(s), {warnings} warning(s)"
-          + (f", {failed} failed session(s)" if args.ort else ""), file=out)  # fmt: skip
-    return 0 if report.ok else 1
+    summary = f"{'OK' if ok else 'FAIL'}: {errors} error(s), {warnings} warning(s)"
+    if args.ort:
+        failed = sum(s.status == "failed" for s in report.sessions)
+        opened = sum(s.status == "ok" for s in report.sessions)
+        summary += f", sessions: {opened} ok, {failed} failed, {len(skipped)} SKIPPED"
+        if skipped and not args.require_sessions:
+            summary += " (not run here; --require-sessions makes a skip fail)"
+        elif skipped:
+            summary += " (--require-sessions: a skip fails)"
+    print(summary, file=out)
+    return 0 if ok else 1

@@ -17,12 +17,18 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="run the main job end to end on the embedded synthetic default",
         description=(
             "Synthesize source bundles, build a folded package, optimize it, convert it for QMoE "
-            "offload and check every result against the ORT contracts; prints a summary."
+            "offload, check every result against the ORT contracts (with real ORT sessions), and for the "
+            "cpu variant export it for onnxruntime-genai and generate tokens. One line per step, as it "
+            "finishes, says what it made and what the figures mean."
         ),
     )
-    p.add_argument("--workdir", default="q38-demo", help="directory for the demo's outputs (must not exist)")
+    p.add_argument("--workdir", default="q38-demo",
+                   help="where the demo writes: each run adds WORKDIR/run-N and deletes nothing; a directory "
+                   "the demo did not make must be empty (default: q38-demo)")
     p.add_argument("--preset", default="full", choices=("tiny", "full"), help="synthetic preset (default: full)")
-    p.add_argument("--variant", default="cpu", choices=("cpu", "faithful"), help="synthetic variant (default: cpu)")
+    p.add_argument("--variant", default="cpu", choices=("cpu", "faithful"),
+                   help="cpu: runs here, ORT sessions and onnxruntime-genai generation included; faithful: built "
+                   "for CUDA (real QSA ops), stops before ORT sessions (default: cpu)")
     p.add_argument("--no-ort", action="store_true", help="skip real onnxruntime session creation in the checks")
     p.set_defaults(run=run)
 

@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["register", "run"]
+__all__ = ["DEFAULT_PROMPT", "register", "run"]
+
+DEFAULT_PROMPT = "1,5,9,17"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -20,8 +22,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "(reflinked, hard-linked or copied). Only cpu-variant, contrib-lineage packages can be exported. "
         "PKG is never modified; OUT must not exist.",
     )
-    p.add_argument("pkg", metavar="PKG", type=Path)
-    p.add_argument("out", metavar="OUT", type=Path)
+    p.add_argument("pkg", metavar="PKG", type=Path, help="cpu-variant package directory (never modified)")
+    p.add_argument("out", metavar="OUT", type=Path, help="model directory to write (must not exist)")
     p.add_argument(
         "--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
         help="how graph and weight files are placed (default auto: reflink, else hard link, else copy)",
@@ -32,31 +34,46 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument(
         "--generate", type=int, default=0, metavar="N",
-        help="after exporting, generate N tokens greedily with onnxruntime-genai on CPU and print them",
+        help="after exporting, generate N tokens greedily with onnxruntime-genai on CPU and print them; "
+        "OUT is written only if generation succeeds (default 0: no generation)",
     )
-    p.add_argument("--prompt", default="1,5,9,17", help="prompt token ids for --generate (comma separated)")
+    p.add_argument("--prompt", default=None, metavar="IDS",
+                   help=f"prompt token ids for --generate, comma-separated (default: {DEFAULT_PROMPT})")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from q38.errors import FlagError
+    from q38.errors import FlagError, quote
     from q38.export_genai import export_genai, generate_tokens
+    from q38.package.staging import StagedDirectory, rename_noreplace
 
+    if args.prompt is not None and not args.generate:
+        raise FlagError("--prompt is only used with --generate N (nothing would be generated)")
+    if args.generate < 0:
+        raise FlagError(f"--generate {args.generate}: expected N >= 0 tokens")
     prompt: list[int] = []
     if args.generate:
+        text = DEFAULT_PROMPT if args.prompt is None else args.prompt
         try:
-            prompt = [int(t) for t in args.prompt.split(",")]
+            prompt = [int(t) for t in text.split(",")]
         except ValueError:
-            raise FlagError(f"--prompt {args.prompt!r}: expected comma-separated token ids") from None
-        if args.generate < 0 or not prompt:
-            raise FlagError("--generate needs N > 0 and a non-empty --prompt")
-    result = export_genai(args.pkg, args.out, link=args.link, provider=args.provider)
-    tokens = generate_tokens(result.out, prompt, args.generate) if args.generate else None
+            raise FlagError(f"--prompt {quote(text)}: expected comma-separated token ids") from None
+    tokens: list[int] | None = None
+    if not args.generate:
+        result = export_genai(args.pkg, args.out, link=args.link, provider=args.provider)
+    else:
+        # Export next to OUT, generate from there, and only then move it into place: a failed
+        # generation leaves no OUT behind.
+        with StagedDirectory(args.out) as staged:
+            inner = staged.path / "model"
+            result = export_genai(args.pkg, inner, link=args.link, provider=args.provider)
+            tokens = generate_tokens(inner, prompt, args.generate)
+            rename_noreplace(inner, staged.dest)
     if args.json:
-        print(json.dumps({"out": str(result.out), "graph": result.graph, "files": result.files,
+        print(json.dumps({"out": str(args.out), "graph": result.graph, "files": result.files,
                           "states": result.states, "tokens": tokens}, sort_keys=True))
     else:
-        print(f"exported {args.pkg} -> {result.out} ({len(result.files)} files, graph {result.graph})")
+        print(f"exported {args.pkg} -> {args.out} ({len(result.files)} files, graph {result.graph})")
         if tokens is not None:
             print("tokens: " + " ".join(str(t) for t in tokens))
     return 0

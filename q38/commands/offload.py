@@ -46,20 +46,21 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description=_DESCRIPTION,
     )
     p.add_argument("out", metavar="OUT", help="output package directory (must not exist)")
-    p.add_argument("--from-package", dest="src", metavar="SRC", required=True, help="source package directory")
+    p.add_argument("--from-package", dest="src", metavar="SRC", required=True, help="source package directory (required; never modified)")
     p.add_argument("--offload-mode", choices=("required", "auto"), default="required",
                    help="required (default): refuse if ORT would not offload a QMoE node; auto: keep such nodes resident")
     p.add_argument("--offload-placement", choices=("adaptive", "static"), default="adaptive",
                    help="session.moe.offload.placement (default adaptive)")
     p.add_argument("--cpu-execution", action="store_true", help="let ORT run cold experts on the CPU")
-    p.add_argument("--device-expert-bytes", type=_nonneg, metavar="BYTES", help="device expert budget")
-    p.add_argument("--host-expert-bytes", type=_nonneg, metavar="BYTES", help="host expert budget")
+    p.add_argument("--device-expert-bytes", type=_nonneg, metavar="BYTES", help="session.moe.offload device expert budget in bytes (default: not set, ORT decides)")
+    p.add_argument("--host-expert-bytes", type=_nonneg, metavar="BYTES", help="session.moe.offload host expert budget in bytes (default: not set, ORT decides)")
     p.add_argument("--expert-profile", metavar="FILE",
-                   help="STRP v1 expert-popularity profile (copied as expert-profile.bin, set as popularity_file)")
+                   help="STRP v1 expert-popularity profile (copied as expert-profile.bin, set as popularity_file; "
+                   "default: none)")
     slots = p.add_mutually_exclusive_group()
-    slots.add_argument("--target-resident-slots", type=_nonneg, metavar="N", help="per-layer resident-slot cap")
+    slots.add_argument("--target-resident-slots", type=_nonneg, metavar="N", help="per-layer resident-slot cap (default: not capped)")
     slots.add_argument("--total-resident-slots", type=_nonneg, metavar="N",
-                       help="total resident slots spread by --expert-profile (met exactly or refused)")
+                       help="total resident slots spread by --expert-profile (met exactly or refused; default: not set)")
     p.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
     p.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
     p.add_argument("--mtp-moe-placement", choices=("cpu_mmap", "host_mapped"), default="cpu_mmap",

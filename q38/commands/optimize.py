@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["register", "run"]
+from q38.commands._options import comma_list
+
+__all__ = ["default_target", "register", "run"]
+
+_LOG = logging.getLogger("q38.optimize")
+
+PASSES_HELP = "rms_norm_rotary, shared_expert, hyper_connection, causal_conv_state, fp8_head"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
@@ -19,28 +27,55 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "(RMSNormRotary, shared-expert projections, HyperConnectionLowRankMix, CausalConvWithState carry "
         "state, FP8 head). SRC is never modified. --target cpu keeps to ops with ORT CPU kernels.",
     )
-    p.add_argument("src", metavar="SRC", type=Path)
-    p.add_argument("out", metavar="OUT", type=Path)
-    p.add_argument("--target", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--passes", nargs="+", metavar="PASS", help="run only these passes (pipeline order kept)")
-    p.add_argument("--skip", nargs="+", metavar="PASS", default=[], help="skip these passes")
+    p.add_argument("src", metavar="SRC", type=Path, help="source package directory (never modified)")
+    p.add_argument("out", metavar="OUT", type=Path, help="output package directory (must not exist)")
+    p.add_argument(
+        "--target", choices=("cuda", "cpu"), default=None,
+        help="the runtime the output is for; cpu keeps to ops with ORT CPU kernels (default: what SRC "
+        "can run: cpu for a cpu-variant package or one whose session options name no CUDA provider, "
+        "else cuda)",
+    )
+    p.add_argument("--passes", type=comma_list(), metavar="PASS,...", default=None,
+                   help=f"run only these passes, comma-separated, in pipeline order ({PASSES_HELP}; default: all)")
+    p.add_argument("--skip", type=comma_list(), action="extend", metavar="PASS,...", default=[],
+                   help="skip these passes, comma-separated (default: none)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
     p.set_defaults(run=run)
+
+
+Target = Literal["cuda", "cpu"]
+
+
+def default_target(src: Path) -> tuple[Target, str]:
+    """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda."""
+    from q38.package import open_package
+
+    pkg = open_package(src)
+    variant = pkg.config.model.qwen38_graph.variant
+    if variant == "cpu":
+        return "cpu", "the package is the cpu variant"
+    providers = [p.name for p in pkg.config.model.decoder.session_options.provider_options]
+    if "cuda" not in providers:
+        return "cpu", "its session options name no CUDA provider"
+    return "cuda", f"the package is the {variant} variant with a CUDA provider"
 
 
 def run(args: argparse.Namespace) -> int:
     from q38.optimize.package_io import optimize_package
 
+    target: Target
+    target, why = (args.target, "--target") if args.target else default_target(args.src)
+    _LOG.info("target %s (%s)", target, why)
     result, counts = optimize_package(
-        args.src, args.out, target=args.target, passes=args.passes, skip=tuple(args.skip)
+        args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip)
     )
     if args.explain:
         for outcome in result.outcomes:
             print(outcome.line())
     if args.json:
-        print(json.dumps({"out": str(args.out), "rewrites": result.rewrites,
+        print(json.dumps({"out": str(args.out), "target": target, "target_reason": why, "rewrites": result.rewrites,
                           "nodes": {k: list(v) for k, v in counts.items()}}, sort_keys=True))
     else:
         summary = ", ".join(f"{k}={v}" for k, v in result.rewrites.items())
-        print(f"optimized {args.src} -> {args.out} ({args.target}): {summary}", file=sys.stdout)
+        print(f"optimized {args.src} -> {args.out} (target {target}: {why}): {summary}", file=sys.stdout)
     return 0

@@ -17,12 +17,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         description="Write a deterministic synthetic Qwen3.8-Flash package (docs/synthetic-model.md) at OUT, "
         "or with --bundles the unassembled source bundles an exporter leaves. OUT must not exist.",
     )
-    p.add_argument("out", metavar="OUT", type=Path)
-    p.add_argument("--preset", default="tiny", choices=("tiny", "full", "large"))
-    p.add_argument("--variant", default="cpu", choices=("faithful", "cpu"))
-    p.add_argument("--layout", default="flat", choices=("flat", "layered"))
-    p.add_argument("--lineage", default="contrib", choices=("contrib", "custom"))
-    p.add_argument("--experts", default="int4", choices=("int4", "nvfp4"))
+    p.add_argument("out", metavar="OUT", type=Path, help="output directory (must not exist)")
+    p.add_argument("--preset", default="tiny", choices=("tiny", "full", "large"),
+                   help="model size: tiny (8 layers, unit tests), full (48 layers, small dimensions), "
+                   "large (full graph with --weight-gb of routed experts)")
+    p.add_argument("--variant", default="cpu", choices=("faithful", "cpu"),
+                   help="cpu: every op has an ORT CPU kernel (runs here); faithful: the real QSA ops "
+                   "(needs a Qwen3.8-capable CUDA build)")
+    p.add_argument("--layout", default="flat", choices=("flat", "layered"),
+                   help="flat: one directory; layered: target/ and head/ packages")
+    p.add_argument("--lineage", default="contrib", choices=("contrib", "custom"),
+                   help="contrib: com.microsoft ops; custom: the qwen.fold custom-op library lineage")
+    p.add_argument("--experts", default="int4", choices=("int4", "nvfp4"), help="routed-expert weight format")
     p.add_argument(
         "--exporter",
         default="research",
@@ -43,7 +49,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="builder only: GatedDeltaNet layers (Qwen3.8, default) or the 0.18.0 builder's "
         "LinearAttentionGate + LinearAttention form",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="weight seed (same arguments, byte-identical output)")
     p.add_argument(
         "--bundles", action="store_true", help="write source bundles instead of a package"
     )
@@ -51,7 +57,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "--weight-gb",
         type=float,
         default=None,
-        help="routed-expert gigabytes (--preset large only)",
+        help="routed-expert gigabytes (--preset large only; default: the preset's size)",
     )
     p.add_argument(
         "--context-length",

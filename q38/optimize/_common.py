@@ -416,6 +416,7 @@ class RewritePass(ir.passes.InPlacePass):
         graph = model.graph
         ctx = RewriteContext(model, self.reader, self.provenance, pass_name=self.name, origins=self.origins)
         self.count = 0
+        declined_before = sum(1 for o in self.outcomes if o.pass_name == self.name and not o.applied)
         for node in self.anchors(graph):
             if node.graph is not graph:  # consumed by an earlier rewrite in this call
                 continue
@@ -442,6 +443,9 @@ class RewritePass(ir.passes.InPlacePass):
             graph.sort()
             if self.contrib_op is not None:
                 ensure_ms_opset(model)
+        declined = sum(1 for o in self.outcomes if o.pass_name == self.name and not o.applied) - declined_before
+        _LOG.info("pass %s on graph %s: %d rewrite(s), %d candidate(s) declined", self.name,
+                  graph.name or "(unnamed)", self.count, declined)
         return ir.passes.PassResult(model, modified=self.count > 0)
 
     def _decline_in_subgraphs(self, model: ir.Model, graph: ir.Graph) -> None:

@@ -14,6 +14,7 @@ would make memory grow with weight bytes. Instead:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ __all__ = [
     "save_graph",
 ]
 
+_LOG = logging.getLogger(__name__)
 _INLINE_LIMIT = 1024
 
 
@@ -245,6 +247,7 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
     Raises:
         GraphError: one line naming the file and the problem.
     """
+    _LOG.info("reading graph %s", clip(path))
     fd = open_regular(path, what="graph", error=GraphError)  # never a FIFO, a device, a directory
     with os.fdopen(fd, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
@@ -346,3 +349,4 @@ def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> N
                 offset += len(raw)
     proto = ir.serde.serialize_model(model)
     path.write_bytes(proto.SerializeToString())
+    _LOG.info("wrote graph %s", path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from q38.package.profile import ExpertProfile, read_profile
 from q38.package.staging import StagedDirectory
 
 __all__ = ["GRAPH_ROLES", "Layout", "Package", "PackageWriter", "open_package"]
+
+_LOG = logging.getLogger(__name__)
 
 Layout = Literal["flat", "layered"]
 GRAPH_ROLES: Final = ("target", "head", "prefill", "s2", "s3", "s4")
@@ -174,6 +177,7 @@ def open_package(path: Path | str) -> Package:
     root = Path(path)
     layout, dirs = _package_dirs(root)
     tdir = dirs["target"]
+    _LOG.info("reading package %s (%s)", clip(root), layout)
     _check_tree(root)
     config_path = _require_file(tdir, CONFIG_FILENAME, what=f"{clip(tdir)}: config")
     config = read_config(config_path)
@@ -277,6 +281,7 @@ class PackageWriter:
         with open(target, "x", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         self.link_modes[rel] = "write"
+        _LOG.info("wrote %s", rel)
         return target
 
     def write_bytes(self, rel: str, data: bytes) -> Path:
@@ -284,6 +289,7 @@ class PackageWriter:
         with open(target, "xb") as fh:
             fh.write(data)
         self.link_modes[rel] = "write"
+        _LOG.info("wrote %s", rel)
         return target
 
     def write_config(self, config: Config, subdir: str = "") -> Path:
@@ -298,6 +304,7 @@ class PackageWriter:
     def place(self, src: Path, rel: str, policy: LinkPolicy = LinkPolicy.COPY) -> LinkMode:
         mode = place_file(src, self._target(rel), policy)
         self.link_modes[rel] = str(mode)
+        _LOG.info("placed %s (%s of %s)", rel, mode, src)
         return mode
 
 

@@ -1,44 +1,99 @@
-"""`q38 demo`: the main job end to end, through the subcommands' own entry points.
+"""`q38 demo`: the main job end to end, through the subcommands' own entry points, explained.
 
 Invariants: every step exits 0 and every produced package passes `q38 check` with real ORT
-sessions; the offload step clears router_weights and adds the runtime profiles; an existing
-workdir is refused with one line and exit 2 (nothing overwritten).
+sessions; the cpu demo ends with onnxruntime-genai generating tokens from the export; each
+step's line says what it made and its figures; warnings are spelled out; the output path and
+the next commands are printed; a rerun adds run-2 and deletes nothing; a directory the demo did
+not make is used only when empty; the faithful variant builds for CUDA and stops before ORT
+sessions with a note; the elapsed-time ticker draws only on a terminal.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from q38.cli import main
+from q38.demo import MARKER, _ticker, prepare_workdir
 
 
 @pytest.mark.slow
-def test_demo_runs_every_step_and_every_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_runs_every_step_explains_it_and_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     workdir = tmp_path / "demo"
-    assert main(["demo", "--workdir", str(workdir), "--preset", "tiny", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["ok"] is True
-    names = [s["step"] for s in report["steps"]]
-    assert names == ["synth", "build", "optimize", "offload", "check build", "check optimize", "check offload"]
-    assert all(s["exit_code"] == 0 for s in report["steps"])
-    by = {s["step"]: s["facts"] for s in report["steps"]}
-    assert by["optimize"]["rewrites"] > 0
-    assert by["offload"]["runtime profiles"] == 4
-    assert by["offload"]["router_weights cleared"] == 17
-    assert by["offload"]["graphs"] == 6
+    assert main(["demo", "--workdir", str(workdir), "--preset", "tiny"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    run = workdir / "run-1"
+    assert out[0] == f"q38 demo: the main job on the tiny synthetic package (cpu variant), in {run}"
+    steps = [line for line in out if line.startswith("[")]
+    assert [line.split()[1] for line in steps] == [
+        "synth", "build", "optimize", "offload", "check", "check", "check", "export-genai"]
+    by = {" ".join(line.split("]", 1)[1].split()[:2]) if "check" in line else line.split()[1]: line for line in steps}
+    assert "29 exporter patterns fused into com.microsoft contrib ops" in by["optimize"]
+    assert "target cpu: the package is the cpu variant" in by["optimize"]
+    assert "9 QMoE expert nodes left for ORT to offload" in by["offload"]
+    assert "router_weights cleared on 17 QMoE nodes" in by["offload"]
     for name in ("check build", "check optimize", "check offload"):
-        assert by[name]["errors"] == 0
-        assert by[name]["ort sessions"] >= 3
-    assert sorted(p.name for p in workdir.iterdir()) == ["built", "bundles", "offloaded", "optimized"]
+        assert "0 error(s)" in by[name] and "real onnxruntime CPU sessions:" in by[name] and " created" in by[name]
+    assert "it generated 8 tokens greedily from prompt ids 1,5,9,17: " in by["export-genai"]
+    warnings = out.index(next(line for line in out if line.startswith("warnings (")))
+    assert out[warnings + 1].startswith("  PKG-HARDLINK-001: ") or out[warnings + 1].startswith("  ")
+    assert f"output: {run / 'offloaded'} (the QMoE-offload package; every step's output is in {run})" in out
+    assert f"next: q38 diff {run / 'built'} {run / 'optimized'}   # what optimize changed, node by node" in out
+    assert sorted(p.name for p in run.iterdir()) == ["built", "bundles", "exported", "offloaded", "optimized"]
+
+    # A rerun writes run-2 next to run-1, which stays as it was.
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    assert main(["demo", "--workdir", str(workdir), "--preset", "tiny", "--json", "--no-ort"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["run"] == str(workdir / "run-2")
+    facts = {s["step"]: s["facts"] for s in report["steps"]}
+    assert facts["optimize"]["rewrites"] == 29 and facts["offload"]["router_weights_cleared"] == 17
+    assert facts["check offload"]["errors"] == 0 and facts["check offload"]["sessions_ok"] == 0
+    assert len(facts["export-genai"]["tokens"]) == 8
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
 
 
-def test_demo_refuses_an_existing_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.slow
+def test_faithful_demo_builds_for_cuda_and_stops_before_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--workdir", str(tmp_path / "d"), "--preset", "tiny", "--variant", "faithful"]) == 0
+    out = capsys.readouterr().out
+    assert "target cuda: the package is the faithful variant with a CUDA provider" in out
+    assert "no ORT session (not run on this build)" in out and "export-genai" not in out
+    assert "note: the faithful variant uses QSA ops that no ORT CPU build has kernels for" in out
+    config = json.loads((tmp_path / "d" / "run-1" / "built" / "genai_config.json").read_text())
+    assert "cuda" in json.dumps(config["model"]["decoder"]["session_options"]["provider_options"])
+
+
+def test_demo_refuses_a_directory_it_did_not_make_unless_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "keep.txt").write_text("mine")
     assert main(["demo", "--workdir", str(tmp_path / "demo")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--workdir" in err[0] and "exists" in err[0]
+    assert len(err) == 1 and "--workdir" in err[0] and "was not made by q38 demo" in err[0]
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["keep.txt"]
     assert (tmp_path / "demo" / "keep.txt").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    assert prepare_workdir(tmp_path / "empty") == tmp_path / "empty" / "run-1"
+    assert (tmp_path / "empty" / MARKER).is_file()
+    assert prepare_workdir(tmp_path / "empty") == tmp_path / "empty" / "run-2"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match="exists and is not a directory"):
+        prepare_workdir(tmp_path / "file")
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_ticker_draws_elapsed_seconds_on_a_terminal_only() -> None:
+    tty, pipe = _Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        with _ticker("[1/8] synth", stream):
+            time.sleep(1.7)
+    assert "\r[1/8] synth ... 1 s" in tty.getvalue() and tty.getvalue().endswith("\r\x1b[K")
+    assert pipe.getvalue() == ""

@@ -64,12 +64,17 @@ def test_check_ort_prints_one_line_per_session(tiny_faithful_package: Path, caps
     code = main(["check", str(tiny_faithful_package), "--ort"])
     out = capsys.readouterr().out
     if not _V132:  # 1.31.1's schema refuses the fp16 GatedDeltaNet decay/beta: the contract says so too
-        assert code == 1 and "ORT-SCHEMA-002" in out and "session target: failed: " in out
+        assert code == 1 and "ORT-SCHEMA-002" in out and "session target: FAILED: " in out
         return
     assert code == 0
-    assert "OK: 0 error(s)" in out and "0 failed session(s)" in out
-    assert "session target: skipped: op SparseAttentionIndexer has no CPU kernel" in out
+    assert "OK: 0 error(s)" in out and ", 1 failed, " not in out and " SKIPPED (not run here; --require-sessions" in out
+    assert "session target: SKIPPED: op SparseAttentionIndexer has no CPU kernel" in out
     assert "session head: ok" in out
+    # --require-sessions: the same skip fails the check.
+    assert main(["check", str(tiny_faithful_package), "--ort", "--require-sessions"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].startswith("FAIL: 0 error(s), 0 warning(s), sessions: ")
+    assert out.splitlines()[-1].endswith(" SKIPPED (--require-sessions: a skip fails)")
 
 
 BROKEN: list[tuple[str, str, Callable[[Path], None], str]] = [

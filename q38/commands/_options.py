@@ -1,0 +1,53 @@
+"""Option helpers shared by the subcommands (standard library only: ``--help`` imports this).
+
+* :class:`HelpFormatter`: every option's help states its default (unless the text already
+  does, or there is none to state) and its choices, so ``q38 CMD --help`` is the reference.
+* :func:`comma_list`: list options take one comma-separated value (``--passes a,b``), so a
+  list option can never swallow the positional arguments that follow it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["HelpFormatter", "comma_list"]
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, plus ``(default: X)`` and ``(choices: a, b)`` where they inform."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if text == argparse.SUPPRESS:
+            return text
+        extra = []
+        # Choices show as {a,b} in the option's syntax unless a metavar hides them.
+        if action.choices is not None and action.metavar is not None and "choices" not in text:
+            extra.append("choices: " + ", ".join(str(c) for c in action.choices))
+        default = action.default
+        shown = not (
+            default is None or default is False or default == [] or default == () or default == argparse.SUPPRESS
+            or isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
+        )
+        if shown and action.option_strings and "default" not in text.lower():
+            if isinstance(default, (list, tuple)):
+                default = ",".join(str(d) for d in default)
+            extra.append(f"default: {default}")
+        if not extra:
+            return text
+        note = "; ".join(extra).replace("%", "%%")  # argparse %-formats help text
+        return f"{text} ({note})" if text else note
+
+
+def comma_list(item: Callable[[str], object] = str) -> Callable[[str], list[object]]:
+    """An argparse ``type`` for ``a,b,c``: a non-empty list, each item through ``item``."""
+
+    def parse(text: str) -> list[object]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        return [item(p) for p in parts]
+
+    parse.__name__ = "comma-separated list"
+    return parse
