@@ -59,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = report.to_dict()
         doc["ok"] = ok
-        doc["require_sessions"] = bool(args.require_sessions)
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0 if ok else 1
     out = sys.stdout
