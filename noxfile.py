@@ -54,10 +54,10 @@ def cpu(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 @nox.parametrize("ort", ["1.32.0", "1.31.1"])
 def contracts(session: nox.Session, ort: str) -> None:
-    """The contract and differential tests (and the CPU-kernel probe's facts) against one onnxruntime version."""
+    """The contract and differential tests, the CPU-kernel facts and the real fixtures against one onnxruntime version."""
     _install(session, ort=f"onnxruntime=={ort}")
     _print_env(session)
-    _pytest(session, "tests/unit/contracts", "tests/unit/ortkernels")
+    _pytest(session, "tests/unit/contracts", "tests/unit/ortkernels", "tests/unit/realfixtures")
 
 
 @nox.session(python=PYTHON)

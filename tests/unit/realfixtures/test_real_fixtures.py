@@ -172,7 +172,6 @@ def test_int4_cpu_mtp_has_a_separate_mtp_graph_with_shared_initializers() -> Non
             assert int(entry["offset"]) + int(entry["length"]) <= (REAL / "int4-cpu-mtp" / entry["data_file"]).stat().st_size
 
 
-@pytest.mark.skipif(not V132, reason="the int4 cpu exports target onnxruntime 1.32.0")
 @pytest.mark.parametrize(("name", "filename"), [("int4-cpu", "model.onnx"), ("int4-cpu-mtp", "model.onnx"), ("int4-cpu-mtp", "mtp.onnx")])
 def test_int4_cpu_graphs_create_real_cpu_sessions(name: str, filename: str) -> None:
     so = ort.SessionOptions()
@@ -219,13 +218,16 @@ def test_onnxruntime_genai_generates_the_recorded_greedy_tokens() -> None:
     assert tokens == recorded["tokens"]
 
 
-@pytest.mark.skipif(not V132, reason="the CPU kernels of onnxruntime 1.32.0")
 def test_check_ort_skips_the_paged_cuda_fixture_naming_the_op(capsys: pytest.CaptureFixture[str]) -> None:
     from q38.cli import main
 
     assert main(["check", str(REAL / "fp16-cuda-paged"), "--ort"]) == 0
     out = capsys.readouterr().out
-    assert "session decoder: skipped: op PagedAttention has no CPU kernel\n" in out
+    expected = {  # the installed ORT's own kernels decide (1.31.1 has no Varlen conv / GatedDeltaNet)
+        "1.32.0": "op PagedAttention has no CPU kernel",
+        "1.31.1": "op VarlenCausalConvWithState has no CPU kernel (nor GatedDeltaNet, PagedAttention)",
+    }[ort.__version__]
+    assert f"session decoder: skipped: {expected}\n" in out
     assert main(["check", str(REAL / "int4-cpu-mtp"), "--ort"]) == 0
     out = capsys.readouterr().out
     assert "session decoder: ok\n" in out and "session mtp: ok\n" in out
