@@ -227,7 +227,7 @@ def test_check_ort_skips_the_paged_cuda_fixture_naming_the_op(capsys: pytest.Cap
         "1.32.0": "op PagedAttention has no CPU kernel",
         "1.31.1": "op VarlenCausalConvWithState has no CPU kernel (nor GatedDeltaNet, PagedAttention)",
     }[ort.__version__]
-    assert f"session decoder: skipped: {expected}\n" in out
+    assert f"session decoder: SKIPPED: {expected}\n" in out
     assert main(["check", str(REAL / "int4-cpu-mtp"), "--ort"]) == 0
     out = capsys.readouterr().out
     assert "session decoder: ok\n" in out and "session mtp: ok\n" in out
