@@ -17,6 +17,7 @@ PYTHON = "3.11"
 PROJECT = nox.project.load_toml("pyproject.toml")
 TEST_DEPS = nox.project.dependency_groups(PROJECT, "test")
 LINT_DEPS = nox.project.dependency_groups(PROJECT, "lint")
+MUTATION_DEPS = nox.project.dependency_groups(PROJECT, "mutation")
 ORT_DEFAULT = "onnxruntime==1.32.0"
 ORT_GPU_DEFAULT = "onnxruntime-gpu==1.31.1"
 
@@ -66,6 +67,17 @@ def lint(session: nox.Session) -> None:
     session.install(*LINT_DEPS, "numpy>=1.26", "onnx>=1.23.2", "onnx-ir>=1.1.0")
     session.run("ruff", "check", "q38", "contracts", "noxfile.py")
     session.run("mypy", "q38", "contracts")
+
+
+@nox.session(python=PYTHON, default=False)
+def mutation(session: nox.Session) -> None:
+    """mutmut over one package per posarg (default: q38/optimize and contracts), targeted tests.
+
+    `nox -s mutation -- contracts --fail-under 85`; see tests/mutation/mutate.py for the options
+    (--keep reuses mutmut's cached verdicts, --no-run only reports the last run).
+    """
+    _install(session, *MUTATION_DEPS)
+    session.run("python", "tests/mutation/mutate.py", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
 import onnx_ir as ir
 
 from q38._ops import MS_DOMAIN, MS_OPSET
+from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
+from q38.optimize.graph_order import NodeOrder, remove_dead
 from q38.ort_kernels import cpu_kernels
 
 __all__ = [
     "SUBGRAPH_REASON",
+    "UNRECOGNISED_REASON",
     "Decline",
     "Outcome",
     "RewriteContext",
@@ -56,6 +59,8 @@ _LOG = logging.getLogger(__name__)
 
 Target = Literal["cuda", "cpu"]
 SUBGRAPH_REASON = "inside a subgraph (only the top-level graph is rewritten)"
+# Recorded for an anchor a pass neither matched nor declined; the tests require none.
+UNRECOGNISED_REASON = "anchor not recognised by the pass (no specific reason)"
 TensorReader = Callable[[ir.Value], np.ndarray]
 
 
@@ -86,20 +91,6 @@ def default_reader(value: ir.Value) -> np.ndarray:
     if tensor is None:
         raise ValueError(f"value {value.name!r} has no constant")
     return tensor.numpy()
-
-
-def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
-    """The graph and every subgraph below it (If/Loop/Scan bodies, nested)."""
-    yield graph
-    for node in graph:
-        for attr in node.attributes.values():
-            if not isinstance(attr, ir.Attr):
-                continue
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from iter_graphs(attr.as_graph())  # type: ignore[arg-type]
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.as_graphs():
-                    yield from iter_graphs(sub)  # type: ignore[arg-type]
 
 
 def captured_by_subgraph(value: ir.Value) -> bool:
@@ -180,86 +171,8 @@ def ensure_ms_opset(model: ir.Model) -> None:
             return
 
 
-def check_topological(graph: ir.Graph) -> str | None:
-    """None when every value is defined before it is read (captured values included)."""
-    defined: set[int] = set()
-
-    def visit(g: ir.Graph) -> str | None:
-        for value in (*g.inputs, *g.initializers.values()):
-            defined.add(id(value))
-        for node in g:
-            for read in node.inputs:
-                if read is not None and read.producer() is not None and id(read) not in defined:
-                    return f"node {node.op_type} {node.name!r} reads {read.name!r} before it is produced"
-            for attr in node.attributes.values():
-                if not isinstance(attr, ir.Attr):
-                    continue
-                subs: list[ir.Graph] = []
-                if attr.type == ir.AttributeType.GRAPH:
-                    subs = [attr.as_graph()]  # type: ignore[list-item]
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    subs = list(attr.as_graphs())  # type: ignore[arg-type]
-                for sub in subs:
-                    problem = visit(sub)
-                    if problem:
-                        return problem
-            for value in node.outputs:
-                defined.add(id(value))
-        return None
-
-    return visit(graph)
-
-
-def _all_names(model: ir.Model) -> tuple[set[str], set[str]]:
-    values: set[str] = set()
-    nodes: set[str] = set()
-    for graph in iter_graphs(model.graph):
-        for value in (*graph.inputs, *graph.outputs, *graph.initializers.values()):
-            if value.name:
-                values.add(value.name)
-        for node in graph:
-            if node.name:
-                nodes.add(node.name)
-            for used in (*node.inputs, *node.outputs):
-                if used is not None and used.name:
-                    values.add(used.name)
-    return values, nodes
-
-
-def duplicate_value_names(model: ir.Model) -> list[str]:
-    """Names given to two distinct values visible in one scope (a graph and its ancestors).
-
-    Sibling subgraphs (an If's then/else branches) may reuse names: they are separate scopes.
-    """
-    dups: list[str] = []
-
-    def visit(graph: ir.Graph, outer: dict[str, int]) -> None:
-        scope = dict(outer)
-        produced = [*graph.inputs, *graph.initializers.values()]
-        for node in graph:
-            produced.extend(node.outputs)
-        for value in produced:
-            if not value.name:
-                continue
-            if value.name in scope and scope[value.name] != id(value):
-                dups.append(value.name)
-            scope.setdefault(value.name, id(value))
-        for node in graph:
-            for attr in node.attributes.values():
-                if not isinstance(attr, ir.Attr):
-                    continue
-                if attr.type == ir.AttributeType.GRAPH:
-                    visit(attr.as_graph(), scope)  # type: ignore[arg-type]
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    for sub in attr.as_graphs():
-                        visit(sub, scope)  # type: ignore[arg-type]
-
-    visit(model.graph, {})
-    return dups
-
-
 class RewriteContext:
-    """Per-call state of a pass: collision-free names, the weight reader, caches, provenance."""
+    """Per-call state of a pass: collision-free names, node positions, the weight reader, caches, provenance."""
 
     def __init__(
         self,
@@ -269,32 +182,33 @@ class RewriteContext:
         *,
         pass_name: str = "",
         origins: dict[str, str] | None = None,
+        names: NameTable | None = None,
+        graph: ir.Graph | None = None,
     ):
         self.model = model
-        self.graph = model.graph
+        self.graph = graph if graph is not None else model.graph
         self.reader = reader
         self.provenance = provenance
         self.pass_name = pass_name
         self.origins: dict[str, str] = origins if origins is not None else {}
-        self._values, self._nodes = _all_names(model)
+        self.names = names if names is not None else NameTable(model)
+        self.order = NodeOrder(self.graph)
         # Keyed by the identity of the source values, so shared weights stay shared.
         self.cache: dict[tuple[object, ...], ir.Value] = {}
         self.orphan_candidates: list[ir.Value] = []
+        self.inserted: list[ir.Node] = []
 
     def value_name(self, base: str) -> str:
-        return self._fresh(base, self._values)
+        return self.names.fresh_value(base)
 
     def node_name(self, base: str) -> str:
-        return self._fresh(base, self._nodes)
+        return self.names.fresh_node(base)
 
-    @staticmethod
-    def _fresh(base: str, taken: set[str]) -> str:
-        name, i = base, 1
-        while name in taken:
-            name = f"{base}_{i}"
-            i += 1
-        taken.add(name)
-        return name
+    def insert(self, new_nodes: Sequence[ir.Node], *, inputs: Iterable[ir.Value | None],
+               matched: Sequence[ir.Node]) -> None:
+        """Insert ``new_nodes`` where their inputs exist and before the readers of what they replace."""
+        self.order.insert(new_nodes, inputs=inputs, matched=matched)
+        self.inserted.extend(new_nodes)
 
     def add_initializer(self, base: str, array: np.ndarray, sources: Sequence[ir.Value]) -> ir.Value:
         """Register a new initializer (fresh name) and record where its bytes came from."""
@@ -314,6 +228,8 @@ class RewriteContext:
         for node in candidates:
             self.orphan_candidates.extend(v for v in node.inputs if v is not None and v.is_initializer())
         remove_dead(self.graph, candidates)
+        self.order.verify(self.inserted)
+        self.inserted.clear()
 
     def drop_orphans(self) -> None:
         """Remove source initializers no longer read anywhere (a subgraph capture is a read)."""
@@ -346,11 +262,6 @@ def replace_value(old: ir.Value, new: ir.Value, graph: ir.Graph) -> None:
     old.replace_all_uses_with(new)
 
 
-def remove_nodes(graph: ir.Graph, nodes: Iterable[ir.Node]) -> None:
-    """Remove matched nodes whose outputs nobody reads any more (checked, not assumed)."""
-    graph.remove(list(nodes), safe=True)
-
-
 class RewritePass(ir.passes.InPlacePass):
     """Base of every q38 rewrite: candidate loop, target gating, outcomes and invariants.
 
@@ -369,6 +280,8 @@ class RewritePass(ir.passes.InPlacePass):
         outcomes: list[Outcome] | None = None,
         provenance: dict[str, list[str]] | None = None,
         origins: dict[str, str] | None = None,
+        names: NameTable | None = None,
+        check_requires: bool = True,
     ) -> None:
         super().__init__()
         self.target = target
@@ -376,7 +289,12 @@ class RewritePass(ir.passes.InPlacePass):
         self.outcomes: list[Outcome] = outcomes if outcomes is not None else []
         self.provenance: dict[str, list[str]] = provenance if provenance is not None else {}
         self.origins: dict[str, str] = origins if origins is not None else {}
+        # One name table for the passes of one pipeline run (None: built per call).
+        self.names = names
+        # False when the previous pass's ensures already proved this pass's requires.
+        self.check_requires = check_requires
         self.count = 0
+        self.sorted = 0  # graph sorts this pass needed (0 for every exporter form)
 
     # -- to implement ---------------------------------------------------------------------------
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
@@ -391,39 +309,43 @@ class RewritePass(ir.passes.InPlacePass):
 
     # -- machinery ------------------------------------------------------------------------------
     def requires(self, model: ir.Model) -> None:
-        problem = check_topological(model.graph)
+        if not self.check_requires:
+            return
+        problem = invariant_problem(model)
         if problem:
-            raise ValueError(f"{self.name}: input graph is not topologically sorted: {problem}")
+            raise ValueError(f"{self.name}: input {problem}")
 
     def ensures(self, model: ir.Model) -> None:
-        problem = check_topological(model.graph)
+        problem = invariant_problem(model)
         if problem:
-            raise ValueError(f"{self.name}: output graph is not topologically sorted: {problem}")
-        dups = duplicate_value_names(model)
-        if dups:
-            raise ValueError(f"{self.name}: duplicate value names after rewrite: {dups[:5]}")
+            raise ValueError(f"{self.name}: output {problem}")
         if self.count and self.contrib_op and MS_DOMAIN not in model.opset_imports:
             raise ValueError(f"{self.name}: com.microsoft opset import missing")
 
     @staticmethod
-    def describe(node: ir.Node, graph: ir.Graph) -> str:
+    def describe(node: ir.Node, order: NodeOrder) -> str:
         if node.name:
             return node.name
-        index = next((i for i, n in enumerate(graph) if n is node), -1)
-        return f"<unnamed {node.op_type} #{index}>"
+        return f"<unnamed {node.op_type} #{order.index(node)}>"
+
+    def context(self, model: ir.Model, graph: ir.Graph | None = None) -> RewriteContext:
+        names = self.names if self.names is not None else NameTable(model)
+        self.names = names  # a pass that calls itself twice (two phases) shares one table
+        return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
+                              origins=self.origins, names=names, graph=graph)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        ctx = RewriteContext(model, self.reader, self.provenance, pass_name=self.name, origins=self.origins)
+        ctx = self.context(model)
         self.count = 0
         declined_before = sum(1 for o in self.outcomes if o.pass_name == self.name and not o.applied)
         for node in self.anchors(graph):
             if node.graph is not graph:  # consumed by an earlier rewrite in this call
                 continue
-            anchor = self.describe(node, graph)
+            anchor = self.describe(node, ctx.order)
             found = self.match(ctx, node)
-            if found is None:
-                continue
+            if found is None:  # a safety net: every pass declines its anchors with a reason
+                found = Decline(UNRECOGNISED_REASON)
             if isinstance(found, Decline):
                 self._record(anchor, False, found.reason)
                 continue
@@ -440,7 +362,10 @@ class RewritePass(ir.passes.InPlacePass):
         self._decline_in_subgraphs(model, graph)
         if self.count:
             ctx.drop_orphans()
-            graph.sort()
+            if ctx.order.needs_sort:
+                _LOG.debug("%s: a rewrite had no sorted place; sorting the graph once", self.name)
+                graph.sort()
+                self.sorted += 1
             if self.contrib_op is not None:
                 ensure_ms_opset(model)
         declined = sum(1 for o in self.outcomes if o.pass_name == self.name and not o.applied) - declined_before
@@ -450,16 +375,12 @@ class RewritePass(ir.passes.InPlacePass):
 
     def _decline_in_subgraphs(self, model: ir.Model, graph: ir.Graph) -> None:
         """Report every candidate found inside a subgraph as declined (never rewritten)."""
-        subgraphs = [g for g in iter_graphs(graph) if g is not graph]
-        if not subgraphs:
-            return
-        for sub in subgraphs:
-            sub_ctx = RewriteContext(model, self.reader, {}, pass_name=self.name, origins={})
-            sub_ctx.graph = sub
+        for sub in iter_graphs(graph):
+            if sub is graph:
+                continue
+            order = NodeOrder(sub)
             for node in self.anchors(sub):
-                if self.match(sub_ctx, node) is not None:
-                    anchor = self.describe(node, sub)
-                    self._record(anchor, False, SUBGRAPH_REASON)
+                self._record(self.describe(node, order), False, SUBGRAPH_REASON)
 
     def _record(self, anchor: str, applied: bool, reason: str = "") -> None:
         outcome = Outcome(self.name, anchor, applied, reason)
@@ -496,27 +417,6 @@ def attr_ints(node: ir.Node, key: str) -> list[int] | None:
 
 def inp(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
-
-
-def remove_dead(graph: ir.Graph, candidates: Sequence[ir.Node]) -> None:
-    """Remove those of ``candidates`` whose outputs nobody reads, to a fixed point.
-
-    Only the given nodes are considered: a rewrite removes what it matched (and shared producers
-    such as rotary caches once their last reader is gone), never unrelated dead code.
-    """
-    pending = [n for n in candidates if n.graph is graph]
-    changed = True
-    while changed:
-        changed = False
-        for node in list(pending):
-            if node.graph is not graph:
-                pending.remove(node)
-                continue
-            if any(out.uses() or out.is_graph_output() for out in node.outputs):
-                continue
-            graph.remove(node, safe=True)
-            pending.remove(node)
-            changed = True
 
 
 def value_dtype(value: ir.Value | None) -> ir.DataType | None:

@@ -112,10 +112,10 @@ class FuseCausalConvStatePass(RewritePass):
         assert w is not None and w.shape is not None
         return (int(w.shape[2]) - 1) * int(attr_int(conv, "dilation", 1))  # type: ignore[arg-type]
 
-    def match(self, ctx: RewriteContext, conv: ir.Node) -> _Match | Decline | None:
+    def match(self, ctx: RewriteContext, conv: ir.Node) -> _Match | Decline:
         x, past = inp(conv, 0), inp(conv, 3)
         if x is None or past is None:
-            return None
+            return Decline("conv has no past_state input (no state to carry)")
         concats = [u.node for u in past.uses() if u.node.op_type == "Concat" and u.idx == 0 and u.node.graph is ctx.graph]
         first_token = [
             u.node for u in past.uses()
@@ -123,7 +123,10 @@ class FuseCausalConvStatePass(RewritePass):
             and any(v.node.op_type == "Concat" for v in u.node.outputs[0].uses())
         ]
         if not concats and not first_token:
-            return None
+            state = conv.outputs[1] if len(conv.outputs) > 1 else None
+            if state is not None and (state.uses() or state.is_graph_output()):
+                return Decline("present_state output already carries the state (no carry chain to remove)")
+            return Decline("no Concat/Slice carry chain reads the past state")
         declined = self._guards(ctx, conv)
         if declined:
             return declined
@@ -183,7 +186,7 @@ class FuseCausalConvStatePass(RewritePass):
             removed = [concat, tail, head]
             channels_last = False
         if len(conv.outputs) > 1 and conv.outputs[1].uses() and not channels_last:
-            return None if conv.outputs[1] is present else Decline("present_state output already has consumers")
+            return Decline("present_state output already has consumers")
         if not channels_last:
             if pT is not None and _is_transpose021(pT) != _is_transpose021(xT):
                 return Decline("input and state layouts differ (one transposed, one not)")
@@ -219,6 +222,11 @@ class FuseCausalConvStatePass(RewritePass):
             if not state.name:
                 state.name = ctx.value_name(f"{conv.name or 'conv'}/present_state")
             copy_type(state, match.present)
+            if any(not ctx.order.before(conv, use.node) for use in match.present.uses()):
+                # A reader of the carried state sits before the conv (the Slice did not depend on
+                # it): move the conv up to just after its inputs' producers.
+                ctx.order.move(conv, matched=match.removed)
+                ctx.inserted.append(conv)
             replace_value(match.present, state, ctx.graph)
             ctx.remove_dead(match.removed)
             return
@@ -233,7 +241,7 @@ class FuseCausalConvStatePass(RewritePass):
         for new_out, old, tag in ((new.outputs[0], match.out, "output"), (new.outputs[1], match.present, "present_state")):
             new_out.name = ctx.value_name(f"{conv.name or 'conv'}/{tag}_cl")
             copy_type(new_out, old)
-        ctx.graph.insert_before(conv, new)
+        ctx.insert([new], inputs=inputs, matched=[conv, *match.removed])
         replace_value(match.out, new.outputs[0], ctx.graph)
         replace_value(match.present, new.outputs[1], ctx.graph)
         ctx.remove_dead([*match.removed[:3], conv, *match.removed[3:]])

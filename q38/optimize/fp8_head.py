@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from q38._ops import MATMUL_FP8, MS_DOMAIN
+from q38._ops import MATMUL_FP8, MATMUL_NBITS, MS_DOMAIN
 from q38.optimize._common import (
     Decline,
     RewriteContext,
@@ -67,9 +67,12 @@ class QuantizeFp8HeadPass(RewritePass):
             n for n in graph
             if (n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.outputs[0].is_graph_output())
             or (n.op_type == MATMUL_FP8 and n.domain == MS_DOMAIN)
+            or (n.op_type == MATMUL_NBITS and n.domain == MS_DOMAIN and n.outputs[0].is_graph_output())
         ]
 
-    def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline | None:
+    def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline:
+        if node.op_type == MATMUL_NBITS:
+            return Decline("head projection is already quantized (MatMulNBits); FP8 needs a float weight")
         if node.op_type == MATMUL_FP8:
             scale = node.inputs[2] if len(node.inputs) > 2 else None
             if scale is not None and scale.dtype not in (None, ir.DataType.FLOAT):
@@ -118,6 +121,6 @@ class QuantizeFp8HeadPass(RewritePass):
         copy_type(new.outputs[0], out)
         if new.outputs[0].dtype is None:
             new.outputs[0].type = ir.TensorType(match.dtype)
-        ctx.graph.insert_before(node, new)
+        ctx.insert([new], inputs=new.inputs, matched=[node])
         replace_value(out, new.outputs[0], ctx.graph)
         ctx.remove_dead([node])

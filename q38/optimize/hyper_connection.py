@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import onnx_ir as ir
 
 from q38._ops import (
@@ -36,14 +37,18 @@ from q38.optimize._common import (
     Decline,
     RewriteContext,
     RewritePass,
+    TensorReader,
     attr_float,
     attr_int,
+    attr_ints,
     captured_by_subgraph,
     check_private,
+    const_ints,
     const_scalar,
     copy_type,
     inp,
     producer_of,
+    rank_of,
     replace_value,
 )
 
@@ -52,13 +57,26 @@ __all__ = ["FuseHyperConnectionPass"]
 DEFAULT_EPSILON = 1e-5
 
 
+@dataclasses.dataclass(frozen=True)
+class _Packed:
+    """A column range [start, stop) of the packed [down|inject] projection weight."""
+
+    weight: ir.Value
+    start: int
+    stop: int
+
+
+_Weight = ir.Value | _Packed  # a weight as it is, or a slice of the packed one
+
+
 @dataclasses.dataclass
 class _Chain:
     x: ir.Value
-    weights: tuple[ir.Value, ir.Value, ir.Value, ir.Value]  # norm_scale, down, up, inject
+    weights: tuple[ir.Value, _Weight, ir.Value, _Weight | None]  # norm_scale, down, up, inject (None: zeros)
     attrs: dict[str, float | int]
     pre: ir.Value
-    post_gate: ir.Value
+    post_gate: ir.Value | None  # None: a final mixer (no inject, no combine)
+    pre_mix: ir.Node
     nodes: list[ir.Node]
 
 
@@ -66,6 +84,16 @@ class _Chain:
 class _Prologue:
     mix: ir.Node
     post: ir.Node
+
+
+@dataclasses.dataclass
+class _Inject:
+    value: ir.Value | None  # the (..., C) projection output; None when there is none
+    weight: _Weight | None
+    nodes: list[ir.Node]
+    post_gate: ir.Value | None
+    gate_div: float = 1.0
+    gate_mul: float = 1.0
 
 
 def _ms(node: ir.Node | None, op: str) -> bool:
@@ -83,16 +111,28 @@ def _static_2d(value: ir.Value) -> tuple[int, int] | None:
     return int(shape[0]), int(shape[1])  # type: ignore[arg-type]
 
 
-def _check_weight_shapes(weights: tuple[ir.Value | None, ...], c: int) -> Decline | None:
+def _shape_2d(weight: _Weight | None) -> tuple[int, int] | None:
+    if weight is None:
+        return None
+    if isinstance(weight, _Packed):
+        full = _static_2d(weight.weight)
+        return (full[0], weight.stop - weight.start) if full is not None else None
+    return _static_2d(weight)
+
+
+def _source(weight: _Weight) -> ir.Value:
+    return weight.weight if isinstance(weight, _Packed) else weight
+
+
+def _check_weight_shapes(scale: ir.Value, down: _Weight, up: ir.Value, inject: _Weight | None, c: int) -> Decline | None:
     """LowRankMix needs norm_scale (C*H), down (C*H, R), up (R, C*H), inject (C*H, C).
 
     The unfused ops are laxer (BranchwiseRMSNorm takes an (H) scale, PreMix takes (..., C) branch
     gates from an (R, C) up projection), so the layouts are proved here, not assumed.
     """
-    scale, down, up, inject = weights
-    assert scale is not None and down is not None and up is not None and inject is not None
-    d, u, j = _static_2d(down), _static_2d(up), _static_2d(inject)
-    if d is None or u is None or j is None:
+    d, u = _shape_2d(down), _static_2d(up)
+    j = _shape_2d(inject) if inject is not None else None
+    if d is None or u is None or (inject is not None and j is None):
         return Decline("hyper-connection projection weights are not static 2-D tensors")
     ch, r = d
     if ch % c or scale.shape is None or scale.shape[0] != ch:
@@ -100,9 +140,31 @@ def _check_weight_shapes(weights: tuple[ir.Value | None, ...], c: int) -> Declin
         return Decline(f"norm scale {scale.name!r} length {length} is not C*H = {ch} (down rows)")
     if u != (r, ch):
         return Decline(f"up weight {up.name!r} shape {list(u)} is not (R, C*H) = {[r, ch]} (per-feature gates)")
-    if j != (ch, c):
-        return Decline(f"inject weight {inject.name!r} shape {list(j)} is not (C*H, C) = {[ch, c]}")
+    if j is not None and j != (ch, c):
+        return Decline(f"inject weight {_source(inject).name!r} shape {list(j)} is not (C*H, C) = {[ch, c]}")  # type: ignore[arg-type]
     return None
+
+
+def _split_weight(split: ir.Node, k: int, reader: TensorReader) -> _Packed | None:
+    """Columns of the packed weight behind output ``k`` of ``split`` (checked by ``_down``)."""
+    packed = producer_of(inp(split, 0), "MatMul")
+    w = packed.inputs[1] if packed is not None else None
+    shape = _static_2d(w) if w is not None else None
+    sizes = _split_sizes(split, shape[1], reader) if shape is not None else None
+    if w is None or sizes is None or len(sizes) != 2:
+        return None
+    start = sum(sizes[:k])
+    return _Packed(w, start, start + sizes[k])
+
+
+def _split_sizes(split: ir.Node, width: int, reader: TensorReader) -> list[int] | None:
+    """The static sizes of a Split of a ``width``-wide axis (input 1, ``split`` or equal parts)."""
+    if inp(split, 1) is not None:
+        return const_ints(inp(split, 1), reader)
+    sizes = attr_ints(split, "split")
+    if sizes is None and width % len(split.outputs) == 0:
+        sizes = [width // len(split.outputs)] * len(split.outputs)
+    return sizes
 
 
 class FuseHyperConnectionPass(RewritePass):
@@ -112,8 +174,11 @@ class FuseHyperConnectionPass(RewritePass):
     contrib_op = HC_LOW_RANK_MIX
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        # Phase one anchors on PreMix; phase two (see ``call``) on the fused LowRankMix nodes.
-        return [n for n in graph if _ms(n, HC_PRE_MIX if self._phase == 1 else HC_LOW_RANK_MIX)]
+        # Phase one anchors on every PreMix; phase two (see ``call``) on every LowRankMix that
+        # reads a PostMix's streams (a prologue candidate).
+        if self._phase == 1:
+            return [n for n in graph if _ms(n, HC_PRE_MIX)]
+        return [n for n in graph if _ms(n, HC_LOW_RANK_MIX) and _ms(producer_of(inp(n, 0), HC_POST_MIX, domain=MS_DOMAIN), HC_POST_MIX)]
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         result = super().call(model)
@@ -128,66 +193,67 @@ class FuseHyperConnectionPass(RewritePass):
 
     _phase = 1
 
-    def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline | None:
+    def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline:
         if self._phase == 2:
             return self._match_prologue(ctx, node)
         return self._match_chain(ctx, node)
 
     # -- phase 1 ---------------------------------------------------------------------------------
-    def _match_chain(self, ctx: RewriteContext, pre_mix: ir.Node) -> _Chain | Decline | None:
+    def _match_chain(self, ctx: RewriteContext, pre_mix: ir.Node) -> _Chain | Decline:
         hn, gate = inp(pre_mix, 0), inp(pre_mix, 1)
         norm = producer_of(hn, BRANCHWISE_RMS_NORM, domain=MS_DOMAIN)
+        if norm is None or hn is None:
+            return Decline("PreMix streams input is not a BranchwiseRMSNorm output")
         sig = producer_of(gate, "Sigmoid")
         up_mm = producer_of(inp(sig, 0), "MatMul") if sig else None
-        silu = producer_of(inp(up_mm, 0), SCALED_SILU, domain=MS_DOMAIN) if up_mm else None
-        down_mm = producer_of(inp(silu, 0), "MatMul") if silu else None
-        if norm is None or hn is None or sig is None or up_mm is None or silu is None or down_mm is None:
-            return None
-        if down_mm.inputs[0] is not hn:
-            return None
-        inj_mm = next((u.node for u in hn.uses() if u.node.op_type == "MatMul" and u.node is not down_mm and u.idx == 0), None)
-        if inj_mm is None:
-            return Decline("no inject projection MatMul reads the normalized streams")
-        div = next((u.node for u in inj_mm.outputs[0].uses() if u.node.op_type == "Div" and u.idx == 0), None)
-        sig2 = next((u.node for u in div.outputs[0].uses() if u.node.op_type == "Sigmoid"), None) if div else None
-        mul = next((u.node for u in sig2.outputs[0].uses() if u.node.op_type == "Mul"), None) if sig2 else None
-        if div is None or sig2 is None or mul is None:
-            return Decline("inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)")
+        if sig is None or up_mm is None:
+            return Decline("PreMix gate is not Sigmoid(MatMul(...))")
+        if up_mm.inputs[0] is hn:
+            return Decline("PreMix gate is a per-branch Sigmoid(MatMul(hn, W)) with no low-rank "
+                           "ScaledSiLU projection (LowRankMix needs down -> ScaledSiLU -> up)")
+        silu = producer_of(inp(up_mm, 0), SCALED_SILU, domain=MS_DOMAIN)
+        if silu is None:
+            return Decline("up projection does not read a ScaledSiLU")
+        down = self._down(ctx, silu, hn)
+        if isinstance(down, Decline):
+            return down
+        down_w, down_nodes, packed_split = down
+        inject = self._inject(ctx, hn, down_nodes[0], packed_split)
+        if isinstance(inject, Decline):
+            return inject
         x = norm.inputs[0]
         assert x is not None
         c = attr_int(norm, "num_branches", 0)
         if not c or attr_int(pre_mix, "num_branches", 0) != c:
             return Decline("num_branches is missing or differs between BranchwiseRMSNorm and PreMix")
-        gate_div = const_scalar(inp(div, 1), ctx.reader)
-        gate_mul = const_scalar(_other(mul, sig2.outputs[0]), ctx.reader)
-        if gate_div is None or gate_mul is None or gate_div == 0.0:
-            return Decline("gate_div / gate_mul are not constant scalars (gate_div != 0)")
         if len(silu.inputs) > 1 and silu.inputs[1] is not None:
             return Decline("ScaledSiLU uses a runtime scale input")
         scale = inp(norm, 1)
         if scale is None:
             return Decline("BranchwiseRMSNorm has no scale")
-        weights = (scale, down_mm.inputs[1], up_mm.inputs[1], inj_mm.inputs[1])
+        up_w = up_mm.inputs[1]
         t = x.dtype
         if scale.shape is None or len(scale.shape) != 1:
             return Decline(f"norm scale {scale.name!r} shape {scale.shape} is not the flattened (C*H) layout")
         h = x.shape[-1] if x.shape is not None and len(x.shape) > 0 else None
         if isinstance(h, int) and scale.shape[0] != h:
             return Decline(f"norm scale length {scale.shape[0]} != C*H = {h}")
-        for w in weights:
+        sources = [scale, _source(down_w), up_w] + ([_source(inject.weight)] if inject.weight is not None else [])
+        for w in sources:
             if w is None or w.const_value is None:
                 return Decline("a hyper-connection weight is not a constant initializer")
             if t is not None and w.dtype != t:
                 return Decline(f"weight {w.name!r} dtype {w.dtype} != streams dtype {t} (LowRankMix needs one T)")
-        declined = _check_weight_shapes(weights, c)
+        assert up_w is not None
+        declined = _check_weight_shapes(scale, down_w, up_w, inject.weight, c)
         if declined:
             return declined
-        nodes = [norm, down_mm, silu, up_mm, sig, pre_mix, inj_mm, div, sig2, mul]
-        declined = check_private(
-            [hn, down_mm.outputs[0], silu.outputs[0], up_mm.outputs[0], sig.outputs[0], inj_mm.outputs[0],
-             div.outputs[0], sig2.outputs[0]],
-            nodes, ctx.graph,
-        )
+        nodes = [norm, *down_nodes, silu, up_mm, sig, pre_mix, *inject.nodes]
+        intermediates = [hn, *(o for n in down_nodes for o in n.outputs), silu.outputs[0], up_mm.outputs[0],
+                         sig.outputs[0], *(n.outputs[0] for n in inject.nodes[:-1])]
+        if inject.value is not None and inject.value not in intermediates:
+            intermediates.append(inject.value)
+        declined = check_private(intermediates, nodes, ctx.graph)
         if declined:
             return declined
         attrs: dict[str, float | int] = {
@@ -195,16 +261,76 @@ class FuseHyperConnectionPass(RewritePass):
             "epsilon": attr_float(norm, "epsilon", DEFAULT_EPSILON) or 0.0,
             "silu_alpha": attr_float(silu, "alpha", 1.0) or 0.0,
             "reduction_scale": attr_float(pre_mix, "reduction_scale", 1.0) or 0.0,
-            "gate_div": gate_div,
-            "gate_mul": gate_mul,
+            "gate_div": inject.gate_div,
+            "gate_mul": inject.gate_mul,
         }
-        return _Chain(x, weights, attrs, pre_mix.outputs[0], mul.outputs[0], nodes)  # type: ignore[arg-type]
+        return _Chain(x, (scale, down_w, up_w, inject.weight), attrs, pre_mix.outputs[0], inject.post_gate,
+                      pre_mix, nodes)
+
+    def _down(self, ctx: RewriteContext, silu: ir.Node, hn: ir.Value
+              ) -> tuple[_Weight, list[ir.Node], ir.Node | None] | Decline:
+        """The down projection: MatMul(hn, down), or one output of Split(MatMul(hn, [down|inject]))."""
+        d = inp(silu, 0)
+        mm = producer_of(d, "MatMul")
+        if mm is not None:
+            if mm.inputs[0] is not hn or mm.inputs[1] is None:
+                return Decline("down projection MatMul does not read the normalized streams")
+            return mm.inputs[1], [mm], None
+        split = producer_of(d, "Split")
+        packed = producer_of(inp(split, 0), "MatMul") if split is not None else None
+        if split is None or packed is None or d is None:
+            return Decline("ScaledSiLU input is neither MatMul(hn, down) nor a Split of MatMul(hn, [down|inject])")
+        w = packed.inputs[1]
+        if packed.inputs[0] is not hn or w is None:
+            return Decline("packed [down|inject] MatMul does not read the normalized streams")
+        shape = _static_2d(w)
+        if shape is None:
+            return Decline(f"packed [down|inject] weight {w.name!r} is not a static 2-D tensor")
+        axis = attr_int(split, "axis", 0)
+        rank = rank_of(split.inputs[0])
+        if axis != -1 and (rank is None or axis != rank - 1):
+            return Decline(f"packed projection Split axis {axis} is not the last axis")
+        sizes = _split_sizes(split, shape[1], ctx.reader)
+        if sizes is None or len(sizes) != 2 or sum(sizes) != shape[1] or len(split.outputs) != 2:
+            return Decline(f"packed projection Split sizes {sizes} do not cut {w.name!r} (width {shape[1]}) "
+                           "into [down, inject]")
+        k = d.index()
+        assert k is not None
+        start = sum(sizes[:k])
+        return _Packed(w, start, start + sizes[k]), [packed, split], split
+
+    def _inject(self, ctx: RewriteContext, hn: ir.Value, down_mm: ir.Node, split: ir.Node | None) -> _Inject | Decline:
+        """The post-gate branch Mul(Sigmoid(Div(hn @ inject, gate_div)), gate_mul), or none (a final mixer)."""
+        if split is not None:
+            k = 1 - next(i for i, o in enumerate(split.outputs) if any(u.node.op_type == SCALED_SILU for u in o.uses()))
+            inj = split.outputs[k]
+            w: _Weight | None = _split_weight(split, k, ctx.reader)
+            if not inj.uses():  # a final mixer (combine=False): the inject columns are computed, unused
+                return _Inject(inj, w, [], None)
+            mm_nodes: list[ir.Node] = []
+        else:
+            others = [u.node for u in hn.uses() if u.node.op_type == "MatMul" and u.node is not down_mm and u.idx == 0]
+            if not others:  # a final mixer: no inject projection at all
+                return _Inject(None, None, [], None)
+            if len(others) > 1:
+                return Decline(f"{len(others)} inject projection MatMuls read the normalized streams, not one")
+            mm_nodes = [others[0]]
+            inj, w = others[0].outputs[0], others[0].inputs[1]
+        div = next((u.node for u in inj.uses() if u.node.op_type == "Div" and u.idx == 0), None)
+        sig2 = next((u.node for u in div.outputs[0].uses() if u.node.op_type == "Sigmoid"), None) if div else None
+        mul = next((u.node for u in sig2.outputs[0].uses() if u.node.op_type == "Mul"), None) if sig2 else None
+        if div is None or sig2 is None or mul is None:
+            return Decline("inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)")
+        gate_div = const_scalar(inp(div, 1), ctx.reader)
+        gate_mul = const_scalar(_other(mul, sig2.outputs[0]), ctx.reader)
+        if gate_div is None or gate_mul is None or gate_div == 0.0:
+            return Decline("gate_div / gate_mul are not constant scalars (gate_div != 0)")
+        return _Inject(inj, w, [*mm_nodes, div, sig2, mul], mul.outputs[0], gate_div, gate_mul)
 
     # -- phase 2 ---------------------------------------------------------------------------------
-    def _match_prologue(self, ctx: RewriteContext, mix: ir.Node) -> _Prologue | Decline | None:
+    def _match_prologue(self, ctx: RewriteContext, mix: ir.Node) -> _Prologue | Decline:
         post = producer_of(inp(mix, 0), HC_POST_MIX, domain=MS_DOMAIN)
-        if post is None:
-            return None
+        assert post is not None  # the anchor condition
         if len(mix.outputs) > 2:
             return Decline("LowRankMix already has a streams output")
         if inp(mix, 5) is not None or inp(mix, 6) is not None:
@@ -234,20 +360,51 @@ class FuseHyperConnectionPass(RewritePass):
             self._rewrite_prologue(ctx, match)
             return
         assert isinstance(match, _Chain)
-        anchor = match.nodes[5]
+        anchor = match.pre_mix
         attrs: list[ir.Attr] = [ir.AttrInt64("num_branches", int(match.attrs["num_branches"]))]
         attrs += [ir.AttrFloat32(k, float(match.attrs[k])) for k in ("epsilon", "silu_alpha", "reduction_scale", "gate_div", "gate_mul")]
+        prefix = (anchor.name or "/hc").rsplit("/", 1)[0]
+        scale, down, up, inject = match.weights
+        inputs = [match.x, scale, self._weight(ctx, down, "down"), up, self._inject_weight(ctx, inject, scale, match)]
         node = ir.Node(
-            MS_DOMAIN, HC_LOW_RANK_MIX, [match.x, *match.weights], attributes=attrs, num_outputs=2,
-            name=ctx.node_name(f"{(anchor.name or '/hc').rsplit('/', 1)[0]}/HyperConnectionLowRankMix"),
+            MS_DOMAIN, HC_LOW_RANK_MIX, inputs, attributes=attrs, num_outputs=2,
+            name=ctx.node_name(f"{prefix}/HyperConnectionLowRankMix"),
         )
-        for new, old in zip(node.outputs, (match.pre, match.post_gate), strict=True):
-            new.name = ctx.value_name(f"{old.name or 'hc'}_fused")
-            copy_type(new, old)
-        ctx.graph.insert_before(anchor, node)
+        node.outputs[0].name = ctx.value_name(f"{match.pre.name or 'hc'}_fused")
+        copy_type(node.outputs[0], match.pre)
+        gate_base = match.post_gate.name if match.post_gate is not None else f"{prefix}/post_gate"
+        node.outputs[1].name = ctx.value_name(f"{gate_base or 'hc'}_fused")
+        if match.post_gate is not None:
+            copy_type(node.outputs[1], match.post_gate)
+        ctx.insert([node], inputs=node.inputs, matched=match.nodes)
         replace_value(match.pre, node.outputs[0], ctx.graph)
-        replace_value(match.post_gate, node.outputs[1], ctx.graph)
+        if match.post_gate is not None:
+            replace_value(match.post_gate, node.outputs[1], ctx.graph)
         ctx.remove_dead(list(reversed(match.nodes)))
+
+    @staticmethod
+    def _weight(ctx: RewriteContext, weight: _Weight, role: str) -> ir.Value:
+        """The weight itself, or its columns of the packed projection as a new tensor (once per range)."""
+        if not isinstance(weight, _Packed):
+            return weight
+        key = ("hc_packed", id(weight.weight), weight.start, weight.stop)
+        if key not in ctx.cache:
+            cols = ctx.reader(weight.weight)[:, weight.start:weight.stop]
+            ctx.cache[key] = ctx.add_initializer(f"{weight.weight.name}.{role}", cols.copy(), [weight.weight])
+        return ctx.cache[key]
+
+    def _inject_weight(self, ctx: RewriteContext, inject: _Weight | None, scale: ir.Value, match: _Chain) -> ir.Value:
+        if inject is not None:
+            return self._weight(ctx, inject, "inject")
+        # A final mixer has no post gate: LowRankMix still needs an inject weight, whose output
+        # nobody reads. Zeros of (C*H, C), once per shape and dtype.
+        ch, c = int(scale.shape[0]), int(match.attrs["num_branches"])  # type: ignore[index, arg-type]
+        dtype = scale.dtype
+        assert dtype is not None
+        key = ("hc_zero_inject", ch, c, dtype)
+        if key not in ctx.cache:
+            ctx.cache[key] = ctx.add_initializer(f"{scale.name}.zero_inject", np.zeros((ch, c), dtype.numpy()), [])
+        return ctx.cache[key]
 
     def _rewrite_prologue(self, ctx: RewriteContext, match: _Prologue) -> None:
         mix, post = match.mix, match.post
@@ -261,7 +418,7 @@ class FuseHyperConnectionPass(RewritePass):
         for new, old in zip(node.outputs, (*mix.outputs, old_streams), strict=False):
             new.name = ctx.value_name(f"{old.name or 'hc'}_p")
             copy_type(new, old)
-        ctx.graph.insert_before(mix, node)
+        ctx.insert([node], inputs=inputs, matched=[post, mix])
         for new, old in zip(node.outputs, mix.outputs, strict=False):
             replace_value(old, new, ctx.graph)
         replace_value(old_streams, node.outputs[2], ctx.graph)

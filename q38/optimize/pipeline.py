@@ -16,6 +16,7 @@ from q38.errors import FlagError
 from q38.optimize._common import Outcome, RewritePass, Target, TensorReader
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.fp8_head import QuantizeFp8HeadPass
+from q38.optimize.graph_checks import NameTable
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
@@ -74,9 +75,13 @@ def optimize_model(
     outcomes: list[Outcome] = []
     provenance: dict[str, list[str]] = {}
     origins: dict[str, str] = {}
+    # One name table for all passes; the first pass checks the input's invariants, every pass
+    # checks its output's, which are the next pass's input (one check per pass boundary).
+    names = NameTable(model)
     instances = [
-        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance, origins=origins)
-        for cls in select_passes(passes, skip)
+        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance, origins=origins,
+            names=names, check_requires=i == 0)
+        for i, cls in enumerate(select_passes(passes, skip))
     ]
     if instances:
         ir.passes.Sequential(*instances)(model)

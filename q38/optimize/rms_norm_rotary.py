@@ -118,20 +118,22 @@ class FuseRMSNormRotaryPass(RewritePass):
     contrib_op = RMS_NORM_ROTARY
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        return [n for n in graph if n.op_type == "Concat" and n.domain in ("", "ai.onnx")]
+        # The rotary halves' Concat(Sub(...), Add(...)); anything short of the whole chain is declined.
+        return [n for n in graph if n.op_type == "Concat" and n.domain in ("", "ai.onnx") and len(n.inputs) == 2
+                and producer_of(n.inputs[0], "Sub") is not None and producer_of(n.inputs[1], "Add") is not None]
 
-    def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline | None:
+    def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline:
         # --- rotary half: Concat(o1, o2) of Sub / Add of products -------------------------------
         if len(node.inputs) != 2:
-            return None
+            return Decline("rotary Concat is not Concat(Sub, Add) of two inputs")
         sub = producer_of(node.inputs[0], "Sub")
         add = producer_of(node.inputs[1], "Add")
         if sub is None or add is None:
-            return None
+            return Decline("rotary Concat is not Concat(Sub, Add) of two inputs")
         m1, m2 = _mul_operands(inp(sub, 0)), _mul_operands(inp(sub, 1))
         m3, m4 = _mul_operands(inp(add, 0)), _mul_operands(inp(add, 1))
         if not (m1 and m2 and m3 and m4):
-            return None
+            return Decline("rotary Sub / Add operands are not all Mul products")
 
         def pick(m: tuple[ir.Node, ir.Value, ir.Value]) -> tuple[ir.Value, ir.Value] | None:
             a, b = m[1], m[2]
@@ -143,30 +145,30 @@ class FuseRMSNormRotaryPass(RewritePass):
 
         p1, p2, p3, p4 = pick(m1), pick(m2), pick(m3), pick(m4)
         if not (p1 and p2 and p3 and p4):
-            return None
+            return Decline("a rotary product is not Mul(Slice(x), Unsqueeze(cos|sin))")
         x1, c = p1
         x2, s = p2
         # The Add is commutative: (x2*c) + (x1*s) or (x1*s) + (x2*c).
         if p4[0] is x2 and p3[0] is x1:
             p3, p4 = p4, p3
         if p3 != (x2, c) or p4 != (x1, s):
-            return None
+            return Decline("rotary products are not x1*cos - x2*sin and x2*cos + x1*sin")
         slice1, slice2 = producer_of(x1, "Slice"), producer_of(x2, "Slice")
         assert slice1 is not None and slice2 is not None
         nw = inp(slice1, 0)
         if nw is None or inp(slice2, 0) is not nw:
-            return None
+            return Decline("the two rotary halves are not slices of one normalized tensor")
         # --- RMS normalization: nw = Mul(n, w), n = r / sqrt(mean(r^2) + eps) ----------------------
         mul_w = _mul_operands(nw)
         if mul_w is None:
-            return None
+            return Decline("rotary input is not Mul(normalized, scale)")
         if producer_of(mul_w[1], "Div", "Mul"):
             n_val, w = mul_w[1], mul_w[2]
         else:
             n_val, w = mul_w[2], mul_w[1]
         norm = producer_of(n_val, "Div", "Mul")
         if norm is None or len(norm.inputs) != 2:
-            return None
+            return Decline("normalization is not Div(r, rms) or Mul(r, Reciprocal(rms))")
         recip: ir.Node | None = None
         if norm.op_type == "Div":
             r, rs = norm.inputs[0], norm.inputs[1]
@@ -177,27 +179,27 @@ class FuseRMSNormRotaryPass(RewritePass):
             elif producer_of(a, "Reciprocal"):
                 r, recip = b, producer_of(a, "Reciprocal")
             else:
-                return None
+                return Decline("normalization is not Div(r, rms) or Mul(r, Reciprocal(rms))")
             assert recip is not None
             rs = recip.inputs[0]
         sqrt = producer_of(rs, "Sqrt")
         eps_add = producer_of(inp(sqrt, 0), "Add") if sqrt else None
         if sqrt is None or eps_add is None or r is None:
-            return None
+            return Decline("rms is not Sqrt(Add(mean, epsilon))")
         if producer_of(eps_add.inputs[0], "ReduceMean"):
             mean_v, eps_v = eps_add.inputs[0], eps_add.inputs[1]
         else:
             mean_v, eps_v = eps_add.inputs[1], eps_add.inputs[0]
         mean = producer_of(mean_v, "ReduceMean")
         if mean is None:
-            return None
+            return Decline("mean square is not a ReduceMean")
         sq = producer_of(inp(mean, 0), "Mul", "Pow")
         if sq is None:
-            return None
+            return Decline("mean square is not ReduceMean(Mul(r, r) | Pow(r, 2))")
         if sq.op_type == "Mul" and not (sq.inputs[0] is r and sq.inputs[1] is r):
-            return None
+            return Decline("mean square is not ReduceMean(Mul(r, r)) of the normalized input")
         if sq.op_type == "Pow" and (sq.inputs[0] is not r or const_scalar(inp(sq, 1), ctx.reader) != 2.0):
-            return None
+            return Decline("mean square is not ReduceMean(Pow(r, 2)) of the normalized input")
         # --- the structure matched; from here on every failure is a guard with a reason ---------
         reshaped = producer_of(r, "Reshape")
         dtype = r.dtype or (reshaped.inputs[0].dtype if reshaped is not None and reshaped.inputs[0] else None) or w.dtype
@@ -317,7 +319,7 @@ class FuseRMSNormRotaryPass(RewritePass):
         out = node.outputs[0]
         out.name = ctx.value_name(f"{m.out.name or 'rms_norm_rotary'}_fused")
         copy_type(out, m.out)
-        ctx.graph.insert_before(anchor, node)
+        ctx.insert([node], inputs=node.inputs, matched=m.private)
         replace_value(m.out, out, ctx.graph)
         ctx.remove_dead([*reversed(m.private), *m.shared])
         ctx.orphan_candidates.extend([m.scale, m.cos_cache, m.sin_cache])

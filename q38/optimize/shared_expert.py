@@ -43,6 +43,19 @@ def _is_matmul(node: ir.Node) -> bool:
     return node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2
 
 
+def _silu_of(g: ir.Value) -> ir.Node | None:
+    """The Mul(g, Sigmoid(g)) that reads ``g`` (either operand order), or None."""
+    for use in g.uses():
+        sig = use.node
+        if sig.op_type != "Sigmoid" or sig.domain not in ("", "ai.onnx"):
+            continue
+        for v in sig.outputs[0].uses():
+            mul = v.node
+            if mul.op_type == "Mul" and len(mul.inputs) == 2 and g in mul.inputs:
+                return mul
+    return None
+
+
 class FuseSharedExpertPass(RewritePass):
     """Concatenate the gate, up and shared-gate projection weights of a shared expert."""
 
@@ -50,25 +63,22 @@ class FuseSharedExpertPass(RewritePass):
     contrib_op = None
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        # The gate MatMul: its output feeds Sigmoid and the SiLU product.
-        return [n for n in graph if _is_matmul(n) and any(u.node.op_type == "Sigmoid" for u in n.outputs[0].uses())]
+        # The gate MatMul: its output g feeds Sigmoid(g) and the SiLU product Mul(g, Sigmoid(g)).
+        return [n for n in graph if _is_matmul(n) and _silu_of(n.outputs[0]) is not None]
 
-    def _roles(self, gate: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node] | None:
+    def _roles(self, gate: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node] | Decline:
         g = gate.outputs[0]
-        sig = next((u.node for u in g.uses() if u.node.op_type == "Sigmoid"), None)
-        if sig is None:
-            return None
-        silu = next((u.node for u in sig.outputs[0].uses() if u.node.op_type == "Mul" and g in u.node.inputs), None)
-        if silu is None:
-            return None
-        prod = next((u.node for u in silu.outputs[0].uses() if u.node.op_type == "Mul"), None)
-        if prod is None:
-            return None
+        silu = _silu_of(g)
+        assert silu is not None
+        prods = [u.node for u in silu.outputs[0].uses() if u.node.op_type == "Mul"]
+        if len(prods) != 1:
+            return Decline(f"SiLU output feeds {len(prods)} Mul nodes, not one up-projection product")
+        prod = prods[0]
         other = prod.inputs[1] if prod.inputs[0] is silu.outputs[0] else prod.inputs[0]
         up = producer_of(other, "MatMul")
         h = gate.inputs[0]
-        if h is None or up is None or up.inputs[0] is not h:
-            return None
+        if h is None or up is None or up.inputs[0] is not h or not _is_matmul(up):
+            return Decline("the SiLU is not multiplied by an up projection MatMul of the same input")
         shared = [
             u.node for u in h.uses()
             if _is_matmul(u.node) and u.idx == 0 and u.node is not gate and u.node is not up
@@ -77,13 +87,13 @@ class FuseSharedExpertPass(RewritePass):
             and all(v.node.op_type == "Sigmoid" for v in u.node.outputs[0].uses())
         ]
         if len(shared) != 1:
-            return None
+            return Decline(f"{len(shared)} shared-gate MatMul -> Sigmoid projections read the input, not one")
         return gate, up, shared[0]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline | None:
         roles = self._roles(node)
-        if roles is None:
-            return None
+        if isinstance(roles, Decline):
+            return roles
         h = node.inputs[0]
         assert h is not None
         weights = [m.inputs[1] for m in roles]
@@ -117,7 +127,6 @@ class FuseSharedExpertPass(RewritePass):
             ctx.cache[key] = ctx.add_initializer(f"{base}.fused", np.concatenate(arrays, axis=1), weights)  # type: ignore[arg-type]
         fused_w = ctx.cache[key]
         widths = [int(w.shape[1]) for w in weights]  # type: ignore[union-attr, index, arg-type]
-        first = min(match.matmuls, key=lambda n: next(i for i, x in enumerate(ctx.graph) if x is n))
         prefix = (match.matmuls[0].name or "/shared_expert").rsplit("/", 1)[0]
         split_sizes = ctx.add_initializer(f"{prefix}/split_sizes", np.asarray(widths, np.int64), [])
         mm = ir.Node("", "MatMul", [match.h, fused_w], name=ctx.node_name(f"{prefix}/FusedMatMul"))
@@ -130,7 +139,7 @@ class FuseSharedExpertPass(RewritePass):
         for out, old in zip(split.outputs, match.matmuls, strict=True):
             out.name = ctx.value_name(f"{old.outputs[0].name or prefix}_split")
             copy_type(out, old.outputs[0])
-        ctx.graph.insert_before(first, [mm, split])
+        ctx.insert([mm, split], inputs=[match.h, fused_w, split_sizes], matched=match.matmuls)
         for out, old in zip(split.outputs, match.matmuls, strict=True):
             replace_value(old.outputs[0], out, ctx.graph)
         ctx.remove_dead(list(match.matmuls))

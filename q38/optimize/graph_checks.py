@@ -1,0 +1,143 @@
+"""Whole-model walks of the optimizer: subgraph iteration, the pass invariants, the name table.
+
+Each walk is O(nodes + values) and visits subgraphs (If/Loop/Scan bodies, nested). The pipeline
+runs :func:`invariant_problem` once per pass boundary (the previous pass's ``ensures`` is the next
+pass's ``requires``) and builds one :class:`NameTable` per model for all its passes; a pass run on
+its own checks both ends itself (see :class:`q38.optimize._common.RewritePass`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+__all__ = [
+    "NameTable",
+    "check_topological",
+    "duplicate_value_names",
+    "invariant_problem",
+    "iter_graphs",
+    "subgraphs_of",
+]
+
+
+def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
+    """The graphs held by ``node``'s attributes (If branches, Loop/Scan bodies), not nested."""
+    subs: list[ir.Graph] = []
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr):
+            continue
+        if attr.type == ir.AttributeType.GRAPH:
+            subs.append(attr.as_graph())  # type: ignore[arg-type]
+        elif attr.type == ir.AttributeType.GRAPHS:
+            subs.extend(attr.as_graphs())  # type: ignore[arg-type]
+    return subs
+
+
+def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """The graph and every subgraph below it (If/Loop/Scan bodies, nested)."""
+    yield graph
+    for node in graph:
+        for sub in subgraphs_of(node):
+            yield from iter_graphs(sub)
+
+
+def check_topological(graph: ir.Graph) -> str | None:
+    """None when every value is defined before it is read (captured values included)."""
+    defined: set[int] = set()
+
+    def visit(g: ir.Graph) -> str | None:
+        for value in (*g.inputs, *g.initializers.values()):
+            defined.add(id(value))
+        for node in g:
+            for read in node.inputs:
+                if read is not None and read.producer() is not None and id(read) not in defined:
+                    return f"node {node.op_type} {node.name!r} reads {read.name!r} before it is produced"
+            for sub in subgraphs_of(node):
+                problem = visit(sub)
+                if problem:
+                    return problem
+            for value in node.outputs:
+                defined.add(id(value))
+        return None
+
+    return visit(graph)
+
+
+def duplicate_value_names(model: ir.Model) -> list[str]:
+    """Names given to two distinct values visible in one scope (a graph and its ancestors).
+
+    Sibling subgraphs (an If's then/else branches) may reuse names: they are separate scopes.
+    """
+    dups: list[str] = []
+
+    def visit(graph: ir.Graph, outer: dict[str, int]) -> None:
+        scope = dict(outer)
+        produced = [*graph.inputs, *graph.initializers.values()]
+        for node in graph:
+            produced.extend(node.outputs)
+        for value in produced:
+            if not value.name:
+                continue
+            if value.name in scope and scope[value.name] != id(value):
+                dups.append(value.name)
+            scope.setdefault(value.name, id(value))
+        for node in graph:
+            for sub in subgraphs_of(node):
+                visit(sub, scope)
+
+    visit(model.graph, {})
+    return dups
+
+
+def invariant_problem(model: ir.Model) -> str | None:
+    """The first broken structural invariant of ``model``, or None.
+
+    Topological order (captures included) and unique value names per scope; the com.microsoft
+    import is checked by the pass that introduced contrib nodes.
+    """
+    problem = check_topological(model.graph)
+    if problem:
+        return f"graph is not topologically sorted: {problem}"
+    dups = duplicate_value_names(model)
+    if dups:
+        return f"duplicate value names: {dups[:5]}"
+    return None
+
+
+class NameTable:
+    """Every value and node name of a model (subgraphs included), and fresh names not among them.
+
+    Built once per model; every name a pass creates goes through :meth:`fresh_value` /
+    :meth:`fresh_node`, so the table stays complete across the passes of one pipeline run.
+    """
+
+    def __init__(self, model: ir.Model) -> None:
+        self.values: set[str] = set()
+        self.nodes: set[str] = set()
+        for graph in iter_graphs(model.graph):
+            for value in (*graph.inputs, *graph.outputs, *graph.initializers.values()):
+                if value.name:
+                    self.values.add(value.name)
+            for node in graph:
+                if node.name:
+                    self.nodes.add(node.name)
+                for used in (*node.inputs, *node.outputs):
+                    if used is not None and used.name:
+                        self.values.add(used.name)
+
+    def fresh_value(self, base: str) -> str:
+        return self._fresh(base, self.values)
+
+    def fresh_node(self, base: str) -> str:
+        return self._fresh(base, self.nodes)
+
+    @staticmethod
+    def _fresh(base: str, taken: set[str]) -> str:
+        name, i = base, 1
+        while name in taken:
+            name = f"{base}_{i}"
+            i += 1
+        taken.add(name)
+        return name
