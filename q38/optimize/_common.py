@@ -100,7 +100,7 @@ def captured_by_subgraph(value: ir.Value) -> bool:
 
 
 def _is_output_of(value: ir.Value, graph: ir.Graph) -> bool:
-    return any(out is value for out in graph.outputs)
+    return value.is_graph_output() and any(out is value for out in graph.outputs)
 
 
 def check_private(

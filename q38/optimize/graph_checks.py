@@ -22,15 +22,23 @@ __all__ = [
 ]
 
 
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+_NONE: list[ir.Graph] = []
+
+
 def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by ``node``'s attributes (If branches, Loop/Scan bodies), not nested."""
-    subs: list[ir.Graph] = []
+    subs = _NONE
     for attr in node.attributes.values():
-        if not isinstance(attr, ir.Attr):
-            continue
-        if attr.type == ir.AttributeType.GRAPH:
+        kind = attr.type
+        if (kind is not _GRAPH and kind is not _GRAPHS) or not isinstance(attr, ir.Attr):
+            continue  # the common case: no graph attribute (a reference attribute holds no graph)
+        if subs is _NONE:
+            subs = []
+        if kind is _GRAPH:
             subs.append(attr.as_graph())  # type: ignore[arg-type]
-        elif attr.type == ir.AttributeType.GRAPHS:
+        else:
             subs.extend(attr.as_graphs())  # type: ignore[arg-type]
     return subs
 
@@ -97,10 +105,35 @@ def invariant_problem(model: ir.Model) -> str | None:
     Topological order (captures included) and unique value names per scope; the com.microsoft
     import is checked by the pass that introduced contrib nodes.
     """
-    problem = check_topological(model.graph)
+    dups: list[str] = []
+    defined: set[int] = set()
+
+    def visit(graph: ir.Graph, outer: dict[str, int]) -> str | None:
+        # Names: one scope per graph, the enclosing scopes included (complete before any body).
+        scope = dict(outer)
+        for value in (*graph.inputs, *graph.initializers.values(), *(o for n in graph for o in n.outputs)):
+            name = value.name
+            if name and scope.setdefault(name, id(value)) != id(value):
+                dups.append(name)
+        # Order: a read (a body's capture included) must follow its producer.
+        for value in (*graph.inputs, *graph.initializers.values()):
+            defined.add(id(value))
+        for node in graph:
+            for read in node.inputs:
+                if read is not None and id(read) not in defined and read.producer() is not None:
+                    return (f"graph is not topologically sorted: node {node.op_type} {node.name!r} "
+                            f"reads {read.name!r} before it is produced")
+            for sub in subgraphs_of(node):
+                problem = visit(sub, scope)
+                if problem:
+                    return problem
+            for out in node.outputs:
+                defined.add(id(out))
+        return None
+
+    problem = visit(model.graph, {})
     if problem:
-        return f"graph is not topologically sorted: {problem}"
-    dups = duplicate_value_names(model)
+        return problem
     if dups:
         return f"duplicate value names: {dups[:5]}"
     return None

@@ -129,7 +129,11 @@ def prepare(package: str, workdir: Path, tests: tuple[str, ...], *, keep: bool) 
 
 def _mutmut(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("mutmut") or str(Path(sys.executable).with_name("mutmut"))
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # Every mutant runs in a new pytest session: the session's synthetic packages are built once
+    # per run (tests/unit/conftest.py) instead of once per mutant.
+    cache = workdir / "synth-cache"
+    cache.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "Q38_SYNTH_CACHE": str(cache)}
     return subprocess.run([exe, *args], cwd=workdir, env=env, text=True, capture_output=True, check=False)
 
 

@@ -1,0 +1,277 @@
+"""One failing-on-defect test per optimizer guard that mutation testing found unguarded (issue 16).
+
+Each test builds the graph the guard exists for and asserts the behaviour the guard protects: no
+(wrong) fusion — exact operator counts — plus numerical parity with the unfused graph where the
+wrong fusion would compute something else, or no crash where the defect crashes. Invariants:
+
+* PostMix prologue: a PostMix with another num_branches, a (..., C, H) gate, an operand of another
+  dtype, or a captured output is not absorbed;
+* LowRankMix that already has a prologue or a streams output is not fused again, and re-running
+  the pass on its own output changes nothing;
+* CausalConvWithState: input rank other than 3, one of input/state transposed, dilation 0 (which
+  would fuse with history 0), a carry Concat on the channel axis and a present_state that already
+  has readers are declined;
+* check_private tells nodes apart by identity: with every name empty, an extra reader of an
+  intermediate still declines the fusion;
+* hyper_connection places its fused node before a reader of the streams that sits between the
+  PostMix and the next mix, with no sort; the sort fallback runs when no sorted place exists;
+* fresh names avoid names used inside subgraphs; remove_dead keeps a node whose output a
+  subgraph captures.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+import support.optimize_graphs as G
+import support.optimize_property_kit as K
+from onnx import helper
+from support.optimize_helpers import apply, close, ops, reasons, run_ort, run_ref
+
+from q38.optimize._common import check_topological
+from q38.optimize.causal_conv_state import FuseCausalConvStatePass
+from q38.optimize.hyper_connection import FuseHyperConnectionPass
+from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+
+MS = "com.microsoft"
+LRM = (MS, "HyperConnectionLowRankMix")
+STREAMS = np.random.default_rng(3).standard_normal((2, 3, 32)).astype(np.float16)
+
+
+def _node(proto: onnx.ModelProto, op: str, k: int = 0) -> onnx.NodeProto:
+    return [n for n in proto.graph.node if n.op_type == op][k]
+
+
+def _prologues(model) -> int:  # type: ignore[no-untyped-def]
+    return sum(1 for n in model.graph if n.op_type == LRM[1] and len(n.inputs) > 5 and n.inputs[5] is not None)
+
+
+# -- PostMix prologue guards -------------------------------------------------------------------------
+def test_post_mix_with_other_num_branches_is_not_absorbed() -> None:
+    proto = G.hc_model(two_blocks=True)
+    K.set_attr(_node(proto, "HyperConnectionPostMix", 0), "num_branches", 2)
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 0 and ops(model)[LRM] == 2
+    assert "PostMix num_branches differs from the LowRankMix" in reasons(p)
+    post = next(n for n in model.graph if n.op_type == "HyperConnectionPostMix" and n.outputs[0].name == "streams_1")
+    assert post.attributes["num_branches"].value == 2
+
+
+def test_post_mix_with_per_feature_gate_is_not_absorbed() -> None:
+    proto = G.hc_model(two_blocks=True)
+    post = _node(proto, "HyperConnectionPostMix", 0)
+    post.input[2] = "gate_ch"
+    proto.graph.input.append(helper.make_tensor_value_info("gate_ch", G.F16, ["B", "S", 4, 8]))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 0
+    assert any(r.startswith("PostMix post_mix shape") for r in reasons(p))
+
+
+def test_post_mix_operand_of_other_dtype_is_not_absorbed() -> None:
+    proto = G.hc_model(two_blocks=True)
+    post = _node(proto, "HyperConnectionPostMix", 0)
+    cast = helper.make_node("Cast", [post.input[1]], ["blk_f32"], to=onnx.TensorProto.FLOAT, name="/cast")
+    proto.graph.node.insert(list(proto.graph.node).index(post), cast)
+    post.input[1] = "blk_f32"
+    proto.graph.value_info.append(helper.make_tensor_value_info("blk_f32", onnx.TensorProto.FLOAT, ["B", "S", 8]))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 0
+    assert "PostMix operand 'blk_f32' dtype differs from the streams" in reasons(p)
+
+
+def test_post_mix_output_captured_by_a_subgraph_is_not_absorbed() -> None:
+    proto = G.hc_model(two_blocks=True)
+    K.if_capture(proto, "streams_1")
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 0
+    assert "PostMix output 'streams_1' is captured by a subgraph" in reasons(p)
+    post = next(n for n in model.graph if n.op_type == "HyperConnectionPostMix" and n.outputs[0].name == "streams_1")
+    assert post.outputs[0].uses()
+
+
+# -- LowRankMix already fused ------------------------------------------------------------------------
+def _fused_mix_after_post(*, streams_out: bool) -> onnx.ModelProto:
+    """X = PostMix(S, b0, g0); LowRankMix(X, w..., b1, g1) with a prologue of its own."""
+    C, H, R = 4, 8, 4
+    r = G.rng(5)
+    g = G.G()
+    s = g.inp("streams", G.F16, ["B", "S", C * H])
+    b0 = g.inp("b0", G.F16, ["B", "S", H])
+    g0 = g.inp("g0", G.F16, ["B", "S", C])
+    b1 = g.inp("b1", G.F16, ["B", "S", H])
+    g1 = g.inp("g1", G.F16, ["B", "S", C])
+    w = [g.init(f"w{i}", (0.2 * r.standard_normal(shape)).astype(np.float16))
+         for i, shape in enumerate([(C * H,), (C * H, R), (R, C * H), (C * H, C)])]
+    x = g.op("HyperConnectionPostMix", [s, b0, g0], domain=MS, num_branches=C, name="/post", outs=["x"])[0]
+    outs = ["pre", "pg", "s_out"] if streams_out else ["pre", "pg"]
+    g.op("HyperConnectionLowRankMix", [x, *w, b1, g1], domain=MS, num_branches=C, name="/mix", outs=outs,
+         epsilon=1e-5, silu_alpha=1.0, reduction_scale=0.25, gate_div=2.0, gate_mul=2.0)
+    for o in outs:
+        g.out(o, G.F16, None)
+    return g.model()
+
+
+@pytest.mark.parametrize("streams_out,reason", [
+    (True, "LowRankMix already has a streams output"), (False, "LowRankMix already has a prologue"),
+])
+def test_low_rank_mix_with_a_prologue_is_not_fused_again(streams_out: bool, reason: str) -> None:
+    proto = _fused_mix_after_post(streams_out=streams_out)
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0 and reasons(p) == [reason]
+    assert ops(model) == {(MS, "HyperConnectionPostMix"): 1, LRM: 1}
+    feeds = K.feeds_for(proto, {"B": 2, "S": 3}, 0)
+    close(run_ref(model, feeds), run_ref(onnx_ir_model(proto), feeds))
+
+
+def onnx_ir_model(proto: onnx.ModelProto):  # type: ignore[no-untyped-def]
+    import onnx_ir as ir
+
+    return ir.from_proto(proto)
+
+
+def test_rerunning_the_hyper_connection_pass_changes_nothing() -> None:
+    import onnx_ir as ir
+
+    once, p1 = apply(FuseHyperConnectionPass, G.hc_model(two_blocks=True))
+    assert p1.count == 3
+    proto = ir.to_proto(once)
+    twice, p2 = apply(FuseHyperConnectionPass, proto)
+    assert p2.count == 0
+    assert K.signature(ir.to_proto(twice)) == K.signature(proto)
+
+
+# -- CausalConvWithState guards ---------------------------------------------------------------------
+def _conv_decline(proto: onnx.ModelProto, reason: str) -> None:
+    before = K.signature(proto)
+    import onnx_ir as ir
+
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 0 and reasons(p) == [reason]
+    assert K.signature(ir.to_proto(model)) == before
+
+
+def test_conv_input_of_rank_four_is_declined() -> None:
+    proto = G.conv_carry_model()
+    xT = _node(proto, "Transpose").output[0]
+    proto.graph.value_info.append(helper.make_tensor_value_info(xT, G.F16, ["B", 8, "S", 1]))
+    _conv_decline(proto, "input rank 4 is not 3")
+
+
+def test_conv_with_only_the_state_transposed_is_declined() -> None:
+    g = G.G()
+    r = G.rng(0)
+    w = g.init("conv.weight", (0.5 * r.standard_normal((8, 1, 4))).astype(np.float16))
+    b = g.init("conv.bias", np.zeros(8, np.float16))
+    x = g.inp("x", G.F16, ["B", 8, "S"])
+    past = g.inp("past.0.conv", G.F16, ["B", 3, 8])
+    pT = g.o("Transpose", [past], perm=[0, 2, 1])
+    g.op("CausalConvWithState", [x, w, b, pT], 2, domain=MS, name="/conv", outs=["y", "st"], activation="silu")
+    hist = g.o("Concat", [pT, x], axis=-1)
+    g.op("Slice", [hist, g.ints("st0", [-3]), g.ints("en", [G.INT64_MAX]), g.ints("ax", [-1])], outs=["present.0.conv"])
+    g.out("y", G.F16, None)
+    g.out("present.0.conv", G.F16, None)
+    _conv_decline(g.model(), "input and state layouts differ (one transposed, one not)")
+
+
+def test_conv_with_dilation_zero_is_declined_not_fused_with_history_zero() -> None:
+    proto = G.conv_carry_model(dilation=0, hist=0)
+    _conv_decline(proto, "dilation=0 is not >= 1")
+
+
+def test_conv_carry_concat_on_the_channel_axis_is_declined() -> None:
+    proto = G.conv_carry_model(S=3, K=4)
+    K.set_attr(_node(proto, "Concat"), "axis", 1)
+    _conv_decline(proto, "carry Concat axis 1 is not the sequence axis")
+    feeds = {"x": STREAMS[:, :, :8], "past.0.conv": STREAMS[:, :3, :8].transpose(0, 2, 1).copy()}
+    assert run_ort(proto, feeds)[1].shape == (2, 16, 3)  # the channel-axis carry: not the op's state
+
+
+def test_conv_whose_present_state_already_has_readers_is_declined() -> None:
+    proto = G.conv_carry_model()
+    K.extra_consumer(proto, "conv_state_unused")
+    _conv_decline(proto, "present_state output already has consumers")
+
+
+# -- identity, placement, names, captures -----------------------------------------------------------
+def test_extra_reader_with_an_empty_name_still_declines() -> None:
+    proto = G.hc_model()
+    hn = _node(proto, "BranchwiseRMSNorm").output[0]
+    K.extra_consumer(proto, hn)
+    for node in proto.graph.node:
+        node.name = ""
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0 and ops(model).get(LRM, 0) == 0
+    assert reasons(p) == [f"intermediate {hn!r} has another consumer (ReduceSum '')"]
+    close(run_ort(ir_to_proto(model), {"streams": STREAMS}), run_ort(proto, {"streams": STREAMS}))
+
+
+def ir_to_proto(model):  # type: ignore[no-untyped-def]
+    import onnx_ir as ir
+
+    return ir.to_proto(model)
+
+
+def test_streams_reader_between_post_mix_and_next_mix_needs_no_sort() -> None:
+    proto = G.hc_model(two_blocks=True)
+    K.extra_consumer(proto, "streams_1")
+    probe = [n for n in proto.graph.node if n.name.startswith("extra/")]
+    for n in probe:  # move the reader right after the PostMix that produces streams_1
+        proto.graph.node.remove(n)
+    at = [n.output[0] for n in proto.graph.node].index("streams_1") + 1
+    for i, n in enumerate(probe):
+        proto.graph.node.insert(at + i, n)
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 3 and p.sorted == 0 and _prologues(model) == 1
+    assert check_topological(model.graph) is None
+    close(run_ref(model, {"streams": STREAMS}), run_ort(proto, {"streams": STREAMS}), atol=3e-2)
+
+
+def test_prologue_with_late_weights_falls_back_to_one_sort() -> None:
+    proto = _fused_mix_after_post(streams_out=False)
+    mix = _node(proto, "HyperConnectionLowRankMix")
+    mix.input[5] = mix.input[6] = ""  # no prologue yet: a candidate
+    del mix.input[5:]
+    # the up weight comes from a node placed after a reader of the PostMix output
+    up = mix.input[3]
+    nodes = list(proto.graph.node)
+    reader = helper.make_node("Identity", ["x"], ["x_probe"], name="/probe")
+    late = helper.make_node("Identity", [up], ["up_late"], name="/late")
+    mix.input[3] = "up_late"
+    del proto.graph.node[:]
+    proto.graph.node.extend([nodes[0], reader, late, *nodes[1:]])
+    proto.graph.output.append(helper.make_tensor_value_info("x_probe", G.F16, None))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0  # the weight is no initializer: a LowRankMix made by hand, left alone
+    assert check_topological(model.graph) is None
+
+
+def test_fresh_names_avoid_names_inside_subgraphs() -> None:
+    proto = G.rms_rotary_model()
+    body = helper.make_graph([helper.make_node("Identity", ["q_norm.weight"], ["q_norm.weight_fp32"])], "b", [],
+                             [helper.make_tensor_value_info("q_norm.weight_fp32", G.F16, None)])
+    proto.graph.input.append(helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []))
+    proto.graph.node.append(helper.make_node("If", ["cond"], ["w_if"], then_branch=body, else_branch=body))
+    proto.graph.output.append(helper.make_tensor_value_info("w_if", G.F16, None))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    fused = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert fused.inputs[1].name == "q_norm.weight_fp32_1"  # the body's name is taken
+    names = collections.Counter(v.name for n in model.graph for v in n.outputs)
+    assert all(c == 1 for c in names.values())
+
+
+def test_remove_dead_keeps_a_shared_node_whose_output_a_subgraph_captures() -> None:
+    proto = G.rms_rotary_model()
+    c = _node(proto, "Unsqueeze").output[0]
+    K.if_capture(proto, c)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    assert check_topological(model.graph) is None
+    kept = [n for n in model.graph if n.op_type == "Unsqueeze"]
+    assert [n.outputs[0].name for n in kept] == [c]
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16),
+             "position_ids": np.array([[0, 1, 2], [3, 4, 5]]), "cond": np.array(True)}
+    close(run_ref(model, feeds), run_ort(proto, feeds))
