@@ -25,7 +25,7 @@ import math
 
 import onnx_ir as ir
 
-from q38._ops import MS_DOMAIN, RMS_NORM_ROTARY
+from q38._ops import M_ROTARY_EMBEDDING, MS_DOMAIN, RMS_NORM_ROTARY
 from q38.optimize._common import (
     Decline,
     RewriteContext,
@@ -119,10 +119,15 @@ class FuseRMSNormRotaryPass(RewritePass):
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
         # The rotary halves' Concat(Sub(...), Add(...)); anything short of the whole chain is declined.
-        return [n for n in graph if n.op_type == "Concat" and n.domain in ("", "ai.onnx") and len(n.inputs) == 2
-                and producer_of(n.inputs[0], "Sub") is not None and producer_of(n.inputs[1], "Add") is not None]
+        # The builder's fused rotary (MRotaryEmbedding) is a candidate too, declined with its reason.
+        return [n for n in graph if (n.op_type == "Concat" and n.domain in ("", "ai.onnx") and len(n.inputs) == 2
+                and producer_of(n.inputs[0], "Sub") is not None and producer_of(n.inputs[1], "Add") is not None)
+                or (n.op_type == M_ROTARY_EMBEDDING and n.domain == MS_DOMAIN)]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline:
+        if node.op_type == M_ROTARY_EMBEDDING:
+            return Decline("MRotaryEmbedding (multi-section rotary over [3, B, S] positions) has no "
+                           "RMSNormRotary form; kept as exported")
         # --- rotary half: Concat(o1, o2) of Sub / Add of products -------------------------------
         if len(node.inputs) != 2:
             return Decline("rotary Concat is not Concat(Sub, Add) of two inputs")

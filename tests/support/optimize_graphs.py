@@ -219,3 +219,93 @@ def hc_model(*, C: int = 4, H: int = 8, R: int = 4, two_blocks: bool = False, se
         g.op("HyperConnectionPostMix", [X1, blk2, pg2], domain=MS, num_branches=C, outs=["streams_out"])
     g.out("streams_out", et, ["B", "S", C * H])
     return g.model()
+
+
+# -- the public builder's forms (shared/reference/real-exporter-forms.md §1) -------------------------
+def hc_packed_chain(g: G, X: str, *, C: int, H: int, R: int, prefix: str, r: np.random.Generator,
+                    dtype: type = np.float16, inject_first: bool = False, combine: bool = True,
+                    split_attr: bool = False) -> tuple[str, str | None]:
+    """BranchwiseRMSNorm -> ONE MatMul [down|inject] -> Split -> ScaledSiLU -> up -> Sigmoid -> PreMix;
+    inject Div/Sigmoid/Mul. ``combine=False``: the final mixer (inject columns computed, unused)."""
+    scale = g.init(f"{prefix}.norm.weight", (1 + 0.1 * r.standard_normal(C * H)).astype(dtype))
+    down = (0.2 * r.standard_normal((C * H, R))).astype(dtype)
+    inject = (0.2 * r.standard_normal((C * H, C))).astype(dtype)
+    parts = [inject, down] if inject_first else [down, inject]
+    packed = g.init(f"{prefix}.input_mix_down_block_inject", np.concatenate(parts, axis=1))
+    up = g.init(f"{prefix}.input_mix_weight_up", (0.2 * r.standard_normal((R, C * H))).astype(dtype))
+    hn = g.o("BranchwiseRMSNorm", [X, scale], domain=MS, name=f"{prefix}/BranchwiseRMSNorm", num_branches=C, epsilon=1e-5)
+    di = g.o("MatMul", [hn, packed], name=f"{prefix}/down_inject/MatMul")
+    sizes = [C, R] if inject_first else [R, C]
+    if split_attr:
+        outs = g.op("Split", [di], 2, name=f"{prefix}/Split", axis=-1, split=sizes)
+    else:
+        outs = g.op("Split", [di, g.ints(f"{prefix}.split", sizes)], 2, name=f"{prefix}/Split", axis=-1)
+    inj, d = (outs[0], outs[1]) if inject_first else (outs[1], outs[0])
+    z = g.o("ScaledSiLU", [d], domain=MS, alpha=1.0 / C, name=f"{prefix}/ScaledSiLU")
+    gate = g.o("Sigmoid", [g.o("MatMul", [z, up], name=f"{prefix}/up/MatMul")], name=f"{prefix}/Sigmoid")
+    pre = g.o("HyperConnectionPreMix", [hn, gate], domain=MS, num_branches=C, reduction_scale=1.0 / C,
+              name=f"{prefix}/HyperConnectionPreMix")
+    if not combine:
+        return pre, None
+    div = g.o("Div", [inj, g.init(f"{prefix}.hc", np.array(float(C), dtype))], name=f"{prefix}/inject/Div")
+    pg = g.o("Mul", [g.o("Sigmoid", [div], name=f"{prefix}/inject/Sigmoid"), g.init(f"{prefix}.two", np.array(2.0, dtype))],
+             name=f"{prefix}/inject/Mul")
+    return pre, pg
+
+
+def hc_builder_model(*, C: int = 4, H: int = 8, R: int = 4, blocks: int = 2, seed: int = 0,
+                     inject_first: bool = False, split_attr: bool = False) -> onnx.ModelProto:
+    """``blocks`` packed mixes (block = Tanh) with PostMix, then the final mixer (no combine) and lm_head."""
+    r = rng(seed)
+    g = G()
+    X = g.inp("streams", F16, ["B", "S", C * H])
+    for b in range(blocks):
+        pre, pg = hc_packed_chain(g, X, C=C, H=H, R=R, prefix=f"/l{b}/hc", r=r, inject_first=inject_first,
+                                  split_attr=split_attr)
+        assert pg is not None
+        blk = g.o("Tanh", [pre], name=f"/l{b}/block/Tanh")
+        X = g.op("HyperConnectionPostMix", [X, blk, pg], domain=MS, num_branches=C, name=f"/l{b}/hc/PostMix",
+                 outs=[f"streams_{b + 1}"])[0]
+    final, _ = hc_packed_chain(g, X, C=C, H=H, R=R, prefix="/model/final_hc", r=r, combine=False,
+                               split_attr=split_attr)
+    g.op("Identity", [final], outs=["hidden_states"], name="/model/hidden_states/Identity")
+    w = g.init("lm_head.weight", (0.2 * r.standard_normal((H, 16))).astype(np.float16))
+    g.op("MatMul", [final, w], outs=["logits"], name="/lm_head/MatMul")
+    g.out("hidden_states", F16, ["B", "S", H])
+    g.out("logits", F16, ["B", "S", 16])
+    return g.model()
+
+
+def conv_state_output_model(*, C: int = 8, K: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """The builder's GDN conv: CausalConvWithState output 1 is ``present.0.conv`` itself."""
+    r = rng(seed)
+    g = G()
+    w = g.init("conv.weight", (0.5 * r.standard_normal((C, 1, K))).astype(np.float16))
+    b = g.init("conv.bias", (0.1 * r.standard_normal(C)).astype(np.float16))
+    x = g.inp("x", F16, ["B", "S", C])
+    past = g.inp("past.0.conv", F16, ["B", C, K - 1])
+    xT = g.o("Transpose", [x], perm=[0, 2, 1], name="/conv/Transpose")
+    y, _ = g.op("CausalConvWithState", [xT, w, b, past], 2, domain=MS, name="/conv/CausalConvWithState",
+                outs=["conv_y", "present.0.conv"], activation="silu", ndim=1, state_window=0)
+    g.op("Transpose", [y], outs=["y"], perm=[0, 2, 1], name="/conv/Transpose_1")
+    g.out("y", F16, ["B", "S", C])
+    g.out("present.0.conv", F16, ["B", C, K - 1])
+    return g.model()
+
+
+def mrope_model(*, N: int = 2, D: int = 8, P: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """The builder's q/k norm + rotary: SimplifiedLayerNormalization -> MRotaryEmbedding ([3, B, S])."""
+    r = rng(seed)
+    g = G()
+    x = g.inp("x", F16, ["B", "S", N * D])
+    pos = g.inp("position_ids", I64, [3, "B", "S"])
+    w = g.init("q_norm.weight", (1 + 0.1 * r.standard_normal(D)).astype(np.float16))
+    cos = g.init("cos_cache", np.cos(r.standard_normal((P, D // 2))).astype(np.float16))
+    sin = g.init("sin_cache", np.sin(r.standard_normal((P, D // 2))).astype(np.float16))
+    xr = g.o("Reshape", [x, g.ints("shape4", [0, 0, N, D])], name="/q/Reshape")
+    n = g.o("SimplifiedLayerNormalization", [xr, w], name="/q/SimplifiedLayerNormalization", axis=-1, epsilon=1e-6)
+    flat = g.o("Reshape", [n, g.ints("shape3", [0, 0, N * D])], name="/q/Flatten")
+    g.op("MRotaryEmbedding", [flat, pos, cos, sin], domain=MS, outs=["y"], name="/q/MRotaryEmbedding",
+         mrope_section=[D // 2 - 2, 1, 1], num_heads=N, mrope_layout=1)
+    g.out("y", F16, ["B", "S", N * D])
+    return g.model()

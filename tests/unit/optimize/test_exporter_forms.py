@@ -1,0 +1,174 @@
+"""Both exporters' graph forms through every pass: a fusion where one applies, a reason otherwise.
+
+The builder forms are built from shared/reference/real-exporter-forms.md §1 (support.optimize_graphs
+``hc_builder_model``, ``conv_state_output_model``, ``mrope_model``); the research forms are the
+synthetic package's. Invariants guarded:
+
+* the packed hyper-connection mix (ONE MatMul [down|inject] + Split, either column order, sizes
+  as an input or an attribute) fuses into HyperConnectionLowRankMix with the previous PostMix as
+  its prologue, and the final mixer (no combine: inject columns unused) fuses too, with numerical
+  parity against the unfused graph on ORT CPU (ORT_DISABLE_ALL) through the numpy references;
+* a final mixer with no inject projection at all fuses with a zero inject weight; the research
+  final-norm mixer (per-branch Sigmoid(MatMul) gates, no low-rank projection) is declined with its
+  reason;
+* every candidate anchor of every pass gets exactly one outcome (fused or a specific reason, never
+  the generic "not recognised") on both forms: every PreMix, every CausalConvWithState, every
+  shared-expert GatedAdd, every logits projection, every rotary (Concat chains and MRotaryEmbedding).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+import support.optimize_graphs as G
+from support.optimize_helpers import apply, close, ops, reasons, run_ort, run_ref
+
+from q38._ops import MS_DOMAIN
+from q38.optimize import PIPELINE, Outcome, optimize_model
+from q38.optimize._common import UNRECOGNISED_REASON
+from q38.optimize.causal_conv_state import FuseCausalConvStatePass
+from q38.optimize.hyper_connection import FuseHyperConnectionPass
+from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+
+MS = MS_DOMAIN
+LRM = (MS, "HyperConnectionLowRankMix")
+STREAMS = np.random.default_rng(7).standard_normal((2, 3, 32)).astype(np.float16)
+
+
+@pytest.mark.parametrize("inject_first,split_attr", [(False, False), (True, False), (False, True)])
+def test_packed_hyper_connection_mix_fuses_with_parity(inject_first: bool, split_attr: bool) -> None:
+    opset = 13 if not split_attr else 11
+    proto = G.hc_builder_model(inject_first=inject_first, split_attr=split_attr)
+    if split_attr:
+        proto.opset_import[0].version = opset
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert not reasons(p), reasons(p)
+    # 3 mixes (2 blocks + the final mixer), 2 prologues (every mix after a PostMix).
+    assert p.count == 5
+    assert ops(model) == {LRM: 3, ("", "Tanh"): 2, ("", "Identity"): 1, ("", "MatMul"): 1}
+    final = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix" and not n.outputs[1].uses())
+    assert final.inputs[4].name == "/model/final_hc.input_mix_down_block_inject.inject"
+    feeds = {"streams": STREAMS}
+    close(run_ref(model, feeds), run_ort(proto, feeds), atol=3e-2)
+
+
+def test_final_mixer_without_inject_projection_fuses_with_zero_inject() -> None:
+    r = G.rng(1)
+    g = G.G()
+    X = g.inp("streams", G.F16, ["B", "S", 32])
+    pre, _ = G.hc_chain(g, X, C=4, H=8, R=4, prefix="/model/final_hc", r=r)
+    # Drop the inject branch (MatMul(hn, inject) -> Div -> Sigmoid -> Mul): a mix with no combine.
+    inject_mm = next(n for n in g.nodes if n.op_type == "MatMul" and "inject" in n.input[1])
+    drop = {inject_mm.output[0]}
+    kept = []
+    for n in g.nodes:
+        if any(i in drop for i in n.input) or n is inject_mm:
+            drop.update(n.output)
+            continue
+        kept.append(n)
+    g.nodes = kept
+    g.op("Identity", [pre], outs=["y"])
+    g.out("y", G.F16, ["B", "S", 8])
+    proto = g.model()
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 1 and ops(model) == {LRM: 1, ("", "Identity"): 1}
+    mix = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix")
+    assert not mix.inputs[4].const_value.numpy().any()  # type: ignore[union-attr]
+    close(run_ref(model, {"streams": STREAMS}), run_ort(proto, {"streams": STREAMS}), atol=3e-2)
+
+
+def test_research_final_norm_mixer_is_declined_with_reason(tiny_cpu_package) -> None:  # type: ignore[no-untyped-def]
+    model = ir.load(tiny_cpu_package / "model.onnx")
+    result = optimize_model(model, passes=["hyper_connection"], reader=_reader(tiny_cpu_package / "model.onnx"))
+    declined = [o for o in result.outcomes if not o.applied]
+    assert [o.anchor for o in declined] == ["/model/norm/HyperConnectionPreMix"]
+    assert declined[0].reason.startswith("PreMix gate is a per-branch Sigmoid(MatMul(hn, W))")
+
+
+def _reader(path):  # type: ignore[no-untyped-def]
+    from q38.package import read_tensor
+
+    return lambda v: read_tensor(v, graph_path=path, root=path.parent)
+
+
+# -- one outcome per anchor, per pass, both forms ------------------------------------------------------
+def _candidates(graph: ir.Graph, pass_name: str) -> list[str]:
+    """The nodes each pass must give an outcome, counted independently of the pass's own anchors."""
+    nodes = list(graph)
+
+    def ms(n: ir.Node, op: str) -> bool:
+        return n.domain == MS and n.op_type == op
+
+    if pass_name == "hyper_connection":
+        return [n.name for n in nodes if ms(n, "HyperConnectionPreMix")]
+    if pass_name == "causal_conv_state":
+        return [n.name for n in nodes if ms(n, "CausalConvWithState")]
+    if pass_name == "shared_expert":  # the SiLU's gate projection: MatMul g with Mul(g, Sigmoid(g))
+        return [n.name for n in nodes if n.op_type == "MatMul" and any(
+            u.node.op_type == "Sigmoid" and any(v.node.op_type == "Mul" and n.outputs[0] in v.node.inputs
+                                                for v in u.node.outputs[0].uses())
+            for u in n.outputs[0].uses())]
+    if pass_name == "fp8_head":
+        return [n.name for n in nodes if n.op_type in ("MatMul", "MatMulNBits") and n.outputs[0].is_graph_output()
+                and "logits" in (n.outputs[0].name or "")]
+    return [n.name for n in nodes if n.op_type == "Concat" and any(
+        i is not None and i.producer() is not None and i.producer().op_type == "Sub" for i in n.inputs)
+    ] + [n.name for n in nodes if ms(n, "MRotaryEmbedding")]
+
+
+def _builder_graphs() -> dict[str, onnx.ModelProto]:
+    return {"hc": G.hc_builder_model(), "conv": G.conv_state_output_model(), "mrope": G.mrope_model(),
+            "shared": G.shared_expert_model()}
+
+
+@pytest.mark.parametrize("pass_cls", PIPELINE, ids=[p.name for p in PIPELINE])
+@pytest.mark.parametrize("form", ["research", "builder"])
+def test_every_candidate_anchor_gets_one_outcome(pass_cls, form: str, tiny_cpu_package) -> None:  # type: ignore[no-untyped-def]
+    if form == "research":
+        path = tiny_cpu_package / "model.onnx"
+        graphs = {"target": (ir.load(path), _reader(path))}
+    else:
+        graphs = {k: (ir.from_proto(v), None) for k, v in _builder_graphs().items()}
+    total = 0
+    for model, reader in graphs.values():
+        wanted = _candidates(model.graph, pass_cls.name)
+        outcomes: list[Outcome] = []
+        p = pass_cls(outcomes=outcomes, **({"reader": reader} if reader else {}))
+        phase_one = len(wanted)
+        p(model)
+        assert not [o for o in outcomes if o.reason == UNRECOGNISED_REASON], [o.line() for o in outcomes]
+        seen = collections.Counter(o.anchor for o in outcomes)
+        assert all(seen[name] == 1 for name in wanted), (wanted, seen)
+        if pass_cls.name != "hyper_connection":  # its second phase has its own anchors (prologues)
+            assert len(outcomes) == phase_one
+        total += phase_one
+    assert total > 0 or (form == "builder" and pass_cls.name == "rms_norm_rotary")
+
+
+def test_builder_forms_outcomes_by_pass() -> None:
+    """The verdict of every pass on each builder form (what --explain prints for them)."""
+    got = {}
+    for key, proto in _builder_graphs().items():
+        result = optimize_model(ir.from_proto(proto))
+        got[key] = sorted((o.pass_name, o.applied, o.reason) for o in result.outcomes)
+    assert got["conv"] == [("causal_conv_state", False,
+                            "present_state output already carries the state (no carry chain to remove)")]
+    assert got["mrope"] == [("rms_norm_rotary", False, "MRotaryEmbedding (multi-section rotary over [3, B, S] "
+                             "positions) has no RMSNormRotary form; kept as exported")]
+    assert got["hc"] == sorted([("hyper_connection", True, "")] * 5 + [("fp8_head", True, "")])
+    assert got["shared"] == [("shared_expert", True, "")]
+
+
+def test_conv_builder_form_is_left_unchanged() -> None:
+    proto = G.conv_state_output_model()
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 0 and ops(model)[(MS, "CausalConvWithState")] == 1
+
+
+def test_mrope_is_left_unchanged() -> None:
+    model, p = apply(FuseRMSNormRotaryPass, G.mrope_model())
+    assert p.count == 0 and ops(model)[(MS, "MRotaryEmbedding")] == 1
