@@ -70,6 +70,19 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def properties(session: nox.Session) -> None:
+    """The optimizer property tests with many random examples (Q38_OPT_PROPERTY_EXAMPLES, default 3000).
+
+    The CPU suite runs them derandomized, 3 examples per case; this session explores (not
+    derandomized) and prints hypothesis' event statistics: which guard declined what.
+    """
+    _install(session)
+    examples = os.environ.get("Q38_OPT_PROPERTY_EXAMPLES", "3000")
+    session.run("pytest", "tests/unit/properties", "-n", "auto", "-p", "no:cacheprovider",
+                "--hypothesis-show-statistics", *session.posargs, env={"Q38_OPT_PROPERTY_EXAMPLES": examples})
+
+
+@nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
     """mutmut over one package per posarg (default: q38/optimize and contracts), targeted tests.
 

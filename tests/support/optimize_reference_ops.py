@@ -136,7 +136,7 @@ class MatMulBlockQuantizedFp8Weight(OpRun):
 
 
 class HyperConnectionPostMix(OpRun):
-    """Identity-stream-mix PostMix with a (..., C) gate, so mixed graphs evaluate in numpy too."""
+    """Identity-stream-mix PostMix with a (..., C) or (..., C, H) gate, so mixed graphs evaluate in numpy too."""
 
     op_domain = MS
 
@@ -144,7 +144,9 @@ class HyperConnectionPostMix(OpRun):
         assert _opt(stream_mix) is None
         c = int(self.num_branches)  # type: ignore[attr-defined]
         s = streams.astype(F32).reshape(*streams.shape[:-1], c, -1)
-        y = s + post_mix.astype(F32)[..., :, None] * block_output.astype(F32)[..., None, :]
+        gate = post_mix.astype(F32)
+        gate = gate[..., :, None] if gate.ndim == streams.ndim else gate  # (..., C) or (..., C, H)
+        y = s + gate * block_output.astype(F32)[..., None, :]
         return (y.reshape(streams.shape).astype(streams.dtype),)
 
 

@@ -12,12 +12,13 @@ the pass. Invariants guarded, for every example (``support.optimize_property_kit
   ORT CPU session whenever all its ops have CPU kernels;
 * benign variations ("ok") are always fused, every candidate; guard-breaking mutations
   ("decline") are declined with a recorded reason.
-Examples per property: ``PROPS`` (derandomized, so the suite is reproducible).
+Examples per property: 4 per case of its table (derandomized, so the suite is reproducible).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ import onnx
 import pytest
 import support.optimize_graphs as G
 import support.optimize_property_kit as K
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support.optimize_graphs import INT64_MAX
 
@@ -37,10 +38,32 @@ from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
 
-# Q38_OPT_PROPERTY_EXAMPLES=N explores N random (not derandomized) examples per property instead.
+# Q38_OPT_PROPERTY_EXAMPLES=N explores N random (not derandomized) examples per property instead
+# (`nox -s properties`). The default, derandomized run draws 4 examples per case of the property's
+# table, so every case (and the guard it breaks) is reached: the `event()` counts show which guard
+# declined what (`--hypothesis-show-statistics`).
 _EXPLORE = int(os.environ.get("Q38_OPT_PROPERTY_EXAMPLES", "0"))
-PROPS = settings(max_examples=_EXPLORE or 40, deadline=None, derandomize=not _EXPLORE, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def props(table: dict[str, Any]) -> Any:
+    """Examples per case (each test is parametrized by the case name, so every case is reached)."""
+    return settings(max_examples=max(1, _EXPLORE // len(table)) if _EXPLORE else 3, deadline=None,
+                    derandomize=not _EXPLORE, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+_QUOTED = re.compile(r"'[^']*'|\[[^\]]*\]|-?\d+(\.\d+)?(e-?\d+)?")
+
+
+def _events(p: RewritePass, case: str) -> None:
+    """One hypothesis event per outcome: the case and the guard (its reason, values elided)."""
+    for o in p.outcomes:
+        event(f"{p.name}/{case}: " + ("fused" if o.applied else "declined: " + _QUOTED.sub("_", o.reason)))
+
+
+def _blank_names(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    for node in proto.graph.node:
+        node.name = ""
 Mutation = Callable[[onnx.ModelProto, dict[str, Any]], None]
 
 
@@ -52,8 +75,7 @@ def _verdict(p: RewritePass, kind: str, candidates: int) -> None:
         assert declined and p.count < candidates, [o.line() for o in p.outcomes]
 
 
-def _pick(draw: st.DrawFn, table: dict[str, tuple[str, Mutation | None]]) -> tuple[str, str, Mutation | None]:
-    name = draw(st.sampled_from(sorted(table)))
+def _pick(table: dict[str, tuple[str, Mutation | None]], name: str) -> tuple[str, str, Mutation | None]:
     return (name, *table[name])
 
 
@@ -165,12 +187,13 @@ RMS: dict[str, tuple[str, Mutation | None]] = {
     "scale_capture": ("any", lambda p, c: K.if_capture(p, "q_norm.weight")),
     "cache_capture": ("any", lambda p, c: K.if_capture(p, "sin_cache")),
     "pow3": ("any", _pow3),
+    "empty_names": ("ok", _blank_names),
 }
 
 
 @st.composite
-def rms_cases(draw: st.DrawFn) -> dict[str, Any]:
-    name, kind, mutate = _pick(draw, RMS)
+def rms_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
+    name, kind, mutate = _pick(RMS, case)
     return {
         "name": name, "kind": kind, "mutate": mutate,
         "N": draw(st.sampled_from([1, 2, 3])), "D": draw(st.sampled_from([2, 4, 8, 16])),
@@ -181,15 +204,18 @@ def rms_cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@PROPS
-@given(rms_cases())
-def test_rms_norm_rotary_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", sorted(RMS))
+@props(RMS)
+@given(data=st.data())
+def test_rms_norm_rotary_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(rms_cases(name))
     proto = _rms_proto(case)
     if case["mutate"]:
         case["mutate"](proto, case)
     feeds = K.feeds_for(proto, {"B": 2, "S": case["S"]}, case["seed"], rows=case["P"])
     target = "cpu" if case["name"] == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseRMSNormRotaryPass, feeds, target=target, atol=2e-2)
+    _events(p, case["name"])
     _verdict(p, case["kind"], case["chains"])
 
 
@@ -224,20 +250,23 @@ SE: dict[str, tuple[str, Mutation | None]] = {
     "up_capture": ("any", lambda p, c: K.if_capture(p, _se_out(p, "up"))),
     "h_consumer": ("any", lambda p, c: K.extra_consumer(p, "h")),
     "sg_consumer": ("any", lambda p, c: K.extra_consumer(p, _se_out(p, "sgate"))),
+    "empty_names": ("ok", _blank_names),
 }
 
 
 @st.composite
-def se_cases(draw: st.DrawFn) -> dict[str, Any]:
-    name, kind, mutate = _pick(draw, SE)
+def se_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
+    name, kind, mutate = _pick(SE, case)
     return {"name": name, "kind": kind, "mutate": mutate, "H": draw(st.integers(2, 24)), "I": draw(st.integers(1, 12)),
             "commuted": draw(st.booleans()), "seed": draw(st.integers(0, 2**16)), "idx": draw(st.integers(0, 1000)),
             "S": draw(st.integers(1, 4))}
 
 
-@PROPS
-@given(se_cases())
-def test_shared_expert_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", sorted(SE))
+@props(SE)
+@given(data=st.data())
+def test_shared_expert_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(se_cases(name))
     up = _SE_W[0] if case["name"] == "shared_weights" else None
     proto = G.shared_expert_model(H=case["H"], I=case["I"], seed=case["seed"], commuted=case["commuted"], up_weight=up)
     if case["mutate"]:
@@ -245,6 +274,7 @@ def test_shared_expert_rewrites_with_parity_or_declines(case: dict[str, Any]) ->
     feeds = K.feeds_for(proto, {"B": 2, "S": case["S"]}, case["seed"])
     target = "cpu" if case["name"] == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseSharedExpertPass, feeds, target=target, atol=1e-2)
+    _events(p, case["name"])
     _verdict(p, case["kind"], 1)
 
 
@@ -270,6 +300,29 @@ def _unknown_width(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
     proto.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "W"
 
 
+def _post(proto: onnx.ModelProto) -> onnx.NodeProto:
+    return next(n for n in proto.graph.node if n.op_type == "HyperConnectionPostMix")
+
+
+def _post_gate_per_feature(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The first PostMix reads a (..., C, H) gate input (not provably (..., C))."""
+    _post(proto).input[2] = "gate_ch"
+    et = _et(ctx["dtype"])
+    proto.graph.input.append(onnx.helper.make_tensor_value_info("gate_ch", et, ["B", "S", ctx["C"], ctx["H"]]))
+
+
+def _reader_before_mix(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """A reader of the first PostMix's output placed right after it (before the next mix)."""
+    out = _post(proto).output[0]
+    K.extra_consumer(proto, out)
+    probe = [n for n in proto.graph.node if n.name.startswith("extra/")]
+    for n in probe:
+        proto.graph.node.remove(n)
+    at = [n.output[0] for n in proto.graph.node].index(out) + 1
+    for i, n in enumerate(probe):
+        proto.graph.node.insert(at + i, n)
+
+
 HC: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "eps_none": ("ok", None),
@@ -291,12 +344,16 @@ HC: dict[str, tuple[str, Mutation | None]] = {
     "pre_consumer": ("any", lambda p, c: K.extra_consumer(p, _hc_chain(p)[5].output[0])),
     "pg_capture": ("any", lambda p, c: K.if_capture(p, _hc_chain(p)[9].output[0])),
     "streams_capture": ("any", lambda p, c: K.if_capture(p, "streams_1" if c["two"] else "streams")),
+    "empty_names": ("ok", _blank_names),
+    "empty_names_extra_reader": ("decline", lambda p, c: (K.extra_consumer(p, _hc_private(p, c)), _blank_names(p, c))),
+    "post_gate_per_feature": ("any", _post_gate_per_feature),
+    "reader_before_mix": ("ok", _reader_before_mix),
 }
 
 
 @st.composite
-def hc_cases(draw: st.DrawFn) -> dict[str, Any]:
-    name, kind, mutate = _pick(draw, HC)
+def hc_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
+    name, kind, mutate = _pick(HC, case)
     return {"name": name, "kind": kind, "mutate": mutate, "C": draw(st.sampled_from([1, 2, 4])),
             "H": draw(st.sampled_from([2, 4, 8])), "R": draw(st.integers(1, 6)), "two": draw(st.booleans()),
             "dtype": draw(st.sampled_from([np.float16, np.float32])),
@@ -304,9 +361,11 @@ def hc_cases(draw: st.DrawFn) -> dict[str, Any]:
             "seed": draw(st.integers(0, 2**16)), "idx": draw(st.integers(0, 1000)), "S": draw(st.integers(1, 3))}
 
 
-@PROPS
-@given(hc_cases())
-def test_hyper_connection_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", sorted(HC))
+@props(HC)
+@given(data=st.data())
+def test_hyper_connection_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(hc_cases(name))
     C, H = case["C"], case["H"]
     kw: dict[str, Any] = {"eps": case["eps"]}
     if case["name"] == "scale_2d":
@@ -324,6 +383,7 @@ def test_hyper_connection_rewrites_with_parity_or_declines(case: dict[str, Any])
     _, p = K.check_rewrite(proto, FuseHyperConnectionPass, feeds, target=target, atol=atol, rtol=3e-2)
     kind = "ok" if case["name"].startswith("scale_per_feature") and C == 1 else case["kind"]  # (H) == (C*H)
     # Candidates: one chain per block, plus the second block's PostMix prologue.
+    _events(p, case["name"])
     _verdict(p, kind, 3 if case["two"] else 1)
 
 
@@ -370,12 +430,14 @@ CONV: dict[str, tuple[str, Mutation | None]] = {
     "pT_consumer": ("any", _pT_consumer),
     "present_capture": ("any", lambda p, c: K.if_capture(p, "present.0.conv")),
     "x_consumer": ("any", lambda p, c: K.extra_consumer(p, _conv(p).input[0])),
+    "dilation0": ("decline", None),
+    "empty_names": ("ok", _blank_names),
 }
 
 
 @st.composite
-def conv_cases(draw: st.DrawFn) -> dict[str, Any]:
-    name, kind, mutate = _pick(draw, CONV)
+def conv_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
+    name, kind, mutate = _pick(CONV, case)
     form = draw(st.sampled_from(["channels_first", "first_token", "channels_last"]))
     if name == "pT_consumer" and form == "channels_last":
         kind = "decline"
@@ -385,9 +447,11 @@ def conv_cases(draw: st.DrawFn) -> dict[str, Any]:
             "seed": draw(st.integers(0, 2**16)), "S": draw(st.integers(1, 5))}
 
 
-@PROPS
-@given(conv_cases())
-def test_causal_conv_state_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", sorted(CONV))
+@props(CONV)
+@given(data=st.data())
+def test_causal_conv_state_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(conv_cases(name))
     name, form, k, dil = case["name"], case["form"], case["K"], case["dilation"]
     kind = case["kind"]
     L = (k - 1) * dil
@@ -410,6 +474,8 @@ def test_causal_conv_state_rewrites_with_parity_or_declines(case: dict[str, Any]
         kw["ndim"] = 2
     elif name == "extended":
         kw["state_length"] = L
+    elif name == "dilation0":
+        kw.update(dilation=0, hist=0)
     proto = G.conv_carry_model(**kw)
     if case["mutate"]:
         if name in ("concat_axis1", "concat_swapped") and form == "first_token":
@@ -420,6 +486,7 @@ def test_causal_conv_state_rewrites_with_parity_or_declines(case: dict[str, Any]
     feeds = K.feeds_for(proto, {"B": 2, "S": 1 if S == 1 else case["S"]}, case["seed"])
     target = "cpu" if name == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseCausalConvStatePass, feeds, target=target, atol=0)
+    _events(p, case["name"])
     _verdict(p, kind, 1)
 
 
@@ -451,16 +518,18 @@ FP8: dict[str, tuple[str, Mutation | None]] = {
 
 
 @st.composite
-def fp8_cases(draw: st.DrawFn) -> dict[str, Any]:
-    name, kind, mutate = _pick(draw, FP8)
+def fp8_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
+    name, kind, mutate = _pick(FP8, case)
     return {"name": name, "kind": kind, "mutate": mutate, "H": draw(st.integers(1, 300)), "V": draw(st.integers(1, 24)),
             "dtype": np.float32 if name == "act_fp32" else np.float16, "seed": draw(st.integers(0, 2**16)),
             "S": draw(st.integers(1, 3))}
 
 
-@PROPS
-@given(fp8_cases())
-def test_fp8_head_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", sorted(FP8))
+@props(FP8)
+@given(data=st.data())
+def test_fp8_head_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(fp8_cases(name))
     proto = _head_proto(case)
     if case["mutate"]:
         case["mutate"](proto, case)
@@ -468,6 +537,7 @@ def test_fp8_head_rewrites_with_parity_or_declines(case: dict[str, Any]) -> None
     target = "cpu" if case["name"] == "target_cpu" else "cuda"
     # FP8 e4m3 (3 mantissa bits) against the fp16 original: a quantization-sized tolerance.
     _, p = K.check_rewrite(proto, QuantizeFp8HeadPass, feeds, target=target, atol=0.2, rtol=0.1)
+    _events(p, case["name"])
     _verdict(p, case["kind"], 1)
 
 
