@@ -25,6 +25,7 @@ class Progress:
         stream: TextIO | None = None,
         delay: float = 1.0,
         width: int = 30,
+        unit: str = "",
     ) -> None:
         self.total = max(int(total), 0)
         self.label = label
@@ -32,6 +33,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.delay = delay
         self.width = width
+        self.unit = unit  # "bytes": counts are drawn as MB / GB
         self._start = time.monotonic()
         self._drawn = False
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -41,13 +43,18 @@ class Progress:
         if self.enabled and time.monotonic() - self._start >= self.delay:
             self._draw()
 
+    def _count(self, n: int) -> str:
+        if self.unit != "bytes":
+            return str(n)
+        return f"{n / 1e9:.2f} GB" if n >= 10**9 else f"{n / 1e6:.1f} MB"
+
     def _draw(self) -> None:
         if self.total:
             filled = self.width * self.done // self.total
             bar = "#" * filled + "." * (self.width - filled)
-            text = f"\r{self.label} [{bar}] {self.done}/{self.total}"
+            text = f"\r{self.label} [{bar}] {self._count(self.done)}/{self._count(self.total)}"
         else:
-            text = f"\r{self.label} {self.done}"
+            text = f"\r{self.label} {self._count(self.done)}"
         self.stream.write(text)
         self.stream.flush()
         self._drawn = True

@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from q38.build.bundle import Source, read_source
+from q38.build.bundle import Entry, Source, read_source
 from q38.build.compose import Composition, PoolRow, compose
 from q38.build.configure import graph_facts, make_config
 from q38.build.graphs import save_proto
 from q38.build.inputs import Library, check_destinations, check_libraries, check_provider
 from q38.build.qsa import qsa_constants
-from q38.errors import BuildError, InternalError
+from q38.errors import BuildError, InternalError, PackageError
 from q38.package.config import config_to_dict, dumps_config, parse_config
-from q38.package.hashing import sha256_file
-from q38.package.links import LinkPolicy, place_file
-from q38.package.manifest import FileRecord, Manifest, dumps_manifest
+from q38.package.hashing import KnownDigests, sha256_file
+from q38.package.links import LinkPolicy, Placed, Placer
+from q38.package.manifest import MANIFEST_FILENAME, FileRecord, Manifest, dumps_manifest, read_manifest
 from q38.package.paths import is_inside
 from q38.package.staging import StagedDirectory
 from q38.progress import Progress
@@ -52,6 +52,7 @@ class BuildRequest:
     provider: str = "cpu"
     cuda_options: tuple[str, ...] = ()
     link: LinkPolicy = LinkPolicy.AUTO
+    digest: bool = False  # also digest linked / cloned files (--digest)
     multidraft: bool = False  # also emit model_s2/s3/s4.onnx (2/3/4 verify rows)
     offload_profiles: bool = False  # runtime profiles + offload session options (implies multidraft)
 
@@ -88,16 +89,18 @@ def _format_pool(rows: list[PoolRow]) -> str:
     return "".join(lines)
 
 
-class _Hasher:
-    def __init__(self) -> None:
-        self.cache: dict[tuple[int, int, int, int], str] = {}
-
-    def file(self, path: Path) -> str:
-        st = os.stat(path)
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key not in self.cache:  # a source named by several packages is hashed once
-            self.cache[key] = sha256_file(path)
-        return self.cache[key]
+def _known_digests(bundles: list[Path]) -> KnownDigests:
+    """Digests a bundle's own manifest holds, for files whose identity still matches."""
+    known = KnownDigests()
+    for bundle in bundles:
+        path = bundle / MANIFEST_FILENAME
+        if not path.is_file():
+            continue
+        try:
+            known.add_manifest(bundle, read_manifest(path).files)
+        except PackageError as exc:  # a bundle's manifest is regenerated, never carried over
+            _LOG.info("%s: not reusing its digests: %s", path, exc)
+    return known
 
 
 def _plan(req: BuildRequest) -> tuple[list[_Package], list[Path]]:
@@ -106,6 +109,9 @@ def _plan(req: BuildRequest) -> tuple[list[_Package], list[Path]]:
     if req.layout not in ("layered", "folded"):
         raise BuildError(f"--layout {req.layout}: expected layered or folded")
     bundles = [req.target, req.head] + ([req.prefill] if req.prefill else [])
+    real_bundles = [Path(os.path.realpath(b)) for b in bundles]
+    # A library inside a source bundle may be linked like the bundle's files; any other is copied.
+    libs = [dataclasses.replace(lib, in_bundle=any(is_inside(rb, lib.real) for rb in real_bundles)) for lib in libs]
     lib_dirs = [lib.real for lib in libs]
     out = Path(req.out)
     if req.layout == "layered" and os.path.isdir(out) and not os.path.islink(out):
@@ -204,83 +210,82 @@ def _emit_multidraft(root: Path, config_text: str, *, profiles: bool) -> tuple[s
     return dumps_config(cfg), written
 
 
-def _place_entry(
-    root: Path, rel: str, e: Any, policy: LinkPolicy, hasher: _Hasher, files: dict[str, dict[str, Any]]
-) -> None:
+def _record(placed: Placed) -> FileRecord:
+    return FileRecord(placed.mode, placed.sha256, identity=placed.identity)
+
+
+def _place_entry(root: Path, rel: str, e: Entry, placer: Placer, files: dict[str, FileRecord]) -> None:
     dst = root / rel
     dst.parent.mkdir(parents=True, exist_ok=True)
     if e.kind == "dir":
         dst.mkdir(exist_ok=True)
-        return
-    if e.kind == "symlink":
+    elif e.kind == "symlink":
         assert e.link is not None
         os.symlink(e.link, dst)
-        files[rel] = {"link_mode": "symlink", "source": e.link}
+        files[rel] = FileRecord("symlink", source=e.link)
     elif e.kind == "graph":
         assert e.model is not None
-        save_proto(e.model, dst)
-        files[rel] = {"link_mode": "write", "sha256": hasher.file(dst)}
+        files[rel] = FileRecord("write", save_proto(e.model, dst))
     else:
         assert e.src is not None
-        mode = place_file(e.src, dst, policy)
-        files[rel] = {"link_mode": mode, "sha256": hasher.file(e.src)}
+        files[rel] = _record(placer.place(e.src, dst))
 
 
 def _write(
     root: Path,
     pkg: _Package,
-    policy: LinkPolicy,
-    hasher: _Hasher,
+    placer: Placer,
     modes: Counter[str],
     where: Path,
     *,
     multidraft: bool = False,
     offload_profiles: bool = False,
 ) -> None:
-    files: dict[str, dict[str, Any]] = {}
+    files: dict[str, FileRecord] = {}
     entries = sorted(pkg.comp.entries.items())
-    with Progress(len(entries), f"build {pkg.rel or 'package'}: placing files") as bar:
+    data = [e.src for _, e in entries if e.kind == "file" and e.src is not None]
+    with placer.progress(data + [lib.real for lib in pkg.libs], f"build {pkg.rel or 'package'}: placing"):
         for rel, e in entries:
-            bar.advance()
-            _place_entry(root, rel, e, policy, hasher, files)
-            if rel in files:
-                modes[files[rel]["link_mode"]] += 1
-    for lib in pkg.libs:
-        rel = f"libs/{lib.basename}"
-        if rel in files:
-            continue
-        (root / "libs").mkdir(exist_ok=True)
-        mode = place_file(lib.real, root / rel, policy)  # resolved: never a dangling link
-        files[rel] = {"link_mode": mode, "sha256": hasher.file(lib.real)}
-        modes[mode] += 1
+            _place_entry(root, rel, e, placer, files)
+        lib_records: dict[str, FileRecord] = {}
+        for lib in pkg.libs:
+            rel = f"libs/{lib.basename}"
+            if rel in files:  # the bundle's own libs/<basename>: _plan checked it is this file
+                lib_records[lib.name] = files[rel]
+                continue
+            (root / "libs").mkdir(exist_ok=True)
+            # Resolved (never a dangling link); copied unless it lies inside a source bundle.
+            files[rel] = lib_records[lib.name] = _record(placer.place(lib.real, root / rel, outside=not lib.in_bundle))
     config_text = pkg.config_text
     if (multidraft or offload_profiles) and pkg.rel in ("", "target"):
         config_text, new_files = _emit_multidraft(root, config_text, profiles=offload_profiles)
         for name in new_files:
-            files[name] = {"link_mode": "write", "sha256": hasher.file(root / name)}
-            modes["write"] += 1
+            files[name] = FileRecord("write", sha256_file(root / name))
     for name, text in (("genai_config.json", config_text), ("weights_pool.txt", _format_pool(pkg.comp.pool))):
         (root / name).write_text(text, encoding="utf-8")
-        files[name] = {"link_mode": "write", "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        files[name] = FileRecord("write", hashlib.sha256(text.encode()).hexdigest())
+    for rec in files.values():
+        modes[rec.link_mode] += 1
     _check_links(root)
     qsa = {
         s.role: qsa_constants(s.model, base=root, what=f"{root.name}/{s.graph_rel}")
         for s in pkg.sources
         if s.role in ("target", "head")
     }
+    sources: list[dict[str, str]] = [
+        {"role": s.role, "path": _rel_to(s.bundle / s.graph_rel, where), "sha256": sha256_file(s.bundle / s.graph_rel)}
+        for s in pkg.sources
+    ]
+    for lib in pkg.libs:
+        entry = {"role": f"lib:{lib.name}", "path": _rel_to(lib.real, where)}
+        sha = lib_records[lib.name].sha256
+        if sha is not None:
+            entry["sha256"] = sha
+        sources.append(entry)
     manifest = Manifest(
         command="build",
-        sources=tuple(
-            [
-                {"role": s.role, "path": _rel_to(s.bundle / s.graph_rel, where), "sha256": hasher.file(s.bundle / s.graph_rel)}
-                for s in pkg.sources
-            ]
-            + [
-                {"role": f"lib:{lib.name}", "path": _rel_to(lib.real, where), "sha256": hasher.file(lib.real)}
-                for lib in pkg.libs
-            ]
-        ),
-        files={rel: FileRecord(f["link_mode"], f.get("sha256"), f.get("source")) for rel, f in files.items()},
+        sources=tuple(sources),
+        files=files,
         rewrites={f"shared_weight_redirects.{k}": v for k, v in sorted(pkg.comp.redirected.items())},
         extra={"qsa_constants": qsa},
     )
@@ -309,14 +314,15 @@ def build_package(req: BuildRequest) -> BuildResult:
     """
     packages, dests = _plan(req)
     result = BuildResult(packages=[])
-    hasher = _Hasher()
+    bundles = [req.target, req.head] + ([req.prefill] if req.prefill else [])
+    placer = Placer(req.link, digest=req.digest, known=_known_digests(bundles))
     if len(dests) == 1:
         with StagedDirectory(dests[0]) as stage:
             assert stage.path is not None
             for pkg in packages:
                 root = stage.path / pkg.rel if pkg.rel else stage.path
                 root.mkdir(exist_ok=True)
-                _write(root, pkg, req.link, hasher, result.link_modes, dests[0].parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
+                _write(root, pkg, placer, result.link_modes, dests[0].parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
             stage.commit()
         result.packages = [dests[0] / p.rel if p.rel else dests[0] for p in packages]
     else:
@@ -325,7 +331,7 @@ def build_package(req: BuildRequest) -> BuildResult:
             for stage, pkg in zip(stages, packages, strict=True):
                 stage.__enter__()
                 assert stage.path is not None
-                _write(stage.path, pkg, req.link, hasher, result.link_modes, stage.dest.parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
+                _write(stage.path, pkg, placer, result.link_modes, stage.dest.parent, multidraft=req.multidraft, offload_profiles=req.offload_profiles)
             done: list[StagedDirectory] = []
             try:
                 for stage in stages:

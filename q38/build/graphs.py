@@ -74,12 +74,13 @@ def load_proto(path: Path, *, what: str) -> onnx.ModelProto:
         raise GraphError(f"{what}: {path}: cannot read ONNX graph: {exc}") from None
 
 
-def save_proto(model: onnx.ModelProto, path: Path) -> None:
-    """Write the proto only; external-data entries are kept as references."""
+def save_proto(model: onnx.ModelProto, path: Path) -> str:
+    """Write the proto only (external-data entries kept as references); return its sha256."""
     data = model.SerializeToString()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

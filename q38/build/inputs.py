@@ -26,11 +26,13 @@ __all__ = [
 ]
 
 RESERVED_LIBRARY: Final = "libqwen38_plane.so"
-_LIB_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
-# ORT CUDA execution provider options: kind is "int", "bool" or a tuple of allowed strings.
+_LIB_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]+")  # fullmatch: no newline, no '/', no '='
+# The C types ORT's CUDA provider parses each option into: (lowest, highest) accepted value.
+_INT_RANGES: Final = {"size_t": (0, (1 << 64) - 1), "int": (0, (1 << 31) - 1)}
+# ORT CUDA execution provider options: kind is "size_t", "int", "bool" or a tuple of allowed strings.
 CUDA_OPTIONS: Final[dict[str, object]] = {
     "device_id": "int",
-    "gpu_mem_limit": "int",
+    "gpu_mem_limit": "size_t",
     "arena_extend_strategy": ("kNextPowerOfTwo", "kSameAsRequested"),
     "cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
     "do_copy_in_default_stream": "bool",
@@ -57,6 +59,7 @@ class Library:
     given: Path
     real: Path
     basename: str
+    in_bundle: bool = False  # the resolved file lies inside a source bundle (may be linked)
 
 
 def _real(path: Path) -> Path:
@@ -65,7 +68,6 @@ def _real(path: Path) -> Path:
 
 def check_destinations(dests: list[Path], sources: list[Path]) -> None:
     """Refuse existing / dangling / colliding destinations and destinations inside a source."""
-    seen: dict[Path, Path] = {}
     real_sources = [(s, _real(s)) for s in sources]
     for dest in dests:
         if os.path.islink(dest) and not os.path.exists(dest):
@@ -74,9 +76,6 @@ def check_destinations(dests: list[Path], sources: list[Path]) -> None:
             raise BuildError(f"{dest}: destination exists (refusing to overwrite)")
         parent = dest.parent
         real = _real(parent) / dest.name
-        if real in seen:
-            raise BuildError(f"{dest}: destination collides with {seen[real]} of the same build")
-        seen[real] = dest
         for given, src in real_sources:
             if real == src or is_inside(src, real):
                 raise BuildError(f"{dest}: destination is inside the source {given} (after resolving links)")
@@ -88,8 +87,8 @@ def check_libraries(items: list[tuple[str, str]]) -> list[Library]:
     by_base: dict[str, Library] = {}
     for name, raw in items:
         flag = f"--lib-{name}"
-        if not _LIB_NAME_RE.match(name):
-            raise FlagError(f"{flag}: invalid library name {name!r} (letters, digits, '_')")
+        if not _LIB_NAME_RE.fullmatch(name):
+            raise FlagError(f"--lib-{_quote(name)}: invalid library name (letters, digits, '_', '.', '-')")
         given = Path(raw)
         basename = given.name
         real = _real(given)
@@ -111,9 +110,15 @@ def check_libraries(items: list[tuple[str, str]]) -> list[Library]:
     return list(libs.values())
 
 
+def _quote(value: str, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters with the full length (bounded messages)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(value)} characters)"
+
+
 def _cuda_value(key: str, value: str) -> str:
     kind = CUDA_OPTIONS[key]
-    flag = f"--cuda-option {key}={value}"
+    flag = f"--cuda-option {key}={_quote(value)}"
     if kind == "bool":
         low = value.lower()
         if low in ("1", "true"):
@@ -121,13 +126,18 @@ def _cuda_value(key: str, value: str) -> str:
         if low in ("0", "false"):
             return "0"
         raise FlagError(f"{flag}: expected 0/1/true/false")
-    if kind == "int":
+    if isinstance(kind, str) and kind in _INT_RANGES:
+        low, high = _INT_RANGES[kind]
+        if len(value) > 80:  # longer than any 64-bit literal (and than int()'s digit limit allows)
+            raise FlagError(f"{flag}: out of range for {kind} (at most {high})")
         try:
             number = int(value.replace("_", ""), 0)
         except ValueError:
-            raise FlagError(f"{flag}: expected an integer") from None
+            raise FlagError(f"{flag}: expected an integer ({kind})") from None
         if number < 0:
             raise FlagError(f"{flag}: must not be negative")
+        if not low <= number <= high:
+            raise FlagError(f"{flag}: out of range for {kind} (at most {high})")
         return str(number)  # GenAI takes numeric provider options as decimal strings
     assert isinstance(kind, tuple)
     if value not in kind:

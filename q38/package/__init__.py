@@ -42,8 +42,8 @@ from q38.package.graphs import (
     read_tensor,
     save_graph,
 )
-from q38.package.hashing import sha256_file
-from q38.package.links import LinkMode, LinkPolicy, copy_file, place_file
+from q38.package.hashing import FileIdentity, KnownDigests, sha256_file
+from q38.package.links import LinkMode, LinkPolicy, Placed, Placer, copy_file, place, place_file
 from q38.package.manifest import (
     MANIFEST_FILENAME,
     FileRecord,
@@ -89,6 +89,8 @@ __all__ = [
     "GenaiPackage",
     "GraphRef",
     "HeadGraph",
+    "FileIdentity",
+    "KnownDigests",
     "LinkMode",
     "LinkPolicy",
     "Manifest",
@@ -130,7 +132,10 @@ __all__ = [
     "parse_manifest",
     "parse_pool",
     "parse_profile",
+    "place",
     "place_file",
+    "Placed",
+    "Placer",
     "read_config",
     "read_genai_config",
     "read_manifest",

@@ -9,6 +9,7 @@ from typing import Any, Final
 from q38 import __version__
 from q38.errors import PackageError, clip, quote
 from q38.package.files import MANIFEST_LIMIT
+from q38.package.hashing import FileIdentity
 from q38.package.jsonio import dumps_json, read_json
 
 __all__ = ["LINK_MODES", "MANIFEST_FILENAME", "FileRecord", "Manifest", "dumps_manifest", "parse_manifest", "read_manifest"]
@@ -18,11 +19,21 @@ MANIFEST_VERSION: Final = 1
 LINK_MODES: Final = ("write", "reflink", "hardlink", "copy", "symlink")
 
 
+_IDENTITY_KEYS: Final = ("st_dev", "st_ino", "size", "mtime_ns")
+
+
 @dataclass(frozen=True)
 class FileRecord:
+    """One file of a package: how it was placed, what it is, and its digest where one was taken.
+
+    ``identity`` is recorded for every placed file (reflink, hard link, copy); ``sha256`` only
+    where bytes were written or copied, requested (``--digest``), or reused from the source.
+    """
+
     link_mode: str
     sha256: str | None = None
     source: str | None = None
+    identity: FileIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class Manifest:
                 d["sha256"] = rec.sha256
             if rec.source is not None:
                 d["source"] = rec.source
+            if rec.identity is not None:
+                d["identity"] = rec.identity.to_dict()
             files[name] = d
         return {
             "manifest_version": MANIFEST_VERSION,
@@ -75,6 +88,19 @@ def _string(value: object, source: str, path: str) -> str:
     return value
 
 
+def _identity(value: object, source: str, name: str) -> FileIdentity | None:
+    if value is None:
+        return None
+    where = f"files.{name}.identity"
+    if not isinstance(value, dict) or sorted(value) != sorted(_IDENTITY_KEYS):
+        raise _fail(source, where, f"expected an object with exactly {', '.join(_IDENTITY_KEYS)}")
+    for key in _IDENTITY_KEYS:
+        v = value[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+            raise _fail(source, f"{where}.{key}", "expected an integer in [0, 2**64)")
+    return FileIdentity.from_dict(value)
+
+
 def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest:
     allowed = {
         "manifest_version", "q38_version", "command", "sources", "files", "rewrites",
@@ -94,13 +120,15 @@ def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest
     for name, rec in raw_files.items():
         if not isinstance(rec, dict) or rec.get("link_mode") not in LINK_MODES:
             raise _fail(source, f"files.{name}.link_mode", f"expected one of {', '.join(LINK_MODES)}")
-        unknown = set(rec) - {"link_mode", "sha256", "source"}
+        unknown = set(rec) - {"link_mode", "sha256", "source", "identity"}
         if unknown:
             raise _fail(source, f"files.{name}.{sorted(unknown)[0]}", "unknown key")
         for key in ("sha256", "source"):
             if rec.get(key) is not None and not isinstance(rec[key], str):
                 raise _fail(source, f"files.{name}.{key}", "expected a string")
-        files[name] = FileRecord(rec["link_mode"], rec.get("sha256"), rec.get("source"))
+        files[name] = FileRecord(
+            rec["link_mode"], rec.get("sha256"), rec.get("source"), _identity(rec.get("identity"), source, name)
+        )
     for key in ("rewrites", "resident_slots"):
         value = data.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):

@@ -16,8 +16,8 @@ from q38.errors import PackageError, PoolError, clip, quote
 from q38.package.config import CONFIG_FILENAME, Config, config_to_dict, dumps_config, read_config
 from q38.package.files import describe_mode, os_problem
 from q38.package.graphs import load_graph
-from q38.package.links import LinkMode, LinkPolicy, place_file
-from q38.package.manifest import MANIFEST_FILENAME, Manifest, dumps_manifest, read_manifest
+from q38.package.links import LinkMode, LinkPolicy, Placer, place
+from q38.package.manifest import MANIFEST_FILENAME, FileRecord, Manifest, dumps_manifest, read_manifest
 from q38.package.path_fields import check_path_fields
 from q38.package.paths import resolve_inside, safe_relpath
 from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
@@ -241,9 +241,12 @@ class PackageWriter:
         # dest now exists, complete; on any exception nothing is left behind.
     """
 
-    def __init__(self, dest: Path | str) -> None:
+    def __init__(self, dest: Path | str, placer: Placer | None = None) -> None:
         self._staged = StagedDirectory(Path(dest))
+        self.placer = placer if placer is not None else Placer(LinkPolicy.AUTO)
         self.link_modes: dict[str, str] = {}
+        self.records: dict[str, FileRecord] = {}
+        """Manifest records of the files :meth:`place` put here (mode, identity, digest if any)."""
 
     @property
     def dest(self) -> Path:
@@ -301,11 +304,17 @@ class PackageWriter:
     def write_manifest(self, manifest: Manifest, subdir: str = "") -> Path:
         return self.write_text(_rel(subdir, MANIFEST_FILENAME), dumps_manifest(manifest))
 
-    def place(self, src: Path, rel: str, policy: LinkPolicy = LinkPolicy.COPY) -> LinkMode:
-        mode = place_file(src, self._target(rel), policy)
-        self.link_modes[rel] = str(mode)
-        _LOG.info("placed %s (%s of %s)", rel, mode, src)
-        return mode
+    def place(self, src: Path, rel: str, policy: LinkPolicy | None = None) -> LinkMode:
+        """Place ``src`` at ``rel`` by the writer's :class:`Placer` (or an explicit ``policy``)."""
+        target = self._target(rel)
+        if policy is None or policy is self.placer.policy:
+            placed = self.placer.place(src, target)
+        else:
+            placed = place(src, target, policy, digest=self.placer.digest, known=self.placer.known)
+        self.link_modes[rel] = str(placed.mode)
+        self.records[rel] = FileRecord(placed.mode, placed.sha256, identity=placed.identity)
+        _LOG.info("placed %s (%s of %s)", rel, placed.mode, src)
+        return placed.mode
 
 
 def _rel(subdir: str, name: str) -> str:

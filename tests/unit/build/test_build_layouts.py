@@ -28,6 +28,7 @@ import pytest
 from q38.build import BuildRequest, LinkPolicy, build_package
 from q38.package.config import read_config
 from support.build_bundles import EPS, W_NORM_H
+from support.filesystems import reflink_works
 
 
 def _refs(path: Path) -> dict[str, dict[str, str]]:
@@ -53,10 +54,16 @@ def test_folded_shares_weights_by_identity_and_content(bundles, tmp_path, link):
     assert not (pkg / "head_r2.model.onnx.data").exists()
     assert sorted(p.name for p in pkg.glob("*.data")) == ["head_r2.onnx.data", "model.onnx.data", "prefill.onnx.data"]
     manifest = json.loads((pkg / "package_manifest.json").read_text())
-    expect = "copy" if link is LinkPolicy.COPY else "hardlink"  # ext4 here: no reflink
-    assert manifest["files"]["model.onnx.data"]["link_mode"] == expect
-    if link is LinkPolicy.COPY:
-        assert os.stat(pkg / "model.onnx.data").st_nlink == 1
+    # auto: a clone where the filesystem shares blocks (XFS, btrfs), else a copy (ext4) - never a link
+    expect = "reflink" if link is LinkPolicy.AUTO and reflink_works(bundles["target"], tmp_path) else "copy"
+    rec = manifest["files"]["model.onnx.data"]
+    assert rec["link_mode"] == expect
+    st = os.stat(pkg / "model.onnx.data")
+    assert st.st_nlink == 1 and not os.path.samefile(pkg / "model.onnx.data", bundles["target"] / "model.onnx.data")
+    assert rec["identity"] == {"st_dev": st.st_dev, "st_ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    data = (bundles["target"] / "model.onnx.data").read_bytes()
+    # a copy is digested in the same pass; a clone moves no byte and has no digest
+    assert rec.get("sha256") == (hashlib.sha256(data).hexdigest() if expect == "copy" else None)
 
 
 def test_sharing_survives_the_exdev_fallback_onto_tmpfs(bundles):

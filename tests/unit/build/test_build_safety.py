@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import q38.build.assemble as assemble
+import q38.package.links as links
 from q38.build import BuildRequest, LinkPolicy, build_package
 from q38.package.staging import STAGING_MARK
 from q38.errors import BuildError, FlagError, Q38Error
@@ -145,16 +146,16 @@ def test_explicit_hardlink_across_filesystems_fails_without_debris(bundles):
 
 @pytest.mark.parametrize("exc", [OSError(28, "No space left on device"), KeyboardInterrupt()])
 def test_a_failure_midway_leaves_no_destination_and_no_debris(bundles, tmp_path, monkeypatch, exc):
-    real = assemble.place_file
+    real = links.place
     calls = []
 
-    def flaky(src, dst, policy):
+    def flaky(src, dst, policy, **kw):
         calls.append(dst)
         if len(calls) == 3:
             raise exc
-        return real(src, dst, policy)
+        return real(src, dst, policy, **kw)
 
-    monkeypatch.setattr(assemble, "place_file", flaky)
+    monkeypatch.setattr(links, "place", flaky)
     # An OSError becomes one PackageError line ("... nothing was written"); ^C stays itself.
     with pytest.raises(Q38Error if isinstance(exc, OSError) else KeyboardInterrupt):
         build_package(_req(bundles, tmp_path / "pkg"))

@@ -1,100 +1,241 @@
-"""Link policy (rule 5): reflink -> hard link -> copy, with real cross-filesystem fallbacks.
+"""The link policy and the copy engine, on real filesystems.
 
 Invariants:
-- ``auto`` falls back on EXDEV / EPERM / ENOTSUP and reports the mode actually used;
-- an explicit policy never falls back;
-- a copy keeps the mode bits and never follows or replaces an existing destination;
-- the EXDEV fallback is exercised on a real second filesystem (/dev/shm, and a private tmpfs
-  mounted per test when running as root);
-- the source is never modified.
+- ``auto`` = a reflink where the filesystem clones (a real XFS loop image), else a copy (ext4
+  here, and across filesystems: a real tmpfs, EXDEV); never a hard link; ``hardlink`` only when
+  asked, with one warning per command;
+- a linked or cloned file is recorded by identity with no digest (no byte read); a copy carries
+  the sha256 of its bytes, taken in the same pass; ``--digest`` digests linked files too; a digest
+  a source manifest holds is reused while the identity matches, recomputed once it does not;
+- the kernel copy falls back for real: copy_file_range -> sendfile (EXDEV onto tmpfs) -> read/write
+  (forced), bytes identical each time;
+- ENOSPC on a tiny tmpfs fails as one PackageError and leaves nothing at the destination;
+- the source is never modified, and its link count never grows under ``auto`` / ``copy``.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import logging
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
+import q38.package.copying as copying
 import q38.package.links as links
-from q38.package.links import LinkPolicy, place_file
 from q38.errors import PackageError
+from q38.package.hashing import FileIdentity, KnownDigests
+from q38.package.links import HARDLINK_WARNING, LinkPolicy, Placer, place, place_file
+from support.filesystems import reflink_works, tmpfs, xfs_reflink
+
+SIZE = (3 << 20) + 12345  # several hash buffers' worth plus a ragged tail
+
+
+def _write_src(path: Path) -> Path:
+    path.write_bytes(os.urandom(SIZE))
+    path.chmod(0o640)
+    return path
 
 
 @pytest.fixture
 def src(tmp_path: Path) -> Path:
-    p = tmp_path / "src.bin"
-    p.write_bytes(os.urandom(3 << 20) + b"tail")
-    p.chmod(0o640)
-    return p
+    return _write_src(tmp_path / "src.bin")
 
 
-def test_auto_on_one_filesystem_shares_blocks_or_links(src, tmp_path):
-    mode = place_file(src, tmp_path / "dst", LinkPolicy.AUTO)
-    assert mode in ("reflink", "hardlink")
-    if mode == "hardlink":
-        assert os.path.samefile(src, tmp_path / "dst")
-    assert (tmp_path / "dst").read_bytes() == src.read_bytes()
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_auto_falls_back_to_copy_when_links_are_refused(src, tmp_path, monkeypatch):
-    def refuse(*a, **k):
-        raise OSError(errno.EPERM, "Operation not permitted")
-
-    monkeypatch.setattr(links, "_reflink", lambda s, d: (_ for _ in ()).throw(OSError(errno.EOPNOTSUPP, "no")))
-    monkeypatch.setattr(links.os, "link", refuse)
-    assert place_file(src, tmp_path / "dst", LinkPolicy.AUTO) == "copy"
-    st = os.stat(tmp_path / "dst")
-    assert st.st_nlink == 1 and st.st_mode & 0o777 == 0o640
-    assert (tmp_path / "dst").read_bytes() == src.read_bytes()
+def _assert_private_copy(src: Path, dst: Path) -> None:
+    assert dst.read_bytes() == src.read_bytes()
+    assert os.stat(src).st_nlink == 1 and os.stat(dst).st_nlink == 1
+    assert not os.path.samefile(src, dst)
+    assert os.stat(dst).st_mode & 0o777 == 0o640
 
 
-def test_explicit_reflink_does_not_fall_back(src, tmp_path, monkeypatch):
+def test_auto_here_clones_or_copies_and_never_links(src: Path, tmp_path: Path) -> None:
+    placed = place(src, tmp_path / "dst", LinkPolicy.AUTO)
+    _assert_private_copy(src, tmp_path / "dst")
+    assert placed.identity == FileIdentity.of(tmp_path / "dst")
+    if reflink_works(tmp_path, tmp_path):
+        assert (placed.mode, placed.sha256) == ("reflink", None)
+    else:  # ext4: no reflink; the copy is digested in the same pass
+        assert (placed.mode, placed.method, placed.sha256) == ("copy", "read_hash_write", _sha(src))
+
+
+def test_auto_on_a_reflink_filesystem_clones_without_reading_a_byte(tmp_path: Path, monkeypatch) -> None:
+    with xfs_reflink(tmp_path / "xfs.img", tmp_path / "xfs") as fs:
+        s = _write_src(fs / "src.bin")
+        before = s.read_bytes()
+
+        def no_read(*a, **k):
+            raise AssertionError("a byte was read on the reflink path")
+
+        monkeypatch.setattr(copying, "_read_hash_write", no_read)
+        monkeypatch.setattr(links, "sha256_file", no_read)
+        placed = place(s, fs / "dst", LinkPolicy.AUTO)
+        assert (placed.mode, placed.sha256, placed.method) == ("reflink", None, None)
+        assert placed.identity == FileIdentity.of(fs / "dst") and placed.identity.st_ino != os.stat(s).st_ino
+        _assert_private_copy(s, fs / "dst")
+        with open(fs / "dst", "r+b") as fh:  # copy-on-write: editing the clone leaves the source
+            fh.write(b"changed")
+        assert s.read_bytes() == before
+        assert place(s, fs / "explicit", LinkPolicy.REFLINK).mode == "reflink"
+        monkeypatch.undo()
+        digested = place(s, fs / "digested", LinkPolicy.AUTO, digest=True)
+        assert (digested.mode, digested.sha256) == ("reflink", hashlib.sha256(before).hexdigest())
+
+
+def test_explicit_reflink_where_it_is_impossible_fails_and_leaves_nothing(src: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(links.fcntl, "ioctl", lambda *a: (_ for _ in ()).throw(OSError(errno.EOPNOTSUPP, "Operation not supported")))
-    with pytest.raises(PackageError, match="--link reflink: cannot reflink"):
-        place_file(src, tmp_path / "dst", LinkPolicy.REFLINK)
-    assert not (tmp_path / "dst").exists()  # the half-made clone target is removed
+    with pytest.raises(PackageError, match=r"--link reflink: cannot reflink .*(ENOTSUP|EOPNOTSUPP)"):
+        place(src, tmp_path / "dst", LinkPolicy.REFLINK)
+    assert not os.path.lexists(tmp_path / "dst")
+    # auto falls back to a copy on the same refusal
+    assert place_file(src, tmp_path / "dst", LinkPolicy.AUTO) == "copy"
+    _assert_private_copy(src, tmp_path / "dst")
 
 
-def test_copy_never_writes_through_an_existing_destination(src, tmp_path):
-    victim = tmp_path / "victim"
-    victim.write_bytes(b"keep")
-    os.symlink(victim, tmp_path / "dst")
-    with pytest.raises(PackageError, match="File exists"):
-        place_file(src, tmp_path / "dst", LinkPolicy.COPY)
-    assert victim.read_bytes() == b"keep"
+def test_hardlink_only_when_asked_with_one_warning(src: Path, tmp_path: Path, caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        placer = Placer(LinkPolicy.HARDLINK)
+        first, second = placer.place(src, tmp_path / "a"), placer.place(src, tmp_path / "b")
+    assert [r.getMessage() for r in caplog.records] == [HARDLINK_WARNING]
+    assert "onnx and onnx-ir refuse" in HARDLINK_WARNING and "neither the source nor the output" in HARDLINK_WARNING
+    assert first.mode == second.mode == "hardlink" and os.stat(src).st_nlink == 3
+    assert first.identity.st_ino == os.stat(src).st_ino and first.sha256 is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        Placer(LinkPolicy.AUTO).place(src, tmp_path / "c")
+    assert caplog.records == []
 
 
-def _exdev(src: Path, other_fs: Path) -> None:
-    before = src.read_bytes()
-    assert place_file(src, other_fs / "auto", LinkPolicy.AUTO) == "copy"
-    assert (other_fs / "auto").read_bytes() == before
-    with pytest.raises(PackageError, match="EXDEV"):
-        place_file(src, other_fs / "hard", LinkPolicy.HARDLINK)
-    assert not (other_fs / "hard").exists()
-    assert src.read_bytes() == before
+def test_outside_files_are_copied_even_under_hardlink(src: Path, tmp_path: Path) -> None:
+    placed = Placer(LinkPolicy.HARDLINK).place(src, tmp_path / "lib.so", outside=True)
+    assert placed.mode == "copy" and placed.sha256 == _sha(src)
+    _assert_private_copy(src, tmp_path / "lib.so")
 
 
-def test_exdev_fallback_on_dev_shm(src):
-    if os.stat("/dev/shm").st_dev == os.stat(src).st_dev:
-        pytest.skip("/dev/shm shares the source filesystem here")
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
-        _exdev(src, Path(d))
+def test_a_known_digest_is_reused_and_a_stale_one_recomputed(src: Path, tmp_path: Path, monkeypatch) -> None:
+    known = KnownDigests()
+    known.add(FileIdentity.of(src), "ab" * 32)  # not src's digest: reuse must not recompute it
+    placed = place(src, tmp_path / "reused", LinkPolicy.COPY, known=known)
+    assert (placed.sha256, placed.digest_reused, placed.method) == ("ab" * 32, True, "copy_file_range")
+    assert (tmp_path / "reused").read_bytes() == src.read_bytes()
+    os.utime(src, ns=(1, 1))  # same bytes, another mtime: the recorded identity no longer holds
+    again = place(src, tmp_path / "stale", LinkPolicy.COPY, known=known)
+    assert (again.sha256, again.digest_reused) == (_sha(src), False)
 
 
-@pytest.mark.needs_mount
-def test_exdev_fallback_on_a_private_tmpfs_mount(src, tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", os.fspath(mnt)], capture_output=True, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"mount failed: {r.stderr.decode().strip()}")
-    try:
-        _exdev(src, mnt)
-    finally:
-        subprocess.run(["umount", os.fspath(mnt)], check=True)
+def test_known_digests_from_a_manifest_only_where_the_identity_matches(tmp_path: Path) -> None:
+    from q38.package.manifest import FileRecord
+
+    a, b = tmp_path / "a.data", tmp_path / "b.data"
+    a.write_bytes(b"a")
+    b.write_bytes(b"b")
+    records = {
+        "a.data": FileRecord("copy", "11" * 32, identity=FileIdentity.of(a)),
+        "b.data": FileRecord("copy", "22" * 32, identity=FileIdentity.of(b)),
+        "gone.data": FileRecord("copy", "33" * 32, identity=FileIdentity.of(b)),
+        "nodigest.data": FileRecord("hardlink", None, identity=FileIdentity.of(a)),
+    }
+    b.write_bytes(b"rewritten")
+    known = KnownDigests()
+    known.add_manifest(tmp_path, records)
+    assert len(known) == 1 and known.get(FileIdentity.of(a)) == "11" * 32
+
+
+def test_copy_falls_back_to_sendfile_across_filesystems(src: Path, tmp_path: Path) -> None:
+    known = KnownDigests()
+    known.add(FileIdentity.of(src), _sha(src))  # known digest: the kernel copy path
+    with tmpfs(tmp_path / "mnt") as fs:
+        placed = place(src, fs / "dst", LinkPolicy.AUTO, known=known)
+        # copy_file_range between ext4 and tmpfs is EXDEV on this kernel: sendfile did it
+        assert (placed.mode, placed.method) == ("copy", "sendfile" if os.stat(fs).st_dev != os.stat(src).st_dev else "copy_file_range")
+        _assert_private_copy(src, fs / "dst")
+        with pytest.raises(PackageError, match=r"--link hardlink: cannot hardlink .*EXDEV"):
+            place(src, fs / "hard", LinkPolicy.HARDLINK)
+        assert not os.path.lexists(fs / "hard")
+
+
+@pytest.mark.parametrize("err", [errno.ENOSYS, errno.EINVAL, errno.EXDEV])
+def test_copy_falls_back_to_read_write_when_the_kernel_refuses(src: Path, tmp_path: Path, monkeypatch, err: int) -> None:
+    calls: list[str] = []
+
+    def refuse(name: str):
+        def fn(*a, **k):
+            calls.append(name)
+            raise OSError(err, os.strerror(err))
+
+        return fn
+
+    monkeypatch.setattr(copying.os, "copy_file_range", refuse("copy_file_range"))
+    monkeypatch.setattr(copying.os, "sendfile", refuse("sendfile"))
+    known = KnownDigests()
+    known.add(FileIdentity.of(src), _sha(src))
+    placed = place(src, tmp_path / "dst", LinkPolicy.COPY, known=known)
+    assert placed.method == "read_write" and calls == ["copy_file_range", "sendfile"]
+    _assert_private_copy(src, tmp_path / "dst")
+
+
+def test_copy_engine_picks_up_where_the_kernel_copy_stopped(src: Path, tmp_path: Path, monkeypatch) -> None:
+    real = os.copy_file_range
+    state = {"n": 0}
+
+    def once_then_refuse(s, d, count, offs, offd):
+        state["n"] += 1
+        if state["n"] > 1:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(s, d, min(count, 1 << 20), offs, offd)
+
+    monkeypatch.setattr(copying.os, "copy_file_range", once_then_refuse)
+    with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d:
+        method, sha = copying.copy_fd(s.fileno(), d.fileno(), SIZE)
+    assert (method, sha) == ("sendfile", None)
+    assert (tmp_path / "dst").read_bytes() == src.read_bytes()
+
+
+def test_a_write_failure_in_the_hashing_copy_fails_cleanly(tmp_path: Path, monkeypatch) -> None:
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(2 * copying.HASH_BUFFER + 99))
+    real = os.pwrite
+    state = {"n": 0}
+
+    def enospc_second(fd, data, offset):  # the second buffer of a 3-buffer copy
+        state["n"] += 1
+        if state["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(copying.os, "pwrite", enospc_second)
+    with pytest.raises(PackageError, match="No space left on device"):
+        place(src, tmp_path / "dst", LinkPolicy.COPY)
+    assert not os.path.lexists(tmp_path / "dst")
+    assert os.stat(src).st_nlink == 1
+
+
+def test_enospc_on_a_tiny_tmpfs_leaves_nothing(src: Path, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "tiny", size="1m") as fs:
+        for policy in (LinkPolicy.AUTO, LinkPolicy.COPY):
+            with pytest.raises(PackageError, match="No space left on device"):
+                place(src, fs / "dst", policy)
+            assert os.listdir(fs) == []
+        assert os.statvfs(fs).f_bfree == os.statvfs(fs).f_blocks  # no blocks held by debris
+
+
+def test_preallocation_reserves_the_whole_file(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "xb") as fh:
+        if not copying.preallocate(fh.fileno(), 8 << 20):
+            pytest.skip("this filesystem does not preallocate")
+        st = os.fstat(fh.fileno())
+    assert st.st_size == 8 << 20 and st.st_blocks * 512 >= 8 << 20
+
+
+def test_the_source_must_be_a_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(PackageError, match="not a regular file"):
+        place(fifo, tmp_path / "dst", LinkPolicy.AUTO)  # O_NONBLOCK: refused, not blocked on
+    assert not os.path.lexists(tmp_path / "dst")

@@ -1,0 +1,36 @@
+"""The placement flags every writing command shares: ``--link``, ``--copy``, ``--digest``.
+
+Standard library only (``--help`` must work without onnx); :func:`placer` imports the package
+layer when the command runs. The policy itself lives in :mod:`q38.package.links`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_placement_arguments", "placer"]
+
+LINK_HELP = (
+    "how existing files are placed: auto (default) = reflink where the filesystem can, else copy; "
+    "reflink or copy only; hardlink only (warns: onnx and onnx-ir then refuse the source and the output)"
+)
+
+
+def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto", help=LINK_HELP)
+    p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
+    p.add_argument("--digest", action="store_true",
+                   help="also record the sha256 of reflinked / hard-linked files (reads their bytes; "
+                        "copies are always digested in the same pass as the copy)")
+
+
+def placer(args: argparse.Namespace) -> Any:
+    """The :class:`q38.package.Placer` the flags of ``args`` ask for (one hard-link warning)."""
+    from q38.errors import FlagError
+    from q38.package.links import LinkPolicy, Placer
+
+    if args.copy and args.link not in ("auto", "copy"):
+        raise FlagError(f"--copy contradicts --link {args.link}")
+    policy = LinkPolicy.COPY if args.copy else LinkPolicy(args.link)
+    return Placer(policy, digest=args.digest)

@@ -1,0 +1,202 @@
+"""Byte copies at disk speed, with or without a digest taken in the same pass.
+
+Without a digest the kernel moves the bytes: ``copy_file_range`` in 1 GiB requests (a same-
+filesystem copy never enters user space), then ``sendfile`` where the kernel refuses it (EXDEV
+between filesystems of different types, EINVAL, ENOSYS, EOPNOTSUPP), then ``pread``/``pwrite``
+where both are refused. The destination is preallocated first (``fallocate``, where the
+filesystem supports it): extents are allocated once, and a full disk fails before a byte moves.
+
+With a digest the bytes are read once into a ring of buffers; one thread hashes each buffer
+while another writes it, so the copy costs ``max(disk, sha256)`` and not their sum (hashlib and
+``pwrite`` release the GIL). ``copy_file_range`` cannot hash, and copying with it and hashing
+the page-cached source again measured no faster here (see docs/perf in the issue-14 note).
+
+Progress is reported in bytes through ``on_bytes``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+__all__ = ["COPY_CHUNK", "CopyMethod", "copy_fd", "preallocate"]
+
+CopyMethod = Literal["copy_file_range", "sendfile", "read_write", "read_hash_write"]
+COPY_CHUNK: Final = 1 << 30
+"""Bytes per copy_file_range / sendfile request (progress is reported per request)."""
+HASH_BUFFER: Final = 8 << 20
+HASH_BUFFERS: Final = 4
+# The kernel cannot do this copy in kernel space (fall through to the next method).
+_NO_KERNEL_COPY: Final = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+_NO_FALLOCATE: Final = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL, errno.ENODEV})
+
+
+def _libc_fallocate() -> Any:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    return fn
+
+
+_FALLOCATE = _libc_fallocate()
+
+
+def preallocate(fd: int, size: int) -> bool:
+    """Allocate ``size`` bytes for ``fd``; False where the filesystem cannot (nothing done).
+
+    ``fallocate(2)``, not ``posix_fallocate``: glibc emulates the latter by writing one byte per
+    block where the filesystem lacks support, which costs a pass over the file. ENOSPC raises.
+    """
+    if size <= 0 or _FALLOCATE is None:
+        return False
+    if _FALLOCATE(fd, 0, 0, size) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NO_FALLOCATE:
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+def _kernel_copy(fn: Callable[[int], int], done: int, size: int, on_bytes: Callable[[int], None]) -> tuple[int, bool]:
+    """Run ``fn(done) -> n`` until ``size``; (bytes done, False) when the kernel refuses it."""
+    while done < size:
+        try:
+            n = fn(done)
+        except OSError as exc:
+            if exc.errno in _NO_KERNEL_COPY:
+                return done, False
+            raise
+        if n == 0:
+            break
+        done += n
+        on_bytes(n)
+    return done, True
+
+
+def _read_write(src: int, dst: int, done: int, size: int, on_bytes: Callable[[int], None]) -> int:
+    buf = bytearray(HASH_BUFFER)
+    view = memoryview(buf)
+    while done < size:
+        n = os.preadv(src, [view[: min(HASH_BUFFER, size - done)]], done)
+        if n == 0:
+            break
+        _pwrite_all(dst, view[:n], done)
+        done += n
+        on_bytes(n)
+    return done
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written:], offset + written)
+
+
+def _read_hash_write(src: int, dst: int, size: int, on_bytes: Callable[[int], None]) -> tuple[int, str]:
+    """Read each buffer once; hash it and write it concurrently (two helper threads)."""
+    digest = hashlib.sha256()
+    free: queue.Queue[bytearray] = queue.Queue()
+    for _ in range(HASH_BUFFERS):
+        free.put(bytearray(HASH_BUFFER))
+    to_hash: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
+    to_write: queue.Queue[tuple[bytearray, int, int] | None] = queue.Queue()
+    lock = threading.Lock()
+    pending: dict[int, int] = {}
+    failure: list[BaseException] = []
+
+    def release(buf: bytearray) -> None:
+        with lock:
+            pending[id(buf)] -= 1
+            last = pending[id(buf)] == 0
+        if last:
+            free.put(buf)
+
+    def hasher() -> None:
+        while (item := to_hash.get()) is not None:
+            buf, n = item
+            digest.update(memoryview(buf)[:n])
+            release(buf)
+
+    def writer() -> None:
+        while (item := to_write.get()) is not None:
+            buf, n, offset = item
+            try:
+                if not failure:
+                    _pwrite_all(dst, memoryview(buf)[:n], offset)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+                failure.append(exc)
+            release(buf)
+
+    threads = [threading.Thread(target=hasher, daemon=True), threading.Thread(target=writer, daemon=True)]
+    for t in threads:
+        t.start()
+    done = 0
+    try:
+        while done < size and not failure:
+            buf = free.get()
+            n = os.preadv(src, [memoryview(buf)[: min(HASH_BUFFER, size - done)]], done)
+            if n == 0:
+                free.put(buf)
+                break
+            with lock:
+                pending[id(buf)] = 2
+            to_hash.put((buf, n))
+            to_write.put((buf, n, done))
+            done += n
+            on_bytes(n)
+    finally:
+        to_hash.put(None)
+        to_write.put(None)
+        for t in threads:
+            t.join()
+    if failure:
+        raise failure[0]
+    return done, digest.hexdigest()
+
+
+def copy_fd(
+    src: int,
+    dst: int,
+    size: int,
+    *,
+    digest: bool = False,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> tuple[CopyMethod, str | None]:
+    """Copy ``size`` bytes from ``src`` to the empty file ``dst``; return (method, sha256 or None).
+
+    Raises:
+        OSError: a read or write failed (ENOSPC, EIO, ...), or the source ended early (EIO).
+    """
+    preallocate(dst, size)
+    sha: str | None = None
+    method: CopyMethod
+    if digest:
+        done, sha = _read_hash_write(src, dst, size, on_bytes)
+        method = "read_hash_write"
+    else:
+        done, ok = _kernel_copy(lambda at: os.copy_file_range(src, dst, min(COPY_CHUNK, size - at), at, at), 0, size, on_bytes)
+        method = "copy_file_range"
+        if not ok:
+            done, ok = _kernel_copy(lambda at: _sendfile(dst, src, at, size), done, size, on_bytes)
+            method = "sendfile"
+        if not ok:
+            done = _read_write(src, dst, done, size, on_bytes)
+            method = "read_write"
+    if done != size:
+        raise OSError(errno.EIO, f"short copy: the source ended after {done} of {size} bytes")
+    return method, sha
+
+
+def _sendfile(dst: int, src: int, at: int, size: int) -> int:
+    # sendfile writes at dst's file position: keep it in step with the source offset.
+    os.lseek(dst, at, os.SEEK_SET)
+    return os.sendfile(dst, src, at, min(COPY_CHUNK, size - at))
