@@ -166,7 +166,9 @@ def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[st
     }
 
 
-def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu") -> ExportResult:
+def export_genai(
+    src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu", digest: bool = False
+) -> ExportResult:
     """Export the cpu-variant package ``src`` to a GenAI 0.18.0 model directory ``out``.
 
     Raises:
@@ -179,6 +181,7 @@ def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provid
         check_output_outside,
         load_graph,
         open_package,
+        source_placer,
     )
     from q38.package.graphs import external_refs
     from q38.package.paths import resolve_inside
@@ -206,11 +209,11 @@ def export_genai(src: Path | str, out: Path | str, *, link: str = "auto", provid
     states = _check_graph(model, str(graph_path), inputs, outputs)
     locations = sorted({ref.location for ref in external_refs(model)})
     graph_parent = Path(graph_rel).parent
-    policy = LinkPolicy(link)
+    placer = source_placer(package, LinkPolicy(link), digest=digest)  # the shared link policy
     doc = genai_config(package.config, graph_rel, provider=provider)
     files: dict[str, str] = {}
     try:
-        _write(StagedDirectory(out), src, graph_dir, graph_rel, graph_parent, locations, policy, doc, files)
+        _write(StagedDirectory(out), src, graph_dir, graph_rel, graph_parent, locations, placer, doc, files)
     except OSError as exc:
         raise ExportError(f"{out}: cannot write the export: {exc.strerror or exc}") from None
     return ExportResult(out=out, graph=graph_rel, files=files, states=states)
@@ -223,19 +226,22 @@ def _write(
     graph_rel: str,
     graph_parent: Path,
     locations: list[str],
-    policy: Any,
+    placer: Any,
     doc: dict[str, Any],
     files: dict[str, str],
 ) -> None:
-    from q38.package import place_file
     from q38.package.paths import resolve_inside
 
     with staged_dir as staged:
-        for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]:
-            source = resolve_inside(graph_dir, rel, what=f"{src}: {rel}")
-            target = staged.path / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            files[rel] = str(place_file(source, target, policy))
+        sources = {
+            rel: resolve_inside(graph_dir, rel, what=f"{src}: {rel}")
+            for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]
+        }
+        with placer.progress(list(sources.values()), "export-genai: placing files"):
+            for rel, source in sources.items():
+                target = staged.path / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                files[rel] = str(placer.place(source, target).mode)
         with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
             fh.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         files["genai_config.json"] = "write"

@@ -28,10 +28,15 @@ from q38.errors import BuildError, InternalError, PackageError
 from q38.package.config import config_to_dict, dumps_config, parse_config
 from q38.package.hashing import KnownDigests, sha256_file
 from q38.package.links import LinkPolicy, Placed, Placer
-from q38.package.manifest import MANIFEST_FILENAME, FileRecord, Manifest, dumps_manifest, read_manifest
+from q38.package.manifest import (
+    MANIFEST_FILENAME,
+    FileRecord,
+    Manifest,
+    dumps_manifest,
+    read_manifest,
+)
 from q38.package.paths import is_inside
 from q38.package.staging import StagedDirectory
-from q38.progress import Progress
 
 __all__ = ["BuildRequest", "BuildResult", "build_package"]
 

@@ -120,10 +120,10 @@ def _cuda_value(key: str, value: str) -> str:
     kind = CUDA_OPTIONS[key]
     flag = f"--cuda-option {key}={_quote(value)}"
     if kind == "bool":
-        low = value.lower()
-        if low in ("1", "true"):
+        word = value.lower()
+        if word in ("1", "true"):
             return "1"
-        if low in ("0", "false"):
+        if word in ("0", "false"):
             return "0"
         raise FlagError(f"{flag}: expected 0/1/true/false")
     if isinstance(kind, str) and kind in _INT_RANGES:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_placement_arguments", "placer"]
+__all__ = ["add_placement_arguments", "placement_options"]
 
 LINK_HELP = (
     "how existing files are placed: auto (default) = reflink where the filesystem can, else copy; "
@@ -25,12 +25,11 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
                         "copies are always digested in the same pass as the copy)")
 
 
-def placer(args: argparse.Namespace) -> Any:
-    """The :class:`q38.package.Placer` the flags of ``args`` ask for (one hard-link warning)."""
+def placement_options(args: argparse.Namespace) -> tuple[Any, bool]:
+    """(LinkPolicy, digest) from the flags; the command's core builds one Placer from them."""
     from q38.errors import FlagError
-    from q38.package.links import LinkPolicy, Placer
+    from q38.package.links import LinkPolicy
 
     if args.copy and args.link not in ("auto", "copy"):
         raise FlagError(f"--copy contradicts --link {args.link}")
-    policy = LinkPolicy.COPY if args.copy else LinkPolicy(args.link)
-    return Placer(policy, digest=args.digest)
+    return (LinkPolicy.COPY if args.copy else LinkPolicy(args.link)), bool(args.digest)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from q38.commands._placement import add_placement_arguments, placement_options
+
 __all__ = ["register", "run"]
 
 _LIB_PREFIX = "--lib-"
@@ -70,9 +72,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="execution provider the config's session options name")
     p.add_argument("--cuda-option", action="append", default=[], metavar="KEY=VALUE",
                    help="CUDA provider option (numbers are written as decimal strings)")
-    p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
-                   help="auto: reflink, else hard link, else copy (EXDEV or refusal)")
-    p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
+    add_placement_arguments(p)
     p.add_argument("--multidraft", action="store_true",
                    help="also emit model_s2/s3/s4.onnx (2, 3 and 4 verify rows: 1-3 chained MTP drafts)")
     p.add_argument("--offload-profiles", action="store_true",
@@ -81,16 +81,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from q38.build import BuildRequest, LinkPolicy, build_package
-    from q38.errors import FlagError
+    from q38.build import BuildRequest, build_package
 
-    if args.copy and args.link not in ("auto", "copy"):
-        raise FlagError(f"--copy contradicts --link {args.link}")
+    link, digest = placement_options(args)
     req = BuildRequest(
         out=args.out, target=args.target, head=args.head, prefill=args.prefill,
         layout=args.layout, libs=tuple(args.libs), provider=args.provider,
         cuda_options=tuple(args.cuda_option),
-        link=LinkPolicy.COPY if args.copy else LinkPolicy(args.link),
+        link=link,
+        digest=digest,
         multidraft=args.multidraft or args.offload_profiles,
         offload_profiles=args.offload_profiles,
     )

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from q38.commands._placement import add_placement_arguments, placement_options
+
 __all__ = ["DEFAULT_PROMPT", "register", "run"]
 
 DEFAULT_PROMPT = "1,5,9,17"
@@ -19,15 +21,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         description="Write OUT, a model directory that released onnxruntime-genai (0.18.0) loads on CPU: "
         "a 0.18-compatible genai_config.json (model.type qwen3_5_moe_text, string provider options, no "
         "runtime profiles, no q38-only keys) and the package's target graph with its external data "
-        "(reflinked, hard-linked or copied). Only cpu-variant, contrib-lineage packages can be exported. "
+        "(reflinked or copied; hard-linked only with --link hardlink). Only cpu-variant, contrib-lineage packages can be exported. "
         "PKG is never modified; OUT must not exist.",
     )
     p.add_argument("pkg", metavar="PKG", type=Path, help="cpu-variant package directory (never modified)")
     p.add_argument("out", metavar="OUT", type=Path, help="model directory to write (must not exist)")
-    p.add_argument(
-        "--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto",
-        help="how graph and weight files are placed (default auto: reflink, else hard link, else copy)",
-    )
+    add_placement_arguments(p)
     p.add_argument(
         "--provider", choices=("cpu", "cuda"), default="cpu",
         help="provider_options to write (default cpu: none; cuda keeps the package's CUDA options)",
@@ -45,6 +44,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     from q38.errors import FlagError, quote
     from q38.export_genai import export_genai, generate_tokens
+
+    link, digest = placement_options(args)
     from q38.package.staging import StagedDirectory, rename_noreplace
 
     if args.prompt is not None and not args.generate:
@@ -60,13 +61,13 @@ def run(args: argparse.Namespace) -> int:
             raise FlagError(f"--prompt {quote(text)}: expected comma-separated token ids") from None
     tokens: list[int] | None = None
     if not args.generate:
-        result = export_genai(args.pkg, args.out, link=args.link, provider=args.provider)
+        result = export_genai(args.pkg, args.out, link=link.value, provider=args.provider, digest=digest)
     else:
         # Export next to OUT, generate from there, and only then move it into place: a failed
         # generation leaves no OUT behind.
         with StagedDirectory(args.out) as staged:
             inner = staged.path / "model"
-            result = export_genai(args.pkg, inner, link=args.link, provider=args.provider)
+            result = export_genai(args.pkg, inner, link=link.value, provider=args.provider, digest=digest)
             tokens = generate_tokens(inner, prompt, args.generate)
             rename_noreplace(inner, staged.dest)
     if args.json:

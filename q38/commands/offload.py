@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from q38.commands._placement import add_placement_arguments, placement_options
 from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
 
 __all__ = ["register", "run"]
@@ -65,8 +66,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
     p.add_argument("--mtp-moe-placement", choices=("cpu_mmap", "host_mapped"), default="cpu_mmap",
                    help="pool placement of the MTP draft's experts (host_mapped moves unaligned ones to an aligned file)")
-    p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default=None,
-                   help="how unchanged data files are placed (default: reflink, else copy; never a hard link)")
+    add_placement_arguments(p)
     for flag in LEGACY_FLAGS:
         p.add_argument(flag, nargs="?", action=_LegacyFlag, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
@@ -75,7 +75,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from q38.offload.convert import convert_package
     from q38.offload.options import OffloadOptions
-    from q38.package import LinkPolicy
     from q38.package.surface import require_surface
 
     require_surface(args.src, ("v12b",), command="offload",
@@ -93,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
         min_slots_per_layer=args.min_slots_per_layer,
         mtp_moe_placement=args.mtp_moe_placement,
     )
-    link = LinkPolicy(args.link) if args.link else None
-    report = convert_package(args.src, args.out, options, link=link)
+    link, digest = placement_options(args)
+    report = convert_package(args.src, args.out, options, link=link, digest=digest)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

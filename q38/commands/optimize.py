@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from q38.commands._options import comma_list
+from q38.commands._placement import add_placement_arguments, placement_options
 
 __all__ = ["default_target", "register", "run"]
 
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--skip", type=comma_list(), action="extend", metavar="PASS,...", default=[],
                    help="skip these passes, comma-separated (default: none)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
+    add_placement_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -66,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
     target: Target
     target, why = (args.target, "--target") if args.target else default_target(args.src)
     _LOG.info("target %s (%s)", target, why)
+    link, digest = placement_options(args)
     result, counts = optimize_package(
-        args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip)
+        args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
     )
     if args.explain:
         for outcome in result.outcomes:

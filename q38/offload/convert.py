@@ -29,7 +29,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from q38 import __version__
-from q38.errors import InternalError, OffloadError, PackageError, ProfileError
+from q38.errors import InternalError, OffloadError, ProfileError
 from q38.offload.eligibility import Eligibility, resolve_eligibility
 from q38.offload.multidraft import grow_multidraft, multidraft_filenames
 from q38.offload.options import PROFILE_FILENAME, OffloadOptions, offload_config_entries
@@ -52,10 +52,10 @@ from q38.package import (
     open_package,
     parse_config,
     sha256_file,
+    source_placer,
 )
 from q38.package.pool import POOL_FILENAME
 from q38.package.profile import read_profile
-from q38.progress import Progress
 
 __all__ = ["OffloadPlan", "OffloadReport", "convert_package", "plan_offload"]
 
@@ -299,13 +299,10 @@ def plan_offload(
     )
 
 
-def _place(writer: PackageWriter, src: Path, rel: str, link: LinkPolicy | None) -> str:
-    if link is not None:
-        return str(writer.place(src, rel, link))
-    try:  # default: a private copy-on-write clone, else a real copy (never a hard link)
-        return str(writer.place(src, rel, LinkPolicy.REFLINK))
-    except PackageError:
-        return str(writer.place(src, rel, LinkPolicy.COPY))
+def _place(writer: PackageWriter, src: Path, rel: str) -> FileRecord:
+    """Place an unchanged file by the shared link policy (q38.package.links); its manifest record."""
+    writer.place(src, rel)
+    return writer.records[rel]
 
 
 def _source_files(root: Path) -> list[str]:
@@ -317,7 +314,9 @@ def _source_files(root: Path) -> list[str]:
     return out
 
 
-def write_offload(plan: OffloadPlan, out: Path, *, link: LinkPolicy | None = None) -> OffloadReport:
+def write_offload(
+    plan: OffloadPlan, out: Path, *, link: LinkPolicy = LinkPolicy.AUTO, digest: bool = False
+) -> OffloadReport:
     """Phase 2: write the planned package at ``out`` (staged; nothing left behind on failure)."""
     package = plan.package
     tdir = package.target_dir
@@ -330,25 +329,20 @@ def write_offload(plan: OffloadPlan, out: Path, *, link: LinkPolicy | None = Non
     if plan.profile_src is not None:
         regenerated.add(PROFILE_FILENAME)
     files: dict[str, FileRecord] = {}
-    with PackageWriter(out) as writer:
+    with PackageWriter(out, source_placer(package, link, digest=digest)) as writer:
         stage_t = writer.path / sub if sub else writer.path
         # Data files, libraries, head and prefill graphs: placed unchanged.
-        sources = _source_files(tdir)
-        with Progress(len(sources), "offload: placing files") as bar:
-            for rel in sources:
-                bar.advance()
-                if package.layout == "layered" and rel.split(os.sep)[0] == "head":
-                    continue
-                if rel in regenerated:
-                    continue
-                files[prefix + rel] = FileRecord(_place(writer, tdir / rel, prefix + rel, link))
+        unchanged = [
+            (tdir / rel, prefix + rel) for rel in _source_files(tdir)
+            if not (package.layout == "layered" and rel.split(os.sep)[0] == "head") and rel not in regenerated
+        ]
         if package.layout == "layered":
-            for rel in _source_files(package.root):
-                if rel.split(os.sep)[0] not in ("target", "head"):
-                    files[rel] = FileRecord(_place(writer, package.root / rel, rel, link))
-            hdir = package.head_dir
-            for rel in _source_files(hdir):
-                files[f"head/{rel}"] = FileRecord(_place(writer, hdir / rel, f"head/{rel}", link))
+            unchanged += [(package.root / rel, rel) for rel in _source_files(package.root)
+                          if rel.split(os.sep)[0] not in ("target", "head")]
+            unchanged += [(package.head_dir / rel, f"head/{rel}") for rel in _source_files(package.head_dir)]
+        with writer.placer.progress([src for src, _ in unchanged], "offload: placing files"):
+            for src, rel in unchanged:
+                files[rel] = _place(writer, src, rel)
         for name, data in plan.graphs.items():
             writer.write_bytes(prefix + name, data)
             files[prefix + name] = FileRecord("write", hashlib.sha256(data).hexdigest())
@@ -394,7 +388,8 @@ def convert_package(
     options: OffloadOptions,
     *,
     eligibility: Eligibility | None = None,
-    link: LinkPolicy | None = None,
+    link: LinkPolicy = LinkPolicy.AUTO,
+    digest: bool = False,
 ) -> OffloadReport:
     """Convert ``src`` into a new offload package at ``out``; ``src`` is only read."""
     src, out = Path(src), Path(out)
@@ -404,4 +399,4 @@ def convert_package(
         "offload: %d QMoE nodes offloaded, %d kept resident, %d router_weights cleared",
         len(plan.report.offloaded), len(plan.report.kept_resident), plan.report.router_weights_cleared,
     )
-    return write_offload(plan, out, link=link)
+    return write_offload(plan, out, link=link, digest=digest)

@@ -38,6 +38,7 @@ from q38.package import (
     read_tensor,
     save_graph,
     sha256_file,
+    source_placer,
 )
 from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
 from q38.package.pool import POOL_FILENAME
@@ -61,6 +62,7 @@ def optimize_package(
     passes: list[str] | None = None,
     skip: tuple[str, ...] = (),
     link: LinkPolicy = LinkPolicy.AUTO,
+    digest: bool = False,
 ) -> tuple[OptimizeResult, dict[str, tuple[int, int]]]:
     """Write the optimized package at ``out``; returns the result and node counts per graph."""
     check_output_outside(Path(out), [Path(src)])
@@ -75,13 +77,15 @@ def optimize_package(
     store = DerivedStore(e.pool_id for pool in pools.values() for e in pool.entries)
     refs_before: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in pools}
     refs_after: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in pools}
-    with PackageWriter(out) as writer:
+    with PackageWriter(out, source_placer(pkg, link, digest=digest)) as writer:
         staged = writer.path
-        for path in sorted(p for p in pkg.root.rglob("*")):
-            rel = path.relative_to(pkg.root)
-            if path.is_dir() or path.resolve() in graph_files or path.resolve() in rewritten:
-                continue
-            writer.place(path, rel.as_posix(), link)
+        unchanged = [
+            p for p in sorted(pkg.root.rglob("*"))
+            if not (p.is_dir() or p.resolve() in graph_files or p.resolve() in rewritten)
+        ]
+        with writer.placer.progress(unchanged, "optimize: placing files"):
+            for path in unchanged:
+                writer.place(path, path.relative_to(pkg.root).as_posix())
         records: dict[str, FileRecord] = {}
         bar = Progress(len(pkg.roles()), "optimize: graphs")
         for role in pkg.roles():
@@ -135,7 +139,7 @@ def optimize_package(
         manifest = dataclasses.replace(
             base,
             command="optimize",
-            files={**base.files, **records},
+            files={**base.files, **writer.records, **records},
             rewrites=dict(sorted(total.rewrites.items())),
             extra=extra,
         )

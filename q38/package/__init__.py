@@ -52,7 +52,7 @@ from q38.package.manifest import (
     parse_manifest,
     read_manifest,
 )
-from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package
+from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
 from q38.package.paths import is_inside, resolve_inside, safe_relpath
 from q38.package.pool import (
     POOL_FILENAME,
@@ -84,12 +84,12 @@ __all__ = [
     "Eligibility",
     "ExpertProfile",
     "ExternalRef",
+    "FileIdentity",
     "FileRecord",
     "GenaiConfig",
     "GenaiPackage",
     "GraphRef",
     "HeadGraph",
-    "FileIdentity",
     "KnownDigests",
     "LinkMode",
     "LinkPolicy",
@@ -97,7 +97,9 @@ __all__ = [
     "ModelConfig",
     "Package",
     "PackageWriter",
+    "Placed",
     "Placement",
+    "Placer",
     "PoolEntry",
     "PrefillConfig",
     "ProfileOverlay",
@@ -134,8 +136,6 @@ __all__ = [
     "parse_profile",
     "place",
     "place_file",
-    "Placed",
-    "Placer",
     "read_config",
     "read_genai_config",
     "read_manifest",
@@ -147,4 +147,5 @@ __all__ = [
     "safe_relpath",
     "save_graph",
     "sha256_file",
+    "source_placer",
 ]

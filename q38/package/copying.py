@@ -132,7 +132,7 @@ def _read_hash_write(src: int, dst: int, size: int, on_bytes: Callable[[int], No
             try:
                 if not failure:
                     _pwrite_all(dst, memoryview(buf)[:n], offset)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+            except BaseException as exc:
                 failure.append(exc)
             release(buf)
 

@@ -186,7 +186,10 @@ def _place_one(
         out = _into_new(d, sfd, st, fill)
         return Placed("copy", FileIdentity.of_stat(out), reuse or sha[0], method[0], reuse is not None)
     if mode == "reflink":
-        out = _into_new(d, sfd, st, lambda dfd: fcntl.ioctl(dfd, FICLONE, sfd))
+        def clone(dfd: int) -> None:
+            fcntl.ioctl(dfd, FICLONE, sfd)
+
+        out = _into_new(d, sfd, st, clone)
     else:
         os.link(s, d, follow_symlinks=False)
         out = os.lstat(d)

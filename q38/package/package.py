@@ -16,6 +16,7 @@ from q38.errors import PackageError, PoolError, clip, quote
 from q38.package.config import CONFIG_FILENAME, Config, config_to_dict, dumps_config, read_config
 from q38.package.files import describe_mode, os_problem
 from q38.package.graphs import load_graph
+from q38.package.hashing import KnownDigests
 from q38.package.links import LinkMode, LinkPolicy, Placer, place
 from q38.package.manifest import MANIFEST_FILENAME, FileRecord, Manifest, dumps_manifest, read_manifest
 from q38.package.path_fields import check_path_fields
@@ -24,7 +25,7 @@ from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
 from q38.package.profile import ExpertProfile, read_profile
 from q38.package.staging import StagedDirectory
 
-__all__ = ["GRAPH_ROLES", "Layout", "Package", "PackageWriter", "open_package"]
+__all__ = ["GRAPH_ROLES", "Layout", "Package", "PackageWriter", "open_package", "source_placer"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -228,6 +229,18 @@ def open_package(path: Path | str) -> Package:
         rel = package.graph_filename(role)
         _require_file(package.graph_dir(role), rel, what=f"{clip(config_path)}: {role} graph")
     return package
+
+
+def source_placer(package: Package, policy: LinkPolicy = LinkPolicy.AUTO, *, digest: bool = False) -> Placer:
+    """The :class:`Placer` of a command that writes a new package from ``package``.
+
+    Digests the source's manifests hold are reused for files whose identity still matches.
+    """
+    known = KnownDigests()
+    for manifest, where in ((package.manifest, package.target_dir), (package.head_manifest, package.head_dir)):
+        if manifest is not None:
+            known.add_manifest(where, manifest.files)
+    return Placer(policy, digest=digest, known=known)
 
 
 class PackageWriter:

@@ -1,0 +1,154 @@
+"""Libraries and provider options of ``q38 build`` (issue 13.4, issue 16's assembly survivors).
+
+Invariants:
+- a ``--lib`` path is resolved; a resolved file outside the source bundles is copied, whatever
+  ``--link`` says: a symlink to /etc/passwd never puts /etc/passwd's inode into the output; a
+  library inside a bundle follows the link policy (hard-linked under ``--link hardlink``);
+- a ``--lib`` symlink that resolves to ``libqwen38_plane.so`` is refused like the name itself;
+- a bundle file at ``libs/<basename>`` never silently wins over a different ``--lib`` file; the
+  same file given both ways is placed once;
+- ``--lib-NAME`` names are ``[A-Za-z0-9_.-]+`` (a newline or '/' is refused, one line, exit 2);
+- CUDA option values are checked against their C type before anything is written (size_t,
+  int, bool, enum).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from q38.build import BuildRequest, LinkPolicy, build_package
+from q38.cli import main
+from q38.errors import BuildError, FlagError
+
+
+def _req(b: dict[str, Path], out: Path, **kw) -> BuildRequest:
+    return BuildRequest(out=out, target=b["target"], head=b["head"], prefill=b["prefill"], **kw)
+
+
+def _inodes(root: Path) -> set[tuple[int, int]]:
+    out = set()
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            st = os.lstat(Path(dirpath) / name)
+            out.add((st.st_dev, st.st_ino))
+    return out
+
+
+@pytest.mark.parametrize("link", [LinkPolicy.AUTO, LinkPolicy.HARDLINK, LinkPolicy.COPY])
+def test_a_library_symlink_to_a_system_file_is_copied_never_linked(bundles, tmp_path, link):
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    os.symlink("/etc/passwd", evil / "libcustom_ops.so")
+    before = os.stat("/etc/passwd")
+    out = tmp_path / "pkg"
+    build_package(_req(bundles, out, libs=(("qsa", os.fspath(evil / "libcustom_ops.so")),), link=link))
+    placed = out / "libs" / "libcustom_ops.so"
+    assert not placed.is_symlink() and placed.read_bytes() == Path("/etc/passwd").read_bytes()
+    after = os.stat("/etc/passwd")
+    assert (after.st_ino, after.st_nlink) == (before.st_ino, before.st_nlink)
+    assert (before.st_dev, before.st_ino) not in _inodes(out)
+    import json
+
+    rec = json.loads((out / "package_manifest.json").read_text())["files"]["libs/libcustom_ops.so"]
+    assert rec["link_mode"] == "copy" and rec["identity"]["st_ino"] == os.stat(placed).st_ino
+
+
+def test_a_library_inside_a_bundle_follows_the_link_policy(bundles, tmp_path):
+    lib = bundles["target"] / "libs" / "libinbundle.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\x7fELF in bundle")
+    try:
+        out = tmp_path / "pkg"
+        build_package(_req(bundles, out, libs=(("qsa", os.fspath(lib)),), link=LinkPolicy.HARDLINK))
+        assert os.path.samefile(out / "libs" / "libinbundle.so", lib)  # the bundle's own file, asked to link
+    finally:
+        lib.unlink()
+        lib.parent.rmdir()
+
+
+def test_a_library_symlink_resolving_to_the_reserved_plane_is_refused(bundles, tmp_path):
+    real = tmp_path / "libqwen38_plane.so"
+    real.write_bytes(b"\x7fELF plane")
+    alias = tmp_path / "libinnocent.so"
+    os.symlink(real.name, alias)
+    with pytest.raises(BuildError, match="libqwen38_plane.so is reserved"):
+        build_package(_req(bundles, tmp_path / "pkg", libs=(("qsa", os.fspath(alias)),)))
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_a_bundle_file_at_libs_basename_does_not_win_over_another_lib(bundles, tmp_path):
+    own = bundles["target"] / "libs" / "libcustom_ops.so"
+    own.parent.mkdir()
+    own.write_bytes(b"\x7fELF the bundle's own copy")
+    try:
+        with pytest.raises(BuildError, match=r"--lib-qsa: libs/libcustom_ops\.so is also a file of the source bundles"):
+            build_package(_req(bundles, tmp_path / "pkg", libs=(("qsa", os.fspath(bundles["lib_b"])),)))
+        assert not (tmp_path / "pkg").exists()
+        # the bundle's own file named as the library: fine, placed once, and it is that file
+        out = tmp_path / "same"
+        build_package(_req(bundles, out, libs=(("qsa", os.fspath(own)),)))
+        assert (out / "libs" / "libcustom_ops.so").read_bytes() == b"\x7fELF the bundle's own copy"
+        assert sorted(os.listdir(out / "libs")) == ["libcustom_ops.so"]
+    finally:
+        own.unlink()
+        own.parent.rmdir()
+
+
+@pytest.mark.parametrize("name", ["qsa\n", "q/sa", "qs a", "q=sa", ""])
+def test_library_names_are_identifiers(bundles, tmp_path, name):
+    with pytest.raises(FlagError, match="invalid library name"):
+        build_package(_req(bundles, tmp_path / "pkg", libs=((name, os.fspath(bundles["lib_a"])),)))
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_library_name_with_a_newline_is_one_line_exit_2(bundles, tmp_path, capsys):
+    argv = ["build", os.fspath(tmp_path / "pkg"), "--target", os.fspath(bundles["target"]), "--head",
+            os.fspath(bundles["head"]), f"--lib-qsa\nevil={bundles['lib_a']}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid library name" in err and "'qsa\\nevil'" in err
+    assert not (tmp_path / "pkg").exists()
+
+
+@pytest.mark.parametrize("name", ["qsa", "qsa.v2", "hc-1", "A_b"])
+def test_identifier_library_names_are_accepted(bundles, tmp_path, name):
+    out = tmp_path / "pkg"
+    build_package(_req(bundles, out, libs=((name, os.fspath(bundles["lib_a"])),)))
+    import json
+
+    assert json.loads((out / "genai_config.json").read_text())["model"]["qwen38_graph"]["libraries"] == {
+        name: "libs/libcustom_ops.so"
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("gpu_mem_limit=99999999999999999999999", "out of range for size_t"),
+        ("gpu_mem_limit=18446744073709551616", "out of range for size_t"),
+        ("gpu_mem_limit=" + "9" * 5000, "out of range for size_t"),
+        ("gpu_mem_limit=-1", "must not be negative"),
+        ("device_id=2147483648", "out of range for int"),
+        ("device_id=1.5", r"expected an integer \(int\)"),
+        ("enable_cuda_graph=2", "expected 0/1/true/false"),
+        ("arena_extend_strategy=kBogus", "expected one of kNextPowerOfTwo, kSameAsRequested"),
+    ],
+)
+def test_cuda_option_values_are_checked_against_their_type(bundles, tmp_path, option, message):
+    with pytest.raises(FlagError, match=message) as info:
+        build_package(_req(bundles, tmp_path / "pkg", provider="cuda", cuda_options=(option,)))
+    assert len(str(info.value)) < 400
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_cuda_option_extremes_that_fit_are_written_as_decimal_strings(bundles, tmp_path):
+    import json
+
+    out = tmp_path / "pkg"
+    build_package(_req(bundles, out, provider="cuda",
+                       cuda_options=("gpu_mem_limit=18446744073709551615", "device_id=2147483647")))
+    po = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["session_options"]["provider_options"]
+    assert po == [{"cuda": {"device_id": "2147483647", "gpu_mem_limit": "18446744073709551615"}}]
