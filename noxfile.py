@@ -204,8 +204,17 @@ def bench(session: nox.Session) -> None:
     gate_args, pytest_args = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
     if not pytest_args:
         pytest_args = ["tests/unit", "-o", "python_files=test_*_bench.py", "--ignore=tests/unit/scale"]
+    # The gate compares base and head on the small placement sizes; the large ones run once below.
     session.run("python", "-m", "q38.benchgate", "run", "--out", os.path.join(".benchmarks", "gate"),
-                *gate_args, "--", *pytest_args)
+                *gate_args, "--", *pytest_args, env={"Q38_BENCH_SIZES": os.environ.get("Q38_BENCH_SIZES", "tiny,full")})
+    # Placement on large packages (issue 14): build link / copy, offload's copy and check next to
+    # cp -rl / cp -r / cp -r --reflink=auto in the same run, and memory 1 GB vs 8 GB. Needs ~35 GB
+    # of disk for 8 GB; Q38_PLACEMENT_SIZES=0 skips it.
+    sizes = os.environ.get("Q38_PLACEMENT_SIZES", "large0,large1,large8")
+    if sizes != "0":
+        session.run("pytest", "tests/unit/build/test_build_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
+                    "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "placement.json"),
+                    env={"Q38_BENCH_SIZES": sizes})
     # The scale benchmark (issue 8) is a memory check on the head, not a base/head comparison:
     # large synthetic packages of Q38_SCALE_GB (default 1 and 8 GB) through build, optimize,
     # offload and check, peak RSS per step. Needs ~20 GB of disk; Q38_SCALE_GB=0 skips it.
