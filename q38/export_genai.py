@@ -8,7 +8,7 @@ The export is a plain GenAI model directory for the package's ``cpu``-variant ta
   of the q38-only keys (``qwen38_graph``, ``runtime_profiles``, ``shared_initializers``, the
   indexer names, ``session.*`` config entries, ``custom_ops_library``);
 * the target graph and every external-data file it references, placed with
-  :func:`q38.package.place_file` (reflink, hard link or copy: ORT accepts hard-linked data).
+  the shared placement policy (:class:`q38.package.Placer`: reflink, else copy; hard links only with `--link hardlink`).
 
 Nothing is loaded from the weights: the graph is parsed without its external data, checked
 (every contrib op has a CPU kernel in the installed onnxruntime, probed once and cached by

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from q38.errors import BuildError, FlagError
+from q38.errors import BuildError, FlagError, quote
 from q38.package.paths import is_inside
 
 __all__ = [
@@ -88,7 +88,7 @@ def check_libraries(items: list[tuple[str, str]]) -> list[Library]:
     for name, raw in items:
         flag = f"--lib-{name}"
         if not _LIB_NAME_RE.fullmatch(name):
-            raise FlagError(f"--lib-{_quote(name)}: invalid library name (letters, digits, '_', '.', '-')")
+            raise FlagError(f"--lib-{quote(name)}: invalid library name (letters, digits, '_', '.', '-')")
         given = Path(raw)
         basename = given.name
         real = _real(given)
@@ -110,15 +110,9 @@ def check_libraries(items: list[tuple[str, str]]) -> list[Library]:
     return list(libs.values())
 
 
-def _quote(value: str, limit: int = 120) -> str:
-    """``repr(value)``, cut to ``limit`` characters with the full length (bounded messages)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(value)} characters)"
-
-
 def _cuda_value(key: str, value: str) -> str:
     kind = CUDA_OPTIONS[key]
-    flag = f"--cuda-option {key}={_quote(value)}"
+    flag = f"--cuda-option {key}={quote(value)}"
     if kind == "bool":
         word = value.lower()
         if word in ("1", "true"):

@@ -18,7 +18,13 @@ from q38.package.files import describe_mode, os_problem
 from q38.package.graphs import load_graph
 from q38.package.hashing import KnownDigests
 from q38.package.links import LinkMode, LinkPolicy, Placer, place
-from q38.package.manifest import MANIFEST_FILENAME, FileRecord, Manifest, dumps_manifest, read_manifest
+from q38.package.manifest import (
+    MANIFEST_FILENAME,
+    FileRecord,
+    Manifest,
+    dumps_manifest,
+    read_manifest,
+)
 from q38.package.path_fields import check_path_fields
 from q38.package.paths import resolve_inside, safe_relpath
 from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
