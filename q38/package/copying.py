@@ -10,8 +10,8 @@ With a digest the bytes are read once into a ring of buffers; one thread hashes 
 while another writes it, so the copy costs ``max(disk, sha256)`` and not their sum (hashlib and
 ``pwrite`` release the GIL). ``copy_file_range`` cannot hash; copying with it while a thread
 re-reads the just-copied range from the page cache measured within noise of this pipeline
-(2 GB: 31.6 s vs 35.4 s, single-threaded read/hash/write 52.5 s, on a loaded machine; see
-/work/notes/issue-14-placement.md), and the pipeline reads each source byte once, cold or warm.
+(2 GB: 31.6 s vs 35.4 s, single-threaded read/hash/write 52.5 s, on a loaded 2-core machine,
+issue 14), and the pipeline reads each source byte once, cold or warm.
 Copying several files in parallel measured no faster on this disk, so files are copied one
 after another.
 
