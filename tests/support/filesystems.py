@@ -46,18 +46,28 @@ def _need_root() -> None:
         pytest.skip("no mount command on this machine")
 
 
-@contextlib.contextmanager
-def tmpfs(where: Path, size: str = "16m") -> Iterator[Path]:
-    """A private tmpfs of ``size`` mounted at ``where`` (created) for the block."""
-    _need_root()
-    where.mkdir(parents=True, exist_ok=True)
-    r = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", os.fspath(where))
+def _or_skip(what: str, *argv: str) -> None:
+    r = _run(*argv)
     if r.returncode != 0:
-        pytest.skip(f"mount -t tmpfs failed: {r.stderr.strip()}")
+        pytest.skip(f"{what} failed: {r.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def _mounted(what: str, where: Path, *mount_args: str) -> Iterator[Path]:
+    where.mkdir(parents=True, exist_ok=True)
+    _or_skip(what, "mount", *mount_args, os.fspath(where))
     try:
         yield where
     finally:
         _run("umount", os.fspath(where))
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: str = "16m") -> Iterator[Path]:
+    """A private tmpfs of ``size`` mounted at ``where`` (created) for the block."""
+    _need_root()
+    with _mounted("mount -t tmpfs", where, "-t", "tmpfs", "-o", f"size={size}", "tmpfs") as path:
+        yield path
 
 
 @contextlib.contextmanager
@@ -70,16 +80,8 @@ def xfs_reflink(image: Path, where: Path) -> Iterator[Path]:
     with open(image, "wb") as fh:
         fh.truncate(300 << 20)  # XFS's minimum size; sparse, so it costs little disk
     try:
-        r = _run(mkfs, "-q", "-m", "reflink=1", os.fspath(image))
-        if r.returncode != 0:
-            pytest.skip(f"mkfs.xfs failed: {r.stderr.strip()}")
-        where.mkdir(parents=True, exist_ok=True)
-        r = _run("mount", "-o", "loop", os.fspath(image), os.fspath(where))
-        if r.returncode != 0:
-            pytest.skip(f"mounting an XFS loop image failed: {r.stderr.strip()}")
-        try:
-            yield where
-        finally:
-            _run("umount", os.fspath(where))
+        _or_skip("mkfs.xfs", mkfs, "-q", "-m", "reflink=1", os.fspath(image))
+        with _mounted("mounting an XFS loop image", where, "-o", "loop", os.fspath(image)) as path:
+            yield path
     finally:
         image.unlink()
