@@ -15,7 +15,6 @@ their ids freely.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import onnx_ir as ir
 
 from q38._ops import MS_DOMAIN, QMOE
 from q38.errors import PoolError
+from q38.package.copying import copy_range
 from q38.package.pool import Placement, PoolEntry, WeightsPool
 
 __all__ = [
@@ -209,23 +209,19 @@ def retarget_graph(model: ir.Model, relocated: Mapping[tuple[str, int], tuple[st
 
 
 def write_moves(moves: Iterable[Move], *, src_root: Path, dst: Path) -> None:
-    """Copy each move's byte range into ``dst`` (created) with copy_file_range: no buffering of
-    weight bytes in Python; holes between aligned entries stay sparse zeros."""
+    """Copy each move's byte range into ``dst`` (created) by the shared kernel copy
+    (copy_file_range, else sendfile across filesystems, else read/write): no buffering of weight
+    bytes in Python; holes between aligned entries stay sparse zeros."""
     with open(dst, "xb") as out:
         end = 0
         for move in moves:
             with open(src_root / move.src_file, "rb") as src:
-                sent = 0
-                while sent < move.length:
-                    n = os.copy_file_range(
-                        src.fileno(), out.fileno(), move.length - sent,
-                        move.src_offset + sent, move.dst_offset + sent,
+                _method, sent = copy_range(src.fileno(), out.fileno(), move.length,
+                                           src_offset=move.src_offset, dst_offset=move.dst_offset)
+                if sent < move.length:
+                    raise PoolError(
+                        f"weights_pool.txt: entry {move.pool_id}: {move.src_file} ends before "
+                        f"offset {move.src_offset + move.length}"
                     )
-                    if n == 0:
-                        raise PoolError(
-                            f"weights_pool.txt: entry {move.pool_id}: {move.src_file} ends before "
-                            f"offset {move.src_offset + move.length}"
-                        )
-                    sent += n
             end = max(end, move.dst_offset + move.length)
         out.truncate(end)

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-__all__ = ["COPY_CHUNK", "CopyMethod", "copy_fd", "preallocate"]
+__all__ = ["COPY_CHUNK", "CopyMethod", "copy_fd", "copy_range", "preallocate"]
 
 CopyMethod = Literal["copy_file_range", "sendfile", "read_write", "read_hash_write"]
 COPY_CHUNK: Final = 1 << 30
@@ -86,17 +86,49 @@ def _kernel_copy(fn: Callable[[int], int], done: int, size: int, on_bytes: Calla
     return done, True
 
 
-def _read_write(src: int, dst: int, done: int, size: int, on_bytes: Callable[[int], None]) -> int:
+def _read_write(src: int, dst: int, done: int, size: int, so: int, do: int, on_bytes: Callable[[int], None]) -> int:
     buf = bytearray(HASH_BUFFER)
     view = memoryview(buf)
     while done < size:
-        n = os.preadv(src, [view[: min(HASH_BUFFER, size - done)]], done)
+        n = os.preadv(src, [view[: min(HASH_BUFFER, size - done)]], so + done)
         if n == 0:
             break
-        _pwrite_all(dst, view[:n], done)
+        _pwrite_all(dst, view[:n], do + done)
         done += n
         on_bytes(n)
     return done
+
+
+def copy_range(
+    src: int,
+    dst: int,
+    length: int,
+    *,
+    src_offset: int = 0,
+    dst_offset: int = 0,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> tuple[CopyMethod, int]:
+    """Copy ``length`` bytes between open files at the given offsets; (method, bytes copied).
+
+    ``copy_file_range`` -> ``sendfile`` -> ``pread``/``pwrite``, each picking up where the
+    previous one stopped. Fewer bytes than ``length`` means the source ended early.
+    """
+    so, do = src_offset, dst_offset
+
+    def cfr(at: int) -> int:
+        return os.copy_file_range(src, dst, min(COPY_CHUNK, length - at), so + at, do + at)
+
+    def sendfile(at: int) -> int:
+        os.lseek(dst, do + at, os.SEEK_SET)  # sendfile writes at dst's file position
+        return os.sendfile(dst, src, so + at, min(COPY_CHUNK, length - at))
+
+    done, ok = _kernel_copy(cfr, 0, length, on_bytes)
+    if ok:
+        return "copy_file_range", done
+    done, ok = _kernel_copy(sendfile, done, length, on_bytes)
+    if ok:
+        return "sendfile", done
+    return "read_write", _read_write(src, dst, done, length, so, do, on_bytes)
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -187,20 +219,8 @@ def copy_fd(
         done, sha = _read_hash_write(src, dst, size, on_bytes)
         method = "read_hash_write"
     else:
-        done, ok = _kernel_copy(lambda at: os.copy_file_range(src, dst, min(COPY_CHUNK, size - at), at, at), 0, size, on_bytes)
-        method = "copy_file_range"
-        if not ok:
-            done, ok = _kernel_copy(lambda at: _sendfile(dst, src, at, size), done, size, on_bytes)
-            method = "sendfile"
-        if not ok:
-            done = _read_write(src, dst, done, size, on_bytes)
-            method = "read_write"
+        method, done = copy_range(src, dst, size, on_bytes=on_bytes)
     if done != size:
         raise OSError(errno.EIO, f"short copy: the source ended after {done} of {size} bytes")
     return method, sha
 
-
-def _sendfile(dst: int, src: int, at: int, size: int) -> int:
-    # sendfile writes at dst's file position: keep it in step with the source offset.
-    os.lseek(dst, at, os.SEEK_SET)
-    return os.sendfile(dst, src, at, min(COPY_CHUNK, size - at))

@@ -239,3 +239,16 @@ def test_the_source_must_be_a_regular_file(tmp_path: Path) -> None:
     with pytest.raises(PackageError, match="not a regular file"):
         place(fifo, tmp_path / "dst", LinkPolicy.AUTO)  # O_NONBLOCK: refused, not blocked on
     assert not os.path.lexists(tmp_path / "dst")
+
+
+def test_copy_range_at_offsets_falls_back_across_filesystems(src: Path, tmp_path: Path) -> None:
+    """The offload's aligned-file moves: a byte range at an offset, onto another filesystem."""
+    data = src.read_bytes()
+    with tmpfs(tmp_path / "mnt") as fs, open(src, "rb") as s, open(fs / "dst", "xb") as d:
+        method, n = copying.copy_range(s.fileno(), d.fileno(), 1000, src_offset=4097, dst_offset=8192)
+        assert n == 1000 and method == ("sendfile" if os.stat(fs).st_dev != os.stat(src).st_dev else "copy_file_range")
+        short = copying.copy_range(s.fileno(), d.fileno(), 1000, src_offset=SIZE - 10, dst_offset=0)
+        d.flush()
+        got = (fs / "dst").read_bytes()
+    assert got[8192:9192] == data[4097:5097] and got[10:8192] == b"\0" * 8182
+    assert short[1] == 10  # the source ended: fewer bytes, the caller reports it
