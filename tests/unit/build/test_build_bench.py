@@ -138,6 +138,7 @@ def _ratios(benchmark: Any, floors: list[float], name: str, nbytes: int) -> None
     info["bytes"] = nbytes
     if benchmark.stats is not None:
         median = benchmark.stats.stats.median
+        info["q38_seconds_median"] = round(median, 4)
         info[f"ratio_to_{name}"] = round(median / floor, 3) if floor > 0 else None
         info["q38_gb_per_s"] = round(nbytes / median / 1e9, 3) if median > 0 else None
     print(f"\n{benchmark.name}: {json.dumps(info, sort_keys=True)}")
