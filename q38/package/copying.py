@@ -87,10 +87,10 @@ def _kernel_copy(fn: Callable[[int], int], done: int, size: int, on_bytes: Calla
 
 
 def _read_write(src: int, dst: int, done: int, size: int, so: int, do: int, on_bytes: Callable[[int], None]) -> int:
-    buf = bytearray(HASH_BUFFER)
+    buf = bytearray(min(HASH_BUFFER, max(size - done, 1)))
     view = memoryview(buf)
     while done < size:
-        n = os.preadv(src, [view[: min(HASH_BUFFER, size - done)]], so + done)
+        n = os.preadv(src, [view[: min(len(buf), size - done)]], so + done)
         if n == 0:
             break
         _pwrite_all(dst, view[:n], do + done)
@@ -140,8 +140,15 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 def _read_hash_write(src: int, dst: int, size: int, on_bytes: Callable[[int], None]) -> tuple[int, str]:
     """Read each buffer once; hash it and write it concurrently (two helper threads)."""
     digest = hashlib.sha256()
+    if size <= HASH_BUFFER:  # one buffer: nothing to overlap, no threads
+        buf = bytearray(size)
+        n = os.preadv(src, [buf], 0) if size else 0
+        digest.update(memoryview(buf)[:n])
+        _pwrite_all(dst, memoryview(buf)[:n], 0)
+        on_bytes(n)
+        return n, digest.hexdigest()
     free: queue.Queue[bytearray] = queue.Queue()
-    for _ in range(HASH_BUFFERS):
+    for _ in range(min(HASH_BUFFERS, -(-size // HASH_BUFFER))):  # zero-filled: allocate only what is used
         free.put(bytearray(HASH_BUFFER))
     to_hash: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
     to_write: queue.Queue[tuple[bytearray, int, int] | None] = queue.Queue()

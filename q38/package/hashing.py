@@ -23,9 +23,9 @@ _CHUNK = 8 << 20
 def sha256_file(path: Path | str) -> str:
     """The hex sha256 of ``path``'s bytes, read in 8 MiB chunks (memory does not grow with size)."""
     digest = hashlib.sha256()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
     with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(max(1, min(_CHUNK, os.fstat(fh.fileno()).st_size)))  # zero-filled: no bigger than the file
+        view = memoryview(buf)
         while n := fh.readinto(buf):
             digest.update(view[:n])
     return digest.hexdigest()

@@ -8,8 +8,10 @@ timed round is interleaved with its floor, on the same bytes, warm cache:
 - build ``--link hardlink`` next to ``cp -rl`` of the three bundles;
 - build ``--link auto`` next to ``cp -r --reflink=auto`` (only where this filesystem clones;
   on ext4 ``auto`` is a copy and is the ``--copy`` row);
-- build ``--copy`` next to ``cp -r`` of the three bundles (``cp`` here copies with
-  copy_file_range); offload (default ``auto``: a copy on ext4) next to ``cp -r`` of its source;
+- build ``--copy`` next to ``cp -r --preserve=links`` of the three bundles (their shared data
+  file copied once, as q38 does; ``cp`` here copies with copy_file_range); offload (default
+  ``auto``: a copy on ext4) next to ``cp -r`` of its source. The time spent inside the shared
+  placement (``place``) is reported too, and its ratio to the floor (graph work excluded);
 - check next to ``cp -rl`` of the package (a walk of the same files).
 
 Peak anonymous memory of build ``--copy`` / offload / check in a child process
@@ -131,9 +133,12 @@ def _interleaved(
     return result, floors
 
 
-def _ratios(benchmark: Any, floors: list[float], name: str, nbytes: int) -> None:
+def _ratios(benchmark: Any, floors: list[float], name: str, nbytes: int, placing: list[float] | None = None) -> None:
     info = benchmark.extra_info
     floor = statistics.median(floors)
+    if placing:  # the placement part alone (graph work excluded), per round
+        info["placement_seconds_median"] = round(statistics.median(placing), 4)
+        info[f"placement_ratio_to_{name}"] = round(statistics.median(placing) / floor, 3) if floor > 0 else None
     info[f"{name}_seconds_median"] = round(floor, 4)
     info["bytes"] = nbytes
     if benchmark.stats is not None:
@@ -144,23 +149,51 @@ def _ratios(benchmark: Any, floors: list[float], name: str, nbytes: int) -> None
     print(f"\n{benchmark.name}: {json.dumps(info, sort_keys=True)}")
 
 
+# --preserve=links: the bundles' shared data file (one inode, three names) is copied once, as q38
+# copies it once: the floor moves the same bytes.
 POLICIES = {
     "hardlink": (LinkPolicy.HARDLINK, ["-rl"], "cp_rl"),
-    "auto": (LinkPolicy.AUTO, ["-r", "--reflink=auto"], "cp_r_reflink_auto"),
-    "copy": (LinkPolicy.COPY, ["-r", "--reflink=never"], "cp_r"),
+    "auto": (LinkPolicy.AUTO, ["-r", "--preserve=links", "--reflink=auto"], "cp_r_reflink_auto"),
+    "copy": (LinkPolicy.COPY, ["-r", "--preserve=links", "--reflink=never"], "cp_r"),
 }
 
 
+class _PlacementClock:
+    """Seconds spent inside the shared placement (``q38.package.links.place``) during a run."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        import q38.package.links as links
+
+        self.seconds = 0.0
+        real = links.place
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        monkeypatch.setattr(links, "place", timed)
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_bench_build(benchmark: Any, bench_bundles: Path, workdir: Path, size: str, policy: str) -> None:
+def test_bench_build(benchmark: Any, bench_bundles: Path, workdir: Path, size: str, policy: str, monkeypatch: Any) -> None:
     b = bench_bundles
+    clock, placing = _PlacementClock(monkeypatch), []
     link, cp_args, floor_name = POLICIES[policy]
     if policy == "auto" and not reflink_works(b / "target", workdir):
         pytest.skip("auto = copy on this filesystem (no reflink): measured as the copy row")
     bundles = _bundle_dirs(b)
 
     def run(out: Path) -> Any:
-        return build_package(BuildRequest(out=out, target=b / "target", head=b / "head", prefill=b / "prefill", link=link))
+        clock.reset()
+        res = build_package(BuildRequest(out=out, target=b / "target", head=b / "head", prefill=b / "prefill", link=link))
+        placing.append(clock.seconds)
+        return res
 
     result, floors = _interleaved(benchmark, run, lambda d: _cp(cp_args, bundles, d), workdir)
     pkg = result.packages[0]
@@ -180,7 +213,7 @@ def test_bench_build(benchmark: Any, bench_bundles: Path, workdir: Path, size: s
         assert ("sha256" in manifest["files"][rel]) == (policy == "copy"), rel  # digest only where bytes moved
     benchmark.extra_info.update({"size": size, "policy": policy, "files_placed": len(placed), "pool_entries": pool_rows,
                                  "modes": dict(modes)})
-    _ratios(benchmark, floors, floor_name, _bytes(_regular_files(pkg)))
+    _ratios(benchmark, floors, floor_name, _bytes(_regular_files(pkg)), placing)
 
 
 def _source_of(b: Path, rel: str) -> Path:
@@ -190,15 +223,19 @@ def _source_of(b: Path, rel: str) -> Path:
     raise AssertionError(f"{rel}: in no bundle")
 
 
-def test_bench_offload_copy(benchmark: Any, built: Path, workdir: Path, size: str) -> None:
+def test_bench_offload_copy(benchmark: Any, built: Path, workdir: Path, size: str, monkeypatch: Any) -> None:
     from q38.offload.convert import convert_package
     from q38.offload.options import OffloadOptions
 
     src = built
     files = _regular_files(src)
+    clock, placing = _PlacementClock(monkeypatch), []
 
     def run(out: Path) -> Any:
-        return convert_package(src, out, OffloadOptions(mode="auto"))
+        clock.reset()
+        report = convert_package(src, out, OffloadOptions(mode="auto"))
+        placing.append(clock.seconds)
+        return report
 
     report, floors = _interleaved(benchmark, run, lambda d: _cp(["-r", "--reflink=never"], [src], d), workdir)
     out = Path(report.out)
@@ -213,7 +250,7 @@ def test_bench_offload_copy(benchmark: Any, built: Path, workdir: Path, size: st
     assert report.router_weights_cleared > 0 and sorted(report.graphs) == ["s2", "s3", "s4"]
     benchmark.extra_info.update({"size": size, "files_placed": len(copied),
                                  "router_weights_cleared": report.router_weights_cleared})
-    _ratios(benchmark, floors, "cp_r", _bytes(files))
+    _ratios(benchmark, floors, "cp_r", _bytes(files), placing)
 
 
 def test_bench_check(benchmark: Any, built: Path, workdir: Path, size: str, capsys: Any) -> None:
