@@ -2,14 +2,18 @@
 
 Model dimensions come from the graph (``logits`` -> vocab, ``hidden_states`` -> hidden size,
 ``past_key_values.{i}.key`` [B, kv_heads, P, head_size], layer ids from every ``past.*`` input)
-or, when the target bundle carries a ``genai_config.json``, from that config.
+or, when the target bundle carries a ``genai_config.json``, from that config: q38's own (v12b)
+or the one an exporter wrote beside its graphs (onnxruntime-genai surface, e.g. the builder's
+``qwen3_5_moe_text``). An exporter's graph leaves dimensions symbolic (the KV cache's last dim
+is ``kv_cache_dim``, there may be no ``hidden_states`` output), so its config supplies them; a
+dimension both give must agree, and one neither gives is refused naming where it was looked for.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import onnx
 
@@ -19,7 +23,13 @@ from q38._ops import (
     QWEN_FOLD_DOMAIN,
     SPARSE_ATTENTION_INDEXER,
 )
+from q38.errors import BuildError
 from q38.package.config import (
+    _CONFIG_ENTRY_RE,
+    CONFIG_FILENAME,
+    DECODER_INPUT_KEYS,
+    DECODER_OUTPUT_KEYS,
+    SEARCH_KEYS,
     Config,
     DecoderConfig,
     HeadGraph,
@@ -30,6 +40,7 @@ from q38.package.config import (
     SessionOptions,
     read_config,
 )
+from q38.package.surface import detect_surface
 
 __all__ = ["DEFAULT_CHUNK", "GraphFacts", "graph_facts", "make_config"]
 
@@ -97,6 +108,72 @@ def _dims(facts: GraphFacts, graph_name: str) -> dict[str, Any]:
     }
 
 
+_DIM_SOURCES: Final = {
+    "hidden_size": "the graph's hidden_states output (last dim)",
+    "head_size": "the graph's past_key_values.*.key input (last dim)",
+    "num_key_value_heads": "the graph's past_key_values.*.key input (dim 1)",
+    "num_attention_heads": "the attention nodes' num_heads attribute",
+    "num_hidden_layers": "the graph's past state inputs",
+    "vocab_size": "the graph's logits output (last dim)",
+}
+
+
+def _merge_dims(bundle: Path, graph: dict[str, Any], upstream: dict[str, int | None]) -> dict[str, int]:
+    """Graph dimensions completed by the upstream config's; both given must agree."""
+    out = {}
+    for key, where in _DIM_SOURCES.items():
+        from_graph, from_config = graph[key] or None, upstream.get(key)
+        if from_graph and from_config and from_graph != from_config:
+            raise BuildError(
+                f"--target {bundle}: genai_config.json says {key} {from_config}, {where} says {from_graph}"
+            )
+        value = from_config or from_graph
+        if not value:
+            raise BuildError(
+                f"--target {bundle}: cannot derive {key}: {where} is symbolic or missing, and the bundle has "
+                "no genai_config.json giving it"
+            )
+        out[key] = value
+    return out
+
+
+def _upstream_genai(bundle: Path, d: dict[str, Any]) -> dict[str, Any]:
+    """What an exporter's (genai-surface) ``genai_config.json`` supplies to the v12b config."""
+    from q38.package.genai_config import read_genai_config
+
+    cfg = read_genai_config(bundle / CONFIG_FILENAME)
+    m, dec = cfg.model, cfg.model.decoder
+    dims = _merge_dims(bundle, d, {
+        "hidden_size": dec.hidden_size, "head_size": dec.head_size, "num_key_value_heads": dec.num_key_value_heads,
+        "num_attention_heads": dec.num_attention_heads, "num_hidden_layers": dec.num_hidden_layers,
+        "vocab_size": m.vocab_size,
+    })  # fmt: skip
+    so = dec.session_options
+    entries = {k: v for k, v in (so.config_entries if so else {}).items() if _CONFIG_ENTRY_RE.match(k)}
+    return {
+        "dims": dims,
+        "context": m.context_length,
+        "bos": m.bos_token_id if m.bos_token_id is not None else 1,
+        "eos": m.eos_token_id or (2,),
+        "pad": m.pad_token_id if m.pad_token_id is not None else 0,
+        "log_id": (so.typed.get("log_id") if so else None) or "q38",
+        "entries": entries,
+        "inputs": {k: v for k, v in dec.inputs.items() if k in DECODER_INPUT_KEYS},
+        "outputs": {k: v for k, v in dec.outputs.items() if k in DECODER_OUTPUT_KEYS},
+        "search": {k: v for k, v in cfg.search.items() if _search_value_ok(k, v)},
+    }
+
+
+def _search_value_ok(key: str, value: object) -> bool:
+    """Whether ``search.key = value`` fits the v12b surface (its keys; floats may be integers)."""
+    want = SEARCH_KEYS.get(key)
+    if want is None:
+        return False
+    if want is bool or isinstance(value, bool):
+        return want is bool and isinstance(value, bool)
+    return isinstance(value, int) if want is int else isinstance(value, (int, float))
+
+
 def make_config(
     *,
     target_bundle: Path,
@@ -112,8 +189,13 @@ def make_config(
     custom_ops_library: str | None,
 ) -> Config:
     """The package config; a target bundle's own ``genai_config.json`` supplies model fields."""
-    base = read_config(target_bundle / "genai_config.json") if (target_bundle / "genai_config.json").is_file() else None
     d = _dims(facts, decoder_file)
+    base = upstream = None
+    if (target_bundle / CONFIG_FILENAME).is_file():
+        if detect_surface(target_bundle) == "genai":
+            upstream = _upstream_genai(target_bundle, d)
+        else:
+            base = read_config(target_bundle / CONFIG_FILENAME)
     providers: tuple[ProviderOptions, ...] = ()
     # fold.head_r2 always carries the CUDA-graph defaults (package-format.md; the head runs
     # under a captured graph wherever the runtime picks CUDA).
@@ -137,12 +219,28 @@ def make_config(
         capacity = kv_capacity or m.qwen38_graph.kv_capacity
         chunk = m.qwen38_graph.prefill.chunk if m.qwen38_graph.prefill else DEFAULT_CHUNK
         search = dict(base.search)
+    elif upstream is not None:
+        dims = upstream["dims"]
+        capacity = kv_capacity or upstream["context"]
+        context, vocab = upstream["context"], dims["vocab_size"]
+        bos, eos, pad = upstream["bos"], upstream["eos"], upstream["pad"]
+        decoder = DecoderConfig(
+            decoder_file, dims["hidden_size"], dims["num_attention_heads"], dims["num_key_value_heads"],
+            dims["head_size"], dims["num_hidden_layers"],
+            SessionOptions(log_id=upstream["log_id"], custom_ops_library=custom_ops_library,
+                           config_entries=upstream["entries"], provider_options=providers),
+            upstream["inputs"] or d["inputs"], upstream["outputs"] or d["outputs"],
+        )  # fmt: skip
+        chunk = min(DEFAULT_CHUNK, capacity)
+        search = {"max_length": capacity, **upstream["search"]}
+        search["max_length"] = min(int(search["max_length"]), capacity)
     else:
         capacity = kv_capacity or 4096
-        context, vocab, bos, eos, pad = capacity, d["vocab_size"], 1, (2,), 0
+        dims = _merge_dims(target_bundle, d, {})
+        context, vocab, bos, eos, pad = capacity, dims["vocab_size"], 1, (2,), 0
         decoder = DecoderConfig(
-            decoder_file, d["hidden_size"], d["num_attention_heads"], d["num_key_value_heads"],
-            d["head_size"], d["num_hidden_layers"],
+            decoder_file, dims["hidden_size"], dims["num_attention_heads"], dims["num_key_value_heads"],
+            dims["head_size"], dims["num_hidden_layers"],
             SessionOptions(log_id="q38", custom_ops_library=custom_ops_library, provider_options=providers),
             d["inputs"], d["outputs"],
         )

@@ -33,6 +33,7 @@ from q38.package import (
     PackageWriter,
     WeightsPool,
     check_output_outside,
+    detect_surface,
     format_pool,
     open_package,
     read_tensor,
@@ -64,8 +65,16 @@ def optimize_package(
     link: LinkPolicy = LinkPolicy.AUTO,
     digest: bool = False,
 ) -> tuple[OptimizeResult, dict[str, tuple[int, int]]]:
-    """Write the optimized package at ``out``; returns the result and node counts per graph."""
+    """Write the optimized package at ``out``; returns the result and node counts per graph.
+
+    A package the onnxruntime-genai builder wrote (genai surface) goes through
+    :func:`q38.optimize.genai_io.optimize_genai_package`.
+    """
     check_output_outside(Path(out), [Path(src)])
+    if detect_surface(src) == "genai":
+        from q38.optimize.genai_io import optimize_genai_package
+
+        return optimize_genai_package(Path(src), Path(out), target=target, passes=passes, skip=skip, link=link)
     pkg = open_package(src)
     total = OptimizeResult({}, [], {})
     node_counts: dict[str, tuple[int, int]] = {}

@@ -1,0 +1,100 @@
+"""``q38 optimize`` on packages the onnxruntime-genai builder wrote (genai surface).
+
+Invariants guarded:
+* every builder package (committed fixtures, ``Q38_REAL_EXPORTS``, the genai packages of
+  ``q38 synth --exporter builder`` and of ``q38 export-genai``) optimizes with exit 0; the output
+  passes ``q38 check``; the source is byte-identical afterwards;
+* the output has the same graph files, every non-graph file byte-identical (tokenizer, data,
+  config), each rewritten graph loads, and new tensors live in ``<stem>.opt.data`` only;
+* no weights pool or manifest appears in a builder package;
+* greedy generation with onnxruntime-genai is identical before and after ``--target cpu``;
+* a shared-initializer entry a rewrite broke is dropped from every list that names it (and the
+  config is then rewritten); entries left intact are kept byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from support.fsnap import tree_snapshot
+from support.genai_packages import real_package_dirs
+
+from q38.cli import main
+from q38.package.genai_package import open_genai_package
+from q38.package.graphs import load_graph
+
+REAL = real_package_dirs()
+
+
+@pytest.fixture(scope="module")
+def builder_packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from q38.synth import synthesize
+
+    base = tmp_path_factory.mktemp("genai")
+    exported = base / "exported"
+    assert main(["export-genai", str(tiny_cpu_package), str(exported), "--link", "copy"]) == 0
+    synth = [synthesize(base / f"builder-{v}", preset="tiny", variant=v, exporter="builder") for v in ("cpu", "faithful")]
+    return [*REAL, exported, *synth]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_every_builder_package_optimizes_and_the_output_passes_check(builder_packages: list[Path], tmp_path: Path) -> None:
+    for i, src in enumerate(builder_packages):
+        before = tree_snapshot(src)
+        out = tmp_path / f"out{i}"
+        assert main(["optimize", str(src), str(out)]) == 0, src
+        assert tree_snapshot(src) == before, f"{src} was modified"
+        assert main(["check", str(out)]) == 0, out
+        graphs = {r.rel for r in open_genai_package(src).graphs()}
+        assert {p.name for p in out.glob("*.onnx")} == {p.name for p in src.glob("*.onnx")}
+        for path in src.rglob("*"):
+            rel = path.relative_to(src).as_posix()
+            if path.is_file() and rel not in graphs:
+                assert _digest(out / rel) == _digest(path), f"{rel} changed"
+        extra = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {
+            p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()
+        }
+        assert all(name.endswith(".opt.data") for name in extra), extra
+        assert not (out / "weights_pool.txt").exists() and not (out / "package_manifest.json").exists()
+        for rel in graphs:
+            load_graph(out / rel, root=out)
+
+
+def test_cpu_optimize_keeps_the_greedy_tokens(builder_packages: list[Path], tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_genai")
+    from q38.export_genai import generate_tokens
+    from q38.package.genai_config import OG_MODEL_TYPES
+
+    runnable = [p for p in builder_packages if open_genai_package(p).config.model.type in OG_MODEL_TYPES
+                and not open_genai_package(p).config.model.decoder.shared_initializers
+                and not open_genai_package(p).config.model.decoder.session_options.providers]  # fmt: skip
+    assert runnable
+    for i, src in enumerate(runnable):
+        out = tmp_path / f"cpu{i}"
+        assert main(["optimize", str(src), str(out), "--target", "cpu"]) == 0
+        assert generate_tokens(out, [1, 5, 9, 17], 8) == generate_tokens(src, [1, 5, 9, 17], 8), src
+
+
+def test_a_shared_initializer_a_rewrite_broke_is_dropped_from_every_list(tmp_path: Path) -> None:
+    """The reconciliation on its own: the decoder loses a shared tensor, both entries go."""
+    from q38.optimize.genai_io import _reconciled_config
+
+    mtp_pkgs = [p for p in REAL if (p / "mtp.onnx").is_file()]
+    if not mtp_pkgs:
+        pytest.skip("no MTP builder export committed yet")
+    pkg = open_genai_package(mtp_pkgs[0])
+    models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs()}
+    kept, dropped = _reconciled_config(pkg, models, pkg.root)
+    assert dropped == [] and kept is pkg.config
+    victim = pkg.config.model.decoder.shared_initializers[0].name
+    models["decoder"].graph.initializers.pop(victim)
+    cfg, dropped = _reconciled_config(pkg, models, pkg.root)
+    assert dropped == [victim]
+    assert victim not in {e.name for e in cfg.model.decoder.shared_initializers}
+    assert cfg.model.mtp is not None and victim not in {e.name for e in cfg.model.mtp.shared_initializers}
+    assert len(cfg.model.decoder.shared_initializers) == len(pkg.config.model.decoder.shared_initializers) - 1
