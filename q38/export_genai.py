@@ -46,7 +46,9 @@ class ExportResult:
     out: Path
     graph: str
     files: dict[str, str]  # relative name -> link mode
-    states: dict[str, int]  # kind -> number of past inputs
+    states: dict[str, int]  # kind -> number of past inputs (v12b packages)
+    rewrites: tuple[str, ...] = ()  # config changes made for 0.18.0 (builder packages)
+    dropped: tuple[str, ...] = ()  # graph sections left out, with why (builder packages)
 
 
 def _template_re(template: str) -> re.Pattern[str]:
@@ -169,7 +171,11 @@ def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[st
 def export_genai(
     src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu", digest: bool = False
 ) -> ExportResult:
-    """Export the cpu-variant package ``src`` to a GenAI 0.18.0 model directory ``out``.
+    """Export ``src`` to a GenAI 0.18.0 model directory ``out``.
+
+    ``src`` is a cpu-variant q38 package (v12b surface: the config is written anew, the target
+    graph and its data placed) or a package the onnxruntime-genai builder wrote (genai surface:
+    passed through, see :mod:`q38.export_builder`).
 
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
@@ -179,6 +185,7 @@ def export_genai(
         StagedDirectory,
         check_destination,
         check_output_outside,
+        detect_surface,
         load_graph,
         open_package,
         source_placer,
@@ -189,6 +196,11 @@ def export_genai(
     src, out = Path(src), Path(out)
     check_destination(out, what="output")
     check_output_outside(Path(out), [Path(src)])
+    if detect_surface(src) == "genai":
+        from q38.export_builder import export_builder_package
+
+        done = export_builder_package(src, out, link=link, provider=provider, digest=digest)
+        return ExportResult(out, done.graph, done.files, {}, tuple(done.rewrites), tuple(done.dropped))
     package = open_package(src)
     g = package.config.model.qwen38_graph
     if g.variant != "cpu":

@@ -17,14 +17,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(
         "export-genai",
         parents=[common],
-        help="export a cpu-variant package for onnxruntime-genai 0.18.0 on CPU",
-        description="Write OUT, a model directory that released onnxruntime-genai (0.18.0) loads on CPU: "
-        "a 0.18-compatible genai_config.json (model.type qwen3_5_moe_text, string provider options, no "
-        "runtime profiles, no q38-only keys) and the package's target graph with its external data "
-        "(reflinked or copied; hard-linked only with --link hardlink). Only cpu-variant, contrib-lineage packages can be exported. "
+        help="export a package for onnxruntime-genai 0.18.0 on CPU",
+        description="Write OUT, a model directory that released onnxruntime-genai (0.18.0) loads on CPU. "
+        "From a q38 package (cpu variant, contrib lineage): a 0.18-compatible genai_config.json (model.type "
+        "qwen3_5_moe_text, string provider options, no runtime profiles, no q38-only keys) and the target "
+        "graph with its external data. From an onnxruntime-genai builder package: every file passed "
+        "through, the config rewritten only where 0.18.0 on CPU needs it (CUDA provider options, "
+        "runtime_profiles and shared_initializers dropped); an mtp.onnx without CPU kernels is dropped "
+        "with a warning. Files are reflinked or copied (hard-linked only with --link hardlink). "
         "PKG is never modified; OUT must not exist.",
     )
-    p.add_argument("pkg", metavar="PKG", type=Path, help="cpu-variant package directory (never modified)")
+    p.add_argument("pkg", metavar="PKG", type=Path,
+                   help="cpu-variant q38 package or onnxruntime-genai builder package (never modified)")
     p.add_argument("out", metavar="OUT", type=Path, help="model directory to write (must not exist)")
     add_placement_arguments(p)
     p.add_argument(
@@ -72,9 +76,14 @@ def run(args: argparse.Namespace) -> int:
             rename_noreplace(inner, staged.dest)
     if args.json:
         print(json.dumps({"out": str(args.out), "graph": result.graph, "files": result.files,
-                          "states": result.states, "tokens": tokens}, sort_keys=True))
+                          "states": result.states, "rewrites": list(result.rewrites),
+                          "dropped": list(result.dropped), "tokens": tokens}, sort_keys=True))
     else:
         print(f"exported {args.pkg} -> {args.out} ({len(result.files)} files, graph {result.graph})")
+        for line in result.rewrites:
+            print(f"  config: {line}")
+        for line in result.dropped:
+            print(f"  dropped: {line}")
         if tokens is not None:
             print("tokens: " + " ".join(str(t) for t in tokens))
     return 0

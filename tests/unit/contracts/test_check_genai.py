@@ -1,0 +1,174 @@
+"""``q38 check`` on packages the onnxruntime-genai builder wrote (genai surface).
+
+Invariants guarded:
+* for every builder package (committed fixtures, ``Q38_REAL_EXPORTS``, q38's builder-form synth
+  packages): ``check --json`` exits 0, reports ``surface: genai``, and its ``graph_checks`` name
+  every ``.onnx`` of the package with a provider and a positive rule count;
+* ``check --ort`` creates a real CPU session for every graph of a CPU-provider package; a CUDA
+  graph is never a plain OK: it runs on CPU said so, or is "skipped: op X has no CPU kernel";
+* one broken copy per contract family exits 1 with the family's rule id: config surface (an
+  unknown key, og's verdict), layout (external data past the end), path fields (a graph
+  escaping the package), shared initializers (a dangling entry), and the graph schema (an
+  unknown attribute, a wrong input type: found by the session under ``--ort``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from support.genai_packages import copy_package, edit_genai_config, real_package_dirs
+
+from contracts.runner import check_package
+from q38.cli import main
+
+REAL = real_package_dirs()
+
+
+@pytest.fixture(scope="module")
+def packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from q38.synth import synthesize
+
+    base = tmp_path_factory.mktemp("genai-check")
+    exported = base / "exported"
+    assert main(["export-genai", str(tiny_cpu_package), str(exported), "--link", "copy"]) == 0
+    synth = [synthesize(base / f"builder-{v}", preset="tiny", variant=v, exporter="builder") for v in ("cpu", "faithful")]
+    return [*REAL, exported, *synth]
+
+
+def test_check_json_names_every_onnx_of_every_builder_package(packages: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    for pkg in packages:
+        assert main(["check", str(pkg), "--json"]) == 0, pkg
+        data = json.loads(capsys.readouterr().out)
+        assert data["surface"] == "genai" and data["ok"] is True
+        files = [c["file"] for c in data["graph_checks"]]
+        assert sorted(files) == sorted(p.name for p in pkg.glob("*.onnx")), pkg
+        assert data["graphs"] == [c["graph"] for c in data["graph_checks"]] and data["graphs"][0] == "decoder"
+        assert all(c["rules"] > 0 and c["provider"] in ("CPU", "cuda") for c in data["graph_checks"])
+
+
+def _providers(pkg: Path) -> list[Any]:
+    return json.loads((pkg / "genai_config.json").read_text())["model"]["decoder"]["session_options"].get("provider_options", [])
+
+
+def test_check_ort_creates_the_cpu_sessions(packages: list[Path]) -> None:
+    cpu = [p for p in packages if not _providers(p)]
+    assert cpu
+    for pkg in cpu:
+        report = check_package(pkg, ort_sessions=True)
+        assert report.ok
+        assert [(s.graph, s.status, s.message) for s in report.sessions] == [(g, "ok", "") for g in report.graphs], pkg
+
+
+def test_a_cuda_graph_is_never_a_plain_ok(packages: list[Path]) -> None:
+    cuda = [p for p in packages if _providers(p)]
+    assert cuda
+    for pkg in cuda:
+        report = check_package(pkg, ort_sessions=True)
+        for s in report.sessions:
+            graph = next(c for c in report.graph_checks if c.graph == s.graph)
+            if graph.provider != "cuda":
+                continue
+            assert s.status in ("ok", "skipped"), (pkg, s)
+            if s.status == "ok":
+                assert s.message == "CPU session: the config names cuda, which this onnxruntime lacks"
+            else:
+                assert "has no CPU kernel" in s.message, s.message
+
+
+def _cpu_package(packages: list[Path]) -> Path:
+    return next(p for p in packages if not _providers(p))
+
+
+def _edit_graph(pkg: Path, edit: Callable[[onnx.ModelProto], None]) -> None:
+    path = pkg / "model.onnx"
+    model = onnx.load(path, load_external_data=False)
+    edit(model)
+    path.write_bytes(model.SerializeToString())
+
+
+def _unknown_attribute(model: onnx.ModelProto) -> None:
+    node = next(n for n in model.graph.node if n.domain == "com.microsoft")
+    node.attribute.append(onnx.helper.make_attribute("q38_bogus_attribute", 1))
+
+
+def _wrong_input_type(model: onnx.ModelProto) -> None:
+    value = next(v for v in model.graph.input if v.name == "attention_mask")
+    value.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+
+
+def _truncate_data(pkg: Path) -> None:
+    with open(pkg / "model.onnx.data", "r+b") as fh:
+        fh.truncate(16)
+
+
+BROKEN: list[tuple[str, Callable[[Path], None], str]] = [
+    ("unknown config key", lambda p: edit_genai_config(p, lambda d: d["model"]["decoder"].update({"q38_bogus": 1})),
+     "CFG-SURFACE-001"),
+    ("config value og refuses", lambda p: edit_genai_config(p, lambda d: d["model"].update({"context_length": 0})),
+     "CFG-SURFACE-001"),
+    ("external data past the end", _truncate_data, "PKG-GRAPH-001"),
+    ("graph escaping the package",
+     lambda p: edit_genai_config(p, lambda d: d["model"]["decoder"].update({"filename": "/etc/passwd"})), "PATH-FIELD-001"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "breaker", "rule_id"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_builder_package_fails_with_the_rule_id(
+    case: str, breaker: Callable[[Path], None], rule_id: str, packages: list[Path], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    pkg = copy_package(_cpu_package(packages), tmp_path / "pkg")
+    breaker(pkg)
+    assert main(["check", str(pkg)]) == 1
+    assert rule_id in capsys.readouterr().out
+    assert rule_id in {v.rule_id for v in check_package(pkg).errors}
+
+
+@pytest.mark.parametrize(("case", "edit", "ort_text"), [
+    ("unknown attribute", _unknown_attribute, "Unrecognized attribute: q38_bogus_attribute"),
+    ("wrong input type", _wrong_input_type, "Type Error: Type (tensor(int64))"),
+], ids=["unknown attribute", "wrong input type"])  # fmt: skip
+def test_a_broken_graph_fails(
+    case: str, edit: Callable[[onnx.ModelProto], None], ort_text: str, packages: list[Path], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    pkg = copy_package(_cpu_package(packages), tmp_path / "pkg")
+    _edit_graph(pkg, edit)
+    assert main(["check", str(pkg), "--ort"]) == 1
+    out = capsys.readouterr().out
+    assert "session decoder: failed: " in out and ort_text in out
+    report = check_package(pkg, ort_sessions=True)
+    assert not report.ok and [s.status for s in report.sessions if s.graph == "decoder"] == ["failed"]
+
+
+def _mtp_package(packages: list[Path]) -> Path:
+    found = [p for p in packages if (p / "mtp.onnx").is_file() and
+             json.loads((p / "genai_config.json").read_text())["model"]["decoder"].get("shared_initializers")]  # fmt: skip
+    if not found:
+        pytest.skip("no package with shared_initializers")
+    return found[0]
+
+
+@pytest.mark.parametrize("where", ["decoder", "mtp"])
+def test_a_dangling_shared_initializer_fails(where: str, packages: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = copy_package(_mtp_package(packages), tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"][where]["shared_initializers"][0].update({"name": "q38.no.such.tensor"}))
+    assert main(["check", str(pkg)]) == 1
+    out = capsys.readouterr().out
+    assert "PKG-SHARED-001" in out
+    (violation,) = [v for v in check_package(pkg).errors if v.rule_id == "PKG-SHARED-001"]
+    assert violation.message.startswith(f"model.{where}.shared_initializers[0]: no initializer 'q38.no.such.tensor' in the ")
+    assert violation.message.endswith("graph (dangling shared initializer)")
+
+
+def test_a_shared_initializer_with_the_wrong_shape_fails(packages: list[Path], tmp_path: Path) -> None:
+    pkg = copy_package(_mtp_package(packages), tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"]["mtp"]["shared_initializers"][0].update(
+        {"shape": [*d["model"]["mtp"]["shared_initializers"][0]["shape"], 1]}))  # fmt: skip
+    messages = [v.message for v in check_package(pkg).errors if v.rule_id == "PKG-SHARED-001"]
+    assert len(messages) == 1 and "the entry says data_type" in messages[0]
