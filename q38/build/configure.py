@@ -120,7 +120,7 @@ _DIM_SOURCES: Final = {
 
 def _merge_dims(bundle: Path, graph: dict[str, Any], upstream: dict[str, int | None]) -> dict[str, int]:
     """Graph dimensions completed by the upstream config's; both given must agree."""
-    out = {}
+    out, missing = {}, []
     for key, where in _DIM_SOURCES.items():
         from_graph, from_config = graph[key] or None, upstream.get(key)
         if from_graph and from_config and from_graph != from_config:
@@ -129,11 +129,13 @@ def _merge_dims(bundle: Path, graph: dict[str, Any], upstream: dict[str, int | N
             )
         value = from_config or from_graph
         if not value:
-            raise BuildError(
-                f"--target {bundle}: cannot derive {key}: {where} is symbolic or missing, and the bundle has "
-                "no genai_config.json giving it"
-            )
-        out[key] = value
+            missing.append(f"{key} ({where})")
+        out[key] = value or 0
+    if missing:
+        raise BuildError(
+            f"--target {bundle}: cannot derive {', '.join(missing)}: symbolic or missing in the graph, and the "
+            "bundle has no genai_config.json giving them"
+        )
     return out
 
 

@@ -78,6 +78,10 @@ def test_a_cuda_graph_is_never_a_plain_ok(packages: list[Path]) -> None:
                 assert s.message == "CPU session: the config names cuda, which this onnxruntime lacks"
             else:
                 assert "has no CPU kernel" in s.message, s.message
+    paged = [p for p in cuda if p.name == "fp16-cuda-paged"]
+    assert paged, "the paged fixture is committed"
+    (session,) = check_package(paged[0], ort_sessions=True).sessions
+    assert (session.status, session.message) == ("skipped", "op PagedAttention has no CPU kernel")
 
 
 def _cpu_package(packages: list[Path]) -> Path:
@@ -149,8 +153,7 @@ def test_a_broken_graph_fails(
 def _mtp_package(packages: list[Path]) -> Path:
     found = [p for p in packages if (p / "mtp.onnx").is_file() and
              json.loads((p / "genai_config.json").read_text())["model"]["decoder"].get("shared_initializers")]  # fmt: skip
-    if not found:
-        pytest.skip("no package with shared_initializers")
+    assert found, "the int4 cpu + MTP fixture (shared_initializers) is committed"
     return found[0]
 
 

@@ -57,21 +57,17 @@ def _named(*names: str) -> list[Path]:
     return [p for p in REAL if p.name in names]
 
 
-@pytest.mark.skipif(not (FIXTURES / "int4-cpu").is_dir(), reason="the int4 cpu fixture is not committed yet")
 def test_int4_cpu_export_generates_the_fixtures_12_greedy_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _og()
     src = FIXTURES / "int4-cpu"
+    recorded = json.loads((FIXTURES / "greedy-int4-cpu.json").read_text())  # written when the fixture was made
+    prompt = recorded["prompt"]
     before = tree_snapshot(src)
     report = _export(src, tmp_path / "out", capsys)
     assert tree_snapshot(src) == before
     assert report["rewrites"] == [] and report["dropped"] == []
-    ours, theirs = _tokens(tmp_path / "out"), _tokens(src)
-    assert len(ours) == 12 and ours == theirs
-    recorded = FIXTURES / "greedy-int4-cpu.json"
-    if recorded.is_file():
-        data = json.loads(recorded.read_text())
-        if data.get("prompt") == PROMPT and "tokens" in data:
-            assert ours == data["tokens"][:12]
+    ours, theirs = _tokens(tmp_path / "out", 12, prompt), _tokens(src, 12, prompt)
+    assert len(ours) == 12 and ours == theirs == recorded["tokens"][:12]
 
 
 def test_cpu_exports_pass_everything_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,8 +91,7 @@ def test_cpu_exports_pass_everything_through(tmp_path: Path, capsys: pytest.Capt
 def test_cuda_exports_drop_the_cuda_provider_and_generate_like_the_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _og()
     cuda = _named("int4-cuda-prepacked", "fp16-cuda-gdn")
-    if not cuda:
-        pytest.skip("no CUDA builder fixture committed yet")
+    assert cuda, "the CUDA fixtures are committed"
     for src in cuda:
         out = tmp_path / src.name
         report = _export(src, out, capsys)
@@ -108,8 +103,7 @@ def test_cuda_exports_drop_the_cuda_provider_and_generate_like_the_source(tmp_pa
 
 def _mtp_fixture() -> Path:
     found = [p for p in REAL if (p / "mtp.onnx").is_file()]
-    if not found:
-        pytest.skip("no MTP builder fixture committed yet")
+    assert found, "the int4 cpu + MTP fixture is committed (tests/fixtures/real/int4-cpu-mtp)"
     return found[0]
 
 
