@@ -19,25 +19,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 
-from q38.optimize._common import Target, TensorReader
+from q38.optimize._common import Target
+from q38.optimize.package_io import _reader
 from q38.optimize.pipeline import OptimizeResult, optimize_model
-from q38.package import LinkPolicy, PackageWriter, read_tensor, save_graph
+from q38.package import LinkPolicy, PackageWriter, save_graph
 from q38.package.genai_config import dumps_genai_config
 from q38.package.genai_package import GenaiPackage, open_genai_package
 from q38.package.shared_initializers import shared_initializer_problems
 from q38.progress import Progress
 
 __all__ = ["optimize_genai_package"]
-
-
-def _reader(graph_path: Path, root: Path) -> TensorReader:
-    def read(value: ir.Value) -> np.ndarray:
-        return read_tensor(value, graph_path=graph_path, root=root)
-
-    return read
 
 
 def _data_name(dest: Path) -> str:

@@ -274,7 +274,7 @@ class GenaiConfig:
 def is_genai_document(data: object) -> bool:
     """Whether ``data`` is a genai-surface document, not q38's v12b one.
 
-    v12b: ``model.type`` ``qwen38_flash_graph`` / ``qwen38_flash``, no type at all, or a
+    v12b: ``model.type`` ``qwen38_flash_graph`` / ``qwen38_flash``, no (string) type at all, or a
     ``model.qwen38_graph`` / ``model.qwen38`` section (whatever the type says: the v12b parser
     then names the wrong type).
     """
@@ -284,7 +284,7 @@ def is_genai_document(data: object) -> bool:
     if not isinstance(model, Mapping) or "qwen38_graph" in model or "qwen38" in model:
         return False
     mtype = model.get("type")
-    return mtype is not None and mtype not in V12B_MODEL_TYPES
+    return isinstance(mtype, str) and mtype not in V12B_MODEL_TYPES
 
 
 def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIXTURES", "copy_package", "edit_genai_config", "real_package_dirs"]
+__all__ = ["FIXTURES", "builder_packages", "copy_package", "edit_genai_config", "real_package_dirs"]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -39,3 +39,15 @@ def edit_genai_config(pkg: Path, edit: Callable[[dict[str, Any]], None]) -> None
     data = json.loads(path.read_text(encoding="utf-8"))
     edit(data)
     path.write_text(json.dumps(data, indent=4, ensure_ascii=False), encoding="utf-8")
+
+
+def builder_packages(base: Path, v12b_cpu_package: Path) -> list[Path]:
+    """Every genai package a test can have: the real ones, ``q38 export-genai`` of a synthetic cpu
+    package, and ``q38 synth --exporter builder`` (cpu and faithful variants) under ``base``."""
+    from q38.cli import main
+    from q38.synth import synthesize
+
+    exported = base / "exported"
+    assert main(["export-genai", str(v12b_cpu_package), str(exported), "--link", "copy"]) == 0
+    synth = [synthesize(base / f"builder-{v}", preset="tiny", variant=v, exporter="builder") for v in ("cpu", "faithful")]
+    return [*real_package_dirs(), exported, *synth]

@@ -21,7 +21,12 @@ from typing import Any
 
 import onnx
 import pytest
-from support.genai_packages import copy_package, edit_genai_config, real_package_dirs
+from support.genai_packages import (
+    builder_packages,
+    copy_package,
+    edit_genai_config,
+    real_package_dirs,
+)
 
 from contracts.runner import check_package
 from q38.cli import main
@@ -31,13 +36,7 @@ REAL = real_package_dirs()
 
 @pytest.fixture(scope="module")
 def packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from q38.synth import synthesize
-
-    base = tmp_path_factory.mktemp("genai-check")
-    exported = base / "exported"
-    assert main(["export-genai", str(tiny_cpu_package), str(exported), "--link", "copy"]) == 0
-    synth = [synthesize(base / f"builder-{v}", preset="tiny", variant=v, exporter="builder") for v in ("cpu", "faithful")]
-    return [*REAL, exported, *synth]
+    return builder_packages(tmp_path_factory.mktemp("genai"), tiny_cpu_package)
 
 
 def test_check_json_names_every_onnx_of_every_builder_package(packages: list[Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.fsnap import tree_snapshot
-from support.genai_packages import real_package_dirs
+from support.genai_packages import builder_packages, real_package_dirs
 
 from q38.cli import main
 from q38.package.genai_package import open_genai_package
@@ -29,22 +29,16 @@ REAL = real_package_dirs()
 
 
 @pytest.fixture(scope="module")
-def builder_packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from q38.synth import synthesize
-
-    base = tmp_path_factory.mktemp("genai")
-    exported = base / "exported"
-    assert main(["export-genai", str(tiny_cpu_package), str(exported), "--link", "copy"]) == 0
-    synth = [synthesize(base / f"builder-{v}", preset="tiny", variant=v, exporter="builder") for v in ("cpu", "faithful")]
-    return [*REAL, exported, *synth]
+def packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return builder_packages(tmp_path_factory.mktemp("genai"), tiny_cpu_package)
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_every_builder_package_optimizes_and_the_output_passes_check(builder_packages: list[Path], tmp_path: Path) -> None:
-    for i, src in enumerate(builder_packages):
+def test_every_builder_package_optimizes_and_the_output_passes_check(packages: list[Path], tmp_path: Path) -> None:
+    for i, src in enumerate(packages):
         before = tree_snapshot(src)
         out = tmp_path / f"out{i}"
         assert main(["optimize", str(src), str(out)]) == 0, src
@@ -65,12 +59,12 @@ def test_every_builder_package_optimizes_and_the_output_passes_check(builder_pac
             load_graph(out / rel, root=out)
 
 
-def test_cpu_optimize_keeps_the_greedy_tokens(builder_packages: list[Path], tmp_path: Path) -> None:
+def test_cpu_optimize_keeps_the_greedy_tokens(packages: list[Path], tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime_genai")
     from q38.export_genai import generate_tokens
     from q38.package.genai_config import OG_MODEL_TYPES
 
-    runnable = [p for p in builder_packages if open_genai_package(p).config.model.type in OG_MODEL_TYPES
+    runnable = [p for p in packages if open_genai_package(p).config.model.type in OG_MODEL_TYPES
                 and not open_genai_package(p).config.model.decoder.shared_initializers
                 and not open_genai_package(p).config.model.decoder.session_options.providers]  # fmt: skip
     assert runnable
