@@ -49,10 +49,20 @@ Target = Literal["cuda", "cpu"]
 
 
 def default_target(src: Path) -> tuple[Target, str]:
-    """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda."""
-    from q38.package import open_package
+    """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda.
 
-    pkg = open_package(src)
+    A builder package (genai surface) runs where its decoder's provider_options say.
+    """
+    from q38.package import V12bPackage, open_any
+
+    opened = open_any(src)
+    if opened.surface == "genai":
+        decoder = opened.graphs()[0]
+        if "cuda" in decoder.providers:
+            return "cuda", f"its {decoder.section}.session_options name the CUDA provider"
+        return "cpu", f"its {decoder.section}.session_options name no CUDA provider"
+    assert isinstance(opened, V12bPackage)
+    pkg = opened.package
     variant = pkg.config.model.qwen38_graph.variant
     if variant == "cpu":
         return "cpu", "the package is the cpu variant"

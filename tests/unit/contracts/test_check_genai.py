@@ -144,7 +144,7 @@ def test_a_broken_graph_fails(
     _edit_graph(pkg, edit)
     assert main(["check", str(pkg), "--ort"]) == 1
     out = capsys.readouterr().out
-    assert "session decoder: failed: " in out and ort_text in out
+    assert "session decoder: FAILED: " in out and ort_text in out
     report = check_package(pkg, ort_sessions=True)
     assert not report.ok and [s.status for s in report.sessions if s.graph == "decoder"] == ["failed"]
 
