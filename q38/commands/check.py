@@ -26,7 +26,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "Exit 1 on violations, 2 on unreadable input."
         ),
     )
-    p.add_argument("package", metavar="PKG", help="package directory (flat or layered)")
+    p.add_argument("package", metavar="PKG",
+                   help="package directory: q38 v12b (flat or layered) or an onnxruntime-genai builder package")
     p.add_argument("--ort", action="store_true",
                    help="also create a real onnxruntime CPU session per graph; a graph with an op the "
                    "installed ORT has no CPU kernel for is SKIPPED, naming the op")

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "(RMSNormRotary, shared-expert projections, HyperConnectionLowRankMix, CausalConvWithState carry "
         "state, FP8 head). SRC is never modified. --target cpu keeps to ops with ORT CPU kernels.",
     )
-    p.add_argument("src", metavar="SRC", type=Path, help="source package directory (never modified)")
+    p.add_argument("src", metavar="SRC", type=Path,
+                   help="source package (q38 v12b or onnxruntime-genai builder package; never modified)")
     p.add_argument("out", metavar="OUT", type=Path, help="output package directory (must not exist)")
     p.add_argument(
         "--target", choices=("cuda", "cpu"), default=None,

@@ -15,6 +15,7 @@ Invariants guarded:
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,10 @@ def _cpu_package(packages: list[Path]) -> Path:
 
 
 def _edit_graph(pkg: Path, edit: Callable[[onnx.ModelProto], None]) -> None:
-    path = pkg / "model.onnx"
+    _edit_graph_file(pkg / "model.onnx", edit)
+
+
+def _edit_graph_file(path: Path, edit: Callable[[onnx.ModelProto], None]) -> None:
     model = onnx.load(path, load_external_data=False)
     edit(model)
     path.write_bytes(model.SerializeToString())
@@ -174,3 +178,18 @@ def test_a_shared_initializer_with_the_wrong_shape_fails(packages: list[Path], t
         {"shape": [*d["model"]["mtp"]["shared_initializers"][0]["shape"], 1]}))  # fmt: skip
     messages = [v.message for v in check_package(pkg).errors if v.rule_id == "PKG-SHARED-001"]
     assert len(messages) == 1 and "the entry says data_type" in messages[0]
+
+
+def test_runtime_profile_decoders_are_checked_as_graphs(packages: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile's alternate decoder is a graph of its own (checked, listed); a broken one fails."""
+    pkg = copy_package(_cpu_package(packages), tmp_path / "pkg")
+    shutil.copyfile(pkg / "model.onnx", pkg / "model_small.onnx")
+    edit_genai_config(pkg, lambda d: d.update({"runtime_profiles": [
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 1},
+         "overlay": {"model": {"decoder": {"filename": "model_small.onnx"}}}}]}))  # fmt: skip
+    assert main(["check", str(pkg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert ("profile:small", "model_small.onnx") in [(c["graph"], c["file"]) for c in data["graph_checks"]]
+    _edit_graph_file(pkg / "model_small.onnx", _unknown_attribute)
+    report = check_package(pkg, ort_sessions=True)
+    assert [(s.graph, s.status) for s in report.sessions] == [("decoder", "ok"), ("profile:small", "failed")]
