@@ -21,10 +21,11 @@ from typing import Any
 
 import onnx_ir as ir
 
+from q38.errors import PackageError, quote
 from q38.optimize._common import Target
 from q38.optimize.package_io import _reader
 from q38.optimize.pipeline import OptimizeResult, optimize_model
-from q38.package import LinkPolicy, PackageWriter, save_graph
+from q38.package import LinkPolicy, PackageWriter, Placer, save_graph
 from q38.package.genai_config import dumps_genai_config
 from q38.package.genai_package import GenaiPackage, open_genai_package
 from q38.package.shared_initializers import shared_initializer_problems
@@ -74,22 +75,34 @@ def optimize_genai_package(
     passes: list[str] | None = None,
     skip: tuple[str, ...] = (),
     link: LinkPolicy = LinkPolicy.AUTO,
+    digest: bool = False,
 ) -> tuple[OptimizeResult, dict[str, tuple[int, int]]]:
-    """Write the optimized builder package at ``out``; returns the result and node counts per graph."""
+    """Write the optimized builder package at ``out``; returns the result and node counts per graph.
+
+    Raises:
+        PackageError: the package is malformed, or a file in it links outside it (nothing outside
+            the input is ever placed into the output).
+    """
     pkg = open_genai_package(src)
     refs = pkg.graphs()
     graph_files = {ref.path.resolve() for ref in refs}
     total = OptimizeResult({}, [], {})
     node_counts: dict[str, tuple[int, int]] = {}
     models: dict[str, ir.Model] = {}
-    with PackageWriter(out) as writer:
+    root = pkg.root.resolve()
+    config_rel = pkg.config_path.relative_to(pkg.root).as_posix()
+    others = {}
+    for path in sorted(p for p in pkg.root.rglob("*") if not p.is_dir()):
+        rel = path.relative_to(pkg.root).as_posix()
+        if not path.resolve().is_relative_to(root):
+            raise PackageError(f"{path}: a link to {quote(str(path.resolve()))}, outside the package")
+        if path.resolve() not in graph_files and rel != config_rel:
+            others[rel] = path
+    with PackageWriter(out, Placer(link, digest=digest)) as writer:
         staged = writer.path
-        config_rel = pkg.config_path.relative_to(pkg.root).as_posix()
-        for path in sorted(p for p in pkg.root.rglob("*")):
-            rel = path.relative_to(pkg.root).as_posix()
-            if path.is_dir() or path.resolve() in graph_files or rel == config_rel:
-                continue
-            writer.place(path, rel, link)
+        with writer.placer.progress(list(others.values()), "optimize: placing files"):
+            for rel, path in others.items():
+                writer.place(path, rel)
         bar = Progress(len(refs), "optimize: graphs")
         written: set[Path] = set()
         for ref in refs:

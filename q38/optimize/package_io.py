@@ -74,7 +74,9 @@ def optimize_package(
     if detect_surface(src) == "genai":
         from q38.optimize.genai_io import optimize_genai_package
 
-        return optimize_genai_package(Path(src), Path(out), target=target, passes=passes, skip=skip, link=link)
+        return optimize_genai_package(
+            Path(src), Path(out), target=target, passes=passes, skip=skip, link=link, digest=digest
+        )
     pkg = open_package(src)
     total = OptimizeResult({}, [], {})
     node_counts: dict[str, tuple[int, int]] = {}
