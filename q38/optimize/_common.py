@@ -32,13 +32,14 @@ import onnx_ir as ir
 from q38._ops import MS_DOMAIN, MS_OPSET
 from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
 from q38.optimize.graph_order import NodeOrder, remove_dead
-from q38.ort_kernels import cpu_kernels
+from q38.ort_kernels import CpuKernels, cpu_kernels, dtype_name
 
 __all__ = [
     "SUBGRAPH_REASON",
     "UNRECOGNISED_REASON",
     "Decline",
     "Outcome",
+    "Produced",
     "RewriteContext",
     "RewritePass",
     "Target",
@@ -51,6 +52,7 @@ __all__ = [
     "const_scalar",
     "default_reader",
     "ensure_ms_opset",
+    "first_dtype",
     "iter_graphs",
     "replace_value",
 ]
@@ -83,6 +85,24 @@ class Outcome:
     def line(self) -> str:
         verdict = "fused" if self.applied else f"declined: {self.reason}"
         return f"{self.pass_name}: {self.anchor}: {verdict}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Produced:
+    """A node a rewrite would leave in the graph (new, or changed): op, domain, compute dtype.
+
+    ``--target cpu`` declines the rewrite unless the installed onnxruntime has a CPU kernel for
+    every one of them at that dtype (``dtype=None``: the graph does not say; any dtype counts).
+    """
+
+    op: str
+    domain: str
+    dtype: ir.DataType | None
+
+
+def first_dtype(*values: ir.Value | None) -> ir.DataType | None:
+    """The dtype of the first typed value (a rewritten producer may have left its output untyped)."""
+    return next((v.dtype for v in values if v is not None and v.dtype is not None), None)
 
 
 def default_reader(value: ir.Value) -> np.ndarray:
@@ -282,6 +302,7 @@ class RewritePass(ir.passes.InPlacePass):
         origins: dict[str, str] | None = None,
         names: NameTable | None = None,
         check_requires: bool = True,
+        kernels: CpuKernels | None = None,
     ) -> None:
         super().__init__()
         self.target = target
@@ -293,6 +314,8 @@ class RewritePass(ir.passes.InPlacePass):
         self.names = names
         # False when the previous pass's ensures already proved this pass's requires.
         self.check_requires = check_requires
+        # The CPU-kernel table ``--target cpu`` consults (None: the installed ORT's, probed once).
+        self.kernels = kernels
         self.count = 0
         self.sorted = 0  # graph sorts this pass needed (0 for every exporter form)
 
@@ -306,6 +329,10 @@ class RewritePass(ir.passes.InPlacePass):
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         raise NotImplementedError
+
+    def produces(self, match: object) -> Sequence[Produced]:
+        """The nodes the rewrite of ``match`` leaves in the graph (checked for ``--target cpu``)."""
+        return (Produced(self.contrib_op, MS_DOMAIN, None),) if self.contrib_op else ()
 
     # -- machinery ------------------------------------------------------------------------------
     def requires(self, model: ir.Model) -> None:
@@ -349,12 +376,9 @@ class RewritePass(ir.passes.InPlacePass):
             if isinstance(found, Decline):
                 self._record(anchor, False, found.reason)
                 continue
-            if (
-                self.target == "cpu"
-                and self.contrib_op is not None
-                and not cpu_kernels().has(self.contrib_op)
-            ):
-                self._record(anchor, False, f"no CPU kernel for {self.contrib_op} (target cpu)")
+            missing = self._missing_cpu_kernel(found) if self.target == "cpu" else None
+            if missing is not None:
+                self._record(anchor, False, missing)
                 continue
             self.rewrite(ctx, found)
             self.count += 1
@@ -372,6 +396,17 @@ class RewritePass(ir.passes.InPlacePass):
         _LOG.info("pass %s on graph %s: %d rewrite(s), %d candidate(s) declined", self.name,
                   graph.name or "(unnamed)", self.count, declined)
         return ir.passes.PassResult(model, modified=self.count > 0)
+
+    def _missing_cpu_kernel(self, match: object) -> str | None:
+        """Why a CPU session could not run what the rewrite of ``match`` produces, or None."""
+        kernels = self.kernels if self.kernels is not None else cpu_kernels()
+        for node in self.produces(match):
+            if kernels.has(node.op, node.domain, node.dtype):
+                continue
+            if node.dtype is not None and kernels.has(node.op, node.domain):
+                return f"no CPU kernel for {node.op} for {dtype_name(node.dtype)} (target cpu)"
+            return f"no CPU kernel for {node.op} (target cpu)"
+        return None
 
     def _decline_in_subgraphs(self, model: ir.Model, graph: ir.Graph) -> None:
         """Report every candidate found inside a subgraph as declined (never rewritten)."""

@@ -31,6 +31,7 @@ import onnx_ir as ir
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN
 from q38.optimize._common import (
     Decline,
+    Produced,
     RewriteContext,
     RewritePass,
     attr_int,
@@ -39,6 +40,7 @@ from q38.optimize._common import (
     check_private,
     const_ints,
     copy_type,
+    first_dtype,
     inp,
     producer_of,
     rank_of,
@@ -211,6 +213,13 @@ class FuseCausalConvStatePass(RewritePass):
             conv, final[0].outputs[0], [final[0], *removed, out_t, xT, pT], True,
             xT.inputs[0], pT.inputs[0], out_t.outputs[0],
         )
+
+    def produces(self, match: object) -> tuple[Produced, ...]:
+        """The conv itself, now also computing the carried state (one T: output, input, weight)."""
+        assert isinstance(match, _Match)
+        conv = match.conv
+        dtype = first_dtype(conv.outputs[0], inp(conv, 0), inp(conv, 1))
+        return (Produced(CAUSAL_CONV_WITH_STATE, MS_DOMAIN, dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         assert isinstance(match, _Match)

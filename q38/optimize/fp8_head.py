@@ -23,6 +23,7 @@ import onnx_ir as ir
 from q38._ops import MATMUL_FP8, MATMUL_NBITS, MS_DOMAIN
 from q38.optimize._common import (
     Decline,
+    Produced,
     RewriteContext,
     RewritePass,
     captured_by_subgraph,
@@ -98,6 +99,10 @@ class QuantizeFp8HeadPass(RewritePass):
         if a.shape is not None and len(a.shape) > 0 and isinstance(a.shape[-1], int) and a.shape[-1] != w.shape[0]:
             return Decline(f"activation width {a.shape[-1]} != weight rows {w.shape[0]}")
         return _Match(node, dtype)
+
+    def produces(self, match: object) -> tuple[Produced, ...]:
+        assert isinstance(match, _Match)
+        return (Produced(MATMUL_FP8, MS_DOMAIN, match.dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         assert isinstance(match, _Match)

@@ -35,6 +35,7 @@ from q38._ops import (
 )
 from q38.optimize._common import (
     Decline,
+    Produced,
     RewriteContext,
     RewritePass,
     TensorReader,
@@ -46,6 +47,7 @@ from q38.optimize._common import (
     const_ints,
     const_scalar,
     copy_type,
+    first_dtype,
     inp,
     producer_of,
     rank_of,
@@ -355,6 +357,15 @@ class FuseHyperConnectionPass(RewritePass):
         return _Prologue(mix, post)
 
     # -- rewrites --------------------------------------------------------------------------------
+    def produces(self, match: object) -> tuple[Produced, ...]:
+        """One LowRankMix at the streams' dtype (a prologue re-creates the mix it absorbs into)."""
+        if isinstance(match, _Prologue):
+            dtype = first_dtype(*match.mix.inputs[:2])  # streams, norm scale: one T
+        else:
+            assert isinstance(match, _Chain)
+            dtype = first_dtype(match.x, match.weights[0])
+        return (Produced(HC_LOW_RANK_MIX, MS_DOMAIN, dtype),)
+
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         if isinstance(match, _Prologue):
             self._rewrite_prologue(ctx, match)

@@ -20,6 +20,7 @@ from q38.optimize.graph_checks import NameTable
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
+from q38.ort_kernels import CpuKernels
 
 __all__ = ["PASS_NAMES", "PIPELINE", "OptimizeResult", "optimize_model", "select_passes"]
 
@@ -70,8 +71,13 @@ def optimize_model(
     passes: Sequence[str] | None = None,
     skip: Sequence[str] = (),
     reader: TensorReader | None = None,
+    kernels: CpuKernels | None = None,
 ) -> OptimizeResult:
-    """Run the selected passes in pipeline order on ``model`` (in place)."""
+    """Run the selected passes in pipeline order on ``model`` (in place).
+
+    ``kernels``: the CPU-kernel table ``target="cpu"`` checks every produced node against
+    (default: the installed onnxruntime's, :func:`q38.ort_kernels.cpu_kernels`).
+    """
     outcomes: list[Outcome] = []
     provenance: dict[str, list[str]] = {}
     origins: dict[str, str] = {}
@@ -80,7 +86,7 @@ def optimize_model(
     names = NameTable(model)
     instances = [
         cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance, origins=origins,
-            names=names, check_requires=i == 0)
+            names=names, check_requires=i == 0, kernels=kernels)
         for i, cls in enumerate(select_passes(passes, skip))
     ]
     if instances:

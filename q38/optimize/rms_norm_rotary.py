@@ -28,6 +28,7 @@ import onnx_ir as ir
 from q38._ops import M_ROTARY_EMBEDDING, MS_DOMAIN, RMS_NORM_ROTARY
 from q38.optimize._common import (
     Decline,
+    Produced,
     RewriteContext,
     RewritePass,
     attr_int,
@@ -61,6 +62,7 @@ class _Match:
     out: ir.Value
     private: list[ir.Node]
     shared: list[ir.Node]
+    dtype: ir.DataType  # the activation dtype (RMSNormRotary's compute dtype)
 
 
 def _mul_operands(value: ir.Value | None) -> tuple[ir.Node, ir.Value, ir.Value] | None:
@@ -288,7 +290,7 @@ class FuseRMSNormRotaryPass(RewritePass):
         declined = check_private(intermediates, private, ctx.graph)
         if declined:
             return declined
-        return _Match(r, w, gathers_pos[0], caches[0], caches[1], eps, d, reshape.outputs[0], private, shared)
+        return _Match(r, w, gathers_pos[0], caches[0], caches[1], eps, d, reshape.outputs[0], private, shared, dtype)
 
     def _as(self, ctx: RewriteContext, value: ir.Value, dtype: ir.DataType, suffix: str) -> ir.Value:
         if value.dtype == dtype:
@@ -298,6 +300,10 @@ class FuseRMSNormRotaryPass(RewritePass):
             arr = ctx.reader(value).astype(dtype.numpy())
             ctx.cache[key] = ctx.add_initializer(f"{value.name}_{suffix}", arr, [value])
         return ctx.cache[key]
+
+    def produces(self, match: object) -> tuple[Produced, ...]:
+        assert isinstance(match, _Match)
+        return (Produced(RMS_NORM_ROTARY, MS_DOMAIN, match.dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         assert isinstance(match, _Match)

@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from q38.optimize._common import (
     Decline,
+    Produced,
     RewriteContext,
     RewritePass,
     copy_type,
@@ -116,6 +117,13 @@ class FuseSharedExpertPass(RewritePass):
             if m.outputs[0].is_graph_output():
                 return Decline(f"projection output {m.outputs[0].name!r} is a graph output")
         return _Match(h, roles)
+
+    def produces(self, match: object) -> tuple[Produced, ...]:
+        """The fused MatMul and its Split, in the projection weights' dtype (standard ops)."""
+        assert isinstance(match, _Match)
+        w = match.matmuls[0].inputs[1]
+        dtype = w.dtype if w is not None else None
+        return Produced("MatMul", "", dtype), Produced("Split", "", dtype)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
         assert isinstance(match, _Match)

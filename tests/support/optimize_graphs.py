@@ -309,3 +309,19 @@ def mrope_model(*, N: int = 2, D: int = 8, P: int = 16, seed: int = 0) -> onnx.M
          mrope_section=[D // 2 - 2, 1, 1], num_heads=N, mrope_layout=1)
     g.out("y", F16, ["B", "S", N * D])
     return g.model()
+
+
+def as_bfloat16(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model with every float16 tensor (inputs, outputs, value_info, initializers) in bfloat16."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    graph = out.graph
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        if info.type.tensor_type.elem_type == F16:
+            info.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    for i, init in enumerate(graph.initializer):
+        if init.data_type == F16:
+            arr = numpy_helper.to_array(init).astype(np.float32)
+            graph.initializer[i].CopyFrom(
+                helper.make_tensor(init.name, TensorProto.BFLOAT16, arr.shape, arr.reshape(-1).tolist()))
+    return out
