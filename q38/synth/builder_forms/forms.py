@@ -10,7 +10,7 @@ from onnx import TensorProto
 
 from q38.synth.builder_forms.typed import Shape, TypedGraph
 from q38.synth.spec import Spec
-from q38.synth.weights import Weights
+from q38.synth.weights import Weights, cast_generated
 
 __all__ = ["BF16", "FP16", "TOKENS", "B", "Forms", "IoType", "P", "S", "T"]
 
@@ -138,7 +138,7 @@ class Forms:
             inv = 1.0 / (10000000.0 ** (np.arange(half, dtype=np.float64) * 2 / s.rotary_dim))
             ang = np.arange(s.context, dtype=np.float64)[:, None] * inv[None, :]
             dtype = np.float32 if fp32 else self.io.np_type
-            cos = self.g.inline("cos_cache", np.cos(ang).astype(dtype))
-            sin = self.g.inline("sin_cache", np.sin(ang).astype(dtype))
+            cos = self.g.inline("cos_cache", cast_generated(np.cos(ang), dtype))
+            sin = self.g.inline("sin_cache", cast_generated(np.sin(ang), dtype))
             self._rotary = (cos, sin)
         return self._rotary
