@@ -11,6 +11,7 @@ dimension both give must agree, and one neither gives is refused naming where it
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -23,7 +24,7 @@ from q38._ops import (
     QWEN_FOLD_DOMAIN,
     SPARSE_ATTENTION_INDEXER,
 )
-from q38.errors import BuildError
+from q38.errors import BuildError, quote
 from q38.package.config import (
     _CONFIG_ENTRY_RE,
     CONFIG_FILENAME,
@@ -45,6 +46,7 @@ from q38.package.surface import detect_surface
 __all__ = ["DEFAULT_CHUNK", "GraphFacts", "graph_facts", "make_config"]
 
 DEFAULT_CHUNK = 256
+_LOG = logging.getLogger(__name__)
 _LAYER_RE = re.compile(r"^(?:past|past_key_values)\.(\d+)\.")
 _NAMES = {
     "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value",
@@ -139,7 +141,7 @@ def _merge_dims(bundle: Path, graph: dict[str, Any], upstream: dict[str, int | N
     return out
 
 
-def _upstream_genai(bundle: Path, d: dict[str, Any]) -> dict[str, Any]:
+def _upstream_genai(bundle: Path, d: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
     """What an exporter's (genai-surface) ``genai_config.json`` supplies to the v12b config."""
     from q38.package.genai_config import read_genai_config
 
@@ -150,6 +152,13 @@ def _upstream_genai(bundle: Path, d: dict[str, Any]) -> dict[str, Any]:
         "num_attention_heads": dec.num_attention_heads, "num_hidden_layers": dec.num_hidden_layers,
         "vocab_size": m.vocab_size,
     })  # fmt: skip
+    _refuse_unbindable(bundle, "inputs", dec.inputs, DECODER_INPUT_KEYS)
+    _refuse_unbindable(bundle, "outputs", dec.outputs, DECODER_OUTPUT_KEYS)
+    left = [f"model.{name} ({section.filename})" for name, section in cfg.graph_sections.items() if name != "decoder"]
+    left += [f"runtime_profiles ({len(cfg.runtime_profiles)})"] if cfg.runtime_profiles else []
+    if left and warn:  # the decoder alone is the whole model; say what the v12b package will not name
+        _LOG.warning("%s: the v12b surface has no %s: the built package runs the decoder without it",
+                     bundle / CONFIG_FILENAME, ", ".join(left))  # fmt: skip
     so = dec.session_options
     entries = {k: v for k, v in (so.config_entries if so else {}).items() if _CONFIG_ENTRY_RE.match(k)}
     return {
@@ -164,6 +173,21 @@ def _upstream_genai(bundle: Path, d: dict[str, Any]) -> dict[str, Any]:
         "outputs": {k: v for k, v in dec.outputs.items() if k in DECODER_OUTPUT_KEYS},
         "search": {k: v for k, v in cfg.search.items() if _search_value_ok(k, v)},
     }
+
+
+def _refuse_unbindable(bundle: Path, kind: str, names: Any, keys: frozenset[str]) -> None:
+    """A graph input / output the exporter's config binds but a v12b config cannot: refused.
+
+    (The paged-attention export's ``block_table``, ``cumulative_sequence_lengths``, ...): the
+    built package would leave a graph input unfed, so no runtime could run it.
+    """
+    extra = sorted(k for k in names if k not in keys)
+    if extra:
+        raise BuildError(
+            f"{bundle / CONFIG_FILENAME}: model.decoder.{kind}.{extra[0]}: the v12b surface has no binding for "
+            f"graph {kind[:-1]} {quote(names[extra[0]])}" + (f" (nor {len(extra) - 1} more)" if len(extra) > 1 else "")
+            + "; build from an export without it (e.g. not paged)"
+        )
 
 
 def _search_value_ok(key: str, value: object) -> bool:
@@ -195,7 +219,7 @@ def make_config(
     base = upstream = None
     if (target_bundle / CONFIG_FILENAME).is_file():
         if detect_surface(target_bundle) == "genai":
-            upstream = _upstream_genai(target_bundle, d)
+            upstream = _upstream_genai(target_bundle, d, warn=decoder_file == target_file)  # once: the target's
         else:
             base = read_config(target_bundle / CONFIG_FILENAME)
     providers: tuple[ProviderOptions, ...] = ()
