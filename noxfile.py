@@ -195,18 +195,22 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Release gate: benchmark the base ref and the head here; fail on a median regression."""
+    """Release gate: base ref and head interleaved here; a regression is a 95% interval above +15%."""
     # Q38_BENCH_ORT names the runtime (e.g. onnxruntime-gpu==1.31.1 or a wheel, for tests/gpu).
     _install_ort(session, os.environ.get("Q38_BENCH_ORT") or ORT_DEFAULT)
-    session.install("matplotlib")  # labelled comparison plots for reviewers (the gate needs none)
+    session.install("matplotlib")  # the gate's plot (% change, interval, threshold); the gate needs none
     _print_env(session)
     args = list(session.posargs)
     gate_args, pytest_args = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
     if not pytest_args:
         pytest_args = ["tests/unit", "-o", "python_files=test_*_bench.py", "--ignore=tests/unit/scale"]
     # The gate compares base and head on the small placement sizes; the large ones run once below.
+    # Whole-process benchmarks next to the pytest (call) benchmarks: what a user waits for.
+    processes = ["--process", "synth-full={python} -m q38 synth {tmp}/pkg --preset full",
+                 "cli-startup={python} -m q38 --help"]
     session.run("python", "-m", "q38.benchgate", "run", "--out", os.path.join(".benchmarks", "gate"),
-                *gate_args, "--", *pytest_args, env={"Q38_BENCH_SIZES": os.environ.get("Q38_BENCH_SIZES", "tiny,full")})
+                *processes, *gate_args, "--", *pytest_args,
+                env={"Q38_BENCH_SIZES": os.environ.get("Q38_BENCH_SIZES", "tiny,full")})
     # Placement on large packages (issue 14): build link / copy, offload's copy and check next to
     # cp -rl / cp -r / cp -r --reflink=auto in the same run, and memory 1 GB vs 8 GB. Needs ~35 GB
     # of disk for 8 GB; Q38_PLACEMENT_SIZES=0 skips it.

@@ -1,13 +1,21 @@
-"""The release gate (q38/benchgate.py) on recorded pytest-benchmark JSON.
+"""The release gate (q38/benchgate/) on recorded samples and recorded pytest-benchmark JSON.
 
 Invariants guarded:
-* two recorded runs of the same code on the same machine pass (CPU hz_actual drift is ignored);
-* a head median more than the threshold above the base median fails with exit 1 and names it;
-* runs from a different GPU model, driver, ORT version or EP are refused (exit 2), naming the key;
-* no baseline is reported explicitly: exit 0 with a NOTE, or 3 with fail_on_missing_baseline;
-* new and renamed benchmarks are listed as not gated;
-* one PNG per tier is written next to comparison.json;
-* ``run`` benchmarks a base ref exported from git and the head in one job, end to end.
+* the estimate is the ratio of the medians over rounds; its paired bootstrap 95 % interval
+  contains it, narrows with rounds, and is the same for the same samples (seeded);
+* a verdict per benchmark: regression only when the interval's lower end is above
+  1 + threshold; inconclusive (exit 4, with the advice to add rounds) when it straddles it;
+  fewer than 4 rounds is inconclusive; ok / faster otherwise; a regression beats inconclusive;
+* recorded gate runs of HEAD against HEAD on this machine with a CPU-heavy process beside them
+  (data/recorded/) all pass; the same runs with one benchmark 30 % slower in the head all
+  report that benchmark, and only it, as the regression - for a call and a process benchmark;
+* runs from a different CPU, GPU model, driver, ORT version or EP are refused (exit 2), and a
+  round of a run whose machine changed is refused too;
+* no baseline is a NOTE (exit 0), or exit 3 with --fail-on-missing-baseline;
+* ``compare`` decides again from samples.json or from per-round pytest-benchmark reports and
+  writes comparison.json and gate.png (a PNG with the % change, the interval and the threshold);
+* ``run`` exports the base ref, interleaves the rounds (base first in even rounds, head first in
+  odd ones), measures a call and a whole-process benchmark, and catches an injected slowdown.
 """
 
 from __future__ import annotations
@@ -17,15 +25,19 @@ import copy
 import json
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from q38 import benchgate
+from q38.benchgate.cli import main, threshold
+from q38.benchgate.runner import Plan, run_rounds
+from q38.benchgate.samples import Benchmark, SampleSet
+from q38.benchgate.stats import estimate, verdict
 
 DATA = Path(__file__).parent / "data"
+RECORDED = sorted((DATA / "recorded").glob("head-vs-head-*.json"))
 DECODE_2K = "tests/gpu/test_throughput_bench.py::test_decode[2K]"
 
 
@@ -33,34 +45,117 @@ def _raw(name: str) -> dict[str, Any]:
     return json.loads((DATA / name).read_text())
 
 
-def _run(data: dict[str, Any], tmp_path: Path, name: str) -> benchgate.Run:
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return benchgate.load_run(path)
+def _bench(base: list[float], head: list[float], name: str = "b", kind: str = "call") -> SampleSet:
+    return SampleSet(benchmarks=[Benchmark(name, kind, "default", tuple(base), tuple(head))])  # type: ignore[arg-type]
 
 
-def test_recorded_runs_of_the_same_code_pass_despite_cpu_clock_drift(tmp_path: Path) -> None:
+def test_the_estimate_is_the_ratio_of_medians_with_a_seeded_interval() -> None:
+    base = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.00]
+    head = [x * 1.10 for x in base]
+    est = estimate(base, head)
+    assert est.ratio == pytest.approx(1.10)
+    assert est.lo <= est.ratio <= est.hi and est.rounds == 8
+    assert estimate(base, head) == est  # seeded: the same samples, the same interval
+    noisy = [1.0, 1.4, 0.8, 1.2, 0.9, 1.3, 0.7, 1.1]
+    wide, narrow = estimate(noisy, noisy[::-1]), estimate(noisy * 4, noisy[::-1] * 4)
+    assert narrow.hi - narrow.lo < wide.hi - wide.lo  # more rounds, narrower interval
+    with pytest.raises(ValueError, match="paired samples expected"):
+        estimate([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("head_scale", "spread", "expected"),
+    [
+        (1.00, 0.01, "ok"),
+        (1.30, 0.01, "regression"),
+        (1.15, 0.05, "inconclusive"),
+        (0.70, 0.01, "faster"),
+    ],
+)
+def test_verdicts_read_the_interval_against_the_threshold(head_scale: float, spread: float, expected: str) -> None:
+    base = [1.0 + spread * ((i * 7) % 5 - 2) for i in range(10)]
+    head = [head_scale * (1.0 + spread * ((i * 3) % 5 - 2)) for i in range(10)]
+    assert verdict(estimate(base, head), 0.15) == expected
+
+
+def test_too_few_rounds_is_inconclusive_with_advice(tmp_path: Path) -> None:
+    result = benchgate.compare(_bench([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]))
+    assert result.exit_code == benchgate.EXIT_INCONCLUSIVE
+    assert result.lines[-1].startswith("INCONCLUSIVE: 1 benchmark(s) whose 95% interval straddles +15% (b);")
+    assert result.lines[-1].endswith("with 3 round(s): rerun with --rounds 6 (or on a quieter machine)")
+
+
+def test_a_regression_beats_an_inconclusive_benchmark() -> None:
+    samples = _bench([1.0] * 10, [1.3 + 0.001 * i for i in range(10)], name="slow")
+    samples.benchmarks.append(Benchmark("unsure", "process", "process", (1.0, 1.4) * 5, (1.2, 1.2) * 5))
+    result = benchgate.compare(samples)
+    assert result.exit_code == benchgate.EXIT_REGRESSION
+    assert [r.bench.name for r in result.rows_with("regression")] == ["slow"]
+    assert [r.bench.name for r in result.rows_with("inconclusive")] == ["unsure"]
+    assert result.lines[-1].startswith("FAIL: 1 benchmark(s) slower than base beyond doubt")
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded gate runs under data/recorded")
+def test_recorded_head_vs_head_runs_under_load_all_pass() -> None:
+    assert len(RECORDED) == 10
+    for path in RECORDED:
+        samples = SampleSet.load(path)
+        kinds = {b.kind for b in samples.benchmarks}
+        assert kinds == {"call", "process"}, path
+        result = benchgate.compare(samples)
+        assert result.exit_code == benchgate.EXIT_OK, (path.name, result.lines)
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded gate runs under data/recorded")
+@pytest.mark.parametrize("kind", ["call", "process"])
+def test_a_30_percent_slowdown_is_reported_in_every_recorded_run(kind: str) -> None:
+    for path in RECORDED:
+        samples = SampleSet.load(path)
+        victim = next(b for b in samples.benchmarks if b.kind == kind)
+        samples.benchmarks = [
+            Benchmark(b.name, b.kind, b.tier, b.base, tuple(1.3 * x for x in b.head)) if b is victim else b
+            for b in samples.benchmarks
+        ]
+        result = benchgate.compare(samples)
+        assert result.exit_code == benchgate.EXIT_REGRESSION, (path.name, result.lines)
+        assert [r.bench.name for r in result.rows_with("regression")] == [victim.name], path.name
+
+
+def _reports(tmp_path: Path, env_change: tuple[str, str, Any] | None = None) -> tuple[list[Path], list[Path]]:
     base, head = _raw("base.json"), _raw("head.json")
-    head["machine_info"]["cpu"]["hz_actual"] = [1, 0]
-    verdict = benchgate.compare(_run(base, tmp_path, "b"), _run(head, tmp_path, "h"))
-    assert verdict.exit_code == benchgate.EXIT_OK
-    assert verdict.lines[-1] == "OK: 3 benchmark(s) within 25% of base (median)."
-    assert [r.tier for r in verdict.rows] == ["2K", "8K", "default"]
+    bases, heads = [], []
+    for r in range(5):
+        for side, data, out in (("base", base, bases), ("head", head, heads)):
+            doc = copy.deepcopy(data)
+            doc["machine_info"]["cpu"]["hz_actual"] = [r, 0]  # clock drift is not an identity
+            for b in doc["benchmarks"]:
+                b["stats"]["min"] *= 1.0 + 0.01 * r
+            if env_change and side == "head":
+                where, key, value = env_change
+                if where == "extra":
+                    next(b for b in doc["benchmarks"] if b["fullname"] == DECODE_2K)["extra_info"][key] = value
+                else:
+                    (doc["machine_info"]["q38_env"] if where == "env" else doc["machine_info"]["cpu"])[key] = value
+            path = tmp_path / f"{side}.{r}.json"
+            path.write_text(json.dumps(doc))
+            out.append(path)
+    return bases, heads
 
 
-def test_a_median_regression_beyond_the_threshold_fails_and_is_named(tmp_path: Path) -> None:
-    base, head = _raw("base.json"), _raw("head.json")
-    for b in head["benchmarks"]:
-        b["stats"]["median"] = next(x for x in base["benchmarks"] if x["fullname"] == b["fullname"])["stats"]["median"]
-        if b["fullname"] == DECODE_2K:
-            b["stats"]["median"] *= 1.30
-    verdict = benchgate.compare(_run(base, tmp_path, "b"), _run(head, tmp_path, "h"))
-    assert verdict.exit_code == benchgate.EXIT_REGRESSION
-    assert [r.fullname for r in verdict.regressions] == [DECODE_2K]
-    assert verdict.lines[-1] == "FAIL: 1 benchmark(s) slower than base by more than 25% (median)."
-    assert any(line.startswith(DECODE_2K) and line.endswith("+30.0%  REGRESSION") for line in verdict.lines)
-    loose = benchgate.compare(_run(base, tmp_path, "b"), _run(head, tmp_path, "h"), threshold=0.35)
-    assert loose.exit_code == benchgate.EXIT_OK
+def test_compare_cli_from_per_round_reports_writes_comparison_and_the_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bases, heads = _reports(tmp_path)
+    code = main(["compare", "--base-json", *map(str, bases), "--head-json", *map(str, heads), "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == benchgate.EXIT_OK, out
+    assert "OK: 3 benchmark(s), none slower than base by more than 15% (95% interval of the median ratio, 5 rounds)" in out
+    summary = json.loads((tmp_path / "comparison.json").read_text())
+    assert [r["verdict"] for r in summary["rows"]] == ["ok", "ok", "ok"] and summary["rows"][0]["rounds"] == 5
+    png = (tmp_path / "gate.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    again = main(["compare", str(tmp_path / "samples.json"), "--threshold", "15%"])
+    assert again == benchgate.EXIT_OK
 
 
 @pytest.mark.parametrize(
@@ -70,8 +165,6 @@ def test_a_median_regression_beyond_the_threshold_fails_and_is_named(tmp_path: P
          "q38_env.gpu_model: base 'NVIDIA H200' != head 'NVIDIA GeForce RTX 4090'"),
         ("env", "gpu_driver", "580.1", "q38_env.gpu_driver: base '570.86.15' != head '580.1'"),
         ("env", "ort_version", "1.31.1", "q38_env.ort_version: base '1.32.0' != head '1.31.1'"),
-        ("extra", "ep", "CPUExecutionProvider",
-         f"{DECODE_2K}: extra_info.ep: base 'CUDAExecutionProvider' != head 'CPUExecutionProvider'"),
         ("cpu", "brand_raw", "AMD EPYC 9654",
          "machine_info.cpu.brand_raw: base 'Intel(R) Xeon(R) Processor' != head 'AMD EPYC 9654'"),
     ],
@@ -79,72 +172,43 @@ def test_a_median_regression_beyond_the_threshold_fails_and_is_named(tmp_path: P
 def test_runs_from_another_machine_or_software_are_refused(
     tmp_path: Path, where: str, key: str, value: str, message: str
 ) -> None:
+    bases, heads = _reports(tmp_path, (where, key, value))
+    samples = SampleSet.from_reports([benchgate.load_report(p) for p in bases], [benchgate.load_report(p) for p in heads])
+    result = benchgate.compare(samples)
+    assert result.exit_code == benchgate.EXIT_REFUSED
+    assert result.lines == ("REFUSED: base and head were not measured on the same machine and software:", "  " + message)
+
+
+def test_per_benchmark_execution_provider_differences_are_named() -> None:
     base, head = _raw("base.json"), _raw("head.json")
-    if where == "env":
-        head["machine_info"]["q38_env"][key] = value
-    elif where == "cpu":
-        head["machine_info"]["cpu"][key] = value
-    else:
-        next(b for b in head["benchmarks"] if b["fullname"] == DECODE_2K)["extra_info"][key] = value
-    verdict = benchgate.compare(_run(base, tmp_path, "b"), _run(head, tmp_path, "h"))
-    assert verdict.exit_code == benchgate.EXIT_REFUSED
-    assert verdict.lines == ("REFUSED: base and head were not measured on the same machine and software:",
-                             "  " + message)
+    next(b for b in head["benchmarks"] if b["fullname"] == DECODE_2K)["extra_info"]["ep"] = "CPUExecutionProvider"
+    b, h = (benchgate.Report(d["machine_info"], {}, {}, {x["fullname"]: x["extra_info"] for x in d["benchmarks"]})
+            for d in (base, head))
+    assert benchgate.identity_mismatches(b, h) == [
+        f"{DECODE_2K}: extra_info.ep: base 'CUDAExecutionProvider' != head 'CPUExecutionProvider'"]
 
 
-def test_missing_baseline_is_a_note_or_a_failure_on_request(tmp_path: Path) -> None:
-    head = _run(_raw("head.json"), tmp_path, "h")
-    note = benchgate.compare(None, head, baseline_note="no usable base ref: origin/main (not found)")
+def test_missing_baseline_is_a_note_or_a_failure_on_request() -> None:
+    empty = SampleSet(base_note="no usable base ref: origin/main (not found)")
+    note = benchgate.compare(empty)
     assert note.exit_code == benchgate.EXIT_OK
-    assert note.lines == (("NOTE: no baseline: no usable base ref: origin/main (not found); "
-                          "3 head benchmark(s) not gated."),)
-    strict = benchgate.compare(None, head, fail_on_missing_baseline=True)
-    assert strict.exit_code == benchgate.EXIT_NO_BASELINE
-    assert strict.lines[0].startswith("FAIL: no baseline: the base run has no benchmarks;")
-
-
-def test_new_and_renamed_benchmarks_are_listed_as_not_gated(tmp_path: Path) -> None:
-    base, head = _raw("base.json"), _raw("head.json")
-    renamed = next(b for b in head["benchmarks"] if b["fullname"] == DECODE_2K)
-    renamed["fullname"] = DECODE_2K.replace("test_decode", "test_decode_tokens")
-    verdict = benchgate.compare(_run(base, tmp_path, "b"), _run(head, tmp_path, "h"))
-    assert f"NOTE: new benchmark (no base, not gated): {renamed['fullname']}" in verdict.lines
-    assert f"NOTE: benchmark gone or renamed in head (not gated): {DECODE_2K}" in verdict.lines
-
-
-def test_compare_cli_writes_comparison_and_one_png_per_tier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "base.json").write_text(json.dumps(_raw("base.json")))
-    (tmp_path / "head.json").write_text(json.dumps(_raw("head.json")))
-    code = benchgate.main(["compare", str(tmp_path / "base.json"), str(tmp_path / "head.json"), "--threshold", "25%"])
-    assert code == 0
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["bench-2K.png", "bench-8K.png", "bench-default.png"]
-    png = (tmp_path / "bench-2K.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
-    summary = json.loads((tmp_path / "comparison.json").read_text())
-    assert summary["exit_code"] == 0 and len(summary["rows"]) == 3
-    assert "OK: 3 benchmark(s)" in capsys.readouterr().out
-
-
-def test_the_fallback_png_writer_emits_a_decodable_image() -> None:
-    rows = [benchgate.Row("a", "2K", 1.0, 2.0), benchgate.Row("b", "2K", 1.0, 1.0)]
-    png = benchgate.bar_png(rows, rows[:1])
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    idat_len = int.from_bytes(png[33:37], "big")
-    raw = zlib.decompress(png[41 : 41 + idat_len])
-    assert len(raw) == height * (1 + 3 * width)
-    assert bytes(benchgate.REGRESSION_RGB) in raw and bytes(benchgate.BASE_RGB) in raw
+    assert note.lines == ("NOTE: no baseline: no usable base ref: origin/main (not found); nothing gated.",)
+    strict = benchgate.compare(empty, fail_on_missing_baseline=True)
+    assert strict.exit_code == benchgate.EXIT_NO_BASELINE and strict.lines[0].startswith("FAIL: no baseline: ")
 
 
 def test_threshold_spellings() -> None:
-    assert benchgate._threshold("25%") == benchgate._threshold("25") == benchgate._threshold("0.25") == 0.25
-    with pytest.raises(argparse.ArgumentTypeError, match=r"expected e\.g\. 25% or 0\.25"):
-        benchgate._threshold("fast")
+    assert threshold("15%") == threshold("15") == threshold("0.15") == 0.15
+    with pytest.raises(argparse.ArgumentTypeError, match=r"expected e\.g\. 15% or 0\.15"):
+        threshold("fast")
 
 
 BENCH_TEST = '''
-import time
+import os
+def work(n):
+    return sum(i * i for i in range(n))
 def test_work(benchmark):
-    benchmark.pedantic(time.sleep, args=({delay},), rounds=3, iterations=1)
+    benchmark.pedantic(work, args=({n},), rounds=5, iterations=1)
 '''
 
 
@@ -153,26 +217,51 @@ def _git(repo: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
-@pytest.mark.slow
-def test_run_benchmarks_the_base_ref_and_the_head_in_one_job(tmp_path: Path) -> None:
+def _toy(tmp_path: Path, n: int) -> Path:
     repo = tmp_path / "repo"
-    (repo / "q38").mkdir(parents=True)
+    (repo / "q38").mkdir(parents=True, exist_ok=True)
     (repo / "q38" / "__init__.py").write_text("")
-    (repo / "test_b_bench.py").write_text(BENCH_TEST.format(delay=0.001))
+    (repo / "test_b_bench.py").write_text(BENCH_TEST.format(n=n))
+    (repo / "n.txt").write_text(str(n))
+    return repo
+
+
+def test_rounds_alternate_which_side_runs_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import q38.benchgate.runner as runner
+
+    order: list[str] = []
+    monkeypatch.setattr(runner, "_check_imports_from", lambda *a: None)
+    monkeypatch.setattr(runner, "probe_env", lambda *a: {})
+    monkeypatch.setattr(runner, "time_process", lambda command, *, tree, python: order.append(tree.name) or 1.0)
+    plan = Plan(tmp_path, tmp_path, sys.executable, 4, (), {"p": "true"}, 1)
+    (tmp_path / "base").mkdir()
+    samples, _ = run_rounds(plan, tmp_path / "base")
+    assert order == ["base", tmp_path.name, tmp_path.name, "base"] * 2
+    assert [b.name for b in samples.benchmarks] == ["process:p"] and len(samples.benchmarks[0].base) == 4
+
+
+@pytest.mark.slow
+def test_run_measures_both_sides_interleaved_and_catches_an_injected_slowdown(tmp_path: Path) -> None:
+    repo = _toy(tmp_path, 200_000)
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "base")
     out = tmp_path / "out"
-    args = ["run", "--repo", str(repo), "--out", str(out), "--", "test_b_bench.py", "-q"]
-    no_base = subprocess.run([sys.executable, "-m", "q38.benchgate", *args], capture_output=True, text=True)
+    common = ["run", "--repo", str(repo), "--out", str(out), "--rounds", "4", "--process-repeat", "2"]
+    no_base = subprocess.run([sys.executable, "-m", "q38.benchgate", *common, "--", "test_b_bench.py"],
+                             capture_output=True, text=True)
     assert no_base.returncode == 0, no_base.stderr
     assert "NOTE: no baseline: no usable base ref: origin/main (not found), HEAD~1 (not found);" in no_base.stdout
 
-    (repo / "test_b_bench.py").write_text(BENCH_TEST.format(delay=0.05))
-    _git(repo, "commit", "-q", "-am", "slower")
-    slow = subprocess.run([sys.executable, "-m", "q38.benchgate", *args], capture_output=True, text=True)
+    # The head does 60 % more work in the call benchmark and in the process benchmark.
+    repo_slow = _toy(tmp_path, 320_000)
+    _git(repo_slow, "commit", "-q", "-am", "slower")
+    spin = "spin=" + "{python} -c 'import sys; sum(i * i for i in range(int(open(\"n.txt\").read()) * 10))'"
+    slow = subprocess.run([sys.executable, "-m", "q38.benchgate", *common, "--process", spin, "--", "test_b_bench.py"],
+                          capture_output=True, text=True)
     assert slow.returncode == benchgate.EXIT_REGRESSION, slow.stdout + slow.stderr
-    assert "test_b_bench.py::test_work" in slow.stdout and "REGRESSION" in slow.stdout
-    assert {p.name for p in out.iterdir()} >= {"base.json", "head.json", "comparison.json", "bench-default.png", "storage"}
-    assert copy.deepcopy(json.loads((out / "base.json").read_text())["machine_info"]["q38_env"]) == \
-        json.loads((out / "head.json").read_text())["machine_info"]["q38_env"]
+    regressed = {line.split()[0] for line in slow.stdout.splitlines() if line.endswith("REGRESSION")}
+    assert regressed == {"test_b_bench.py::test_work", "process:spin"}, slow.stdout
+    assert {p.name for p in out.iterdir()} >= {"samples.json", "comparison.json", "gate.png", "base.0.json", "head.3.json"}
+    samples = SampleSet.load(out / "samples.json")
+    assert samples.base_ref == "HEAD~1" and samples.base_sha != samples.head_sha
