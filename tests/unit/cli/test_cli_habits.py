@@ -183,3 +183,18 @@ def test_optimize_target_defaults_to_what_the_package_runs(
         shutil.copytree(src, pkg, symlinks=True)
         assert main(["optimize", str(pkg), str(tmp_path / "o2"), "--json"]) == 0
         assert '"target": "cpu"' in capsys.readouterr().out
+
+
+def test_the_readme_command_table_lists_every_flag() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Commands"):readme.index("## Package format")]
+    common = {"-h", "--help", "-v", "--verbose", "-q", "--quiet", "--json"}
+    for command, parser in _subparsers().items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `q38 {command}"))
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            longest = max(action.option_strings, key=len, default=None)
+            if longest and longest not in common:
+                assert any(f"{lead}{longest}" in row for lead in ("`", " ", "[")), f"README: q38 {command} row lacks {longest}"
+    assert "`--lib-NAME PATH`" in table
