@@ -205,12 +205,14 @@ def _diff_files(a: _Side, b: _Side) -> Iterator[Difference]:
 
 
 def _roles(root: Path) -> dict[str, str]:
-    """Graph file -> role, where the package opens as a q38 package (labels only)."""
+    """Graph file -> role(s) the config gives it, where the package opens (labels only)."""
     try:
-        from q38.package import open_package
+        from q38.package.surface import open_any
 
-        pkg = open_package(root)
-        return {os.path.relpath(pkg.graph_path(r), root): r for r in pkg.roles()}
+        roles: dict[str, list[str]] = {}
+        for ref in open_any(root).graphs():
+            roles.setdefault(os.path.relpath(ref.path, root), []).append(ref.role)
+        return {rel: ", ".join(names) for rel, names in roles.items()}
     except Exception:  # a package that does not open still diffs; it just has no role labels
         return {}
 

@@ -233,3 +233,17 @@ def test_unreadable_input_is_one_line_and_exit_2(
     code, out, err = _cli(capsys, str(a), str(b))
     assert code == 2 and out == []
     assert err.count("\n") == 1 and err.startswith("q38 diff: error: ") and message in err, err
+
+
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real"
+
+
+@pytest.mark.skipif(not (REAL / "int4-cpu").is_dir(), reason="real builder fixtures not present")
+def test_builder_packages_of_the_genai_surface_diff_too(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = REAL / "int4-cpu", REAL / "int4-cpu-mtp"
+    assert _cli(capsys, str(a), str(a))[0] == 0
+    code, lines, _ = _cli(capsys, str(a), str(b))
+    assert code == 1
+    assert "model.onnx (decoder)" in lines and "  + mtp.onnx: file" in lines
+    assert '  + model.decoder.outputs.hidden_states: "hidden_states"' in lines
+    assert any(line.startswith('  + output "hidden_states": ') for line in lines)
