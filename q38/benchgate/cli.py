@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     processes = _processes(args.process)
     if not pytest_args and not processes:
         pytest_args = ("tests/unit",)
-    plan = Plan(repo, out, args.python, args.rounds, pytest_args, processes, args.process_repeat)
+    plan = Plan(repo, out, args.python, args.rounds, pytest_args, processes, args.process_repeat, args.clock)
     with tempfile.TemporaryDirectory(prefix="q38-bench-base-") as tmp:
         base_tree = None
         if sha is not None:
@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif not samples.benchmarks:
         samples.base_note = f"base {why} = {sha[:12]} has no benchmarks, or its benchmark run failed"
     _emit(f"base: {why}" + (f" = {sha[:12]}" if sha else "") + f"; head: {(samples.head_sha or '?')[:12]}; "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds; clock: {args.clock}")
     result = compare(samples, threshold=args.threshold, fail_on_missing_baseline=args.fail_on_missing_baseline,
                      notes=tuple(notes))
     return finish(result, samples, out)
@@ -136,8 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--process", action="append", default=[], metavar="NAME=COMMAND",
                    help="a whole-process benchmark: the wall time of COMMAND run in each tree ({tmp}: a scratch "
                    "directory, {python}: the interpreter); repeatable")
-    r.add_argument("--process-repeat", type=int, default=3, metavar="K",
+    r.add_argument("--process-repeat", type=int, default=5, metavar="K",
                    help="runs of each --process command per round and side; the fastest is the round's sample")
+    r.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="cpu: CPU time (the work done; a neighbour's load barely moves it); wall: elapsed time "
+                   "(for benchmarks that wait on I/O or other processes)")
     r.add_argument("pytest_args", nargs="*", help="pytest arguments after -- (default: tests/unit without --process)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", parents=[common], help="decide again from recorded samples or reports",

@@ -78,7 +78,7 @@ def write_plot(result: GateResult, samples: SampleSet, path: Path) -> bool:
     log = max(every) / max(min(every), 1e-12) > LOG_SPAN
     if log:
         right.set_xscale("log")
-    right.set_xlabel("median seconds per round" + (" (log scale)" if log else ""))
+    right.set_xlabel(f"median {samples.clock} seconds per round" + (" (log scale)" if log else ""))
     right.legend(fontsize=8, loc="best")
     right.grid(axis="x", alpha=0.3)
     base = f"{(samples.base_sha or '?')[:10]}" + (f" ({samples.base_ref})" if samples.base_ref else "")

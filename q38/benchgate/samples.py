@@ -24,6 +24,7 @@ __all__ = [
     "MACHINE_KEYS",
     "SAMPLES_FORMAT",
     "Benchmark",
+    "Clock",
     "GateError",
     "Report",
     "SampleSet",
@@ -38,6 +39,7 @@ ENV_KEYS: Final = ("ort_version", "providers", "gpu_model", "gpu_driver")
 EXTRA_KEYS: Final = ("ort_version", "ep", "gpu_model", "gpu_driver")
 
 Kind = Literal["call", "process"]
+Clock = Literal["cpu", "wall"]
 
 
 class GateError(Exception):
@@ -135,6 +137,7 @@ class SampleSet:
     base_machine: dict[str, Any] = field(default_factory=dict)
     benchmarks: list[Benchmark] = field(default_factory=list)
     base_note: str = ""
+    clock: Clock = "cpu"
 
     @classmethod
     def from_reports(cls, base: Sequence[Report], head: Sequence[Report],
@@ -165,6 +168,7 @@ class SampleSet:
         return {
             "format": SAMPLES_FORMAT,
             "version": 1,
+            "clock": self.clock,
             "base": {"sha": self.base_sha, "ref": self.base_ref, "machine": self.base_machine, "note": self.base_note},
             "head": {"sha": self.head_sha, "machine": self.machine},
             "benchmarks": [
@@ -184,8 +188,11 @@ class SampleSet:
                 for b in data["benchmarks"]
             ]
             base, head = data["base"], data["head"]
+            clock = data.get("clock", "wall")
+            if clock not in ("cpu", "wall"):
+                raise ValueError(f"clock {clock!r}")
             return cls(base.get("sha"), str(base.get("ref") or ""), head.get("sha"), dict(head.get("machine") or {}),
-                       dict(base.get("machine") or {}), benches, str(base.get("note") or ""))
+                       dict(base.get("machine") or {}), benches, str(base.get("note") or ""), clock)
         except (KeyError, TypeError, ValueError) as exc:
             raise GateError(f"{source}: malformed {SAMPLES_FORMAT} document ({exc})") from None
 
