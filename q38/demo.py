@@ -6,7 +6,7 @@ spelled out (rule and message), then the output path and the commands to try nex
 
 Runs never collide and nothing is deleted: the demo writes ``WORKDIR/run-N`` (the next free
 N) below a work directory it marks as its own (``WORKDIR/.q38-demo``); a directory it did not
-create is used only when empty. While a step runs, an elapsed-time line ticks on a terminal.
+create is used only when empty. While a step runs, an elapsed-time line ticks on a terminal (:func:`q38.progress.elapsed`).
 
 Variants: ``cpu`` runs everything here, real ORT CPU sessions included, and ends with
 onnxruntime-genai generating tokens from the exported model. ``faithful`` builds for CUDA
@@ -20,15 +20,15 @@ import contextlib
 import io
 import json
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from q38.commands.export_genai import DEFAULT_PROMPT
 from q38.errors import FlagError
+from q38.progress import elapsed
 
 __all__ = ["MARKER", "Step", "prepare_workdir", "run_demo"]
 
@@ -71,39 +71,12 @@ def prepare_workdir(workdir: Path) -> Path:
     return run
 
 
-@contextlib.contextmanager
-def _ticker(label: str, stream: TextIO) -> Iterator[None]:
-    """``label ... 3 s`` redrawn every half second on a terminal while the step runs."""
-    if not getattr(stream, "isatty", lambda: False)():
-        yield
-        return
-    done = threading.Event()
-    start = time.monotonic()
-
-    def tick() -> None:
-        while not done.wait(0.5):
-            elapsed = time.monotonic() - start
-            if elapsed >= 1.0:
-                stream.write(f"\r{label} ... {elapsed:.0f} s")
-                stream.flush()
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        stream.write("\r\x1b[K")
-        stream.flush()
-
-
 def _invoke(step: Step, label: str, progress: TextIO) -> None:
     from q38.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     start = time.perf_counter()
-    with _ticker(label, progress), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with elapsed(label, stream=progress), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         step.exit_code = main(step.argv)
     step.seconds = time.perf_counter() - start
     step.stderr = err.getvalue().strip()

@@ -52,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.require_sessions and not args.ort:
         raise FlagError("--require-sessions needs --ort (no session is created without it)")
-    report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
+    from q38.progress import elapsed
+
+    label = f"q38 check {args.package}: contracts" + (" and ORT sessions" if args.ort else "")
+    with elapsed(label):
+        report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
     skipped = [s for s in report.sessions if s.status == "skipped"]
     ok = report.ok and not (args.require_sessions and skipped)
     # A hostile value quoted in a violation message stays one bounded line.

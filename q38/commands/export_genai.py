@@ -48,9 +48,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     from q38.errors import FlagError, quote
     from q38.export_genai import export_genai, generate_tokens
+    from q38.package.staging import StagedDirectory, rename_noreplace
+    from q38.progress import elapsed
 
     link, digest = placement_options(args)
-    from q38.package.staging import StagedDirectory, rename_noreplace
 
     if args.prompt is not None and not args.generate:
         raise FlagError("--prompt is only used with --generate N (nothing would be generated)")
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         with StagedDirectory(args.out) as staged:
             inner = staged.path / "model"
             result = export_genai(args.pkg, inner, link=link.value, provider=args.provider, digest=digest)
-            tokens = generate_tokens(inner, prompt, args.generate)
+            with elapsed(f"q38 export-genai: generating {args.generate} token(s) with onnxruntime-genai"):
+                tokens = generate_tokens(inner, prompt, args.generate)
             rename_noreplace(inner, staged.dest)
     if args.json:
         print(json.dumps({"out": str(args.out), "graph": result.graph, "files": result.files,

@@ -70,23 +70,25 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from q38.progress import elapsed
     from q38.synth import synthesize
 
-    out = synthesize(
-        args.out,
-        preset=args.preset,
-        variant=args.variant,
-        layout=args.layout,
-        lineage=args.lineage,
-        experts=args.experts,
-        seed=args.seed,
-        bundles=args.bundles,
-        weight_gb=args.weight_gb,
-        context_length=args.context_length,
-        exporter=args.exporter,
-        weights_prepacked=args.weights_prepacked,
-        linear_attn=args.linear_attn,
-    )
+    with elapsed(f"q38 synth: writing the {args.preset} {args.variant} {'bundles' if args.bundles else 'package'}"):
+        out = synthesize(
+            args.out,
+            preset=args.preset,
+            variant=args.variant,
+            layout=args.layout,
+            lineage=args.lineage,
+            experts=args.experts,
+            seed=args.seed,
+            bundles=args.bundles,
+            weight_gb=args.weight_gb,
+            context_length=args.context_length,
+            exporter=args.exporter,
+            weights_prepacked=args.weights_prepacked,
+            linear_attn=args.linear_attn,
+        )
     if args.json:
         doc = {"out": str(out), "preset": args.preset, "variant": args.variant}
         print(json.dumps(doc | {"exporter": args.exporter}))

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from q38.cli import main
-from q38.demo import MARKER, _ticker, prepare_workdir
+from q38.demo import MARKER, prepare_workdir
+from q38.progress import elapsed
 
 
 @pytest.mark.slow
@@ -95,7 +96,7 @@ class _Tty(io.StringIO):
 def test_the_ticker_draws_elapsed_seconds_on_a_terminal_only() -> None:
     tty, pipe = _Tty(), io.StringIO()
     for stream in (tty, pipe):
-        with _ticker("[1/8] synth", stream):
+        with elapsed("[1/8] synth", stream=stream):
             time.sleep(1.7)
     assert "\r[1/8] synth ... 1 s" in tty.getvalue() and tty.getvalue().endswith("\r\x1b[K")
     assert pipe.getvalue() == ""
