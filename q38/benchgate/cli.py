@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                    help=f"interleaved base/head rounds (at least {MIN_ROUNDS}; more narrow the interval)")
     r.add_argument("--process", action="append", default=[], metavar="NAME=COMMAND",
-                   help="a whole-process benchmark: the wall time of COMMAND run in each tree ({tmp}: a scratch "
+                   help="a whole-process benchmark: the time (--clock) of COMMAND run in each tree ({tmp}: a scratch "
                    "directory, {python}: the interpreter); repeatable")
     r.add_argument("--process-repeat", type=int, default=5, metavar="K",
                    help="runs of each --process command per round and side; the fastest is the round's sample")

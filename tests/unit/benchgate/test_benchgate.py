@@ -232,7 +232,7 @@ def test_rounds_alternate_which_side_runs_first(tmp_path: Path, monkeypatch: pyt
     order: list[str] = []
     monkeypatch.setattr(runner, "_check_imports_from", lambda *a: None)
     monkeypatch.setattr(runner, "probe_env", lambda *a: {})
-    monkeypatch.setattr(runner, "time_process", lambda command, *, tree, python: order.append(tree.name) or 1.0)
+    monkeypatch.setattr(runner, "time_process", lambda command, *, tree, python, clock: order.append(tree.name) or 1.0)
     plan = Plan(tmp_path, tmp_path, sys.executable, 4, (), {"p": "true"}, 1)
     (tmp_path / "base").mkdir()
     samples, _ = run_rounds(plan, tmp_path / "base")

@@ -75,8 +75,10 @@ def test_one_changed_attribute_is_named_in_a_short_report(pair: tuple[Path, Path
     assert lines == [
         f"q38 diff: 1 difference(s) in 1 file(s) between {a} (-) and {b} (+)",
         "model.onnx (target)",
-        '  ~ node "/model/layers.0/attn_hc/BranchwiseRMSNorm" (com.microsoft::BranchwiseRMSNorm) '
-        "attribute epsilon: 1e-06 -> 1e-05",
+        (
+            '  ~ node "/model/layers.0/attn_hc/BranchwiseRMSNorm" (com.microsoft::BranchwiseRMSNorm) '
+            "attribute epsilon: 1e-06 -> 1e-05"
+        ),
     ]
     code, out, _ = _cli(capsys, "--json", str(a), str(b))
     doc = json.loads("\n".join(out))
