@@ -112,8 +112,8 @@ def recorded_digests(package_dir: Path) -> dict[str, str]:
     """Whole-file sha256s that the package's manifests record and that are still valid.
 
     Maps the real path of each file to its digest. A record is valid when its file has not
-    changed since the manifest was written: the recorded ``size`` (and ``mtime_ns``) match
-    where the manifest records them, else the file is not newer than the manifest itself.
+    changed since the manifest was written: the size and mtime_ns of its recorded ``identity``
+    match, or, with no identity recorded, the file is not newer than the manifest itself.
     Unreadable or malformed manifests vouch for nothing (the bytes are then hashed).
     """
     out: dict[str, str] = {}
@@ -145,11 +145,19 @@ def recorded_digests(package_dir: Path) -> dict[str, str]:
 
 
 def _still_valid(rec: Mapping[str, Any], st: os.stat_result, manifest_st: os.stat_result) -> bool:
+    """Whether the recorded digest still describes the file ``st`` describes.
+
+    With an ``identity`` record (what ``stat`` said of the placed file: ``st_dev``, ``st_ino``,
+    ``size``, ``mtime_ns``), the file's size and mtime_ns must still be the recorded ones (a
+    copy that kept its times, ``cp -a`` or ``copytree``, still matches; a rewrite does not,
+    even one older than the manifest). Without one (files q38 wrote), the file must not be
+    newer than the manifest, which is written last.
+    """
     if not stat.S_ISREG(st.st_mode):
         return False
-    if "size" in rec:
-        if rec["size"] != st.st_size:
+    identity = rec.get("identity")
+    if identity is not None:
+        if not isinstance(identity, Mapping):
             return False
-        if "mtime_ns" in rec:
-            return bool(rec["mtime_ns"] == st.st_mtime_ns)
+        return bool(identity.get("size") == st.st_size and identity.get("mtime_ns") == st.st_mtime_ns)
     return st.st_mtime_ns <= manifest_st.st_mtime_ns

@@ -180,6 +180,40 @@ def test_no_weight_byte_is_read_where_the_file_or_a_valid_manifest_decides(
         diff_packages(a, b)
 
 
+def _record_identity(pkg: Path, mtime_ns: int, *, recorded_mtime_ns: int | None = None) -> None:
+    """Sets model.onnx.data's mtime and records its identity in the manifest as a copy would."""
+    data, manifest = pkg / "model.onnx.data", pkg / "package_manifest.json"
+    doc = json.loads(manifest.read_text())
+    os.utime(data, ns=(mtime_ns, mtime_ns))
+    st = data.stat()
+    doc["files"]["model.onnx.data"] = {
+        "link_mode": "copy", "sha256": doc["files"]["model.onnx.data"]["sha256"],
+        "identity": {"st_dev": st.st_dev, "st_ino": st.st_ino, "size": st.st_size,
+                     "mtime_ns": mtime_ns if recorded_mtime_ns is None else recorded_mtime_ns},
+    }
+    manifest.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_recorded_identity_decides_whether_the_manifest_digest_still_holds(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair
+
+    def no_reads(*args: object) -> str:
+        raise AssertionError(f"weight bytes read: {args}")
+
+    monkeypatch.setattr(digests, "sha256_range", no_reads)
+    now = (a / "package_manifest.json").stat().st_mtime_ns
+    later = now + 100 * 10**9  # newer than the manifest: without an identity it would be hashed
+    for pkg in (a, b):
+        _record_identity(pkg, later)
+    assert diff_packages(a, b).same  # identities match (inode and device differ: masked, not compared)
+    earlier = now - 100 * 10**9  # older than the manifest, but not the mtime the identity records
+    _record_identity(b, earlier, recorded_mtime_ns=earlier + 1)
+    with pytest.raises(AssertionError, match="weight bytes read"):
+        diff_packages(a, b)
+
+
 def test_digests_are_streamed_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
