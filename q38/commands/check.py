@@ -49,11 +49,10 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 def run(args: argparse.Namespace) -> int:
     from contracts.runner import check_package
     from q38.errors import FlagError, bound_line
+    from q38.progress import elapsed
 
     if args.require_sessions and not args.ort:
         raise FlagError("--require-sessions needs --ort (no session is created without it)")
-    from q38.progress import elapsed
-
     label = f"q38 check {args.package}: contracts" + (" and ORT sessions" if args.ort else "")
     with elapsed(label):
         report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
