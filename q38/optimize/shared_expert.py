@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from q38._ops import MATMUL_NBITS, MS_DOMAIN
 from q38.optimize._common import (
     Decline,
     Produced,
@@ -44,6 +45,10 @@ def _is_matmul(node: ir.Node) -> bool:
     return node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2
 
 
+def _is_nbits(node: ir.Node) -> bool:
+    return node.op_type == MATMUL_NBITS and node.domain == MS_DOMAIN
+
+
 def _silu_of(g: ir.Value) -> ir.Node | None:
     """The Mul(g, Sigmoid(g)) that reads ``g`` (either operand order), or None."""
     for use in g.uses():
@@ -65,7 +70,8 @@ class FuseSharedExpertPass(RewritePass):
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
         # The gate MatMul: its output g feeds Sigmoid(g) and the SiLU product Mul(g, Sigmoid(g)).
-        return [n for n in graph if _is_matmul(n) and _silu_of(n.outputs[0]) is not None]
+        # A quantized gate (MatMulNBits, the builder's int4 exports) is an anchor too: declined.
+        return [n for n in graph if (_is_matmul(n) or _is_nbits(n)) and _silu_of(n.outputs[0]) is not None]
 
     def _roles(self, gate: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node] | Decline:
         g = gate.outputs[0]
@@ -92,6 +98,9 @@ class FuseSharedExpertPass(RewritePass):
         return gate, up, shared[0]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline | None:
+        if _is_nbits(node):
+            return Decline("gate projection is already quantized (MatMulNBits); the fusion concatenates "
+                           "float weights; kept as exported")
         roles = self._roles(node)
         if isinstance(roles, Decline):
             return roles
