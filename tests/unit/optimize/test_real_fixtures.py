@@ -174,3 +174,20 @@ def test_real_fp16_shared_expert_fusion_keeps_ort_cpu_parity(fixture: str, graph
         # silu(g)*u and silu(u)*g would agree to fp16 precision at unit scale).
         feeds = _feeds(a, seed=len(gate), scale=30.0)
         _assert_same(outputs, a.run(None, feeds), b.run(None, feeds), 1e-2)
+
+
+@pytest.mark.parametrize("fixture", sorted({fx for fx, _ in CPU_RUNNABLE}))
+def test_q38_optimize_of_a_real_cpu_package_keeps_every_graphs_ort_cpu_outputs(fixture: str, tmp_path: Path) -> None:
+    """The package command (genai surface I/O): each graph of the output runs as its source does."""
+    from q38.cli import main
+
+    src = tmp_path / "src"
+    shutil.copytree(REAL / fixture, src)
+    out = tmp_path / "out"
+    assert main(["optimize", str(src), str(out), "--target", "cpu"]) == 0
+    for graph in sorted(p.name for p in src.glob("*.onnx")):
+        before, after = _session(src / graph), _session(out / graph)
+        names = [o.name for o in before.get_outputs()]
+        assert names == [o.name for o in after.get_outputs()], graph
+        feeds = _feeds(before, 2)
+        _assert_same(names, before.run(None, feeds), after.run(None, feeds), 1e-4)
