@@ -343,6 +343,10 @@ class RewritePass(ir.passes.InPlacePass):
             raise ValueError(f"{self.name}: input {problem}")
 
     def ensures(self, model: ir.Model) -> None:
+        if self.count == 0:
+            # Nothing was rewritten (no node, value, initializer or import touched): the model is
+            # the one this pass's requires, or the previous pass's ensures, already proved.
+            return
         problem = invariant_problem(model)
         if problem:
             raise ValueError(f"{self.name}: output {problem}")
@@ -410,9 +414,9 @@ class RewritePass(ir.passes.InPlacePass):
 
     def _decline_in_subgraphs(self, model: ir.Model, graph: ir.Graph) -> None:
         """Report every candidate found inside a subgraph as declined (never rewritten)."""
-        for sub in iter_graphs(graph):
-            if sub is graph:
-                continue
+        subgraphs = self.names.subgraphs if self.names is not None else [
+            sub for sub in iter_graphs(graph) if sub is not graph]
+        for sub in subgraphs:
             order = NodeOrder(sub)
             for node in self.anchors(sub):
                 self._record(self.describe(node, order), False, SUBGRAPH_REASON)

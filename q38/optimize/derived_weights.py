@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import onnx_ir as ir
 
-from q38.package import Placement, PoolEntry, WeightsPool, external_refs
+from q38.package import ExternalRef, Placement, PoolEntry, WeightsPool, external_refs
 
 __all__ = ["DerivedStore", "SourceIdentity", "reconcile_pool", "source_identities", "tensor_refs"]
 
@@ -33,16 +33,22 @@ _INLINE_LIMIT = 1024
 SourceIdentity = tuple[object, ...]
 
 
-def source_identities(model: ir.Model, graph_dir: Path) -> dict[str, SourceIdentity]:
+def source_identities(
+    model: ir.Model, graph_dir: Path, refs: Sequence[ExternalRef] | None = None
+) -> dict[str, SourceIdentity]:
     """Identity of every initializer of ``model``'s main graph.
 
     External tensors: (device, inode, offset, length), so hard links and different relative
     spellings of one file give the same identity. Inline tensors (small, one copy per graph):
     dtype, shape and the hash of their bytes, so equal copies in two graphs are one source.
+    ``refs``: ``external_refs(model)`` when the caller has it already (one walk per graph).
     """
     ids: dict[str, SourceIdentity] = {}
-    for ref in external_refs(model):
-        st = os.stat(graph_dir / ref.location)
+    stats: dict[str, os.stat_result] = {}  # one stat per data file, not per tensor
+    for ref in external_refs(model) if refs is None else refs:
+        st = stats.get(ref.location)
+        if st is None:
+            st = stats[ref.location] = os.stat(graph_dir / ref.location)
         ids[ref.name] = ("file", st.st_dev, st.st_ino, ref.offset, ref.length)
     for name, value in model.graph.initializers.items():
         tensor = value.const_value
@@ -53,13 +59,19 @@ def source_identities(model: ir.Model, graph_dir: Path) -> dict[str, SourceIdent
     return ids
 
 
-def tensor_refs(model: ir.Model, graph_dir: Path, pool_dir: Path) -> dict[tuple[str, int], list[str]]:
+def tensor_refs(
+    model: ir.Model, graph_dir: Path, pool_dir: Path, refs: Sequence[ExternalRef] | None = None
+) -> dict[tuple[str, int], list[str]]:
     """(file relative to ``pool_dir``, offset) -> names of the tensors of ``model`` there."""
-    refs: dict[tuple[str, int], list[str]] = {}
-    for ref in external_refs(model):
-        rel = os.path.relpath(os.path.normpath(graph_dir / ref.location), pool_dir)
-        refs.setdefault((Path(rel).as_posix(), ref.offset), []).append(ref.name)
-    return refs
+    out: dict[tuple[str, int], list[str]] = {}
+    rels: dict[str, str] = {}  # one path computation per data file, not per tensor
+    for ref in external_refs(model) if refs is None else refs:
+        rel = rels.get(ref.location)
+        if rel is None:
+            rel = rels[ref.location] = Path(
+                os.path.relpath(os.path.normpath(graph_dir / ref.location), pool_dir)).as_posix()
+        out.setdefault((rel, ref.offset), []).append(ref.name)
+    return out
 
 
 @dataclasses.dataclass

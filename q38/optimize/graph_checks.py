@@ -30,7 +30,9 @@ _NONE: list[ir.Graph] = []
 def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by ``node``'s attributes (If branches, Loop/Scan bodies), not nested."""
     subs = _NONE
-    for attr in node.attributes.values():
+    # ``Attributes`` is a UserDict: its ``data`` dict iterates without the Mapping ABC's
+    # per-key __getitem__ (this runs for every node of every invariant walk).
+    for attr in node.attributes.data.values():
         kind = attr.type
         if (kind is not _GRAPH and kind is not _GRAPHS) or not isinstance(attr, ir.Attr):
             continue  # the common case: no graph attribute (a reference attribute holds no graph)
@@ -149,7 +151,13 @@ class NameTable:
     def __init__(self, model: ir.Model) -> None:
         self.values: set[str] = set()
         self.nodes: set[str] = set()
+        # The If/Loop/Scan bodies below the main graph, in walk order. No pass adds, removes or
+        # rewrites a control-flow node (patterns inside bodies are declined), so the list holds
+        # for every pass of the pipeline run that shares this table.
+        self.subgraphs: list[ir.Graph] = []
         for graph in iter_graphs(model.graph):
+            if graph is not model.graph:
+                self.subgraphs.append(graph)
             for value in (*graph.inputs, *graph.outputs, *graph.initializers.values()):
                 if value.name:
                     self.values.add(value.name)

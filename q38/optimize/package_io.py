@@ -34,6 +34,7 @@ from q38.package import (
     WeightsPool,
     check_output_outside,
     detect_surface,
+    external_refs,
     format_pool,
     open_package,
     read_tensor,
@@ -104,8 +105,9 @@ def optimize_package(
             gpath, root = pkg.graph_path(role), pkg.graph_dir(role)
             pool_rel = _pool_rel(pkg, role)
             model = pkg.load(role)
-            sources = source_identities(model, gpath.parent)
-            refs_before[pool_rel][role] = tensor_refs(model, gpath.parent, pkg.root / Path(pool_rel).parent)
+            ext = external_refs(model)
+            sources = source_identities(model, gpath.parent, ext)
+            refs_before[pool_rel][role] = tensor_refs(model, gpath.parent, pkg.root / Path(pool_rel).parent, ext)
             before = len(model.graph)
             result = optimize_model(model, target=target, passes=passes, skip=skip, reader=_reader(gpath, root))
             total.merge(result)
