@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "build",
     "optimize",
     "offload",
+    "profile",
     "check",
     "export_genai",
     "diff",

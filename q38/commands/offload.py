@@ -15,11 +15,13 @@ from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
 __all__ = ["register", "run"]
 
 _DESCRIPTION = (
-    "Convert a v12b-lineage package (flat or layered) into a package for GPUs with 20-34 GiB "
-    "that cannot hold the routed experts. Every com.microsoft::QMoE node stays a QMoE node with "
-    "router_weights cleared; ORT offloads them as configured by session.moe.offload.* options. "
-    "Writes model_s2/s3/s4.onnx (2/3/4 verify rows), model.onnx (= model_s4.onnx), "
-    "runtime_profiles and the pool placements. Refuses before writing anything."
+    "Convert a package for GPUs with 20-34 GiB that cannot hold the routed experts: a v12b-lineage "
+    "package (flat or layered) or an onnxruntime-genai builder package (the output keeps its "
+    "surface). Every com.microsoft::QMoE node stays a QMoE node with router_weights cleared; ORT "
+    "offloads them as configured by session.moe.offload.* options. With an MTP draft, writes "
+    "model_s2/s3/s4.onnx (2/3/4 verify rows); v12b: model.onnx (= model_s4.onnx), runtime_profiles "
+    "and the pool placements. With --expert-profile, prints the plan's expected hit rate. "
+    "Refuses before writing anything."
 )
 
 
@@ -75,10 +77,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from q38.offload.convert import convert_package
     from q38.offload.options import OffloadOptions
-    from q38.package.surface import require_surface
 
-    require_surface(args.src, ("v12b",), command="offload",
-                    reason="the QMoE-offload conversion needs the MTP drafts inside the target graph")  # fmt: skip
     options = OffloadOptions(
         mode=args.offload_mode,
         placement=args.offload_placement,
@@ -97,11 +96,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
-        print(
-            f"q38 offload: wrote {args.out}: {len(report.offloaded)} QMoE nodes offloaded, "
-            f"{len(report.kept_resident)} kept resident, {report.router_weights_cleared} router_weights "
-            f"cleared, graphs {', '.join(report.graphs.values())}"
-        )
-        for name, reason in report.kept_resident:
-            print(f"  kept resident: {name}: {reason}")
+        print("\n".join(report.summary()))
     return 0

@@ -18,29 +18,44 @@ Weight bytes are never read into Python: graphs load lazily and data moves kerne
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx_ir as ir
 
 from q38 import __version__
-from q38.errors import InternalError, OffloadError, ProfileError
-from q38.offload.eligibility import Eligibility, resolve_eligibility
-from q38.offload.multidraft import grow_multidraft, multidraft_filenames
-from q38.offload.options import PROFILE_FILENAME, OffloadOptions, offload_config_entries
+from q38.errors import OffloadError
+from q38.offload.eligibility import Eligibility, resolve_eligibility, split_verdicts
+from q38.offload.hitrate import HitReport, hit_report
+from q38.offload.multidraft import grow_multidraft, has_draft, multidraft_filenames
+from q38.offload.options import (
+    OFFLOAD_PREFIX,
+    PROFILE_FILENAME,
+    OffloadOptions,
+    offload_config_entries,
+    parse_node_overrides,
+)
+from q38.offload.package_io import (
+    place_unchanged,
+    read_expert_profile,
+    serialize_graph,
+    source_files,
+)
 from q38.offload.placement import ALIGNED_FILE, PoolPlan, plan_pool, retarget_graph, write_moves
 from q38.offload.profiles import apply_offload_config, check_prefill_chunk
+from q38.offload.report import OffloadReport
 from q38.offload.router import clear_router_weights, qmoe_nodes, refuse_qmoe_offload
-from q38.offload.slots import plan_from_profile, uniform_caps
+from q38.offload.rows import ProfileRows, match_profile, qmoe_sites
+from q38.offload.slot_plan import chained_caps, check_emitted, plan_caps
 from q38.package import (
     CONFIG_FILENAME,
     MANIFEST_FILENAME,
     Config,
+    ExpertProfile,
     FileRecord,
     LinkPolicy,
     Manifest,
@@ -48,6 +63,7 @@ from q38.package import (
     PackageWriter,
     check_output_outside,
     config_to_dict,
+    encode_profile,
     external_refs,
     open_package,
     parse_config,
@@ -55,31 +71,10 @@ from q38.package import (
     source_placer,
 )
 from q38.package.pool import POOL_FILENAME
-from q38.package.profile import read_profile
 
 __all__ = ["OffloadPlan", "OffloadReport", "convert_package", "plan_offload"]
 
 _LOG = logging.getLogger("q38.offload")
-
-
-@dataclass
-class OffloadReport:
-    """What a conversion did (also the ``--json`` summary)."""
-
-    out: str
-    layout: str
-    router_weights_cleared: int
-    offloaded: list[str]
-    kept_resident: list[tuple[str, str]]
-    resident_slots: dict[str, int]
-    graphs: dict[str, str]
-    pool: dict[str, int]
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        d = dataclasses.asdict(self)
-        d["kept_resident"] = [{"node": n, "reason": r} for n, r in self.kept_resident]
-        return d
 
 
 @dataclass
@@ -93,98 +88,7 @@ class OffloadPlan:
     pool_plan: PoolPlan
     entries: dict[str, str]
     report: OffloadReport
-    profile_src: Path | None
-
-
-def _node_experts(node: ir.Node) -> int:
-    value = node.inputs[2] if len(node.inputs) > 2 else None
-    if value is None or value.shape is None or not isinstance(value.shape[0], int):
-        raise OffloadError(f"QMoE node {node.name!r}: fc1_experts_weights has no static expert count")
-    return int(value.shape[0])
-
-
-def _check_emitted(entries: dict[str, str]) -> None:
-    try:
-        from contracts.offload_config import check_offload_config
-    except ModuleNotFoundError:  # pragma: no cover - contracts ship with q38
-        return
-    violations = check_offload_config(entries)
-    if violations:
-        first = violations[0]
-        raise OffloadError(
-            f"emitted offload options break contract {getattr(first, 'rule_id', '')}: "
-            f"{getattr(first, 'message', first)}"
-        )
-
-
-def _plan_slots(
-    options: OffloadOptions, offloaded: Sequence[ir.Node], all_qmoe: Sequence[ir.Node]
-) -> tuple[dict[str, int], list[str]]:
-    notes: list[str] = []
-    names = [n.name or "" for n in offloaded]
-    if options.target_resident_slots is not None:
-        caps = uniform_caps(options.target_resident_slots, [_node_experts(n) for n in offloaded])
-        return dict(zip(names, caps)), notes
-    if options.total_resident_slots is None:
-        return {}, notes
-    assert options.expert_profile is not None
-    profile = read_profile(Path(options.expert_profile))
-    counts = profile.counts
-    layers = [n for n in all_qmoe if not (n.name or "").startswith("/mtp/")]
-    if counts.shape[0] == len(all_qmoe):
-        rows_for = {id(n): i for i, n in enumerate(all_qmoe)}
-    elif counts.shape[0] == len(layers):
-        rows_for = {id(n): i for i, n in enumerate(layers)}
-    else:
-        raise ProfileError(
-            f"{options.expert_profile}: {counts.shape[0]} layers, but the target has "
-            f"{len(all_qmoe)} QMoE nodes ({len(layers)} decoder layers)"
-        )
-    planned = [n for n in offloaded if id(n) in rows_for]
-    for node in planned:
-        if _node_experts(node) != counts.shape[1]:
-            raise ProfileError(
-                f"{options.expert_profile}: {counts.shape[1]} experts per layer, but QMoE node "
-                f"{node.name!r} has {_node_experts(node)}"
-            )
-    if not planned:
-        raise OffloadError("--total-resident-slots: no offloaded QMoE node is covered by the profile")
-    caps = plan_from_profile(
-        counts[[rows_for[id(n)] for n in planned]],
-        options.total_resident_slots,
-        uniform=options.uniform_profile_slots,
-        min_per_layer=options.min_slots_per_layer,
-    )
-    unplanned = [n.name for n in offloaded if id(n) not in rows_for]
-    if unplanned:
-        notes.append(f"no profile row (uncapped): {', '.join(str(n) for n in unplanned)}")
-    return {n.name or "": c for n, c in zip(planned, caps)}, notes
-
-
-def _verdicts(eligibility: Eligibility, model: ir.Model, mode: str, where: str) -> tuple[list[ir.Node], list[tuple[str, str]]]:
-    offloaded: list[ir.Node] = []
-    kept: list[tuple[str, str]] = []
-    for node, reason in eligibility(model, mode):
-        if reason is None:
-            offloaded.append(node)
-            continue
-        if mode == "required":
-            raise OffloadError(
-                f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime "
-                f"(--offload-mode required): {reason}"
-            )
-        kept.append((node.name or "", reason))
-    return offloaded, kept
-
-
-def _serialize(model: ir.Model, *, where: str) -> bytes:
-    """The graph's protobuf bytes; external tensors stay references. The converter creates no
-    large in-memory tensors (only the tiny Tile repeats), so nothing needs a new data file."""
-    for value in model.graph.initializers.values():
-        tensor = value.const_value
-        if tensor is not None and not isinstance(tensor, ir.ExternalTensor) and tensor.nbytes >= 1024:
-            raise InternalError(f"{where}: in-memory initializer {value.name!r} of {tensor.nbytes} bytes")
-    return ir.serde.serialize_model(model).SerializeToString()
+    profile_bytes: bytes | None  # the --expert-profile bytes checked, written as expert-profile.bin
 
 
 def _host_bytes(model: ir.Model) -> int:
@@ -194,23 +98,36 @@ def _host_bytes(model: ir.Model) -> int:
     return sum(seen.values())
 
 
+def _hit_reports(rows: ProfileRows | None, tiers: Sequence[tuple[str, Mapping[str, str]]], graph: str,
+                 kept: Sequence[tuple[str, str]]) -> list[HitReport]:  # fmt: skip
+    """One report per tier, read from the node_overrides that tier's options carry."""
+    if rows is None:
+        return []
+    reports = []
+    for tier, entries in tiers:
+        caps = parse_node_overrides(entries.get(OFFLOAD_PREFIX + "node_overrides", ""))
+        reports.append(hit_report(tier, rows, {(graph, n): c for n, c in caps.items()}, kept))
+    return reports
+
+
 def plan_offload(
     src: Path,
     options: OffloadOptions,
     *,
     out: Path,
     eligibility: Eligibility | None = None,
+    profile: ExpertProfile | None = None,
 ) -> OffloadPlan:
-    """Phase 1: read ``src`` and compute the whole conversion; raises before anything is written."""
+    """Phase 1: read ``src`` and compute the whole conversion; raises before anything is written.
+
+    ``profile``: an expert profile already in memory (``q38 profile --plan``), instead of reading
+    ``options.expert_profile``."""
     check = resolve_eligibility(eligibility)
-    if options.expert_profile is not None:
-        read_profile(Path(options.expert_profile))  # strict STRP v1 check before anything else
+    profile = profile if profile is not None else read_expert_profile(options)
     package = open_package(src)
     cfg = package.config
     check_prefill_chunk(cfg, source=str(package.target_dir / CONFIG_FILENAME))
     graph_cfg = cfg.model.qwen38_graph
-    target_path = package.graph_path("target")
-    where = str(target_path)
     # A source converted before carries its prepared target as model_s2: regenerate from it.
     base_role = "s2" if "s2" in package.roles() else "target"
     where = str(package.graph_path(base_role))
@@ -223,8 +140,14 @@ def plan_offload(
     all_qmoe = qmoe_nodes(prepared.graph)
     if not all_qmoe:
         raise OffloadError(f"{where}: no com.microsoft::QMoE node to offload")
-    offloaded, kept = _verdicts(check, prepared, options.mode, where)
-    caps, notes = _plan_slots(options, offloaded, all_qmoe)
+    offloaded, kept_nodes = split_verdicts(check, prepared, options.mode, where)
+    target_name = graph_cfg.target
+    sites = qmoe_sites(prepared, target_name)
+    rows = match_profile(profile, sites, source=str(options.expert_profile)) if profile is not None else None
+    kept = [(target_name, n.name or "") for n, _r in kept_nodes]
+    slot_plan = plan_caps(options, sites, {(target_name, n.name or "") for n in offloaded}, kept, rows)
+    caps = {name: c for (_g, name), c in slot_plan.caps.items()}
+    notes = list(slot_plan.notes)
 
     tdir = package.target_dir
     file_sizes = {}
@@ -237,12 +160,19 @@ def plan_offload(
     )
     retarget_graph(prepared, pool_plan.relocated)  # chained drafts share these initializers
 
-    names = multidraft_filenames()
     graphs: dict[str, bytes] = {}
-    for rows in grow_multidraft(prepared, lineage=graph_cfg.lineage, where=where):
-        if rows > 2:  # the chained drafts are new candidates: same rules, same verdicts
-            _verdicts(check, prepared, options.mode, f"{names[f's{rows}']} (built from {where})")
-        graphs[names[f"s{rows}"]] = _serialize(prepared, where=names[f"s{rows}"])
+    if has_draft(prepared.graph):
+        names = multidraft_filenames()
+        for n_rows in grow_multidraft(prepared, lineage=graph_cfg.lineage, where=where):
+            if n_rows > 2:  # the chained drafts are new candidates: same rules, same verdicts
+                split_verdicts(check, prepared, options.mode, f"{names[f's{n_rows}']} (built from {where})")
+            graphs[names[f"s{n_rows}"]] = serialize_graph(prepared, where=names[f"s{n_rows}"])
+        decoder_file = names["s4"]
+    else:
+        names = {}
+        notes.append(f"{where}: no MTP draft (/mtp/0/): no verify graphs (model_s2/s3/s4) written")
+        decoder_file = target_name
+        graphs[target_name] = serialize_graph(prepared, where=target_name)
     if graph_cfg.prefill is not None and "prefill" in package.roles():
         # The prefill graph runs under the decoder's session options, offload entries included:
         # its QMoE nodes must lose router_weights too, or mode=required rejects them (slot 14).
@@ -250,20 +180,14 @@ def plan_offload(
         refuse_qmoe_offload(prefill, where=str(package.graph_path("prefill")))
         prefill, prefill_cleared = clear_router_weights(prefill, in_place=True)
         retarget_graph(prefill, pool_plan.relocated)
-        _verdicts(check, prefill, options.mode, str(package.graph_path("prefill")))
-        graphs[graph_cfg.prefill.filename] = _serialize(prefill, where=graph_cfg.prefill.filename)
+        split_verdicts(check, prefill, options.mode, str(package.graph_path("prefill")))
+        graphs[graph_cfg.prefill.filename] = serialize_graph(prefill, where=graph_cfg.prefill.filename)
         cleared += prefill_cleared
     s4 = prepared
-    # Chained drafts share /mtp/0/'s experts: they inherit its cap.
-    for node in qmoe_nodes(s4.graph):
-        name = node.name or ""
-        if name.startswith("/mtp/") and not name.startswith("/mtp/0/"):
-            base = "/mtp/0/" + name.split("/", 3)[3]
-            if base in caps:
-                caps[name] = caps[base]
+    caps.update(chained_caps(slot_plan, target_name, [n.name or "" for n in qmoe_nodes(s4.graph)]))
 
     entries = offload_config_entries(options, caps)
-    _check_emitted(entries)
+    check_emitted(entries)
     new_cfg = apply_offload_config(
         cfg,
         entries,
@@ -271,21 +195,27 @@ def plan_offload(
         multidraft=names,
         expert_profile=PROFILE_FILENAME if options.expert_profile is not None else None,
         source=str(tdir / CONFIG_FILENAME),
+        decoder_file=decoder_file,
     )
     # Strict re-parse: only keys of the runtime's surface, profile ranges valid.
     new_cfg = parse_config(config_to_dict(new_cfg), source=f"{out}/{CONFIG_FILENAME}")
+    tiers = [("decoder", new_cfg.model.decoder.session_options.config_entries)]
+    tiers += [(p.id, p.overlay.session_options.config_entries) for p in new_cfg.runtime_profiles
+              if p.overlay.session_options is not None]  # fmt: skip
     if options.cpu_execution:
         notes.append("cpu_execution=enabled")
     report = OffloadReport(
         out=str(out),
+        surface="v12b",
         layout=package.layout,
         router_weights_cleared=cleared,
         offloaded=[n.name or "" for n in offloaded],
-        kept_resident=kept,
+        kept_resident=[(n.name or "", r) for n, r in kept_nodes],
         resident_slots=dict(caps),
         graphs=dict(names.items()),
         pool=dict(pool_plan.counts),
-        notes=notes + [f"kept resident: {n}: {r}" for n, r in kept],
+        hit_rates=_hit_reports(rows, tiers, target_name, kept),
+        notes=notes + [f"kept resident: {n.name}: {r}" for n, r in kept_nodes],
     )
     return OffloadPlan(
         package=package,
@@ -295,23 +225,8 @@ def plan_offload(
         pool_plan=pool_plan,
         entries=entries,
         report=report,
-        profile_src=Path(options.expert_profile) if options.expert_profile else None,
+        profile_bytes=encode_profile(profile) if profile is not None else None,
     )
-
-
-def _place(writer: PackageWriter, src: Path, rel: str) -> FileRecord:
-    """Place an unchanged file by the shared link policy (q38.package.links); its manifest record."""
-    writer.place(src, rel)
-    return writer.records[rel]
-
-
-def _source_files(root: Path) -> list[str]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            out.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return out
 
 
 def write_offload(
@@ -326,36 +241,35 @@ def write_offload(
     target_name = g.target
     regenerated = {target_name, *plan.graphs, CONFIG_FILENAME, MANIFEST_FILENAME, g.weights_pool, POOL_FILENAME}
     regenerated.update(package.config.model.qwen38_graph.multidraft.values())
-    if plan.profile_src is not None:
+    if plan.profile_bytes is not None:
         regenerated.add(PROFILE_FILENAME)
     files: dict[str, FileRecord] = {}
     with PackageWriter(out, source_placer(package, link, digest=digest)) as writer:
         stage_t = writer.path / sub if sub else writer.path
         # Data files, libraries, head and prefill graphs: placed unchanged.
         unchanged = [
-            (tdir / rel, prefix + rel) for rel in _source_files(tdir)
+            (tdir / rel, prefix + rel) for rel in source_files(tdir)
             if not (package.layout == "layered" and rel.split(os.sep)[0] == "head") and rel not in regenerated
         ]
         if package.layout == "layered":
-            unchanged += [(package.root / rel, rel) for rel in _source_files(package.root)
+            unchanged += [(package.root / rel, rel) for rel in source_files(package.root)
                           if rel.split(os.sep)[0] not in ("target", "head")]
-            unchanged += [(package.head_dir / rel, f"head/{rel}") for rel in _source_files(package.head_dir)]
-        with writer.placer.progress([src for src, _ in unchanged], "offload: placing files"):
-            for src, rel in unchanged:
-                files[rel] = _place(writer, src, rel)
+            unchanged += [(package.head_dir / rel, f"head/{rel}") for rel in source_files(package.head_dir)]
+        files.update(place_unchanged(writer, unchanged, "offload: placing files"))
         for name, data in plan.graphs.items():
             writer.write_bytes(prefix + name, data)
             files[prefix + name] = FileRecord("write", hashlib.sha256(data).hexdigest())
-        s4 = plan.graphs[multidraft_filenames()["s4"]]
-        writer.write_bytes(prefix + target_name, s4)  # a written copy, never a link
-        files[prefix + target_name] = FileRecord("write", hashlib.sha256(s4).hexdigest())
+        if target_name not in plan.graphs:
+            s4 = plan.graphs[multidraft_filenames()["s4"]]
+            writer.write_bytes(prefix + target_name, s4)  # a written copy, never a link
+            files[prefix + target_name] = FileRecord("write", hashlib.sha256(s4).hexdigest())
         if plan.pool_plan.moves:
             aligned = stage_t / ALIGNED_FILE
             write_moves(plan.pool_plan.moves, src_root=tdir, dst=aligned)
             files[prefix + ALIGNED_FILE] = FileRecord("write", sha256_file(aligned))
-        if plan.profile_src is not None:
-            writer.write_bytes(prefix + PROFILE_FILENAME, plan.profile_src.read_bytes())
-            files[prefix + PROFILE_FILENAME] = FileRecord("write", sha256_file(stage_t / PROFILE_FILENAME))
+        if plan.profile_bytes is not None:
+            writer.write_bytes(prefix + PROFILE_FILENAME, plan.profile_bytes)
+            files[prefix + PROFILE_FILENAME] = FileRecord("write", hashlib.sha256(plan.profile_bytes).hexdigest())
         writer.write_pool(plan.pool_plan.pool, sub, g.weights_pool)
         writer.write_config(plan.config, sub)
         files[prefix + CONFIG_FILENAME] = FileRecord("write")
@@ -367,7 +281,7 @@ def write_offload(
             sources=({"role": "source", "path": str(package.root)},),
             files=files,
             rewrites={"router_weights_cleared": report.router_weights_cleared,
-                      "multidraft_graphs": len(plan.graphs)},
+                      "multidraft_graphs": len(report.graphs)},
             router_weights_cleared=report.router_weights_cleared,
             resident_slots=dict(report.resident_slots),
             notes=tuple(report.notes),
@@ -376,6 +290,7 @@ def write_offload(
                 "offloaded_nodes": len(report.offloaded),
                 "kept_resident": [{"node": n, "reason": r} for n, r in report.kept_resident],
                 "pool_placements": dict(report.pool),
+                **({"hit_rates": [h.to_dict() for h in report.hit_rates]} if report.hit_rates else {}),
             },
         )
         writer.write_manifest(manifest, sub)
@@ -391,12 +306,43 @@ def convert_package(
     link: LinkPolicy = LinkPolicy.AUTO,
     digest: bool = False,
 ) -> OffloadReport:
-    """Convert ``src`` into a new offload package at ``out``; ``src`` is only read."""
+    """Convert ``src`` (either surface) into a new offload package at ``out``; ``src`` is only read.
+
+    A v12b package gives a v12b package (this module); a builder package a builder package
+    (:mod:`q38.offload.genai`)."""
+    from q38.package.surface import detect_surface
+
     src, out = Path(src), Path(out)
     check_output_outside(out, [src])
+    if detect_surface(src) == "genai":
+        from q38.offload.genai import plan_genai_offload, write_genai_offload
+
+        genai_plan = plan_genai_offload(src, options, out=out, eligibility=eligibility)
+        _log_plan(genai_plan.report)
+        return write_genai_offload(genai_plan, out, link=link, digest=digest)
     plan = plan_offload(src, options, out=out, eligibility=eligibility)
+    _log_plan(plan.report)
+    return write_offload(plan, out, link=link, digest=digest)
+
+
+def _log_plan(report: OffloadReport) -> None:
     _LOG.info(
         "offload: %d QMoE nodes offloaded, %d kept resident, %d router_weights cleared",
-        len(plan.report.offloaded), len(plan.report.kept_resident), plan.report.router_weights_cleared,
+        len(report.offloaded), len(report.kept_resident), report.router_weights_cleared,
     )
-    return write_offload(plan, out, link=link, digest=digest)
+
+
+def preview_offload(
+    src: Path | str, options: OffloadOptions, *, profile: ExpertProfile | None = None
+) -> OffloadReport:
+    """The report a conversion of ``src`` would give (hit rates included), writing nothing:
+    ``q38 profile --plan``."""
+    from q38.package.surface import detect_surface
+
+    src = Path(src)
+    out = src.parent / f"{src.name}.offload-preview"  # named in messages only: never created
+    if detect_surface(src) == "genai":
+        from q38.offload.genai import plan_genai_offload
+
+        return plan_genai_offload(src, options, out=out, profile=profile).report
+    return plan_offload(src, options, out=out, profile=profile).report

@@ -13,9 +13,17 @@ from typing import Any
 
 import onnx_ir as ir
 
-from q38.errors import InternalError
+from q38.errors import InternalError, OffloadError
 
-__all__ = ["Eligibility", "Verdict", "contracts_eligibility", "resolve_eligibility"]
+__all__ = [
+    "Eligibility",
+    "Verdict",
+    "contracts_eligibility",
+    "refusal_hint",
+    "required_refusal",
+    "resolve_eligibility",
+    "split_verdicts",
+]
 
 Verdict = tuple[ir.Node, str | None]
 Eligibility = Callable[[ir.Model, str], Sequence[Verdict]]
@@ -55,3 +63,42 @@ def _normalize(result: object, model: ir.Model) -> list[Verdict]:
 
 def resolve_eligibility(custom: Eligibility | None) -> Eligibility:
     return custom if custom is not None else contracts_eligibility
+
+
+def refusal_hint(node: ir.Node, reason: str) -> str:
+    """What the user can do about a node ORT would not offload (appended to the refusal)."""
+    attrs = node.attributes
+    quant = attrs["quant_type"].value if "quant_type" in attrs else "int"
+    prepacked = attrs["weights_prepacked"].value if "weights_prepacked" in attrs else -1
+    bits = attrs["expert_weight_bits"].value if "expert_weight_bits" in attrs else 8
+    if reason.startswith("quant_type='int' offload requires") and quant == "int" and bits == 4 and prepacked != 1:
+        return "re-export with --extra_options qmoe_weights_prepacked=1, or use --offload-mode auto"
+    if reason.startswith("unsupported quant_type="):
+        return "only int and nvfp4 experts offload; --offload-mode auto keeps it on the GPU"
+    return "--offload-mode auto keeps it on the GPU"
+
+
+def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
+    """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason (last:
+    ORT's texts are long, and a cut line keeps its head and its tail)."""
+    return OffloadError(
+        f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
+        f"{refusal_hint(node, reason)}): {reason}"
+    )
+
+
+def split_verdicts(
+    check: Eligibility, model: ir.Model, mode: str, where: str
+) -> tuple[list[ir.Node], list[tuple[ir.Node, str]]]:
+    """(offloaded nodes, [(kept node, reason)]) of one graph; ``required`` raises at the first
+    node ORT would not offload (graph order), naming the graph file and the node."""
+    offloaded: list[ir.Node] = []
+    kept: list[tuple[ir.Node, str]] = []
+    for node, reason in check(model, mode):
+        if reason is None:
+            offloaded.append(node)
+        elif mode == "required":
+            raise required_refusal(where, node, reason)
+        else:
+            kept.append((node, reason))
+    return offloaded, kept

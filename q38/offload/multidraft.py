@@ -11,8 +11,11 @@ inside the graph. ``s2`` is the prepared target itself (its one MTP draft, ``/mt
   input tokens (an embedding ``Gather`` on ``input_ids``, inside or just outside the draft);
 - adds the graph output ``mtp.{j+1}.logits``.
 
-The sequence dim of ``input_ids`` and ``position_ids`` becomes the static row count N and the
-graph carries ``q38.verify_rows = N`` in its metadata. The source model is never mutated
+The sequence symbol (the last dim of ``input_ids``) becomes the static row count N in every graph
+input and output where it appears (``position_ids [B, S]`` or MRoPE ``[3, B, S]``, ``logits``,
+...); the graph carries ``q38.verify_rows = N`` and the places it bound (``q38.verify_dims``) in
+its metadata. A decoder whose draft is its own graph gets the same binding and no draft
+(:func:`verify_graph`). The source model is never mutated
 (FunctionalPass: a shallow clone whose tensors are the source's, still lazy).
 """
 
@@ -31,11 +34,16 @@ from q38.errors import GraphError
 
 __all__ = [
     "DRAFT_ROWS",
+    "VERIFY_DIMS_KEY",
+    "VERIFY_ROWS_KEY",
     "MultiDraftPass",
     "build_multidraft",
     "find_draft",
     "grow_multidraft",
+    "has_draft",
     "multidraft_filenames",
+    "sequence_symbol",
+    "verify_graph",
 ]
 
 DRAFT_ROWS: Final = (2, 3, 4)
@@ -45,7 +53,8 @@ _NORM_OPS: Final = frozenset(
      "LayerNormalization", "GatedRMSNorm"}
 )
 _TOKEN_INPUTS: Final = ("input_ids",)
-_ROW_INPUTS: Final = ("input_ids", "position_ids")
+_LEGACY_SYMBOL: Final = "sequence_length"
+_LEGACY_ROW_INPUTS: Final = ("input_ids", "position_ids")
 
 
 def multidraft_filenames() -> dict[str, str]:
@@ -267,12 +276,88 @@ def _append_draft(graph: ir.Graph, draft: Draft, prev_hidden: ir.Value, prev_log
     return mapping[draft.hidden_out], logits
 
 
-def _fix_rows(graph: ir.Graph, rows: int) -> None:
-    for value in graph.inputs:
-        if value.name in _ROW_INPUTS and value.shape is not None and len(value.shape) >= 2:
-            dims = list(value.shape.dims)
-            dims[1] = rows
+VERIFY_ROWS_KEY: Final = "q38.verify_rows"
+VERIFY_DIMS_KEY: Final = "q38.verify_dims"
+
+
+def has_draft(graph: ir.Graph) -> bool:
+    """Whether the graph holds an MTP draft ``/mtp/0/...`` (many real exports have none)."""
+    return bool(_draft_nodes(graph, 0))
+
+
+def _graph_io(graph: ir.Graph) -> Iterator[ir.Value]:
+    yield from graph.inputs
+    yield from graph.outputs
+
+
+def _restore_rows(model: ir.Model) -> None:
+    """Undo :func:`_fix_rows` on a graph q38 emitted before (its ``q38.verify_dims`` metadata names
+    every (value, dim) that was the sequence symbol), so it can be regenerated for other rows."""
+    record = model.metadata_props.get(VERIFY_DIMS_KEY)
+    if not record and model.metadata_props.get(VERIFY_ROWS_KEY):
+        # Written before q38.verify_dims existed: only input_ids / position_ids [B, S] were bound.
+        record = f"{_LEGACY_SYMBOL}=" + ";".join(f"{name}:1" for name in _LEGACY_ROW_INPUTS)
+    if not record:
+        return
+    symbol, _, places = record.partition("=")
+    by_name = {v.name: v for v in _graph_io(model.graph)}
+    for place in places.split(";") if places else ():
+        name, _, index = place.rpartition(":")
+        value = by_name.get(name)
+        if value is None or value.shape is None or not index.isdigit() or int(index) >= len(value.shape):
+            continue
+        dims = list(value.shape.dims)
+        dims[int(index)] = ir.SymbolicDim(symbol)
+        value.shape = ir.Shape(dims)
+    model.metadata_props.pop(VERIFY_DIMS_KEY, None)
+
+
+def sequence_symbol(graph: ir.Graph, *, where: str) -> str:
+    """The symbolic dim that counts the rows a step processes: the last dim of ``input_ids``
+    (``[B, S]``; its position in ``position_ids`` may differ: MRoPE ``[3, B, S]``)."""
+    ids = next((v for v in graph.inputs if v.name in _TOKEN_INPUTS), None)
+    if ids is None or ids.shape is None or len(ids.shape) < 2:
+        shape = None if ids is None or ids.shape is None else list(ids.shape)
+        raise GraphError(
+            f"{where}: input_ids {'is missing' if ids is None else f'has shape {shape}'}: verify graphs need "
+            "input_ids [batch, sequence] (a packed 1-D input_ids has no verify rows)"
+        )
+    dim = ids.shape[-1]
+    if isinstance(dim, int) or dim.value is None:
+        raise GraphError(f"{where}: the sequence dim of input_ids is {dim!r}, not a named symbol: cannot set verify rows")
+    return str(dim.value)
+
+
+def _fix_rows(model: ir.Model, rows: int, symbol: str) -> None:
+    """Bind the sequence symbol to ``rows`` in every graph input and output, wherever it sits
+    (``input_ids [B, S]``, ``position_ids [3, B, S]``, ``logits [B, S, V]``, ...); dims named
+    otherwise (``total_sequence_length``, ``past_sequence_length``, state shapes) keep their names.
+    The places are recorded in ``q38.verify_dims`` so a later conversion can undo it."""
+    places: list[str] = []
+    for value in _graph_io(model.graph):
+        if value.shape is None:
+            continue
+        dims = list(value.shape.dims)
+        hit = False
+        for index, dim in enumerate(dims):
+            if isinstance(dim, ir.SymbolicDim) and dim.value == symbol:
+                dims[index] = rows
+                places.append(f"{value.name}:{index}")
+                hit = True
+        if hit:
             value.shape = ir.Shape(dims)
+    model.metadata_props[VERIFY_ROWS_KEY] = str(rows)
+    model.metadata_props[VERIFY_DIMS_KEY] = f"{symbol}=" + ";".join(places)
+
+
+def verify_graph(model: ir.Model, rows: int, *, where: str) -> ir.Model:
+    """``model`` (owned by the caller) turned *in place* into a graph verifying ``rows`` rows and
+    nothing else: the form for a decoder whose draft is its own graph (``mtp.onnx``)."""
+    if rows not in DRAFT_ROWS:
+        raise GraphError(f"{where}: verify rows must be one of {DRAFT_ROWS}, got {rows}")
+    _restore_rows(model)
+    _fix_rows(model, rows, sequence_symbol(model.graph, where=where))
+    return model
 
 
 def build_multidraft(
@@ -284,13 +369,14 @@ def build_multidraft(
         raise GraphError(f"{where}: verify rows must be one of {DRAFT_ROWS}, got {rows}")
     find_draft(model.graph, lineage=lineage, where=where)  # refuse before cloning
     out = model if in_place else model.clone()
+    _restore_rows(out)
+    symbol = sequence_symbol(out.graph, where=where)
     graph = out.graph
     draft = find_draft(graph, lineage=lineage, where=where)
     hidden, logits = draft.hidden_out, draft.logits
     for j in range(1, rows - 1):
         hidden, logits = _append_draft(graph, draft, hidden, logits, j)
-    _fix_rows(graph, rows)
-    out.metadata_props["q38.verify_rows"] = str(rows)
+    _fix_rows(out, rows, symbol)
     return out
 
 
@@ -299,12 +385,14 @@ def grow_multidraft(model: ir.Model, *, lineage: str, where: str = "model.onnx")
     once the model is that graph: serialize it before resuming. No clone: the cheapest way to
     get all three graphs of a large target."""
     draft = find_draft(model.graph, lineage=lineage, where=where)
+    _restore_rows(model)
+    symbol = sequence_symbol(model.graph, where=where)
     hidden, logits = draft.hidden_out, draft.logits
     for rows in DRAFT_ROWS:
+        _restore_rows(model)  # the new draft's values copy draft 0's shapes: symbolic again first
         if rows > 2:
             hidden, logits = _append_draft(model.graph, draft, hidden, logits, rows - 2)
-        _fix_rows(model.graph, rows)
-        model.metadata_props["q38.verify_rows"] = str(rows)
+        _fix_rows(model, rows, symbol)
         yield rows
 
 

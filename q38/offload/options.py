@@ -21,6 +21,7 @@ __all__ = [
     "OffloadOptions",
     "format_node_overrides",
     "offload_config_entries",
+    "parse_node_overrides",
 ]
 
 OFFLOAD_PREFIX: Final = "session.moe.offload."
@@ -89,6 +90,21 @@ def format_node_overrides(caps: Mapping[str, int]) -> str:
             raise OffloadError(f"QMoE node {name!r}: negative resident-slot cap {cap}")
         parts.append(f"{name}:max_resident_slots={cap}")
     return ";".join(parts)
+
+
+def parse_node_overrides(text: str) -> dict[str, int]:
+    """``node -> max_resident_slots`` read back from a ``node_overrides`` value q38 wrote (the
+    hit-rate report reads what was emitted, not what was planned)."""
+    caps: dict[str, int] = {}
+    for entry in text.split(";"):
+        name, sep, settings = entry.strip().rpartition(":")
+        if not sep:
+            continue
+        for setting in settings.split(","):
+            key, _, value = setting.strip().partition("=")
+            if key.strip() == "max_resident_slots" and value.strip().isdigit():
+                caps[name.strip()] = int(value)
+    return caps
 
 
 def offload_config_entries(

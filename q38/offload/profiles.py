@@ -124,9 +124,12 @@ def apply_offload_config(
     multidraft: Mapping[str, str] | None = None,
     expert_profile: str | None = None,
     source: str = "genai_config.json",
+    decoder_file: str = PROFILE_TARGET,
 ) -> Config:
     """The converted config: decoder = model.onnx with the offload entries, CUDA graph + arena
-    options, the four runtime profiles, the multidraft graph names and the expert profile.
+    options, the four runtime profiles (selecting ``decoder_file``: ``model_s4.onnx``, or the
+    target itself when it has no MTP draft and so no verify graphs), the multidraft graph names
+    and the expert profile.
 
     Offload entries already present (an older conversion) are replaced, never merged.
     """
@@ -157,6 +160,6 @@ def apply_offload_config(
         qwen38_graph=graph,
     )
     profiles = build_runtime_profiles(
-        offload_entries, min_host_bytes=min_host_bytes, max_host_bytes=max_host_bytes
+        offload_entries, min_host_bytes=min_host_bytes, max_host_bytes=max_host_bytes, filename=decoder_file
     )
     return dataclasses.replace(cfg, model=model, runtime_profiles=profiles)

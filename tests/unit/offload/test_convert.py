@@ -190,7 +190,8 @@ def test_required_refuses_before_writing(tiny_cpu_package: Path, editable_copy: 
         convert_package(src, out, OffloadOptions(mode="required"))
     assert str(info.value) == (
         f"{src / 'model.onnx'}: QMoE node '/model/layers.3/moe/QMoE' would not be offloaded by onnxruntime "
-        "(--offload-mode required): use_sparse_mixer=1 is not supported by the QMoE offload backend"
+        "(--offload-mode required; --offload-mode auto keeps it on the GPU): use_sparse_mixer=1 is not supported "
+        "by the QMoE offload backend"
     )
     _assert_nothing_written(out)
     assert tree_digest(src) == before

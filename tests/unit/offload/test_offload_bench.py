@@ -1,10 +1,14 @@
 """Benchmark: ``q38 offload`` of the full synthetic package (48 decoder layers + the MTP draft:
 49 QMoE nodes), time and peak RSS; and memory that does not grow with weight bytes.
 
-Invariants guarded (no timing assertions):
-- the full conversion succeeds and clears all 49 router_weights;
+Invariants guarded (no timing assertions), on what was measured:
+- the benchmarked conversion's output: 97 router_weights cleared (49 target + 48 prefill), model_s2/s3/s4
+  with 49/50/51 QMoE nodes and 2/3/4 verify rows, model.onnx = model_s4.onnx, a cap of 2 on every
+  node of model_s4, every routed-expert pool entry cpu_mmap except the MTP draft's (host_mapped,
+  4096-aligned in the moved file), every other entry host_mapped;
 - peak Python allocation during a conversion is the same (within 25 % + 2 MB) for a package with
-  ten times the weight bytes: weights are never read into memory.
+  ten times the weight bytes (weights are never read into memory), and both outputs have the
+  same graphs.
 The measured figures go into the benchmark's ``extra_info`` (and ``-s`` output).
 """
 
@@ -17,10 +21,12 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import onnx
 import pytest
 
 from q38.offload.convert import convert_package
-from q38.offload.options import OffloadOptions
+from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
+from q38.package import open_package
 
 REPO = Path(__file__).resolve().parents[3]
 _OPTIONS = OffloadOptions(mode="auto", target_resident_slots=2, mtp_moe_placement="host_mapped")
@@ -43,6 +49,37 @@ def _data_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.data"))
 
 
+def _qmoe_names(path: Path) -> list[str]:
+    return [n.name for n in onnx.load(path, load_external_data=False).graph.node if n.op_type == "QMoE"]
+
+
+def _assert_converted(src: Path, out: Path) -> None:
+    """The structure of one converted full package (see the module docstring)."""
+    target = _qmoe_names(src / "model.onnx")
+    assert len(target) == 49
+    for rows, extra in ((2, 0), (3, 1), (4, 2)):
+        model = onnx.load(out / f"model_s{rows}.onnx", load_external_data=False)
+        names = [n.name for n in model.graph.node if n.op_type == "QMoE"]
+        assert names[:49] == target and len(names) == 49 + extra
+        assert {p.key: p.value for p in model.metadata_props}["q38.verify_rows"] == str(rows)
+    assert (out / "model.onnx").read_bytes() == (out / "model_s4.onnx").read_bytes()
+    pkg = open_package(out)
+    caps = parse_node_overrides(pkg.config.model.decoder.session_options.config_entries[OFFLOAD_PREFIX + "node_overrides"])
+    assert caps == dict.fromkeys(_qmoe_names(out / "model_s4.onnx"), 2)
+    experts = set()
+    for node in onnx.load(src / "model.onnx", load_external_data=False).graph.node:
+        if node.op_type == "QMoE":
+            experts.update((node.name.startswith("/mtp/"), name) for name in node.input[2:8] if name)
+    for entry in pkg.pool.entries:
+        names = {part.split(":", 1)[1] for part in entry.provenance.split(",") if ":" in part}
+        if names & {n for mtp, n in experts if mtp}:
+            assert entry.placement == "host_mapped" and entry.offset % 4096 == 0, entry
+        elif names & {n for mtp, n in experts if not mtp}:
+            assert entry.placement == "cpu_mmap", entry
+        else:
+            assert entry.placement == "host_mapped", entry
+
+
 @pytest.mark.slow
 def test_offload_full_bench(benchmark, full_cpu_package: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     counter = itertools.count()
@@ -51,6 +88,7 @@ def test_offload_full_bench(benchmark, full_cpu_package: Path, tmp_path: Path) -
         return convert_package(full_cpu_package, tmp_path / f"out{next(counter)}", _OPTIONS).router_weights_cleared
 
     assert benchmark.pedantic(run, rounds=3, iterations=1) == 97  # 49 target + 48 prefill
+    _assert_converted(full_cpu_package, tmp_path / "out0")
     child = subprocess.run(
         [sys.executable, "-c", _CHILD, str(full_cpu_package), str(tmp_path / "rss")],
         capture_output=True, text=True, check=True, cwd=REPO,
@@ -77,3 +115,5 @@ def test_offload_memory_independent_of_weight_bytes(full_cpu_package: Path, tmp_
             tracemalloc.stop()
     print(f"offload peak python allocation: full {peaks[0] / 1e6:.1f} MB, large {peaks[1] / 1e6:.1f} MB")
     assert peaks[1] < 1.25 * peaks[0] + 2_000_000
+    for graph in ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx"):
+        assert _qmoe_names(tmp_path / "out_full" / graph) == _qmoe_names(tmp_path / "out_large" / graph)

@@ -1,0 +1,183 @@
+"""``q38 profile PKG -o expert-profile.bin``: count which experts a workload selects (issue 18).
+
+Module level imports the standard library only; ``run`` imports the profiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = (
+    "Run a package on the CPU (its cpu variant, or a real -e cpu export) over a workload and count, "
+    "per QMoE node (decoder layers, then the MTP where it runs), how often each expert is selected; "
+    "write the counts as an STRP v1 expert profile for q38 offload --expert-profile. Workload: "
+    "--prompts FILE (one prompt a line: token ids, or text when onnxruntime-genai can load the "
+    "package's tokenizer) or --prompt-count random prompts from --seed; each continued greedily for "
+    "--tokens tokens. With --plan, also print what an offload with --total-resident-slots N would "
+    "keep resident and its expected hit rate, without converting. Deterministic: the same package, "
+    "workload and --threads give a byte-identical profile."
+)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}")
+    return value
+
+
+def _nonneg(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}")
+    return value
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("profile", parents=[common], help="measure which experts a workload selects (STRP v1)",
+                       description=_DESCRIPTION)  # fmt: skip
+    p.add_argument("package", metavar="PKG", help="package directory (either surface; never modified)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the profile here (STRP v1; must not exist; default: not written, only with --plan)")
+    work = p.add_argument_group("workload")
+    work.add_argument("--prompts", metavar="FILE", help="one prompt a line: token ids (5 6 7 or 5,6,7) or text")
+    work.add_argument("--prompt-count", type=_positive, default=8, metavar="N",
+                      help="random prompts when no --prompts file is given")
+    work.add_argument("--prompt-length", type=_positive, default=16, metavar="L", help="ids per random prompt")
+    work.add_argument("--tokens", type=_positive, default=16, metavar="N", help="greedy tokens generated per prompt")
+    work.add_argument("--seed", type=_nonneg, default=0, help="seed of the random prompts")
+    work.add_argument("--threads", type=_positive, default=1, metavar="N",
+                      help="onnxruntime intra-op threads (the profile is byte-identical for the same N)")
+    plan = p.add_argument_group("plan (print what q38 offload would keep resident; converts nothing)")
+    plan.add_argument("--plan", action="store_true", help="print the slot plan and its expected hit rate")
+    plan.add_argument("--expert-profile", metavar="FILE",
+                      help="plan from this STRP v1 profile instead of running the workload")
+    plan.add_argument("--total-resident-slots", type=_nonneg, metavar="N", help="total resident slots to plan")
+    plan.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
+    plan.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
+    plan.add_argument("--offload-mode", choices=("auto", "required"), default="auto",
+                      help="how ineligible nodes are treated (auto: kept on the GPU, all their selections hit)")
+    p.set_defaults(run=run)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from q38.errors import FlagError
+
+    if args.output is None and not args.plan:
+        raise FlagError("-o FILE is required (or --plan to print a plan only)")
+    if args.expert_profile is not None and not args.plan:
+        raise FlagError("--expert-profile is read by --plan only")
+    if args.expert_profile is not None and args.output is not None:
+        raise FlagError("--expert-profile and -o: a plan from a profile file measures nothing to write")
+    if args.plan and args.total_resident_slots is None:
+        raise FlagError("--plan needs --total-resident-slots N")
+    if not args.plan and (args.total_resident_slots is not None or args.uniform_profile_slots or args.min_slots_per_layer):
+        raise FlagError("--total-resident-slots, --uniform-profile-slots and --min-slots-per-layer need --plan")
+    if args.output is not None and os.path.lexists(args.output):
+        raise FlagError(f"-o {args.output}: exists (q38 never replaces a file)")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a hidden file beside ``path`` and rename it into place: an interrupted run
+    leaves neither ``path`` nor the temporary file."""
+    import tempfile
+
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and fails if path appeared meanwhile: never replace a file
+        except OSError:
+            if os.path.lexists(path):
+                raise
+            os.rename(tmp, path)  # a filesystem without hard links
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.errors import ProfileError
+    from q38.package.profile import encode_profile, read_profile
+
+    _check_args(args)
+    measured = None
+    if args.expert_profile is not None:
+        profile = read_profile(Path(args.expert_profile), what="--expert-profile")
+    else:
+        measured = _measure(args)
+        profile = measured.profile
+        if args.output is not None:
+            try:
+                _write_atomic(Path(args.output), encode_profile(profile))
+            except OSError as exc:
+                raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
+    plan = _plan(args, profile) if args.plan else None
+    if args.json:
+        doc: dict[str, Any] = {"output": args.output}
+        if measured is not None:
+            doc["profile"] = measured.to_dict()
+        if plan is not None:
+            doc["plan"] = {"resident_slots": plan.resident_slots, "hit_rates": [h.to_dict() for h in plan.hit_rates]}
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    if measured is not None:
+        total = sum(measured.rows_processed.values())
+        where = f"wrote {args.output}" if args.output else "measured"
+        print(f"q38 profile: {where}: {measured.counts.shape[0]} layers x {measured.counts.shape[1]} experts, "
+              f"{measured.prompts} prompts, {measured.generated} tokens generated, {total} rows processed "
+              f"({', '.join(f'{g} {n}' for g, n in measured.rows_processed.items())}), {measured.seconds:.1f} s")  # fmt: skip
+    if plan is not None:
+        from q38.offload.hitrate import format_reports
+
+        print("\n".join(format_reports(plan.hit_rates)))
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> Any:
+    from q38.profile.run import open_runnable, profile_package
+    from q38.profile.workload import Workload, og_tokenizer, read_prompts, synthetic_prompts
+
+    root = Path(args.package)
+    pkg = open_runnable(root)
+    if args.prompts is not None:
+        prompts = read_prompts(Path(args.prompts), vocab=pkg.vocab or 2**31, tokenizer=og_tokenizer(root))
+        source = f"--prompts {args.prompts}"
+    else:
+        if not pkg.vocab:
+            from q38.errors import ProfileError
+
+            raise ProfileError(f"{root}: the config has no vocab_size: give --prompts FILE")
+        prompts = synthetic_prompts(args.prompt_count, args.prompt_length, pkg.vocab, args.seed)
+        source = f"--seed {args.seed}"
+    return profile_package(pkg, Workload(prompts, args.tokens, source), threads=args.threads)
+
+
+def _plan(args: argparse.Namespace, profile: Any) -> Any:
+    from q38.offload.convert import preview_offload
+    from q38.offload.options import OffloadOptions
+
+    options = OffloadOptions(
+        mode=args.offload_mode,
+        expert_profile=args.expert_profile or "(measured)",
+        total_resident_slots=args.total_resident_slots,
+        uniform_profile_slots=args.uniform_profile_slots,
+        min_slots_per_layer=args.min_slots_per_layer,
+    )
+    return preview_offload(Path(args.package), options, profile=profile)

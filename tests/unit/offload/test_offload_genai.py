@@ -1,0 +1,206 @@
+"""``q38 offload`` of builder packages (the genai surface): synthetic ``--exporter builder``
+packages of both variants and lineages, and the real builder exports.
+
+Invariants guarded:
+- the output keeps the genai surface: ``genai_config.json`` parses as onnxruntime-genai 0.18.0
+  parses it (og.Config), ``q38 check`` exits 0, og generates the source's greedy tokens;
+- QMoE as the public builder writes it (14 inputs, ``weights_prepacked`` absent): ``required``
+  names the node and says to re-export with ``qmoe_weights_prepacked=1``; ``auto`` keeps every
+  such node on the GPU and converts;
+- the MTP graph (``mtp.onnx``) is its own session: its own ``session.moe.offload.*`` entries
+  (inheriting the decoder's providers when it had no options), its FP8 QMoE refused by name
+  under ``required`` and kept resident under ``auto`` while the decoder's nodes are offloaded;
+- the verify graphs ``model_sS.onnx`` are the decoder with the sequence symbol bound to S
+  (``position_ids [3, B, S]``, ``input_ids [B, S]``, logits / hidden_states ``[B, S, ...]``) and
+  run in ORT with S rows giving the decoder's logits bit for bit;
+- a package without MTP converts: offload options, no verify graphs, said in the summary;
+- with a profile and ``--total-resident-slots N``: the decoder's and the MTP's caps sum to N,
+  each session's popularity file holds exactly its graph's rows;
+- the source is byte-identical after every conversion, refused ones included.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from q38.cli import main
+from q38.errors import OffloadError
+from q38.offload.convert import convert_package
+from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
+from q38.package import encode_profile, read_profile
+from q38.package.genai_config import read_genai_config
+from q38.package.profile import ExpertProfile
+
+from support.genai_packages import real_package_dirs
+from support.offload_synthpkg import tree_digest
+from support.synth_builder import feeds_for, og_greedy, zero_state
+
+
+@pytest.fixture(scope="session")
+def builder_prepacked_faithful(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from q38.synth import synthesize
+
+    return synthesize(tmp_path_factory.mktemp("offload_src") / "bfp", exporter="builder", variant="faithful",
+                      weights_prepacked=True)
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[object]:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def _entries(pkg: Path, section: str) -> dict[str, str]:
+    so = json.loads((pkg / "genai_config.json").read_text())["model"][section]["session_options"]
+    return {k: v for k, v in so.items() if k.startswith(OFFLOAD_PREFIX)}
+
+
+def test_builder_cpu_auto_keeps_qmoe_and_generates_the_same_tokens(tiny_builder_cpu_package: Path,
+                                                                   tmp_path: Path) -> None:
+    og = pytest.importorskip("onnxruntime_genai")
+    src = tiny_builder_cpu_package
+    before = tree_digest(src)
+    out = tmp_path / "out"
+    report = convert_package(src, out, OffloadOptions(mode="auto"))
+    assert tree_digest(src) == before
+    assert report.surface == "genai" and report.offloaded == []
+    assert [n for n, _ in report.kept_resident] == [f"model.onnx:/model/layers.{i}/moe/QMoE" for i in range(8)] + [
+        "mtp.onnx:/model/layers.0/moe/QMoE"]
+    assert {r for _, r in report.kept_resident} == {
+        "quant_type='int' offload requires (bits=4, weights_prepacked=1, block_size=32), (bits=3, weights_prepacked=0, "
+        "block_size in {32,64,128}), or (bits=2, weights_prepacked=1, block_size in {32,64,128})"}
+    assert report.graphs == {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
+    for section in ("decoder", "mtp"):
+        assert _entries(out, section) == {OFFLOAD_PREFIX + "mode": "auto", OFFLOAD_PREFIX + "placement": "adaptive"}
+    doc = json.loads((out / "genai_config.json").read_text())
+    assert "runtime_profiles" not in doc and doc["model"]["type"] == "qwen3_5_moe_text"
+    og.Config(str(out))  # 0.18.0's own parser
+    assert main(["check", str(out)]) == 0
+    assert og_greedy(out) == og_greedy(src)
+    manifest = json.loads((out / "package_manifest.json").read_text())
+    assert manifest["extra"]["verify_graphs"] == report.graphs and manifest["extra"]["surface"] == "genai"
+    assert {p.name for p in out.iterdir()} == {p.name for p in src.iterdir()} | {
+        "model_s2.onnx", "model_s3.onnx", "model_s4.onnx", "package_manifest.json"}
+
+
+def test_builder_required_names_the_node_and_the_re_export(tiny_builder_cpu_package: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    src = tiny_builder_cpu_package
+    before = tree_digest(src)
+    assert main(["offload", str(tmp_path / "out"), "--from-package", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"q38 offload: error: {src / 'model.onnx'}: QMoE node '/model/layers.0/moe/QMoE' would not "
+                          "be offloaded by onnxruntime (--offload-mode required; re-export with --extra_options "
+                          "qmoe_weights_prepacked=1, or use --offload-mode auto): quant_type='int' offload requires")
+    assert not (tmp_path / "out").exists()
+    assert tree_digest(src) == before
+
+
+def test_verify_graphs_bind_the_sequence_dim_and_run(tiny_builder_cpu_package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    convert_package(tiny_builder_cpu_package, out, OffloadOptions(mode="auto"))
+    base = onnx.load(out / "model.onnx", load_external_data=False)
+    base_in = {v.name: _dims(v) for v in base.graph.input}
+    assert base_in["position_ids"] == [3, "batch_size", "sequence_length"]
+    decoder = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    for rows in (2, 3, 4):
+        path = out / f"model_s{rows}.onnx"
+        model = onnx.load(path, load_external_data=False)
+        inputs = {v.name: _dims(v) for v in model.graph.input}
+        outputs = {v.name: _dims(v) for v in model.graph.output}
+        assert inputs["position_ids"] == [3, "batch_size", rows]
+        assert inputs["input_ids"] == ["batch_size", rows]
+        assert inputs["attention_mask"] == ["batch_size", "total_sequence_length"]
+        assert outputs["logits"] == ["batch_size", rows, 512] and outputs["hidden_states"] == ["batch_size", rows, 256]
+        assert {k: v for k, v in inputs.items() if k.startswith("past")} == {
+            k: v for k, v in base_in.items() if k.startswith("past")}
+        assert [n.name for n in model.graph.node] == [n.name for n in base.graph.node]
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = feeds_for(np.arange(3, 3 + rows)[None], 0, zero_state(sess))
+        np.testing.assert_array_equal(sess.run(["logits"], feeds)[0], decoder.run(["logits"], feeds)[0])
+
+
+def test_fp8_mtp_qmoe_is_refused_by_name_or_kept_resident(builder_prepacked_faithful: Path, tmp_path: Path) -> None:
+    src = builder_prepacked_faithful
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "req", OffloadOptions(mode="required"))
+    assert str(info.value) == (
+        f"{src / 'mtp.onnx'}: QMoE node '/model/layers.0/moe/QMoE' would not be offloaded by onnxruntime "
+        "(--offload-mode required; only int and nvfp4 experts offload; --offload-mode auto keeps it on the GPU): "
+        "unsupported quant_type='fp8' (expected 'nvfp4' or 'int')"
+    )
+    assert not (tmp_path / "req").exists()
+    report = convert_package(src, tmp_path / "auto", OffloadOptions(mode="auto", target_resident_slots=3))
+    assert report.offloaded == [f"model.onnx:/model/layers.{i}/moe/QMoE" for i in range(8)]
+    assert report.kept_resident == [("mtp.onnx:/model/layers.0/moe/QMoE",
+                                     "unsupported quant_type='fp8' (expected 'nvfp4' or 'int')")]
+    dec = parse_node_overrides(_entries(tmp_path / "auto", "decoder")[OFFLOAD_PREFIX + "node_overrides"])
+    assert dec == {f"/model/layers.{i}/moe/QMoE": 3 for i in range(8)}
+    assert OFFLOAD_PREFIX + "node_overrides" not in _entries(tmp_path / "auto", "mtp")
+    assert main(["check", str(tmp_path / "auto")]) == 0
+
+
+def test_profile_total_exact_over_decoder_and_mtp_sessions(builder_prepacked_faithful: Path, tmp_path: Path) -> None:
+    """A profile of 8 decoder + 1 MTP rows; the FP8 MTP node stays on the GPU (all its selections
+    hit), the 30 slots go to the decoder's offloaded nodes."""
+    counts = np.random.default_rng(5).integers(0, 500, size=(9, 8)).astype(np.uint64)
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    out = tmp_path / "out"
+    report = convert_package(builder_prepacked_faithful, out, OffloadOptions(
+        mode="auto", expert_profile=str(profile), total_resident_slots=30))
+    dec = parse_node_overrides(_entries(out, "decoder").get(OFFLOAD_PREFIX + "node_overrides", ""))
+    assert sum(dec.values()) == 30 and len(dec) == 8  # the FP8 MTP is kept: all 30 on the decoder
+    assert read_profile(out / "expert-profile.bin").counts.tolist() == counts[:8].tolist()
+    assert read_profile(out / "mtp.expert-profile.bin").counts.tolist() == counts[8:].tolist()
+    assert _entries(out, "mtp")[OFFLOAD_PREFIX + "popularity_file"] == "mtp.expert-profile.bin"
+    assert _entries(out, "decoder")[OFFLOAD_PREFIX + "popularity_file"] == "expert-profile.bin"
+    assert sum(report.resident_slots.values()) == 30
+    (tier,) = report.hit_rates
+    assert [h.state for h in tier.layers] == ["offloaded"] * 8 + ["kept"]
+    assert tier.layers[-1].hits == tier.layers[-1].selections == int(counts[8].sum())
+    assert main(["check", str(out)]) == 0
+
+
+def test_a_builder_package_without_mtp_converts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = next(p for p in real_package_dirs() if p.name == "int4-cuda-prepacked")
+    out = tmp_path / "out"
+    assert main(["offload", str(out), "--from-package", str(src), "--target-resident-slots", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "4 QMoE nodes offloaded, 0 kept resident" in text and "verify graphs none (no MTP draft)" in text
+    assert "no model.mtp graph: no verify graphs (model_s2/s3/s4) written" in text
+    assert not list(out.glob("model_s*.onnx"))
+    entries = _entries(out, "decoder")
+    assert entries[OFFLOAD_PREFIX + "mode"] == "required"
+    assert parse_node_overrides(entries[OFFLOAD_PREFIX + "node_overrides"]) == {
+        f"/model/layers.{i}/moe/QMoE": 2 for i in range(4)}
+    cuda = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["session_options"]["provider_options"]
+    assert cuda == [{"cuda": {"enable_cuda_graph": "0", "arena_extend_strategy": "kSameAsRequested"}}]
+    assert main(["check", str(out)]) == 0
+
+
+@pytest.mark.parametrize("src", real_package_dirs(), ids=lambda p: p.name)
+def test_real_exports_convert_or_are_refused_in_one_line(src: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree_digest(src)
+    out = tmp_path / "out"
+    code = main(["offload", str(out), "--from-package", str(src), "--offload-mode", "auto"])
+    assert tree_digest(src) == before
+    decoder = read_genai_config(src / "genai_config.json").model.decoder.filename
+    assert decoder is not None
+    nodes = onnx.load(src / decoder, load_external_data=False).graph.node
+    moe_only = not any(n.op_type == "QMoE" for n in nodes)
+    if moe_only:
+        assert code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no com.microsoft::QMoE node to offload" in err
+        assert not out.exists()
+        return
+    assert code == 0
+    assert main(["check", str(out)]) == 0
+    assert bool(list(out.glob("model_s*.onnx"))) == (src / "mtp.onnx").is_file()
