@@ -52,7 +52,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the profile here (STRP v1; must not exist; default: not written, only with --plan)")
     work = p.add_argument_group("workload")
-    work.add_argument("--prompts", metavar="FILE", help="one prompt a line: token ids (5 6 7 or 5,6,7) or text")
+    work.add_argument("--prompts", metavar="FILE", help="one prompt a line: token ids (5 6 7 or 5,6,7) or text (default: --prompt-count random prompts)")
     work.add_argument("--prompt-count", type=_positive, default=8, metavar="N",
                       help="random prompts when no --prompts file is given")
     work.add_argument("--prompt-length", type=_positive, default=16, metavar="L", help="ids per random prompt")
@@ -63,8 +63,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     plan = p.add_argument_group("plan (print what q38 offload would keep resident; converts nothing)")
     plan.add_argument("--plan", action="store_true", help="print the slot plan and its expected hit rate")
     plan.add_argument("--expert-profile", metavar="FILE",
-                      help="plan from this STRP v1 profile instead of running the workload")
-    plan.add_argument("--total-resident-slots", type=_nonneg, metavar="N", help="total resident slots to plan")
+                      help="plan from this STRP v1 profile instead of running the workload (default: run it)")
+    plan.add_argument("--total-resident-slots", type=_nonneg, metavar="N", help="total resident slots to plan (default: not capped)")
     plan.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
     plan.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
     plan.add_argument("--offload-mode", choices=("auto", "required"), default="auto",
