@@ -27,14 +27,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from support.offload_synthpkg import tree_digest
 
 from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Error
 from q38.offload.convert import convert_package
 from q38.offload.options import OffloadOptions
 from q38.package import encode_profile, external_refs, open_package
 from q38.package.profile import ExpertProfile
-
-from support.offload_synthpkg import tree_digest
 
 GIB = 1 << 30
 

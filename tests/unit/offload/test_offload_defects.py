@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from support.offload_synthpkg import tree_digest
 
 from q38.errors import OffloadError
 from q38.offload.convert import convert_package
@@ -34,8 +35,6 @@ from q38.offload.eligibility import contracts_eligibility
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.package import encode_profile, open_package
 from q38.package.profile import ExpertProfile
-
-from support.offload_synthpkg import tree_digest
 
 S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
 

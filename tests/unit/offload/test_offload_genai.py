@@ -28,6 +28,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from support.genai_packages import real_package_dirs
+from support.offload_synthpkg import tree_digest
+from support.synth_builder import feeds_for, og_greedy, zero_state
 
 from q38.cli import main
 from q38.errors import OffloadError
@@ -36,10 +39,6 @@ from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overr
 from q38.package import encode_profile, read_profile
 from q38.package.genai_config import read_genai_config
 from q38.package.profile import ExpertProfile
-
-from support.genai_packages import real_package_dirs
-from support.offload_synthpkg import tree_digest
-from support.synth_builder import feeds_for, og_greedy, zero_state
 
 
 @pytest.fixture(scope="session")

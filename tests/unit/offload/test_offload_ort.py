@@ -21,14 +21,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from support.offload_synthpkg import feeds_for
 
 from contracts.offload_config import check_offload_config
 from q38.offload.convert import convert_package
 from q38.offload.options import OffloadOptions, offload_config_entries
 from q38.package import open_package
 from q38.synth.qmoe import dequantize_int4, pack_sm80_int4, quantize_int4, reference_qmoe
-
-from support.offload_synthpkg import feeds_for
 
 
 def _session(path: Path, entries: dict[str, str]) -> ort.InferenceSession:

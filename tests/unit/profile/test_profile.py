@@ -22,16 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.genai_packages import real_package_dirs
+from support.profile_kit import independent_selections, skew_routers
 
 from q38.cli import main
-from q38.errors import ProfileError
 from q38.offload.hitrate import resident_experts
 from q38.package import read_profile
 from q38.profile.run import profile_package
 from q38.profile.workload import Workload, synthetic_prompts
-
-from support.genai_packages import real_package_dirs
-from support.profile_kit import independent_selections, skew_routers
 
 PROMPTS = ((5, 6, 7, 8), (100, 3, 77, 21, 9), (400, 401))
 

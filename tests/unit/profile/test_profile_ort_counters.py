@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from support.profile_kit import ort_counter_records
 
 TESTS = Path(__file__).resolve().parents[2]
