@@ -69,9 +69,9 @@ def test_builder_cpu_auto_keeps_qmoe_and_generates_the_same_tokens(tiny_builder_
     assert report.surface == "genai" and report.offloaded == []
     assert [n for n, _ in report.kept_resident] == [f"model.onnx:/model/layers.{i}/moe/QMoE" for i in range(8)] + [
         "mtp.onnx:/model/layers.0/moe/QMoE"]
-    assert {r for _, r in report.kept_resident} == {
+    assert {r for _, r in report.kept_resident} == {(
         "quant_type='int' offload requires (bits=4, weights_prepacked=1, block_size=32), (bits=3, weights_prepacked=0, "
-        "block_size in {32,64,128}), or (bits=2, weights_prepacked=1, block_size in {32,64,128})"}
+        "block_size in {32,64,128}), or (bits=2, weights_prepacked=1, block_size in {32,64,128})")}
     assert report.graphs == {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
     for section in ("decoder", "mtp"):
         assert _entries(out, section) == {OFFLOAD_PREFIX + "mode": "auto", OFFLOAD_PREFIX + "placement": "adaptive"}
