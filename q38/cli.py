@@ -191,6 +191,23 @@ def _os_error_text(exc: OSError) -> str:
     return f"{where}{os_problem(exc)}"
 
 
+def _user_cause(exc: BaseException) -> BaseException | None:
+    """The Q38Error or OSError a library exception wraps (``raise ... from``), if any.
+
+    Only explicit causes count: an exception raised while *handling* an OSError is a bug.
+    """
+    from q38.errors import Q38Error
+
+    seen: set[int] = set()
+    current: BaseException | None = exc.__cause__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (Q38Error, OSError)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one q38 command; returns the exit code (see the module docstring)."""
     previous = _install_sigint()
@@ -209,13 +226,25 @@ def _main(argv: Sequence[str] | None) -> int:
         configure_logging(verbosity(args))
         return _run(args, command)
     except KeyboardInterrupt:
-        _say(command, "interrupted")
+        _say_interrupted(command)
         return 130
     except BaseException as exc:  # an interruption that surfaced as another exception
         if _INTERRUPTED and not isinstance(exc, SystemExit):
-            _say(command, "interrupted")
+            _say_interrupted(command)
             return 130
         raise
+
+
+def _say_interrupted(command: str) -> None:
+    global _INTERRUPTED
+    _INTERRUPTED = True  # also when KeyboardInterrupt came from elsewhere (a test, a signal sent by hand)
+    if command == "?":  # before the command line was parsed
+        try:
+            sys.stderr.write("q38: interrupted\n")
+        except (OSError, ValueError):
+            pass
+    else:
+        _say(command, "interrupted")
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
@@ -246,6 +275,13 @@ def _run(args: argparse.Namespace, command: str) -> int:
     except Exception as exc:  # a q38 bug: one line unless -v asks for the traceback
         if _INTERRUPTED:
             raise KeyboardInterrupt from None
+        cause = _user_cause(exc)
+        if isinstance(cause, Q38Error):  # wrapped by a library (onnx-ir's PassError, ...)
+            _say(command, f"error: {cause}")
+            return cause.exit_code
+        if isinstance(cause, OSError):
+            _say(command, f"error: {_os_error_text(cause)}")
+            return 2
         if verbosity(args) > 0:
             raise
         _say(command, f"internal error: {type(exc).__name__}: {exc} (rerun with -v for the traceback)")
