@@ -172,6 +172,7 @@ def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str
     """(model, external-data refs, load_graph's refusal or "")."""
     from q38.errors import GraphError, PackageError
     from q38.package import external_refs, load_graph
+    from q38.package.graphs import quiet_deserializer
 
     problem = ""
     try:
@@ -181,7 +182,8 @@ def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str
         if not path.is_file():
             raise PackageError(f"{path}: {label} graph is missing or not a regular file ({problem})") from None
         try:  # examine the references without reading any data; the layout rules name the fault
-            model = ir.load(path)
+            with quiet_deserializer():  # the refusal above already names what onnx-ir would warn about
+                model = ir.load(path)
         except Exception:
             raise PackageError(problem) from None
     refs = tuple((r.name, r.location) for r in external_refs(model))

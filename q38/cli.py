@@ -129,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _BoundedFormatter(logging.Formatter):
+    """Every log record is one bounded line too (a library may quote a hostile name in full)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from q38.errors import bound_line
+
+        return bound_line(super().format(record))
+
+
 _VERBOSE_HELP = (
     "log q38's steps on stderr: -v what is read, each pass, each file placed; -vv q38 debug detail; "
     "-vvv also the libraries' (onnx_ir, onnxruntime ...) debug logs"
@@ -159,7 +168,7 @@ def configure_logging(level: int) -> None:
     if _handler is not None:  # main() runs several times in one process (q38 demo, tests)
         root.removeHandler(_handler)
     _handler = logging.StreamHandler(sys.stderr)
-    _handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    _handler.setFormatter(_BoundedFormatter(_LOG_FORMAT))
     root.addHandler(_handler)
     own = logging.ERROR if level < 0 else (logging.WARNING, logging.INFO, logging.DEBUG)[min(level, 2)]
     root.setLevel(logging.DEBUG if level >= 3 else logging.ERROR if level < 0 else logging.WARNING)
@@ -251,7 +260,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
     from q38.errors import Q38Error  # stdlib-only module
 
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
     except KeyboardInterrupt:
         raise
     except Q38Error as exc:
@@ -286,3 +295,6 @@ def _run(args: argparse.Namespace, command: str) -> int:
             raise
         _say(command, f"internal error: {type(exc).__name__}: {exc} (rerun with -v for the traceback)")
         return 70
+    if _INTERRUPTED:  # a library swallowed the KeyboardInterrupt (``except ImportError`` around an import)
+        raise KeyboardInterrupt
+    return code

@@ -118,12 +118,15 @@ def bound_line(message: object, limit: int = LINE_LIMIT) -> str:
     raw = str(message)
     total = len(raw)
     if total > 8 * limit:  # never split / escape megabytes of a hostile message
-        raw = raw[: 4 * limit]
+        raw = raw[: 2 * limit] + " " + raw[-limit:]
     line = _escape(" ".join(raw.split()))
     if len(line) <= limit and total == len(str(message)) and total <= 8 * limit:
         return line
-    suffix = f"... (message cut, {total} chars)"
-    return line[: max(0, limit - len(suffix))] + suffix
+    # Keep the head (what and where) and the tail (often the errno text or the expected value).
+    cut = f" ...(message cut, {total} chars)... "
+    tail = min(80, max(0, len(line) - limit // 2))
+    head = max(0, limit - len(cut) - tail)
+    return line[:head] + cut + (line[-tail:] if tail else "")
 
 
 class Q38Error(Exception):
