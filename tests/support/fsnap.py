@@ -40,3 +40,18 @@ def staging_debris(parent: Path) -> list[str]:
     if not parent.is_dir():
         return []
     return sorted(p.name for p in parent.iterdir() if ".q38-staging-" in p.name or ".q38-tmp" in p.name)
+
+
+def tree_identity(root: Path) -> dict[str, tuple[object, ...]]:
+    """:func:`tree_snapshot` plus every entry's (device, inode, link count).
+
+    Byte-identical is not enough for inputs: a command that hard-links an input into its output
+    leaves the input's bytes alone but raises its link count, and a later in-place write to the
+    output would change the input. Nothing is followed or read but regular files' bytes.
+    """
+    out: dict[str, tuple[object, ...]] = {}
+    snap = tree_snapshot(root)
+    for rel, value in snap.items():
+        st = os.lstat(root / rel if rel else root)
+        out[rel] = (*value, st.st_dev, st.st_ino, st.st_nlink)
+    return out
