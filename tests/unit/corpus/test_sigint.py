@@ -1,0 +1,190 @@
+"""SIGINT anywhere: exit 130, one line, nothing written (issue 13.7), with real signals.
+
+Every run is a fresh ``python -m q38`` (a fork server would hide the imports). A
+``sitecustomize`` put first on the child's ``PYTHONPATH`` installs an import hook that
+
+* writes a marker file when ``q38.cli`` is imported, so timers start from q38's own start
+  instead of the interpreter's (a signal before Python installed its handler kills any program);
+* with ``Q38_SIGINT_AT=MODULE``, sends SIGINT to the process itself when ``MODULE`` starts to be
+  imported: the interrupt lands mid-way through that import (numpy's C core, onnx's and
+  onnxruntime's pybind modules, q38's own lazy imports);
+* with ``Q38_SIGINT_AS_IMPORTERROR=1``, turns that interruption into the ``ImportError`` a C
+  extension raises when its own import of numpy is cut short (the issue's ``internal error:
+  ImportError``).
+
+Each interrupted run must exit 130 with the single line ``q38 CMD: interrupted`` (or ``q38:
+interrupted`` before the command line is parsed), leave no output and no staging debris, and
+a rerun must succeed. A run that finished before the signal must have written its whole output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.fsnap import staging_debris, tree_identity
+
+_REPO = Path(__file__).resolve().parents[3]
+
+_SITECUSTOMIZE = '''
+import os, signal, sys
+
+_MARK = os.environ.get("Q38_READY_FILE")
+_AT = os.environ.get("Q38_SIGINT_AT")
+_AS_IMPORT_ERROR = os.environ.get("Q38_SIGINT_AS_IMPORTERROR") == "1"
+
+
+class _Hook:
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "q38.cli" and _MARK:
+            with open(_MARK, "w") as fh:
+                fh.write(str(os.getpid()))
+        if _AT and name == _AT and not _Hook.fired:
+            _Hook.fired = True
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs at the next bytecode boundary
+                    pass
+            except KeyboardInterrupt:
+                if _AS_IMPORT_ERROR:  # what a C extension does with a failed import of numpy
+                    raise ImportError(f"{name} failed to import") from None
+                raise
+        return None
+
+
+sys.meta_path.insert(0, _Hook())
+'''
+
+
+@pytest.fixture(scope="module")
+def hookdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("sigint-hook")
+    (d / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    return d
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from q38.synth import synthesize
+
+    return synthesize(tmp_path_factory.mktemp("sigint-src") / "pkg", preset="tiny", variant="cpu", seed=0)
+
+
+def _env(hookdir: Path, ready: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(hookdir), str(_REPO)])
+    env["Q38_READY_FILE"] = str(ready)
+    env.pop("Q38_SIGINT_AT", None)
+    env.pop("Q38_SIGINT_AS_IMPORTERROR", None)
+    env.update(extra)
+    return env
+
+
+def _argv(command: str, src: Path, out: Path) -> list[str]:
+    if command == "offload":
+        return ["offload", str(out), "--from-package", str(src), "--offload-mode", "auto"]
+    if command == "check":
+        return ["check", str(src)]
+    return [command, str(src), str(out)]
+
+
+def _assert_interrupted(proc: subprocess.CompletedProcess[str], command: str, work: Path) -> None:
+    assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr in (f"q38 {command}: interrupted\n", "q38: interrupted\n"), proc.stderr[-2000:]
+    assert list(work.iterdir()) == [], f"left {sorted(p.name for p in work.iterdir())}"
+
+
+# (command, module whose import the interrupt cuts short, surfaced as the ImportError of a C
+# extension): q38's own lazy imports, numpy's C core, onnx's and onnxruntime's pybind modules.
+IMPORT_POINTS = (
+    ("offload", "q38.offload.convert", False),
+    ("offload", "numpy._core._multiarray_umath", False),
+    ("offload", "numpy._core._multiarray_umath", True),
+    ("offload", "onnx.onnx_cpp2py_export", True),
+    ("offload", "onnx_ir", False),
+    ("optimize", "ml_dtypes", True),
+    ("check", "contracts.runner", False),
+    ("check", "onnxruntime.capi.onnxruntime_pybind11_state", False),
+    ("check", "onnxruntime.capi.onnxruntime_pybind11_state", True),
+)
+
+
+@pytest.mark.parametrize(("command", "module", "as_import_error"), IMPORT_POINTS,
+                         ids=[f"{c}-{m}-{'ImportError' if e else 'KeyboardInterrupt'}" for c, m, e in IMPORT_POINTS])
+def test_sigint_during_an_import_is_exit_130_and_one_line(
+    command: str, module: str, as_import_error: bool, hookdir: Path, source: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    before = tree_identity(source)
+    extra = {"Q38_SIGINT_AT": module}
+    if as_import_error:
+        extra["Q38_SIGINT_AS_IMPORTERROR"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "q38", *_argv(command, source, work / "out")],
+        env=_env(hookdir, tmp_path / "ready", **extra), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if proc.returncode == 0:  # pragma: no cover - diagnostic
+        pytest.fail(f"{module} was never imported by q38 {command}: the hook did not fire")
+    _assert_interrupted(proc, command, work)
+    assert tree_identity(source) == before
+
+
+def _start(command: str, source: Path, out: Path, env: dict[str, str], ready: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "q38", *_argv(command, source, out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out_text, err_text = proc.communicate()
+            pytest.fail(f"q38 did not start: {err_text[-2000:]}")
+        time.sleep(0.002)
+    return proc
+
+
+@pytest.mark.parametrize(("command", "delay", "rerun"), [
+    ("offload", 0.0, False), ("offload", 1.5, True), ("optimize", 0.5, False), ("optimize", 2.5, True),
+    ("export-genai", 1.0, False), ("check", 0.8, False),
+])  # fmt: skip
+def test_sigint_at_a_timer_point_is_exit_130_or_a_complete_output(
+    command: str, delay: float, rerun: bool, hookdir: Path, source: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    out = work / "out"
+    ready = tmp_path / "ready"
+    before = tree_identity(source)
+    proc = _start(command, source, out, _env(hookdir, ready), ready)
+    time.sleep(delay)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert tree_identity(source) == before
+    if done.returncode == 130:
+        _assert_interrupted(done, command, work)
+        if rerun:  # no debris blocks the next run: it succeeds
+            again = subprocess.run([sys.executable, "-m", "q38", *_argv(command, source, out)],
+                                   env=_env(hookdir, ready), capture_output=True, text=True, timeout=300)  # fmt: skip
+            assert again.returncode == 0, again.stderr[-2000:]
+            assert staging_debris(work) == []
+        return
+    # The command finished before the signal reached it: a complete, committed output.
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert staging_debris(work) == []
+    if command != "check":
+        assert sorted(p.name for p in work.iterdir()) == ["out"]
+        assert (out / "genai_config.json").is_file()
+    shutil.rmtree(work)
