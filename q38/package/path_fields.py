@@ -32,6 +32,8 @@ from q38.package.files import describe_mode, os_problem
 from q38.package.paths import resolve_inside, safe_relpath
 
 __all__ = [
+    "GRAPH_SECTIONS",
+    "PIPELINE_OWNERS",
     "POPULARITY_KEY",
     "PathField",
     "Problem",
@@ -42,6 +44,11 @@ __all__ = [
 ]
 
 POPULARITY_KEY: Final = "session.moe.offload.popularity_file"
+# The genai config's graph sections (onnxruntime-genai 0.18.0 and the research builder): each may
+# name a graph, shared_initializers and session options; decoder and vision may hold pipelines.
+GRAPH_SECTIONS: Final = ("decoder", "mtp", "engram", "draft", "dflash2", "dspark", "encoder",
+                         "vision", "embedding", "speech", "joiner", "vad")  # fmt: skip
+PIPELINE_OWNERS: Final = ("decoder", "vision")
 Kind = Literal["graph", "pool", "profile", "library", "data"]
 # What is wrong with a field: its spelling, where its links lead, or what it names.
 Category = Literal["syntax", "escape", "file"]
@@ -91,17 +98,27 @@ def path_fields(doc: Mapping[str, Any], *, config_dir: Path, head_dir: Path | No
 
     model = _obj(doc.get("model"))
     blocks: list[tuple[str, Mapping[str, Any]]] = []
-    for section in ("decoder", "mtp", "engram"):
-        sub = model.get(section)
-        if not isinstance(sub, Mapping):
-            continue
+
+    def graph_section(prefix: str, sub: Mapping[str, Any]) -> None:
         if "filename" in sub:
-            add(f"model.{section}.filename", sub["filename"], "graph")
+            add(f"{prefix}.filename", sub["filename"], "graph")
         shared = sub.get("shared_initializers")
         for i, entry in enumerate(shared if isinstance(shared, list) else []):
             if isinstance(entry, Mapping) and "data_file" in entry:
-                add(f"model.{section}.shared_initializers[{i}].data_file", entry["data_file"], "data")
-        blocks.extend(_session_blocks(f"model.{section}", sub))
+                add(f"{prefix}.shared_initializers[{i}].data_file", entry["data_file"], "data")
+        blocks.extend(_session_blocks(prefix, sub))
+
+    for section in GRAPH_SECTIONS:
+        sub = model.get(section)
+        if not isinstance(sub, Mapping):
+            continue
+        graph_section(f"model.{section}", sub)
+        pipeline = sub.get("pipeline") if section in PIPELINE_OWNERS else None
+        stages = pipeline if isinstance(pipeline, list) else [pipeline] if isinstance(pipeline, Mapping) else []
+        for i, stage in enumerate(stages):
+            for stage_id, spec in sorted(_obj(stage).items()):
+                if isinstance(spec, Mapping):
+                    graph_section(f"model.{section}.pipeline[{i}].{stage_id}", spec)
     graph = _obj(model.get("qwen38_graph"))
     if "filename" in _obj(graph.get("target")):
         add("model.qwen38_graph.target.filename", graph["target"]["filename"], "graph")
@@ -171,7 +188,7 @@ def shared_initializer_ranges(doc: Mapping[str, Any], *, config_dir: Path) -> li
     integers or lie past the end of their (regular, contained) ``data_file``."""
     found = []
     model = _obj(doc.get("model"))
-    for section in ("decoder", "mtp", "engram"):
+    for section in GRAPH_SECTIONS:
         shared = _obj(model.get(section)).get("shared_initializers")
         for i, entry in enumerate(shared if isinstance(shared, list) else []):
             key = f"model.{section}.shared_initializers[{i}]"
