@@ -20,7 +20,6 @@ nothing behind and the package is never modified.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,8 +241,12 @@ def _write(
     doc: dict[str, Any],
     files: dict[str, str],
 ) -> None:
+    from q38.package.jsonio import dumps_json
     from q38.package.paths import resolve_inside
 
+    # Before anything is staged: a value strict JSON cannot carry (NaN, an infinity, a 65-bit
+    # integer) is refused at its key, never written.
+    text = dumps_json(doc, what="genai_config.json", error=ExportError)
     with staged_dir as staged:
         sources = {
             rel: resolve_inside(graph_dir, rel, what=f"{src}: {rel}")
@@ -255,7 +258,7 @@ def _write(
                 target.parent.mkdir(parents=True, exist_ok=True)
                 files[rel] = str(placer.place(source, target).mode)
         with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
-            fh.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            fh.write(text)
         files["genai_config.json"] = "write"
         staged.commit()
 

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Final
 
-from q38.errors import PackageError, clip
+from q38.errors import PackageError, Q38Error, clip
 
 __all__ = [
     "CONFIG_LIMIT",
@@ -108,7 +108,7 @@ def _label(path: str | os.PathLike[str], what: str) -> str:
 
 
 def require_regular(
-    st: os.stat_result, path: str | os.PathLike[str], *, what: str, error: type[PackageError] = PackageError
+    st: os.stat_result, path: str | os.PathLike[str], *, what: str, error: type[Q38Error] = PackageError
 ) -> None:
     """Refuse (``error``) a stat result that is not a regular file, naming its kind."""
     if not stat.S_ISREG(st.st_mode):
@@ -120,7 +120,7 @@ def open_regular(
     *,
     what: str,
     nofollow: bool = False,
-    error: type[PackageError] = PackageError,
+    error: type[Q38Error] = PackageError,
 ) -> int:
     """Open ``path`` read-only and return the descriptor of a regular file; the caller closes it.
 
@@ -129,7 +129,7 @@ def open_regular(
         what: what the file is to the user, for the message ("config", "--expert-profile", ...).
         nofollow: the caller resolved the path's links already: refuse a symlink as the last
             component (``O_NOFOLLOW``) instead of following a link swapped in meanwhile.
-        error: the :class:`PackageError` subclass to raise.
+        error: the :class:`Q38Error` subclass to raise (default :class:`PackageError`).
 
     Raises:
         error: the path does not exist, cannot be opened, or is not a regular file (a FIFO, a
@@ -158,7 +158,7 @@ def read_bounded(
     what: str,
     limit: int,
     nofollow: bool = False,
-    error: type[PackageError] = PackageError,
+    error: type[Q38Error] = PackageError,
 ) -> bytes:
     """The bytes of the regular file ``path``, refusing files larger than ``limit``.
 
@@ -191,7 +191,7 @@ def read_bounded(
 
 
 def read_text_bounded(
-    path: Path, *, what: str, limit: int, error: type[PackageError] = PackageError
+    path: Path, *, what: str, limit: int, error: type[Q38Error] = PackageError
 ) -> str:
     """:func:`read_bounded` decoded as UTF-8; a decoding failure names the byte offset."""
     data = read_bounded(path, what=what, limit=limit, error=error)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from q38.errors import PackageError, clip, quote
+from q38.errors import PackageError, Q38Error, clip, quote
 from q38.package.files import CONFIG_LIMIT, format_size, read_bounded
 
 __all__ = ["INT_MAX", "INT_MIN", "MAX_DEPTH", "dumps_json", "loads_strict", "read_json"]
@@ -95,7 +95,7 @@ def _string_problem(text: str) -> str | None:
     return "contains an unpaired UTF-16 surrogate (not valid Unicode)"
 
 
-def _finish(root: Any, fail: Callable[[str, str], PackageError]) -> Any:
+def _finish(root: Any, fail: Callable[[str, str], Q38Error]) -> Any:
     """Check the parsed tree (document order) and turn every ``_Obj`` into a plain dict."""
     holder: list[Any] = [root]
     stack: list[tuple[Any, Any, str, int]] = [(holder, 0, "", 0)]
@@ -133,7 +133,7 @@ def loads_strict(
     *,
     what: str,
     limit: int = CONFIG_LIMIT,
-    error: type[PackageError] = PackageError,
+    error: type[Q38Error] = PackageError,
 ) -> Any:
     """Parse one strict JSON document.
 
@@ -141,7 +141,7 @@ def loads_strict(
         data: the document (bytes are decoded as UTF-8).
         what: what the document is, usually its path; it starts every message.
         limit: the largest document accepted, in bytes (characters for ``str``).
-        error: the :class:`PackageError` subclass to raise.
+        error: the :class:`Q38Error` subclass to raise (default :class:`PackageError`).
 
     Raises:
         error: one line: invalid JSON (line and column), over ``limit``, not UTF-8, nested too
@@ -150,7 +150,7 @@ def loads_strict(
     """
     label = clip(what)
 
-    def fail(path: str, message: str) -> PackageError:
+    def fail(path: str, message: str) -> Q38Error:
         return error(f"{label}: {clip(path or '(top level)', 200)}: {message}")
 
     if len(data) > limit:
@@ -178,7 +178,7 @@ def read_json(
     *,
     what: str,
     limit: int = CONFIG_LIMIT,
-    error: type[PackageError] = PackageError,
+    error: type[Q38Error] = PackageError,
 ) -> Any:
     """Read ``path`` (a regular file, at most ``limit`` bytes) as one strict JSON document.
 
@@ -189,7 +189,7 @@ def read_json(
     return loads_strict(data, what=os.fspath(path) if isinstance(path, (str, Path)) else str(path), limit=limit, error=error)
 
 
-def _check_writable(obj: Any, fail: Callable[[str, str], PackageError]) -> None:
+def _check_writable(obj: Any, fail: Callable[[str, str], Q38Error]) -> None:
     stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
     while stack:
         value, path, depth = stack.pop()
@@ -223,7 +223,7 @@ def _check_writable(obj: Any, fail: Callable[[str, str], PackageError]) -> None:
             raise fail(path, f"a {type(value).__name__} cannot be written as JSON")
 
 
-def dumps_json(obj: Any, *, what: str = "JSON output", error: type[PackageError] = PackageError) -> str:
+def dumps_json(obj: Any, *, what: str = "JSON output", error: type[Q38Error] = PackageError) -> str:
     """Deterministic JSON text of ``obj``: sorted keys, indent 2, ASCII, trailing newline.
 
     Raises:
@@ -232,7 +232,7 @@ def dumps_json(obj: Any, *, what: str = "JSON output", error: type[PackageError]
             so the value is refused where it was produced instead of written.
     """
 
-    def fail(path: str, message: str) -> PackageError:
+    def fail(path: str, message: str) -> Q38Error:
         return error(f"{what}: {path or '(top level)'}: {message}")
 
     _check_writable(obj, fail)
