@@ -147,7 +147,7 @@ def _start(command: str, source: Path, out: Path, env: dict[str, str], ready: Pa
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            out_text, err_text = proc.communicate()
+            _, err_text = proc.communicate()
             pytest.fail(f"q38 did not start: {err_text[-2000:]}")
         time.sleep(0.002)
     return proc
