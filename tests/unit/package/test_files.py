@@ -1,0 +1,124 @@
+"""One way to open a package file (q38.package.files) and bounded messages (q38.errors).
+
+In-process, real files: a FIFO without a writer, ``/dev/zero``, a socket, a directory, a symlink,
+a ``/proc`` file whose ``st_size`` is 0 but whose content is not. Each refusal is one line naming
+the path and the kind; a FIFO never blocks (the test would hang, the suite's timeout ends it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from q38.errors import LINE_LIMIT, ProfileError, Q38Error, bound_line, clip, quote
+from q38.package.files import (
+    PROFILE_LIMIT,
+    open_regular,
+    os_problem,
+    read_bounded,
+    read_text_bounded,
+)
+
+
+def _refused(path: str | Path, **kw: object) -> str:
+    with pytest.raises(ProfileError) as info:
+        read_bounded(path, what="--expert-profile", limit=kw.pop("limit", PROFILE_LIMIT), error=ProfileError, **kw)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "prof.fifo"
+    os.mkfifo(fifo)
+    assert _refused(fifo) == f"--expert-profile {fifo}: is a FIFO (named pipe), not a regular file (refusing to read it)"
+
+
+def test_devices_sockets_and_directories_are_refused(tmp_path: Path) -> None:
+    assert _refused("/dev/zero") == "--expert-profile /dev/zero: is a character device, not a regular file (refusing to read it)"
+    sock_path = tmp_path / "s.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    sock.close()
+    # A socket cannot be open()ed at all (ENXIO): still one line with the path.
+    assert _refused(sock_path).startswith(f"--expert-profile {sock_path}: ")
+    assert _refused(tmp_path) == f"--expert-profile {tmp_path}: is a directory, not a regular file (refusing to read it)"
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    assert _refused(tmp_path / "zero").endswith(": is a character device, not a regular file (refusing to read it)")
+
+
+def test_nofollow_refuses_a_symlink_and_missing_or_nul_paths_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "real.bin").write_bytes(b"x")
+    (tmp_path / "link.bin").symlink_to("real.bin")
+    assert read_bounded(tmp_path / "link.bin", what="f", limit=10) == b"x"
+    assert _refused(tmp_path / "link.bin", nofollow=True).endswith("link.bin: is a symlink (refusing to follow it)")
+    assert _refused(tmp_path / "nope.bin").endswith("nope.bin: does not exist")
+    assert _refused(f"{tmp_path}/a\x00b").endswith("a\\x00b: invalid path (contains a NUL byte)")
+    (tmp_path / "loop").symlink_to("loop")
+    assert _refused(tmp_path / "loop").endswith("loop: is a symlink loop (or a symlink where none may be followed)")
+
+
+def test_the_limit_is_checked_on_st_size_and_while_reading(tmp_path: Path) -> None:
+    path = tmp_path / "p.bin"
+    path.write_bytes(b"a" * 101)
+    assert _refused(path, limit=100) == f"--expert-profile {path}: 101 bytes is larger than the 100 bytes limit for this file"
+    path.write_bytes(b"a" * 100)
+    assert read_bounded(path, what="f", limit=100) == b"a" * 100
+    # /proc files report st_size 0: only the bounded read loop can stop them.
+    status = Path("/proc/self/status")
+    assert os.stat(status).st_size == 0 and len(status.read_bytes()) > 100
+    assert _refused(status, limit=100) == "--expert-profile /proc/self/status: larger than the 100 bytes limit for this file"
+
+
+def test_text_must_be_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"ok\n\xfe")
+    with pytest.raises(Q38Error, match=r"t\.txt: not UTF-8 text \(byte 3\)$"):
+        read_text_bounded(path, what="pool", limit=100)
+
+
+def test_open_regular_closes_what_it_refuses(tmp_path: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        with pytest.raises(Q38Error):
+            open_regular(tmp_path, what="d")
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    (errno.ENOENT, "does not exist"), (errno.EACCES, "permission denied"), (errno.EPERM, "permission denied"),
+    (errno.ENAMETOOLONG, "file name too long"), (errno.EISDIR, "is a directory, expected a file"),
+    (errno.ENOTDIR, "a parent of it is not a directory"), (errno.ENOSPC, "No space left on device (ENOSPC)"),
+])  # fmt: skip
+def test_os_problem_words(code: int, text: str) -> None:
+    assert os_problem(OSError(code, os.strerror(code))) == text
+
+
+def test_quote_is_bounded_in_size_and_work() -> None:
+    assert quote("abc") == "'abc'"
+    big = quote("q" * 50_000_000)
+    assert big.startswith("'" + "q" * 100) and big.endswith("... (50000000 chars)") and len(big) < 160
+    assert quote(b"\x00" * 1000).endswith("... (1000 bytes)")
+    huge = 10**5000 - 1  # str() of it raises ValueError in CPython
+    assert quote(huge) in ("<integer of about 5000 digits>", "<integer of about 5001 digits>")
+    assert quote(2**64) == "18446744073709551616"
+    assert len(quote({"k": ["x" * 10_000] * 100})) <= 123
+
+
+def test_clip_keeps_head_and_tail_and_escapes_controls() -> None:
+    path = "/a" + "/b" * 5000 + "/model.onnx"
+    shown = clip(path)
+    assert shown.startswith("/a/b") and shown.endswith(f"/model.onnx ({len(path)} chars)") and len(shown) < 200
+    assert clip("x\ny\x1b") == "x\\ny\\x1b"
+
+
+def test_every_error_is_one_bounded_line_that_keeps_its_tail() -> None:
+    message = "q38: " + "v" * 10_000_000 + "\nsecond line: permission denied"
+    line = bound_line(message)
+    assert "\n" not in line and len(line) <= LINE_LIMIT + 5
+    assert line.startswith("q38: vvv") and line.endswith("permission denied")
+    assert f"(message cut, {len(message)} chars)" in line
+    assert str(Q38Error(message)) == line
+    assert bound_line("a\n  b\tc") == "a b c"
