@@ -458,10 +458,6 @@ def inp(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
-def value_dtype(value: ir.Value | None) -> ir.DataType | None:
-    return value.dtype if value is not None else None
-
-
 def rank_of(value: ir.Value | None) -> int | None:
     if value is None or value.shape is None:
         return None

@@ -15,7 +15,6 @@ import onnx_ir as ir
 __all__ = [
     "NameTable",
     "check_topological",
-    "duplicate_value_names",
     "invariant_problem",
     "iter_graphs",
     "subgraphs_of",
@@ -73,32 +72,6 @@ def check_topological(graph: ir.Graph) -> str | None:
         return None
 
     return visit(graph)
-
-
-def duplicate_value_names(model: ir.Model) -> list[str]:
-    """Names given to two distinct values visible in one scope (a graph and its ancestors).
-
-    Sibling subgraphs (an If's then/else branches) may reuse names: they are separate scopes.
-    """
-    dups: list[str] = []
-
-    def visit(graph: ir.Graph, outer: dict[str, int]) -> None:
-        scope = dict(outer)
-        produced = [*graph.inputs, *graph.initializers.values()]
-        for node in graph:
-            produced.extend(node.outputs)
-        for value in produced:
-            if not value.name:
-                continue
-            if value.name in scope and scope[value.name] != id(value):
-                dups.append(value.name)
-            scope.setdefault(value.name, id(value))
-        for node in graph:
-            for sub in subgraphs_of(node):
-                visit(sub, scope)
-
-    visit(model.graph, {})
-    return dups
 
 
 def invariant_problem(model: ir.Model) -> str | None:

@@ -224,9 +224,10 @@ def hc_model(*, C: int = 4, H: int = 8, R: int = 4, two_blocks: bool = False, se
 # -- the public builder's forms (shared/reference/real-exporter-forms.md §1) -------------------------
 def hc_packed_chain(g: G, X: str, *, C: int, H: int, R: int, prefix: str, r: np.random.Generator,
                     dtype: type = np.float16, inject_first: bool = False, combine: bool = True,
-                    split_attr: bool = False) -> tuple[str, str | None]:
+                    split_attr: bool = False, split_equal: bool = False) -> tuple[str, str | None]:
     """BranchwiseRMSNorm -> ONE MatMul [down|inject] -> Split -> ScaledSiLU -> up -> Sigmoid -> PreMix;
-    inject Div/Sigmoid/Mul. ``combine=False``: the final mixer (inject columns computed, unused)."""
+    inject Div/Sigmoid/Mul. ``combine=False``: the final mixer (inject columns computed, unused).
+    Split sizes: an input (default), the ``split`` attribute, or none (``split_equal``: R == C)."""
     scale = g.init(f"{prefix}.norm.weight", (1 + 0.1 * r.standard_normal(C * H)).astype(dtype))
     down = (0.2 * r.standard_normal((C * H, R))).astype(dtype)
     inject = (0.2 * r.standard_normal((C * H, C))).astype(dtype)
@@ -236,7 +237,10 @@ def hc_packed_chain(g: G, X: str, *, C: int, H: int, R: int, prefix: str, r: np.
     hn = g.o("BranchwiseRMSNorm", [X, scale], domain=MS, name=f"{prefix}/BranchwiseRMSNorm", num_branches=C, epsilon=1e-5)
     di = g.o("MatMul", [hn, packed], name=f"{prefix}/down_inject/MatMul")
     sizes = [C, R] if inject_first else [R, C]
-    if split_attr:
+    if split_equal:
+        assert R == C, "an equal split needs R == C"
+        outs = g.op("Split", [di], 2, name=f"{prefix}/Split", axis=-1, num_outputs=2)
+    elif split_attr:
         outs = g.op("Split", [di], 2, name=f"{prefix}/Split", axis=-1, split=sizes)
     else:
         outs = g.op("Split", [di, g.ints(f"{prefix}.split", sizes)], 2, name=f"{prefix}/Split", axis=-1)
@@ -254,20 +258,21 @@ def hc_packed_chain(g: G, X: str, *, C: int, H: int, R: int, prefix: str, r: np.
 
 
 def hc_builder_model(*, C: int = 4, H: int = 8, R: int = 4, blocks: int = 2, seed: int = 0,
-                     inject_first: bool = False, split_attr: bool = False) -> onnx.ModelProto:
+                     inject_first: bool = False, split_attr: bool = False, split_equal: bool = False,
+                     ) -> onnx.ModelProto:
     """``blocks`` packed mixes (block = Tanh) with PostMix, then the final mixer (no combine) and lm_head."""
     r = rng(seed)
     g = G()
     X = g.inp("streams", F16, ["B", "S", C * H])
     for b in range(blocks):
         pre, pg = hc_packed_chain(g, X, C=C, H=H, R=R, prefix=f"/l{b}/hc", r=r, inject_first=inject_first,
-                                  split_attr=split_attr)
+                                  split_attr=split_attr, split_equal=split_equal)
         assert pg is not None
         blk = g.o("Tanh", [pre], name=f"/l{b}/block/Tanh")
         X = g.op("HyperConnectionPostMix", [X, blk, pg], domain=MS, num_branches=C, name=f"/l{b}/hc/PostMix",
                  outs=[f"streams_{b + 1}"])[0]
     final, _ = hc_packed_chain(g, X, C=C, H=H, R=R, prefix="/model/final_hc", r=r, combine=False,
-                               split_attr=split_attr)
+                               split_attr=split_attr, split_equal=split_equal)
     g.op("Identity", [final], outs=["hidden_states"], name="/model/hidden_states/Identity")
     w = g.init("lm_head.weight", (0.2 * r.standard_normal((H, 16))).astype(np.float16))
     g.op("MatMul", [final, w], outs=["logits"], name="/lm_head/MatMul")

@@ -56,6 +56,25 @@ def test_packed_hyper_connection_mix_fuses_with_parity(inject_first: bool, split
     close(run_ref(model, feeds), run_ort(proto, feeds), atol=3e-2)
 
 
+@pytest.mark.parametrize("split", ["input", "attribute", "equal"])
+@pytest.mark.parametrize("inject_first", [False, True])
+def test_packed_mix_split_sizes_cut_the_columns_where_the_graph_does(split: str, inject_first: bool) -> None:
+    """R != C (down 6 wide, inject 4): sizes from the input or the attribute must be the ones used
+    (an equal split would cut 5 | 5); with no sizes (equal split, R == C) the halves are used."""
+    R = 4 if split == "equal" else 6
+    proto = G.hc_builder_model(R=R, inject_first=inject_first, split_attr=split == "attribute",
+                               split_equal=split == "equal")
+    if split == "attribute":
+        proto.opset_import[0].version = 11
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert not reasons(p), reasons(p)
+    assert p.count == 5 and ops(model)[LRM] == 3
+    downs = sorted(n.inputs[2].shape[1] for n in model.graph if n.op_type == "HyperConnectionLowRankMix")
+    assert downs == [R, R, R]
+    feeds = {"streams": STREAMS}
+    close(run_ref(model, feeds), run_ort(proto, feeds), atol=3e-2)
+
+
 def test_final_mixer_without_inject_projection_fuses_with_zero_inject() -> None:
     r = G.rng(1)
     g = G.G()

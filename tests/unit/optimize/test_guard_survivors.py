@@ -275,3 +275,41 @@ def test_remove_dead_keeps_a_shared_node_whose_output_a_subgraph_captures() -> N
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16),
              "position_ids": np.array([[0, 1, 2], [3, 4, 5]]), "cond": np.array(True)}
     close(run_ref(model, feeds), run_ort(proto, feeds))
+
+
+# -- survivors of `nox -s mutation -- q38/optimize` (node positions) ---------------------------------
+def test_an_unnamed_anchor_is_described_by_its_position_in_the_graph() -> None:
+    """``--explain`` names an unnamed candidate by op and index (NodeOrder.index), a named one by name."""
+    proto = G.conv_carry_model(state_window=1)  # declined: non-default attribute
+    for node in proto.graph.node:
+        node.name = ""
+    idx = next(i for i, n in enumerate(proto.graph.node) if n.op_type == "CausalConvWithState")
+    assert idx > 1
+    _, p = apply(FuseCausalConvStatePass, proto)
+    assert [(o.anchor, o.applied) for o in p.outcomes] == [(f"<unnamed CausalConvWithState #{idx}>", False)]
+    _, p = apply(FuseCausalConvStatePass, G.conv_carry_model(state_window=1))
+    assert [o.anchor for o in p.outcomes] == ["/conv/CausalConvWithState"]
+
+
+def test_conv_stays_in_place_when_every_reader_of_the_state_follows_it() -> None:
+    """The conv moves up only for a reader that precedes it: a reader after it -- here inside an
+    If body, positioned through its If -- leaves the order as it was, with no sort."""
+    proto = G.conv_carry_model()
+    g = proto.graph
+    conv_idx = next(i for i, n in enumerate(g.node) if n.op_type == "CausalConvWithState")
+    # An unrelated node just before the conv: a conv moved up would jump over it.
+    g.node.insert(conv_idx, helper.make_node("Neg", ["x"], ["neg_x"], name="unrelated"))
+    body = helper.make_graph([helper.make_node("Identity", ["present.0.conv"], ["cap"])], "b", [],
+                             [helper.make_tensor_value_info("cap", G.F16, None)])
+    g.input.append(helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []))
+    g.node.insert(conv_idx + 2, helper.make_node("If", ["cond"], ["captured"], then_branch=body, else_branch=body))
+    g.output.extend([helper.make_tensor_value_info("neg_x", G.F16, None),
+                     helper.make_tensor_value_info("captured", G.F16, None)])
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 1 and p.sorted == 0
+    order = [n.op_type for n in model.graph]
+    assert order.index("Neg") + 1 == order.index("CausalConvWithState") < order.index("If")
+    assert check_topological(model.graph) is None
+    feeds = {"x": np.ones((1, 2, 8), np.float16), "past.0.conv": np.ones((1, 8, 3), np.float16),
+             "cond": np.array(True)}
+    close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
