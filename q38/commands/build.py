@@ -63,7 +63,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.__class__ = type("_BuildSubParser", (_BuildParser, type(p)), {})
     p.add_argument("out", metavar="OUT", type=Path, help="destination (must not exist)")
-    p.add_argument("--target", required=True, type=Path, metavar="DIR", help="target bundle directory (required)")
+    p.add_argument("--target", required=True, type=Path, metavar="DIR", help="target bundle directory (required): a q38 bundle or an exporter's output folder (an "
+                   "onnxruntime-genai builder package: its genai_config.json supplies the dimensions the graph "
+                   "leaves symbolic)")
     p.add_argument("--head", required=True, type=Path, metavar="DIR", help="head bundle directory (required)")
     p.add_argument("--prefill", type=Path, metavar="DIR", help="prefill bundle (default: none, no prefill graph)")
     p.add_argument("--layout", choices=("layered", "folded"), default="folded",
