@@ -58,7 +58,7 @@ BUILDER_MODEL_TYPES: Final = frozenset(
         "lfm2", "lfm2_moe", "lfm2_vl", "lfm2_vl_text", "lfm2_audio", "lfm2_audio_text", "llama",
         "mistral", "mistral3", "mistral3_text", "nemotron", "olmo", "phi", "phi3", "phi3small",
         "phimoe", "phi3v", "phi4mm", "qwen2", "qwen2_5_vl", "qwen2_5_vl_text", "qwen3",
-        "qwen3_vl", "qwen3_vl_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+        "qwen3vl", "qwen3_vl_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
         "smollm3", "decoder", "decoder-pipeline",
         "qwen4_exp_text",  # the Qwen3.8 builder of the research branch
     }
