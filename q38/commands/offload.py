@@ -49,7 +49,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description=_DESCRIPTION,
     )
     p.add_argument("out", metavar="OUT", help="output package directory (must not exist)")
-    p.add_argument("--from-package", dest="src", metavar="SRC", required=True, help="source q38 v12b package (required; never modified; builder packages are refused)")
+    p.add_argument("--from-package", dest="src", metavar="SRC", required=True, help="source package: q38 v12b or onnxruntime-genai builder package (required; never modified)")
     p.add_argument("--offload-mode", choices=("required", "auto"), default="required",
                    help="required (default): refuse if ORT would not offload a QMoE node; auto: keep such nodes resident")
     p.add_argument("--offload-placement", choices=("adaptive", "static"), default="adaptive",
