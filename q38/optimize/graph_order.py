@@ -66,10 +66,6 @@ class NodeOrder:
             self._owner = owner
         return self._owner.get(graph)
 
-    def earliest(self, nodes: Iterable[ir.Node]) -> ir.Node:
-        """The first of ``nodes`` in graph order."""
-        return min(nodes, key=lambda n: self._key.get(n, (_LAST, _LAST)))
-
     def _latest_input_key(self, inputs: Iterable[ir.Value | None]) -> Key:
         lo: Key = (-1, _LAST)
         for value in inputs:

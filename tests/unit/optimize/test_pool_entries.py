@@ -115,3 +115,29 @@ def test_layered_package_pools_head_tensors_in_head_dir(tmp_path: Path) -> None:
     assert all((out / "head" / e.file).is_file() for e in head_pool.entries)
     target_files = {e.file for e in pkg.pool.entries if e.pool_id.startswith("opt")}
     assert target_files == {"model.opt.data"}
+
+
+def test_tensor_refs_are_keyed_by_the_data_file_relative_to_the_pool_dir(tmp_path: Path) -> None:
+    """(file relative to the pool's directory, offset) -> tensor names, whatever the process's cwd."""
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
+    from onnx import helper, numpy_helper
+
+    from q38.optimize.derived_weights import source_identities, tensor_refs
+
+    graph_dir = tmp_path / "target"
+    graph_dir.mkdir()
+    inits = [numpy_helper.from_array(np.full((64, 64), i, np.float32), f"w{i}") for i in range(2)]
+    graph = helper.make_graph([helper.make_node("Add", ["w0", "w1"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], inits)
+    onnx.save(helper.make_model(graph), str(graph_dir / "m.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
+    model = ir.load(graph_dir / "m.onnx")
+    refs = tensor_refs(model, graph_dir, tmp_path)
+    assert sorted(refs) == [("target/m.onnx.data", 0), ("target/m.onnx.data", 64 * 64 * 4)]
+    assert sorted(n for names in refs.values() for n in names) == ["w0", "w1"]
+    assert tensor_refs(model, graph_dir, graph_dir) == {("m.onnx.data", k[1]): v for k, v in refs.items()}
+    ids = source_identities(model, graph_dir)
+    st = (graph_dir / "m.onnx.data").stat()
+    assert ids == {"w0": ("file", st.st_dev, st.st_ino, 0, 16384), "w1": ("file", st.st_dev, st.st_ino, 16384, 16384)}
