@@ -1,24 +1,48 @@
-"""Small read-only helpers over onnx_ir graphs, shared by the graph contract modules."""
+"""Small read-only helpers over onnx_ir graphs, shared by the graph contract modules.
+
+Attribute access is typed: :func:`attr_int` / :func:`attr_float` / :func:`attr_str` /
+:func:`attr_ints` raise :class:`AttributeKindError` when the attribute is present with another kind
+(``ndim=[3]``, ``k=0.5``). A rule evaluates each node through :func:`per_node`, which skips a node
+whose attributes have the wrong kind: ORT's schema layer rejects that node first, and the generic
+schema rule (``ORT-SCHEMA-006``, ``contracts.schema_rules``) reports it. No rule raises on a
+malformed attribute.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import onnx_ir as ir
 
 __all__ = [
+    "AttributeKindError",
     "as_ir_model",
     "attr",
+    "attr_float",
+    "attr_int",
+    "attr_ints",
+    "attr_str",
     "has_attr",
-    "infer_elem_types",
     "input_at",
     "is_constant_initializer",
     "iter_subgraph_owners",
     "node_label",
+    "nodes_of",
     "output_at",
+    "per_node",
     "static_dims",
 ]
+
+_T = TypeVar("_T")
+
+
+class AttributeKindError(Exception):
+    """An attribute is present with another kind than the one a check reads."""
+
+    def __init__(self, node: ir.Node, name: str, expected: str, actual: str) -> None:
+        super().__init__(f"{node_label(node)}: attribute {name} is {actual}, not {expected}")
+        self.node, self.name, self.expected, self.actual = node, name, expected, actual
 
 
 def as_ir_model(model: Any) -> ir.Model:
@@ -33,12 +57,58 @@ def has_attr(node: ir.Node, name: str) -> bool:
 
 
 def attr(node: ir.Node, name: str, default: Any = None) -> Any:
-    """The python value of attribute ``name`` (ints, floats, strings, lists), or ``default``."""
+    """The raw python value of attribute ``name`` whatever its kind, or ``default``."""
     found = node.attributes.get(name)
     if found is None:
         return default
-    value = found.value
-    return value
+    return found.value
+
+
+def _typed(node: ir.Node, name: str, kind: ir.AttributeType, default: _T) -> Any:
+    found = node.attributes.get(name)
+    if found is None:
+        return default
+    if found.type != kind:
+        raise AttributeKindError(node, name, kind.name, found.type.name)
+    return found.value
+
+
+def attr_int(node: ir.Node, name: str, default: int) -> int:
+    """INT attribute ``name`` (``default`` when absent; AttributeKindError for another kind)."""
+    return int(_typed(node, name, ir.AttributeType.INT, default))
+
+
+def attr_float(node: ir.Node, name: str, default: float) -> float:
+    return float(_typed(node, name, ir.AttributeType.FLOAT, default))
+
+
+def attr_str(node: ir.Node, name: str, default: str) -> str:
+    value = _typed(node, name, ir.AttributeType.STRING, default)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def attr_ints(node: ir.Node, name: str, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    value = _typed(node, name, ir.AttributeType.INTS, default)
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def per_node(nodes: Iterable[ir.Node], check: Callable[[ir.Node], Iterable[_T]]) -> list[_T]:
+    """``check`` over ``nodes``, skipping a node whose attributes have the wrong kind."""
+    found: list[_T] = []
+    for node in nodes:
+        try:
+            found.extend(check(node))
+        except AttributeKindError:
+            continue
+    return found
+
+
+def nodes_of(model: Any, domain: str, *op_types: str) -> list[ir.Node]:
+    """Every node (subgraphs included) of ``domain`` whose op type is one of ``op_types``."""
+    from contracts._facts import model_facts
+
+    facts = model_facts(as_ir_model(model))
+    return [node for op in op_types for node in facts.nodes(domain, op)]
 
 
 def input_at(node: ir.Node, index: int) -> ir.Value | None:
@@ -62,7 +132,7 @@ def is_constant_initializer(value: ir.Value) -> bool:
 
 
 def static_dims(value: ir.Value | None) -> tuple[int, ...] | None:
-    """All dims as ints, or None when the shape (or any dim) is unknown."""
+    """All declared dims as ints, or None when the shape (or any dim) is unknown."""
     if value is None or value.shape is None:
         return None
     dims = []
@@ -80,77 +150,14 @@ def node_label(node: ir.Node) -> str:
 def iter_subgraph_owners(graph: ir.Graph) -> Iterator[tuple[ir.Node, ir.Graph]]:
     """(node, subgraph) for each graph attribute of the nodes directly in ``graph``."""
     for node in graph:
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                yield node, attribute.value
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                for sub in attribute.value:
-                    yield node, sub
+        yield from subgraphs_of(node)
 
 
-# Standard ops whose every output has the element type of their first input (or, for ``Where``,
-# their second). Anything not listed (and not special-cased below) is "unknown": the type rules
-# then stay silent rather than guess.
-_SAME_AS_INPUT0 = frozenset({
-    "Abs", "Add", "AveragePool", "BatchNormalization", "Ceil", "Celu", "Clip", "Concat", "Conv",
-    "Cos", "CumSum", "DepthToSpace", "Div", "Dropout", "Einsum", "Elu", "Erf", "Exp", "Expand",
-    "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
-    "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
-    "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Mean",
-    "Min", "Mish", "Mod", "Mul", "Neg", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceL2",
-    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
-    "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "Round", "ScatterElements",
-    "ScatterND", "Selu", "Sigmoid", "Sign", "Sin", "Slice", "Softmax", "Softplus", "Softsign",
-    "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "Tile", "Transpose",
-    "Trilu", "Unsqueeze", "RMSNormalization", "SimplifiedLayerNormalization",
-})  # fmt: skip
-_INT64_OUT = frozenset({"Shape", "Size", "NonZero", "ArgMax", "ArgMin"})
-_BOOL_OUT = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or",
-                       "Xor", "IsNaN", "IsInf"})  # fmt: skip
-
-
-def _node_out_types(node: ir.Node, known: dict[int, ir.DataType]) -> list[ir.DataType | None]:
-    def of(index: int) -> ir.DataType | None:
-        value = input_at(node, index)
-        return None if value is None else known.get(id(value))
-
-    n = len(node.outputs)
-    if node.domain in ("", "ai.onnx"):
-        if node.op_type == "Cast":
-            return [ir.DataType(int(attr(node, "to")))] if has_attr(node, "to") else [None]
-        if node.op_type == "CastLike":
-            return [of(1)]
-        if node.op_type in _INT64_OUT:
-            return [ir.DataType.INT64] * n
-        if node.op_type in _BOOL_OUT:
-            return [ir.DataType.BOOL] * n
-        if node.op_type == "Where":
-            return [of(1)]
-        if node.op_type == "TopK":
-            return [of(0), ir.DataType.INT64][:n]
-        if node.op_type == "Constant":
-            found = node.attributes.get("value")
-            return [found.value.dtype if found is not None else None]
-        if node.op_type in _SAME_AS_INPUT0:
-            return [of(0)] * n
-        return [None] * n
-    # contrib ops: output 0 has the type of input 0 (T) for every op q38 emits; others unknown
-    return [of(0)] + [None] * (n - 1)
-
-
-def infer_elem_types(graph: ir.Graph) -> dict[int, ir.DataType]:
-    """Element type of each value of ``graph`` (keyed by ``id(value)``) where it is known.
-
-    Declared types win (graph inputs, initializers, value_info); otherwise a small forward pass
-    over the standard ops that keep, fix or cast their input type. Subgraphs are not entered.
-    """
-    known: dict[int, ir.DataType] = {}
-    for value in [*graph.inputs, *graph.initializers.values()]:
-        if value.dtype is not None:
-            known[id(value)] = value.dtype
-    for node in graph:
-        for value, inferred in zip(node.outputs, _node_out_types(node, known), strict=False):
-            dtype = value.dtype if value.dtype is not None else inferred
-            if dtype is not None:
-                known[id(value)] = dtype
-    return known
+def subgraphs_of(node: ir.Node) -> Iterator[tuple[ir.Node, ir.Graph]]:
+    """(node, subgraph) for each GRAPH / GRAPHS attribute of ``node``."""
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            yield node, attribute.value
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            for sub in attribute.value:
+                yield node, sub

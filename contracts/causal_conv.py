@@ -3,22 +3,30 @@
 Three layers, labelled by where ORT enforces them:
 
 * schema inference (``cpu-session``, any EP): attribute ranges, ranks, the 1.32.0 extended
-  attributes; the message is ORT's ``[ShapeInferenceError]`` text;
+  attributes; the message is ORT's ``[ShapeInferenceError]`` text. Ranks and dims are the ones ORT
+  infers (``contracts.shapes``), so a producer without a declared shape is still checked;
 * the CPU kernel constructor (``cpu-session``, only nodes that run on CPU): ndim=1, no
-  state_window, no extended options, activation spelling;
-* the CUDA kernel (``cuda-only``) and compute-time shape rules (``run-time``), e.g. the
-  ``past_state`` shape for channels-first / channels-last / windowed state.
+  state_window, no extended options, activation spelling, dilation <= INT_MAX;
+* the CUDA kernel (``cuda-only``) and compute-time shape rules (``run-time``, reported as warnings
+  by the runner: a session is created and fails only when the model runs), e.g. the depthwise
+  weight and the ``past_state`` shape for channels-first / channels-last / windowed state.
+
+Unknown attributes, attribute kinds and arity (1.31.1 has no extended attributes and two outputs)
+are the generic schema rules' (``contracts.schema_rules``); a node they reject is skipped here,
+as ORT stops at the schema layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import onnx_ir as ir
 
-from contracts._graph import as_ir_model, attr, input_at, node_label, output_at, static_dims
+from contracts._graph import attr_int, attr_str, input_at, node_label, nodes_of, output_at, per_node
 from contracts._rule import OrtVersions, Rule, Violation
+from contracts.schema_rules import schema_clean
+from contracts.shapes import Shape, Shapes, shapes_of
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN, VARLEN_CAUSAL_CONV_WITH_STATE
 
 __all__ = ["RULES", "check_causal_conv", "expected_state_shape"]
@@ -26,241 +34,247 @@ __all__ = ["RULES", "check_causal_conv", "expected_state_shape"]
 _CC = CAUSAL_CONV_WITH_STATE
 _VL = VARLEN_CAUSAL_CONV_WITH_STATE
 _SRC = "ort-contract-rules.md §3"
+_INT_MAX = 2**31 - 1
 _ACTIVATIONS = frozenset({"none", "silu", "swish"})
 _EXTENDED_INT = {"input_channels": 0, "input_channel_offset": 0, "state_length": 0,
                  "state_channels_last": -1, "state_update_capacity": 0}  # fmt: skip
 _V132 = OrtVersions(since="1.32.0")
-_V131 = OrtVersions(until="1.32.0")
+_P = "CausalConvWithState: "
 
 
-def _nodes(model: Any, op_type: str) -> list[ir.Node]:
-    graph = as_ir_model(model).graph
-    return [n for n in graph.all_nodes() if n.domain == MS_DOMAIN and n.op_type == op_type]
-
-
-def _rank(value: ir.Value | None) -> int | None:
-    if value is None or value.shape is None:
-        return None
-    return len(value.shape)
+def _checked_nodes(model: Any, op_type: str) -> list[ir.Node]:
+    """The nodes of ``op_type`` that pass ORT's schema layer (the ones ORT infers shapes of)."""
+    return [n for n in nodes_of(model, MS_DOMAIN, op_type) if schema_clean(model, n)]
 
 
 def _is_extended(node: ir.Node) -> bool:
-    if any(int(attr(node, k, d)) != d for k, d in _EXTENDED_INT.items()):
+    if any(attr_int(node, k, d) != d for k, d in _EXTENDED_INT.items()):
         return True
     return output_at(node, 2) is not None
 
 
 def _cc_base(node: ir.Node) -> str | None:
     """Attribute checks every version runs first (3A.1-3A.5)."""
-    ndim = int(attr(node, "ndim", 1))
-    dilation = int(attr(node, "dilation", 1))
-    window = int(attr(node, "state_window", 0))
-    channels_last = int(attr(node, "channels_last", 0))
-    p = "CausalConvWithState: "
+    ndim = attr_int(node, "ndim", 1)
+    dilation = attr_int(node, "dilation", 1)
+    window = attr_int(node, "state_window", 0)
+    channels_last = attr_int(node, "channels_last", 0)
     if ndim not in {1, 2, 3}:
-        return f"{p}ndim must be 1, 2, or 3, got {ndim}"
+        return f"{_P}ndim must be 1, 2, or 3, got {ndim}"
     if dilation < 1:
-        return f"{p}dilation must be >= 1, got {dilation}"
+        return f"{_P}dilation must be >= 1, got {dilation}"
     if not 0 <= window <= 8:
-        return f"{p}state_window must be in [0, 8], got {window}"
+        return f"{_P}state_window must be in [0, 8], got {window}"
     if channels_last not in {0, 1}:
-        return f"{p}channels_last must be 0 or 1, got {channels_last}"
+        return f"{_P}channels_last must be 0 or 1, got {channels_last}"
     if channels_last == 1 and ndim != 1:
-        return f"{p}channels_last requires ndim = 1"
+        return f"{_P}channels_last requires ndim = 1"
     return None
 
 
-def _cc_ranks(node: ir.Node) -> str | None:
+def _cc_ranks(node: ir.Node, shapes: Shapes) -> str | None:
     """Rank checks of the plain (non-extended) path (3A.5-3A.6)."""
-    p = "CausalConvWithState: "
-    ndim = int(attr(node, "ndim", 1))
-    rx, rw = _rank(input_at(node, 0)), _rank(input_at(node, 1))
-    if int(attr(node, "channels_last", 0)) == 1:
+    ndim = attr_int(node, "ndim", 1)
+    rx, rw = shapes.rank(input_at(node, 0)), shapes.rank(input_at(node, 1))
+    if attr_int(node, "channels_last", 0) == 1:
         if rx is not None and rx < 3:
-            return f"{p}channels_last input must have rank >= 3"
+            return f"{_P}channels_last input must have rank >= 3"
     elif rx is not None and rx != ndim + 2:
-        return f"{p}input must have rank ndim + 2 ({ndim + 2}), got rank {rx}"
+        return f"{_P}input must have rank ndim + 2 ({ndim + 2}), got rank {rx}"
     if rw is not None and rw != ndim + 2:
-        return f"{p}weight must have rank ndim + 2 ({ndim + 2}), got rank {rw}"
+        return f"{_P}weight must have rank ndim + 2 ({ndim + 2}), got rank {rw}"
     return None
 
 
-def _cc_extended(node: ir.Node) -> str | None:
+def _cc_extended(node: ir.Node, shapes: Shapes) -> str | None:
     """The 1.32.0 extended-attribute checks (3A.7), for a node that uses them."""
-    p = "CausalConvWithState: "
-    if int(attr(node, "channels_last", 0)) != 1 or int(attr(node, "ndim", 1)) != 1 or int(attr(node, "state_window", 0)) != 0:
-        return f"{p}extended attributes require channels_last=1, ndim=1, state_window=0"
-    scl = int(attr(node, "state_channels_last", -1))
-    cap = int(attr(node, "state_update_capacity", 0))
-    ic = int(attr(node, "input_channels", 0))
-    off = int(attr(node, "input_channel_offset", 0))
+    if attr_int(node, "channels_last", 0) != 1 or attr_int(node, "ndim", 1) != 1 or attr_int(node, "state_window", 0) != 0:
+        return f"{_P}extended attributes require channels_last=1, ndim=1, state_window=0"
+    scl = attr_int(node, "state_channels_last", -1)
+    cap = attr_int(node, "state_update_capacity", 0)
+    ic = attr_int(node, "input_channels", 0)
+    off = attr_int(node, "input_channel_offset", 0)
     if scl not in {-1, 0, 1} or not 0 <= cap <= 8 or ic < 0 or off < 0:
-        return f"{p}invalid extended attributes"
+        return f"{_P}invalid extended attributes"
     x, w = input_at(node, 0), input_at(node, 1)
-    rx = _rank(x)
+    rx = shapes.rank(x)
     if rx is not None and rx != 3:
-        return f"{p}extended input must have rank 3"
-    xd, wd = static_dims(x), static_dims(w)
-    if xd is not None:
-        selected = ic if ic > 0 else xd[2]
-        if off + selected > xd[2]:
-            return f"{p}channel slice exceeds input width"
-        if wd is not None and wd[0] != selected:
-            return f"{p}weight channels mismatch"
-    length = int(attr(node, "state_length", 0))
-    dilation = int(attr(node, "dilation", 1))
-    if wd is not None and len(wd) == 3 and length != 0 and length < (wd[2] - 1) * dilation:
-        return f"{p}state_length is too short"
+        return f"{_P}extended input must have rank 3"
+    width = shapes.dim(x, 2) if rx == 3 else None
+    kernel = shapes.dim(w, 2) if shapes.rank(w) == 3 else None
+    if width is not None:
+        selected = ic if ic > 0 else width
+        if off + selected > width:
+            return f"{_P}channel slice exceeds input width"
+        channels = shapes.dim(w, 0)
+        if channels is not None and channels != selected:
+            return f"{_P}weight channels mismatch"
+    length = attr_int(node, "state_length", 0)
+    dilation = attr_int(node, "dilation", 1)
+    if kernel is not None and length != 0 and length < (kernel - 1) * dilation:
+        return f"{_P}state_length is too short"
     if output_at(node, 2) is not None and cap <= 0:
-        return f"{p}state_update output requires state_update_capacity > 0"
+        return f"{_P}state_update output requires state_update_capacity > 0"
     return None
 
 
-def _cc_schema(node: ir.Node) -> str | None:
-    """The first 1.32.0 schema-inference failure of one CausalConvWithState node."""
+def _cc_schema(node: ir.Node, shapes: Shapes, *, v132: bool) -> tuple[str, str] | None:
+    """(rule id, text) of the first schema-inference failure of one node."""
     base = _cc_base(node)
     if base is not None:
-        return base
-    return _cc_extended(node) if _is_extended(node) else _cc_ranks(node)
+        return "CCONV-SCHEMA-001", base
+    if v132 and _is_extended(node):
+        found = _cc_extended(node, shapes)
+        return None if found is None else ("CCONV-SCHEMA-003", found)
+    found = _cc_ranks(node, shapes)
+    return None if found is None else ("CCONV-SCHEMA-001", found)
 
 
-def _check_cc_schema(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _CC):
-        reason = _cc_base(node) or (None if _is_extended(node) else _cc_ranks(node))
-        if reason is not None:
-            found.append(Violation("CCONV-SCHEMA-001", reason, node=node_label(node)))
-    return found
+def _schema_rule(rule_id: str, *, v132: bool) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        shapes = shapes_of(model)
+
+        def one(node: ir.Node) -> Iterable[Violation]:
+            found = _cc_schema(node, shapes, v132=v132)
+            if found is not None and found[0] == rule_id:
+                yield Violation(rule_id, found[1], node=node_label(node))
+
+        return per_node(_checked_nodes(model, _CC), one)
+
+    return check
 
 
-def _check_cc_extended(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _CC):
-        if _cc_base(node) is None and _is_extended(node):
-            reason = _cc_extended(node)
-            if reason is not None:
-                found.append(Violation("CCONV-SCHEMA-003", reason, node=node_label(node)))
-    return found
-
-
-def _check_cc_legacy_attrs(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _CC):
-        if output_at(node, 2) is not None:
-            found.append(Violation("CCONV-SCHEMA-002", f"Node({node_label(node)}) with schema(com.microsoft::CausalConvWithState:1) has output size {len(node.outputs)} not in range [min=2, max=2]", node=node_label(node)))
-        for name in _EXTENDED_INT:
-            if name in node.attributes:
-                found.append(
-                    Violation(
-                        "CCONV-SCHEMA-002",
-                        f"Unrecognized attribute: {name} for operator CausalConvWithState",
-                        node=node_label(node),
-                    )
-                )
-    return found
-
-
-def _cc_cpu_kernel(node: ir.Node) -> list[str]:
+def cc_cpu_kernel_problems(node: ir.Node) -> list[str]:
+    """The CPU kernel constructor's refusals of one (schema-valid) node, in its order (§3B)."""
     out = []
     if _is_extended(node):
         out.append("CPU CausalConvWithState does not support extended channel/state options (CUDA only)")
-    if int(attr(node, "ndim", 1)) != 1:
+    if attr_int(node, "ndim", 1) != 1:
         out.append("CPU CausalConvWithState only supports ndim=1")
-    if str(attr(node, "activation", "none")) not in _ACTIVATIONS:
+    if attr_str(node, "activation", "none") not in _ACTIVATIONS:
         out.append("activation must be one of: none, silu, swish")
-    if int(attr(node, "state_window", 0)) != 0:
+    if attr_int(node, "state_window", 0) != 0:
         out.append("CPU CausalConvWithState does not support state_window > 0 (CUDA EP only)")
+    dilation = attr_int(node, "dilation", 1)
+    if dilation > _INT_MAX:
+        out.append(f"dilation must be <= INT_MAX, got {dilation}")
     return out
 
 
 def _check_cc_cpu_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found: list[Violation] = []
-    for node in _nodes(model, _CC):
-        if _cc_schema(node) is not None:
-            continue  # schema inference fails first
-        found.extend(Violation("CCONV-CPU-001", text, node=node_label(node)) for text in _cc_cpu_kernel(node))
-    return found
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if _cc_schema(node, shapes, v132=True) is not None:
+            return  # schema inference fails first
+        for text in cc_cpu_kernel_problems(node):
+            yield Violation("CCONV-CPU-001", text, node=node_label(node))
+
+    return per_node(_checked_nodes(model, _CC), one)
 
 
 def _check_cc_cuda_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _CC):
-        if _cc_schema(node) is not None:
-            continue
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if _cc_schema(node, shapes, v132=True) is not None:
+            return
         label = node_label(node)
-        if int(attr(node, "ndim", 1)) != 1:
-            found.append(Violation("CCONV-CUDA-001", "CUDA CausalConvWithState only supports ndim=1", node=label))
-        if str(attr(node, "activation", "none")) not in _ACTIVATIONS:
-            found.append(Violation("CCONV-CUDA-001", "activation must be one of: none, silu, swish", node=label))
-    return found
+        if attr_int(node, "ndim", 1) != 1:
+            yield Violation("CCONV-CUDA-001", "CUDA CausalConvWithState only supports ndim=1", node=label)
+        if attr_str(node, "activation", "none") not in _ACTIVATIONS:
+            yield Violation("CCONV-CUDA-001", "activation must be one of: none, silu, swish", node=label)
+        dilation = attr_int(node, "dilation", 1)
+        if dilation > _INT_MAX:
+            yield Violation("CCONV-CUDA-001", f"dilation must be <= INT_MAX, got {dilation}", node=label)
+
+    return per_node(_checked_nodes(model, _CC), one)
 
 
-def expected_state_shape(node: ir.Node, batch: Any, channel_dims: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The ``past_state`` shape ORT expects (§3C.2), or None when the weight shape is unknown.
+def expected_state_shape(node: ir.Node, batch: Any, channel_dims: tuple[Any, ...], *,
+                         kernel: int | None = None) -> tuple[Any, ...] | None:  # fmt: skip
+    """The ``past_state`` shape ORT expects (§3C.2), or None when the kernel size is unknown.
 
-    ``channel_dims`` are (C,) for channels-first or (d_1, ..., d_n) for channels-last inputs.
+    ``channel_dims`` are (C,) for channels-first or (d_1, ..., d_n) for channels-last inputs;
+    ``kernel`` defaults to the weight's declared last dim.
     """
-    wd = static_dims(input_at(node, 1))
-    if wd is None or len(wd) < 3:
-        return None
-    length = (wd[-1] - 1) * int(attr(node, "dilation", 1))
-    window = int(attr(node, "state_window", 0))
+    if kernel is None:
+        weight = input_at(node, 1)
+        dims = None if weight is None or weight.shape is None else tuple(weight.shape)
+        if dims is None or len(dims) < 3 or not isinstance(dims[-1], int):
+            return None
+        kernel = dims[-1]
+    length = (kernel - 1) * attr_int(node, "dilation", 1)
+    window = attr_int(node, "state_window", 0)
     lead: tuple[Any, ...] = (window,) if window > 0 else ()
-    if int(attr(node, "channels_last", 0)) == 1:
+    if attr_int(node, "channels_last", 0) == 1:
         return (*lead, batch, length, *channel_dims)
     return (*lead, batch, *channel_dims, length)
 
 
-def _check_cc_state_shapes(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _mismatch(got: Shape, expected: tuple[Any, ...]) -> bool:
+    if len(got) != len(expected):
+        return True
+    return any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(got, expected, strict=True))
+
+
+def _dims_text(dims: tuple[Any, ...]) -> str:
+    return ",".join("?" if d is None else str(d) for d in dims)
+
+
+def run_time_problems(node: ir.Node, shapes: Shapes) -> list[tuple[str, str]]:
+    """§3C: (rule id, ORT's text) of what the CPU compute refuses, from the inferred shapes."""
+    x, w, past = input_at(node, 0), input_at(node, 1), input_at(node, 3)
+    dims = shapes.shape(x)
+    if dims is None or len(dims) < 3:
+        return []
     found = []
-    for node in _nodes(model, _CC):
-        if _cc_schema(node) is not None or _is_extended(node):
-            continue
-        x, w, past = input_at(node, 0), input_at(node, 1), input_at(node, 3)
-        if x is None or x.shape is None:
-            continue
-        dims = tuple(x.shape)
-        channels_last = int(attr(node, "channels_last", 0)) == 1
-        channel_dims = dims[2:] if channels_last else (dims[1],)
-        wd = static_dims(w)
-        if wd is not None and len(wd) >= 2 and wd[1] != 1:
-            found.append(Violation("CCONV-RUN-001", "weight must be depthwise (group=1)", node=node_label(node)))
-        channels = 1
-        for d in channel_dims:
-            channels = channels * d if isinstance(d, int) and isinstance(channels, int) else -1
-        if wd is not None and channels > 0 and wd[0] != channels:
-            found.append(Violation("CCONV-RUN-001", "weight channels must match input channels", node=node_label(node)))
-        expected = expected_state_shape(node, dims[0], channel_dims)
-        if past is None or past.shape is None or expected is None:
-            continue
-        got = tuple(past.shape)
-        mismatch = len(got) != len(expected) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(got, expected)
-        )
-        if mismatch:
-            fmt = ",".join(str(d) for d in expected)
-            found.append(
-                Violation(
-                    "CCONV-RUN-002",
-                    f"Input 'past_state' is expected to have shape {{{fmt}}}, got {{{','.join(str(d) for d in got)}}}.",
-                    node=node_label(node),
-                )
-            )
+    channel_dims = dims[2:] if attr_int(node, "channels_last", 0) == 1 else (dims[1],)
+    wd = shapes.shape(w)
+    if wd is not None and len(wd) >= 2 and isinstance(wd[1], int) and wd[1] != 1:
+        found.append(("CCONV-RUN-001", "weight must be depthwise (group=1)"))
+    channels: int | None = 1
+    for d in channel_dims:
+        channels = channels * d if isinstance(d, int) and channels is not None else None
+    if wd is not None and wd and isinstance(wd[0], int) and channels is not None and wd[0] != channels:
+        found.append(("CCONV-RUN-001", "weight channels must match input channels"))
+    kernel = wd[-1] if wd is not None and len(wd) >= 3 and isinstance(wd[-1], int) else None
+    got = shapes.shape(past)
+    expected = None if kernel is None else expected_state_shape(node, dims[0], channel_dims, kernel=kernel)
+    if got is not None and expected is not None and _mismatch(got, expected):
+        want, have = _dims_text(expected), _dims_text(got)
+        found.append(("CCONV-RUN-002", f"Input 'past_state' is expected to have shape {{{want}}}, got {{{have}}}."))
     return found
 
 
-def _vl_schema(node: ir.Node, *, v132: bool = True) -> str | None:
+def _run_rule(rule_id: str) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        shapes = shapes_of(model)
+
+        def one(node: ir.Node) -> Iterable[Violation]:
+            if _cc_schema(node, shapes, v132=True) is not None or _is_extended(node):
+                return
+            for rid, text in run_time_problems(node, shapes):
+                if rid == rule_id:
+                    yield Violation(rid, text, node=node_label(node), severity="warning")
+
+        return per_node(_checked_nodes(model, _CC), one)
+
+    return check
+
+
+def _vl_schema(node: ir.Node, shapes: Shapes, *, v132: bool = True) -> str | None:
     p = "VarlenCausalConvWithState: "
-    dilation = int(attr(node, "dilation", 1))
-    cap = int(attr(node, "state_update_capacity", 0))
+    dilation = attr_int(node, "dilation", 1)
+    cap = attr_int(node, "state_update_capacity", 0)
     if dilation < 1:
         return f"{p}dilation must be >= 1, got {dilation}"
     if not 0 <= cap <= 8:
         return f"{p}state_update_capacity must be in [0, 8], got {cap}"
     dynamic = input_at(node, 6) is not None
-    if not dynamic and v132 and (int(attr(node, "group_size", 1)) != 1 or int(attr(node, "delta_offset", 0)) != 0):
+    if not dynamic and v132 and (attr_int(node, "group_size", 1) != 1 or attr_int(node, "delta_offset", 0) != 0):
         return f"{p}group_size and delta_offset require kernel_delta"
-    rx, rw = _rank(input_at(node, 0)), _rank(input_at(node, 1))
+    rx, rw = shapes.rank(input_at(node, 0)), shapes.rank(input_at(node, 1))
     if rx is not None and rx != 2:
         return f"{p}input must have rank 2 (total_tokens, channels)"
     if rw is not None and rw != 3:
@@ -268,84 +282,76 @@ def _vl_schema(node: ir.Node, *, v132: bool = True) -> str | None:
     return None
 
 
-def _check_vl_schema(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _VL):
-        reason = _vl_schema(node, v132=True)
-        if reason is not None:
-            found.append(Violation("VCCONV-SCHEMA-001", reason, node=node_label(node)))
-    return found
+def _vl_schema_rule(*, v132: bool) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        shapes = shapes_of(model)
+
+        def one(node: ir.Node) -> Iterable[Violation]:
+            reason = _vl_schema(node, shapes, v132=v132)
+            if reason is not None:
+                yield Violation("VCCONV-SCHEMA-001", reason, node=node_label(node))
+
+        return per_node(_checked_nodes(model, _VL), one)
+
+    return check
 
 
 def _check_vl_cpu_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _VL):
-        if _vl_schema(node) is not None:
-            continue
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if _vl_schema(node, shapes) is not None:
+            return
         label = node_label(node)
-        if int(attr(node, "group_size", 1)) != 1 or int(attr(node, "delta_offset", 0)) != 0:
-            found.append(Violation("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)", node=label))
-        if str(attr(node, "activation", "none")) not in _ACTIVATIONS:
-            found.append(Violation("VCCONV-CPU-001", "activation must be one of: none, silu, swish", node=label))
-    return found
+        if attr_int(node, "group_size", 1) != 1 or attr_int(node, "delta_offset", 0) != 0:
+            yield Violation("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)", node=label)
+        if attr_str(node, "activation", "none") not in _ACTIVATIONS:
+            yield Violation("VCCONV-CPU-001", "activation must be one of: none, silu, swish", node=label)
 
-
-_Check = Callable[[Any, Mapping[str, str]], list[Violation]]
-def _check_vl_legacy_attrs(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _VL):
-        for name in ("group_size", "delta_offset"):
-            if name in node.attributes:
-                found.append(Violation("VCCONV-SCHEMA-002", f"Unrecognized attribute: {name} for operator VarlenCausalConvWithState", node=node_label(node)))
-    return found
-
-
-def _check_vl_schema_131(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _VL):
-        reason = _vl_schema(node, v132=False)
-        if reason is not None:
-            found.append(Violation("VCCONV-SCHEMA-001", reason, node=node_label(node)))
-    return found
+    return per_node(_checked_nodes(model, _VL), one)
 
 
 RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema: ndim 1-3, dilation >= 1, state_window 0-8, "
-         "channels_last 0/1 (ndim 1), ranks, extended attributes", _SRC + "A; probed 1.32.0",
-         "cpu-session", "graph", _check_cc_schema),
-    Rule("CCONV-SCHEMA-002", "onnxruntime 1.31.1 does not know the extended CausalConvWithState "
-         "attributes nor a 3rd output", "ort-cpu-capabilities.md §7; probed 1.31.1", "cpu-session",
-         "graph", _check_cc_legacy_attrs, _V131),
+         "channels_last 0/1 (ndim 1), ranks of input and weight", _SRC + "A; probed 1.31.1 and 1.32.0",
+         "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=True), _V132),
+    Rule("CCONV-SCHEMA-001", "CausalConvWithState schema (1.31.1: no extended attributes)",
+         _SRC + "A; probed 1.31.1", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=False),
+         OrtVersions(until="1.32.0")),
     Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes: channels_last=1, ndim=1, state_window=0, "
-         "valid ranges, rank-3 input, channel slice, weight channels, state_length", _SRC + "A.7; probed",
-         "cpu-session", "graph", _check_cc_extended, _V132),
+         "valid ranges, rank-3 input, channel slice, weight channels, state_length >= (k-1) x dilation",
+         _SRC + "A.7; probed", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-003", v132=True), _V132),
     Rule("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
-         "none/silu/swish", _SRC + "B (causal_conv_with_state.cc)", "cpu-session", "graph",
-         _check_cc_cpu_kernel, ep="cpu"),
-    Rule("CCONV-CUDA-001", "CUDA kernel: ndim=1, activation none/silu/swish", _SRC + "D",
-         "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda"),
+         "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",
+         "graph", _check_cc_cpu_kernel, ep="cpu"),
+    Rule("CCONV-CUDA-001", "CUDA kernel: ndim=1, activation none/silu/swish, dilation <= INT_MAX",
+         _SRC + "D", "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda"),
     Rule("CCONV-RUN-001", "weight is depthwise [C,1,k] with C = input channels", _SRC + "C.1",
-         "run-time", "graph", _check_cc_state_shapes),
+         "run-time", "graph", _run_rule("CCONV-RUN-001")),
+    Rule("CCONV-RUN-002", "past_state has the shape (k-1) x dilation implies (channels-first, "
+         "channels-last, windowed)", _SRC + "C.2", "run-time", "graph", _run_rule("CCONV-RUN-002")),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema: dilation, state_update_capacity, "
          "dynamic attributes need kernel_delta, ranks", _SRC + "E; probed 1.32.0", "cpu-session",
-         "graph", _check_vl_schema, _V132),
+         "graph", _vl_schema_rule(v132=True), _V132),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): dilation, "
          "state_update_capacity, ranks", _SRC + "E; probed 1.31.1", "cpu-session", "graph",
-         _check_vl_schema_131, _V131),
-    Rule("VCCONV-SCHEMA-002", "onnxruntime 1.31.1 does not know group_size / delta_offset",
-         "probed 1.31.1", "cpu-session", "graph", _check_vl_legacy_attrs, _V131),
+         _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
     Rule("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
          _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, _V132, ep="cpu"),
 )  # fmt: skip
-# CCONV-RUN-001 also reports CCONV-RUN-002 (past_state shape, §3C.2) from the same pass.
 
 
 def check_causal_conv(
-    model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"})
-) -> list[Violation]:
-    """Every applicable CausalConvWithState / Varlen rule for ``model`` on execution providers ``eps``."""
+    model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"}),
+    run_time: bool = False,
+) -> list[Violation]:  # fmt: skip
+    """Every applicable CausalConvWithState / Varlen rule for ``model`` on execution providers
+    ``eps`` (``run_time`` adds the compute-time rules)."""
+    from contracts._graph import as_ir_model
+
+    ir_model = as_ir_model(model)
     found: list[Violation] = []
     for rule in RULES:
-        if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps) and rule.enforced != "run-time":
-            found.extend(rule.check(model, {}))
+        if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps) and (run_time or rule.enforced != "run-time"):
+            found.extend(rule.check(ir_model, {}))
     return found

@@ -19,8 +19,10 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts._graph import (
+    AttributeKindError,
     as_ir_model,
-    attr,
+    attr_int,
+    attr_str,
     input_at,
     is_constant_initializer,
     iter_subgraph_owners,
@@ -66,19 +68,19 @@ class _QMoE:
 
     @classmethod
     def of(cls, node: ir.Node) -> _QMoE:
-        bits = int(attr(node, "expert_weight_bits", 8))
-        per_fc = [int(attr(node, f"fc{i}_expert_weight_bits", bits)) for i in (1, 2, 3)]
+        bits = attr_int(node, "expert_weight_bits", 8)
+        per_fc = [attr_int(node, f"fc{i}_expert_weight_bits", bits) for i in (1, 2, 3)]
         return cls(
             node=node,
-            quant_type=str(attr(node, "quant_type", "int")),
+            quant_type=attr_str(node, "quant_type", "int"),
             bits=bits,
             uniform=all(b == bits for b in per_fc),
-            prepacked=int(attr(node, "weights_prepacked", -1)),
-            block_size=int(attr(node, "block_size", -1)),
-            activation=str(attr(node, "activation_type", "relu")),
-            swiglu_fusion=int(attr(node, "swiglu_fusion", 0)),
-            sparse_mixer=int(attr(node, "use_sparse_mixer", 0)),
-            k=int(attr(node, "k", 0)),
+            prepacked=attr_int(node, "weights_prepacked", -1),
+            block_size=attr_int(node, "block_size", -1),
+            activation=attr_str(node, "activation_type", "relu"),
+            swiglu_fusion=attr_int(node, "swiglu_fusion", 0),
+            sparse_mixer=attr_int(node, "use_sparse_mixer", 0),
+            k=attr_int(node, "k", 0),
         )
 
     @property
@@ -363,9 +365,9 @@ NODE_CHECKS: tuple[tuple[str, str, str, Callable[[_QMoE], str | None]], ...] = (
 
 def _moe_packed_reason(node: ir.Node) -> str | None:
     """§1F (lower confidence): MoEPacked offload eligibility."""
-    if str(attr(node, "activation_type", "swiglu")) != "swiglu":
-        return f"unsupported activation_type='{attr(node, 'activation_type')}' (expected 'swiglu')"
-    k = int(attr(node, "k", 1))
+    if attr_str(node, "activation_type", "swiglu") != "swiglu":
+        return f"unsupported activation_type='{attr_str(node, 'activation_type', 'swiglu')}' (expected 'swiglu')"
+    k = attr_int(node, "k", 1)
     if not 1 <= k <= 16:
         return "MoEPacked offload requires attribute k in 1..16"
     bad = "MoEPacked expert weight dimensions are invalid for offload"
@@ -432,7 +434,11 @@ def _evaluate(
     graph = as_ir_model(model).graph
     results: list[list[Any]] = []
     for node in _candidates(graph):
-        rule_id, reason = _candidate_reason(node, compute_capability=compute_capability)
+        try:
+            rule_id, reason = _candidate_reason(node, compute_capability=compute_capability)
+        except AttributeKindError as exc:  # ORT's schema layer refuses the node first
+            results.append([node, "ORT-SCHEMA-006", f"attribute {exc.name} is {exc.actual}, not {exc.expected}", "schema"])
+            continue
         results.append([node, rule_id, reason, "node"])
     # 1D: drop nodes whose expert initializers have other consumers, until nothing changes.
     changed = True
@@ -530,7 +536,7 @@ def _check_nodes(model: Any, entries: Mapping[str, str]) -> list[Violation]:
         return []
     found = []
     for node, rule_id, reason, kind in _evaluate(model, compute_capability=None):
-        if reason is None:
+        if reason is None or kind == "schema":  # the generic schema rules report a schema fault
             continue
         name = node_label(node)
         if mode == "required":
@@ -566,8 +572,10 @@ def _check_tail_rank(model: Any, entries: Mapping[str, str]) -> list[Violation]:
     except ValueError:
         return []
     for node, _rule_id, reason, _kind in _evaluate(model, compute_capability=None):
-        k = int(attr(node, "k", 1))
-        if reason is None and not 0 <= rank < k:
+        if reason is not None:
+            continue
+        k = attr_int(node, "k", 1)  # an eligible node passed every typed read
+        if not 0 <= rank < k:
             name = node_label(node)
             return [
                 Violation(

@@ -8,6 +8,7 @@ paths; nothing reads file contents.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -51,19 +52,26 @@ def _inside(root: Path, path: Path) -> bool:
 
 
 def _location_problem(graph: GraphFile, location: str) -> str | None:
+    """Why ``location`` is not a safe external-data path of ``graph`` (None: it is); one
+    resolution per (graph, location), however many tensors share the file."""
+    return _location_problem_cached(graph.path, graph.root, location)
+
+
+@functools.lru_cache(maxsize=256)
+def _location_problem_cached(graph_path: Path, graph_root: Path, location: str) -> str | None:
     pure = PurePosixPath(location)
     if not location or pure.is_absolute() or "\\" in location:
         return f"location {location!r} must be a relative path inside the package"
     if ".." in pure.parts:
         return f"location {location!r} escapes the package directory"
-    named = graph.path.parent / location
+    named = graph_path.parent / location
     try:
         real = named.resolve(strict=True)
     except FileNotFoundError:
         return f"location {location!r} does not exist"
     except (OSError, RuntimeError):
         return f"location {location!r} cannot be resolved (symlink loop?)"
-    if not _inside(graph.root.resolve(), real):
+    if not _inside(graph_root.resolve(), real):
         return f"location {location!r} resolves to {os.fspath(real)!r}, outside the package directory"
     return None
 
@@ -161,6 +169,7 @@ RULES: tuple[Rule, ...] = (
 
 def check_package_layout(view: PackageView) -> list[Violation]:
     """Every file-layout violation of ``view``."""
+    _location_problem_cached.cache_clear()  # the files may have changed since the last check
     found: list[Violation] = []
     for rule in RULES:
         found.extend(rule.check(view))

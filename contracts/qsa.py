@@ -4,32 +4,37 @@ Source: ``ort-contract-rules.md`` §2 and ``ort-cpu-capabilities.md`` §1/§8. T
 no kernel for these ops, but schema inference runs first, so the schema rules (``cpu-session``,
 any EP) reject a graph before the ``NOT_IMPLEMENTED`` error. The kernel-constructor rules are
 ``cuda-only`` (read from older public CUDA source and the onnxruntime-gpu 1.31.1 strings).
+Ranks and dims are the ones ORT infers (``contracts.shapes``). Arity, required attributes and
+types are the generic schema rules' (``contracts.schema_rules``): a node they reject is skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import onnx_ir as ir
 
 from contracts._graph import (
     as_ir_model,
-    attr,
+    attr_float,
+    attr_int,
+    attr_str,
     has_attr,
     input_at,
     node_label,
+    nodes_of,
     output_at,
-    static_dims,
+    per_node,
 )
 from contracts._rule import Enforced, OrtVersions, Rule, Violation
+from contracts.schema_rules import schema_clean
+from contracts.shapes import Shapes, shapes_of
 from q38._ops import (
     DYNAMIC_SPARSE_ATTENTION,
-    HC_LOW_RANK_MIX,
     MS_DOMAIN,
     PACKED_SPARSE_ATTENTION_INDEXER,
     PACKED_SPARSE_ATTENTION_INDEXER_MERGE,
-    RMS_NORM_ROTARY,
     SPARSE_ATTENTION_INDEXER,
 )
 
@@ -40,36 +45,23 @@ _PSAI = PACKED_SPARSE_ATTENTION_INDEXER
 _SAI = SPARSE_ATTENTION_INDEXER
 _DSA = DYNAMIC_SPARSE_ATTENTION
 _MERGE = PACKED_SPARSE_ATTENTION_INDEXER_MERGE
-_REQUIRED_ATTRS = {
-    _PSAI: ("compress_ratio", "policy_mode", "state_capacity"),
-    _SAI: ("compress_ratio", "policy_mode"),
-    _DSA: ("kv_num_heads", "num_heads"),
-    _MERGE: ("max_output_entries", "policy_mode"),
-}
 
 
 def _nodes(model: Any, *op_types: str) -> list[ir.Node]:
-    graph = as_ir_model(model).graph
-    return [n for n in graph.all_nodes() if n.domain == MS_DOMAIN and n.op_type in op_types]
-
-
-def _missing_attr(node: ir.Node) -> str | None:
-    for name in _REQUIRED_ATTRS.get(node.op_type, ()):
-        if not has_attr(node, name):
-            return f"Required attribute '{name}' is missing."
-    return None
+    """The nodes of ``op_types`` that pass ORT's schema layer (the ones whose inference runs)."""
+    return [n for n in nodes_of(model, MS_DOMAIN, *op_types) if schema_clean(model, n)]
 
 
 def _indexer_policy(node: ir.Node, p: str) -> str | None:
     """Rules 2C.1-2C.7 / 2E (shared attribute parsing of both indexers)."""
-    mode = str(attr(node, "policy_mode", ""))
+    mode = attr_str(node, "policy_mode", "")
     if mode not in {"qsa", "csa"}:
         return f"{p}policy_mode must be 'qsa' or 'csa', got '{mode}'"
-    cr = int(attr(node, "compress_ratio", 0))
+    cr = attr_int(node, "compress_ratio", 0)
     if node.op_type == _PSAI:
         if cr <= 0 or 2 * cr - 1 > _INT_MAX:
             return f"{p}compress_ratio must be positive and produce a generic buffer capacity no greater than INT_MAX, got {cr}"
-        capacity = int(attr(node, "state_capacity", 0))
+        capacity = attr_int(node, "state_capacity", 0)
         if not 0 < capacity <= _INT_MAX:
             return f"{p}state_capacity must be in (0, INT_MAX], got {capacity}"
     elif not 0 < cr <= _INT_MAX:
@@ -77,7 +69,7 @@ def _indexer_policy(node: ir.Node, p: str) -> str | None:
     if mode == "qsa":
         if has_attr(node, "index_topk") or has_attr(node, "head_weight_scale"):
             return f"{p}index_topk and head_weight_scale must not be set when policy_mode is 'qsa'"
-        tb = int(attr(node, "token_budget", 0))
+        tb = attr_int(node, "token_budget", 0)
         if tb <= 0 or tb % cr or tb + cr - 1 > _INT_MAX:
             return (
                 f"{p}policy_mode 'qsa' requires token_budget > 0, divisible by compress_ratio, and a "
@@ -86,19 +78,19 @@ def _indexer_policy(node: ir.Node, p: str) -> str | None:
     else:
         if has_attr(node, "token_budget"):
             return f"{p}token_budget must not be set when policy_mode is 'csa'"
-        topk = int(attr(node, "index_topk", 0))
+        topk = attr_int(node, "index_topk", 0)
         if not 0 < topk <= _INT_MAX:
             return f"{p}policy_mode 'csa' requires index_topk in (0, INT_MAX], got {topk}"
     return None
 
 
-def _psai_schema(node: ir.Node) -> str | None:
+def _psai_schema(node: ir.Node, shapes: Shapes) -> str | None:
     p = f"{_PSAI}: "
     reason = _indexer_policy(node, p)
     if reason is not None:
         return reason
-    mode = str(attr(node, "policy_mode"))
-    cap = int(attr(node, "state_update_capacity", 0))
+    mode = attr_str(node, "policy_mode", "")
+    cap = attr_int(node, "state_update_capacity", 0)
     if not 0 <= cap <= 8:
         return f"{p}state_update_capacity must be in [0, 8], got {cap}"
     if cap > 0 and input_at(node, 16) is None:
@@ -117,48 +109,30 @@ def _psai_schema(node: ir.Node) -> str | None:
         for slot in (8, 9, 10, 11, 14):
             if input_at(node, slot) is None:
                 return f"{p}input {slot} is required when policy_mode is 'csa'"
-    hs_dims = static_dims(input_at(node, 2))
-    key = static_dims(input_at(node, 1))
-    if hs_dims and key is not None and len(key) == 2:
-        width = hs_dims[0] * (2 if mode == "csa" else 1)
-        if key[1] != width:
-            return f"{p}key dimension 1 must equal the policy-specific width ({width}), got {key[1]}"
-    kv = static_dims(input_at(node, 13))
-    cr = int(attr(node, "compress_ratio"))
-    if kv is not None and len(kv) == 3 and kv[1] != 2 * cr - 1:
-        return f"{p}past_kv_buffer dimension 1 must equal 2 * compress_ratio - 1 ({2 * cr - 1}), got {kv[1]}"
+    head = shapes.dim(input_at(node, 2), 0) if shapes.rank(input_at(node, 2)) == 1 else None
+    key = input_at(node, 1)
+    if head is not None and shapes.rank(key) == 2:
+        width = head * (2 if mode == "csa" else 1)
+        got = shapes.dim(key, 1)
+        if got is not None and got != width:
+            return f"{p}key dimension 1 must equal the policy-specific width ({width}), got {got}"
+    kv = input_at(node, 13)
+    cr = attr_int(node, "compress_ratio", 0)
+    length = shapes.dim(kv, 1) if shapes.rank(kv) == 3 else None
+    if length is not None and length != 2 * cr - 1:
+        return f"{p}past_kv_buffer dimension 1 must equal 2 * compress_ratio - 1 ({2 * cr - 1}), got {length}"
     return None
 
 
-def _dim(value: ir.Value | None, axis: int) -> int | None:
-    """Dim ``axis`` of ``value`` when it is a known int (None: absent, unknown rank or symbolic)."""
-    if value is None or value.shape is None or axis >= len(value.shape):
-        return None
-    dim = value.shape[axis]
-    return dim if isinstance(dim, int) else None
-
-
-def _rank_problem(node: ir.Node, p: str, ranks: Mapping[int, tuple[int, ...]], slots: tuple[int, ...]) -> str | None:
+def _rank_problem(node: ir.Node, shapes: Shapes, p: str, ranks: Mapping[int, tuple[int, ...]],
+                  slots: tuple[int, ...]) -> str | None:  # fmt: skip
     """``input <i> must have rank <r>, got rank <n>`` for the first listed slot of the wrong rank."""
     for slot in slots:
-        value = input_at(node, slot)
-        if value is None or value.shape is None or len(value.shape) in ranks[slot]:
+        rank = shapes.rank(input_at(node, slot))
+        if rank is None or rank in ranks[slot]:
             continue
         want = " or ".join(str(r) for r in ranks[slot])
-        return f"{p}input {slot} must have rank {want}, got rank {len(value.shape)}"
-    return None
-
-
-def _arity(node: ir.Node, lo_in: int, hi_in: int, lo_out: int, hi_out: int, singles: tuple[int, ...]) -> str | None:
-    """The ONNX checker's input/output count and empty-required-input errors (before inference)."""
-    head = f"Node({node_label(node)}) with schema(com.microsoft::{node.op_type}:1) has"
-    if not lo_in <= len(node.inputs) <= hi_in:
-        return f"{head} input size {len(node.inputs)} not in range [min={lo_in}, max={hi_in}]"
-    if not lo_out <= len(node.outputs) <= hi_out:
-        return f"{head} output size {len(node.outputs)} not in range [min={lo_out}, max={hi_out}]"
-    for slot in singles:
-        if input_at(node, slot) is None:
-            return f"Node ({node_label(node)})'s input {slot} is marked single but has an empty string in the graph"
+        return f"{p}input {slot} must have rank {want}, got rank {rank}"
     return None
 
 
@@ -170,14 +144,14 @@ _SAI_EARLY, _SAI_LATE = (1, 3, 4, 5, 0, 2), (6, 7, 8, 9, 10, 11, 12, 13)
 _SAI_POLICY_INPUTS = (8, 9, 10, 11, 13)  # forbidden in qsa, required in csa
 
 
-def _sai_schema(node: ir.Node) -> str | None:
+def _sai_schema(node: ir.Node, shapes: Shapes) -> str | None:
     """§2E, probed on 1.32.0: checker arity, attributes, inputs/outputs by policy, ranks, widths,
     past_proj_buffer (csa). The first failure in ORT's order."""
     p = f"{_SAI}: "
-    reason = _arity(node, 8, 14, 2, 3, (0, 2, 3, 4, 5, 7)) or _indexer_policy(node, p)
+    reason = _indexer_policy(node, p)
     if reason is not None:
         return reason
-    mode = str(attr(node, "policy_mode"))
+    mode = attr_str(node, "policy_mode", "")
     if mode == "csa" and input_at(node, 1) is None:
         return f"{p}input 1 is required for every policy_mode"
     for slot in _SAI_POLICY_INPUTS:
@@ -189,10 +163,11 @@ def _sai_schema(node: ir.Node) -> str | None:
     want_out = 2 if mode == "qsa" else 3
     if len(node.outputs) != want_out:
         return f"{p}policy_mode '{mode}' requires exactly {want_out} declared outputs, got {len(node.outputs)}"
-    reason = _rank_problem(node, p, _SAI_RANKS, _SAI_EARLY)
+    reason = _rank_problem(node, shapes, p, _SAI_RANKS, _SAI_EARLY)
     if reason is not None:
         return reason
-    width, hs = _dim(input_at(node, 0), 2), _dim(input_at(node, 2), 0)
+    width = shapes.dim(input_at(node, 0), 2) if shapes.rank(input_at(node, 0)) == 3 else None
+    hs = shapes.dim(input_at(node, 2), 0) if shapes.rank(input_at(node, 2)) == 1 else None
     if width is not None and width <= 0:
         return f"{p}query width must be > 0, got {width}"
     if width is not None and width > _INT_MAX:
@@ -204,14 +179,14 @@ def _sai_schema(node: ir.Node) -> str | None:
             return f"{p}query width must be divisible by head_size"
         if input_at(node, 1) is None and width // hs < 2:
             return f"{p}packed QK input must contain at least one query head and one key"
-    reason = _rank_problem(node, p, _SAI_RANKS, _SAI_LATE)
+    reason = _rank_problem(node, shapes, p, _SAI_RANKS, _SAI_LATE)
     if reason is not None:
         return reason
     proj = input_at(node, 13)
-    if mode == "csa" and proj is not None and proj.shape is not None:
-        d0, d1, d2, d3 = (_dim(proj, i) for i in range(4))
-        batch = _dim(input_at(node, 0), 0)
-        cr = int(attr(node, "compress_ratio"))
+    if mode == "csa" and shapes.rank(proj) == 4:
+        d0, d1, d2, d3 = (shapes.dim(proj, i) for i in range(4))
+        batch = shapes.dim(input_at(node, 0), 0)
+        cr = attr_int(node, "compress_ratio", 0)
         if d0 is not None and d0 != 2:
             return f"{p}past_proj_buffer dimension 0 must be 2, got {d0}"
         if d1 is not None and batch is not None and d1 != batch:
@@ -230,62 +205,60 @@ _IS_RANKS = {18: (1,), 19: (2,), 20: (1,), 21: (1,)}
 _IS_STATE_POLICIES = {"qsa": frozenset({"default", "hold"}), "csa": frozenset({"default", "hold", "advance"})}
 
 
-def _psai_indexshare(node: ir.Node) -> str | None:
+def _psai_indexshare(node: ir.Node, shapes: Shapes) -> str | None:
     """§2C.11 (1.32.0 only), probed: state policy, the IndexShare input group, max_output_entries,
     the status output, then the group's shapes and the selection budget."""
-    if _missing_attr(node) is not None:
-        return None
     p = f"{_PSAI}: "
-    mode = str(attr(node, "policy_mode", ""))
+    mode = attr_str(node, "policy_mode", "")
     if mode not in _IS_STATE_POLICIES:
         return None  # QSA-PSAI-001 reports it
-    state_policy = attr(node, "indexshare_state_policy")
-    if state_policy is not None and str(state_policy) not in _IS_STATE_POLICIES[mode]:
+    state_policy = attr_str(node, "indexshare_state_policy", "") if has_attr(node, "indexshare_state_policy") else None
+    if state_policy is not None and state_policy not in _IS_STATE_POLICIES[mode]:
         return f"{p}invalid indexshare_state_policy for policy_mode"
     present = [input_at(node, slot) is not None for slot in _IS_INPUTS]
     if any(present) and not all(present):
         return f"{p}all IndexShare inputs must be provided together"
     enabled = all(present)
-    entries = int(attr(node, "max_output_entries", 0))
+    entries = attr_int(node, "max_output_entries", 0)
     if (enabled and entries <= 0) or (not enabled and entries != 0):
         return f"{p}IndexShare requires a positive max_output_entries"
     if enabled != (output_at(node, 7) is not None):
         return f"{p}IndexShare requires its status output"
     if not enabled:
         return None
-    reason = _rank_problem(node, p, _IS_RANKS, _IS_INPUTS)
+    reason = _rank_problem(node, shapes, p, _IS_RANKS, _IS_INPUTS)
     if reason is not None:
         return reason
-    mode_dim = _dim(input_at(node, 18), 0)
+    mode_dim = shapes.dim(input_at(node, 18), 0)
     if mode_dim is not None and mode_dim != 1:
         return f"{p}indexshare_mode must have shape {{1}} (1), got {mode_dim}"
     merged = input_at(node, 19)
-    rows, width = _dim(merged, 0), _dim(merged, 1)
+    rows, width = shapes.dim(merged, 0), shapes.dim(merged, 1)
     if width is not None and width != entries:
         return f"{p}merged_indices width must equal max_output_entries ({entries}), got {width}"
     for slot, name in ((20, "merged_counts"), (21, "merged_status")):
-        other = _dim(input_at(node, slot), 0)
+        other = shapes.dim(input_at(node, slot), 0)
         if rows is not None and other is not None and other != rows:
             return f"{p}{name} must match merged_indices rows"
-    cu = _dim(input_at(node, 6), 0)
+    cu = shapes.dim(input_at(node, 6), 0)
     if rows is not None and rows != 0 and cu is not None and rows != cu - 1:
         return f"{p}Nonempty merged_indices must have one row per request"
     if mode == "qsa":
-        budget = int(attr(node, "token_budget", 0)) + int(attr(node, "compress_ratio", 0)) - 1
+        budget = attr_int(node, "token_budget", 0) + attr_int(node, "compress_ratio", 0) - 1
         if entries < budget:
             return f"{p}max_output_entries is smaller than the selection budget"
     return None
 
 
-def _dsa_schema(node: ir.Node) -> str | None:
-    heads = int(attr(node, "num_heads", 0))
-    kv = int(attr(node, "kv_num_heads", 0))
+def _dsa_schema(node: ir.Node, shapes: Shapes) -> str | None:
+    heads = attr_int(node, "num_heads", 0)
+    kv = attr_int(node, "kv_num_heads", 0)
     if heads <= 0:
         return "num_heads must be a positive int"
     if kv <= 0 or heads % kv:
         return "kv_num_heads must be positive and divide num_heads"
-    q = input_at(node, 0)
-    if q is not None and q.shape is not None and len(q.shape) != 3:
+    rank = shapes.rank(input_at(node, 0))
+    if rank is not None and rank != 3:
         return "The query input shall be 3 dimensions"
     return None
 
@@ -293,25 +266,19 @@ def _dsa_schema(node: ir.Node) -> str | None:
 _MERGE_RANKS = {1: (1,), 2: (1,), 3: (1,), 4: (1,), 5: (2,), 6: (1,)}
 
 
-def _merge_schema(node: ir.Node) -> str | None:
-    """§2F, probed on 1.32.0: checker arity and int32 types, attributes, ranks, inputs by policy."""
-    reason = _arity(node, 3, 7, 3, 3, (0, 1, 2))
-    if reason is not None:
-        return reason
-    for value in node.inputs:
-        if value is not None and value.dtype is not None and value.dtype != ir.DataType.INT32:
-            return (f"Type Error: Type 'tensor({value.dtype.name.lower()})' of input parameter ({value.name}) of "
-                    f"operator ({_MERGE}) in node ({node_label(node)}) is invalid.")  # fmt: skip
-    entries = int(attr(node, "max_output_entries", 0))
-    mode = str(attr(node, "policy_mode", ""))
+def _merge_schema(node: ir.Node, shapes: Shapes) -> str | None:
+    """§2F, probed on 1.32.0: attributes, ranks, inputs by policy (arity and the int32 types are
+    the generic schema rules')."""
+    entries = attr_int(node, "max_output_entries", 0)
+    mode = attr_str(node, "policy_mode", "")
     if not 1 <= entries <= 2**30 or mode not in {"append_range", "append_indices"}:
         return "Invalid PackedSparseAttentionIndexerMerge policy or capacity"
-    base = input_at(node, 0)
-    if base is not None and base.shape is not None and len(base.shape) != 2:
+    base = shapes.rank(input_at(node, 0))
+    if base is not None and base != 2:
         return "base_indices must have rank 2"
     for slot, ranks in _MERGE_RANKS.items():
-        value = input_at(node, slot)
-        if value is not None and value.shape is not None and len(value.shape) not in ranks:
+        rank = shapes.rank(input_at(node, slot))
+        if rank is not None and rank not in ranks:
             return f"Merge input {slot} must have rank {ranks[0]}"
     has = [input_at(node, slot) is not None for slot in range(7)]
     if mode == "append_range":
@@ -321,77 +288,84 @@ def _merge_schema(node: ir.Node) -> str | None:
     return None if ok else "Merge inputs must match policy_mode"
 
 
-_SCHEMAS = {_PSAI: _psai_schema, _SAI: _sai_schema, _DSA: _dsa_schema, _MERGE: _merge_schema}
+_SCHEMAS: dict[str, Callable[[ir.Node, Shapes], str | None]] = {
+    _PSAI: _psai_schema, _SAI: _sai_schema, _DSA: _dsa_schema, _MERGE: _merge_schema,
+}  # fmt: skip
 
 
 def _schema_rule(rule_id: str, op_type: str) -> Any:
     def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-        found = []
-        for node in _nodes(model, op_type):
-            reason = _missing_attr(node) or _SCHEMAS[op_type](node)
-            if reason is not None:
-                found.append(Violation(rule_id, reason, node=node_label(node)))
-        return found
+        shapes = shapes_of(model)
+
+        def one(node: ir.Node) -> list[Violation]:
+            reason = _SCHEMAS[op_type](node, shapes)
+            return [] if reason is None else [Violation(rule_id, reason, node=node_label(node))]
+
+        return per_node(_nodes(model, op_type), one)
 
     return check
 
 
 def _is_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    found = []
-    for node in _nodes(model, _PSAI):
-        reason = _psai_indexshare(node)
-        if reason is not None:
-            found.append(Violation("QSA-PSAI-002", reason, node=node_label(node)))
-    return found
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> list[Violation]:
+        if _psai_schema(node, shapes) is not None:
+            return []  # the policy rules fail first
+        reason = _psai_indexshare(node, shapes)
+        return [] if reason is None else [Violation("QSA-PSAI-002", reason, node=node_label(node))]
+
+    return per_node(_nodes(model, _PSAI), one)
+
+
+def dsa_cuda_problems(node: ir.Node) -> list[str]:
+    """§2B: the CUDA constructor's refusals of one DynamicSparseAttention node (onnxruntime-gpu
+    strings), all of them: ORT reports the first."""
+    p = f"{_DSA}: "
+    reasons = []
+    mode = attr_str(node, "attention_mode", "selected_only")
+    source = attr_str(node, "selected_kv_source", "main")
+    if mode not in {"selected_only", "local_plus_selected"}:
+        reasons.append(f"{p}attention_mode must be selected_only or local_plus_selected.")
+    if source not in {"main", "auxiliary"}:
+        reasons.append(f"{p}selected_kv_source must be main or auxiliary.")
+    if attr_int(node, "is_causal", 1) != 1:
+        reasons.append(f"{_DSA} only supports is_causal=1.")
+    window = attr_int(node, "local_window_size", -1)
+    if window != -1 and not 1 <= window <= _INT_MAX:
+        reasons.append(f"{p}local_window_size must be -1 or a positive int.")
+    if attr_int(node, "rotary_offset", 0) < 0:
+        reasons.append(f"{p}rotary_offset must be a nonnegative int.")
+    for flag in ("do_rotary", "rotary_interleaved", "smooth_softmax", "auxiliary_kv_shared"):
+        if attr_int(node, flag, 0) not in {0, 1}:
+            reasons.append(f"{p}{flag} must be 0 or 1.")
+    if (mode, source) not in {("selected_only", "main"), ("local_plus_selected", "auxiliary")} and not reasons:
+        reasons.append(f"{p}supported mode/source combinations are selected_only with main and local_plus_selected with auxiliary.")
+    return reasons
 
 
 def _check_dsa_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
     """§2B constructor rules (CUDA-only; the message texts of the onnxruntime-gpu strings)."""
-    found: list[Violation] = []
-    for node in _nodes(model, _DSA):
-        if _missing_attr(node) or _dsa_schema(node):
-            continue
-        label, p = node_label(node), f"{_DSA}: "
-        reasons = []
-        if str(attr(node, "attention_mode", "selected_only")) not in {"selected_only", "local_plus_selected"}:
-            reasons.append(f"{p}attention_mode must be selected_only or local_plus_selected.")
-        if str(attr(node, "selected_kv_source", "main")) not in {"main", "auxiliary"}:
-            reasons.append(f"{p}selected_kv_source must be main or auxiliary.")
-        if int(attr(node, "is_causal", 1)) != 1:
-            reasons.append(f"{_DSA} only supports is_causal=1.")
-        window = int(attr(node, "local_window_size", -1))
-        if window != -1 and not 1 <= window <= _INT_MAX:
-            reasons.append(f"{p}local_window_size must be -1 or a positive int.")
-        if int(attr(node, "rotary_offset", 0)) < 0:
-            reasons.append(f"{p}rotary_offset must be a nonnegative int.")
-        for flag in ("do_rotary", "rotary_interleaved", "smooth_softmax", "auxiliary_kv_shared"):
-            if int(attr(node, flag, 0)) not in {0, 1}:
-                reasons.append(f"{p}{flag} must be 0 or 1.")
-        pair = (str(attr(node, "attention_mode", "selected_only")), str(attr(node, "selected_kv_source", "main")))
-        if pair not in {("selected_only", "main"), ("local_plus_selected", "auxiliary")} and not reasons:
-            reasons.append(f"{p}supported mode/source combinations are selected_only with main and local_plus_selected with auxiliary.")
-        found.extend(Violation("QSA-DSA-CUDA-001", r, node=label) for r in reasons)
-    return found
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> list[Violation]:
+        if _dsa_schema(node, shapes) is not None:
+            return []
+        return [Violation("QSA-DSA-CUDA-001", r, node=node_label(node)) for r in dsa_cuda_problems(node)]
+
+    return per_node(_nodes(model, _DSA), one)
 
 
 def _check_indexer_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    """§2D: the indexer constructors add epsilon >= 0."""
-    found = []
-    for node in _nodes(model, _PSAI, _SAI):
-        eps = float(attr(node, "epsilon", 1e-6))
-        if eps < 0:
-            found.append(Violation("QSA-INDEXER-CUDA-001", f"{node.op_type}: epsilon must be >= 0, got {eps:g}", node=node_label(node)))
-    return found
+    """§2D: the indexer constructors add epsilon >= 0 (0 itself is accepted)."""
 
+    def one(node: ir.Node) -> list[Violation]:
+        eps = attr_float(node, "epsilon", 1e-6)
+        if eps >= 0:
+            return []
+        return [Violation("QSA-INDEXER-CUDA-001", f"{node.op_type}: epsilon must be >= 0, got {eps:g}", node=node_label(node))]
 
-_MISSING_IN_1_31 = (HC_LOW_RANK_MIX, RMS_NORM_ROTARY, _MERGE)
-
-
-def _check_unregistered_ops(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
-    return [
-        Violation("ORT-SCHEMA-001", f"com.microsoft:{node.op_type}(-1) is not a registered function/op", node=node_label(node))
-        for node in _nodes(model, *_MISSING_IN_1_31)
-    ]
+    return per_node(_nodes(model, _PSAI, _SAI), one)
 
 
 _C: Enforced = "cpu-session"
@@ -415,9 +389,6 @@ RULES: tuple[Rule, ...] = (
          "graph", _check_dsa_cuda, ep="cuda"),
     Rule("QSA-INDEXER-CUDA-001", "indexer CUDA constructors: epsilon >= 0", _S + "D", "cuda-only",
          "graph", _check_indexer_cuda, ep="cuda"),
-    Rule("ORT-SCHEMA-001", "onnxruntime 1.31.1 has no schema for HyperConnectionLowRankMix, "
-         "RMSNormRotary, PackedSparseAttentionIndexerMerge", "ort-cpu-capabilities.md §7", _C, "graph",
-         _check_unregistered_ops, OrtVersions(until="1.32.0")),
 )  # fmt: skip
 
 
@@ -425,8 +396,9 @@ def check_qsa(
     model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"})
 ) -> list[Violation]:
     """Every applicable QSA rule for ``model`` on execution providers ``eps``."""
+    ir_model = as_ir_model(model)
     found: list[Violation] = []
     for rule in RULES:
         if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps):
-            found.extend(rule.check(model, {}))
+            found.extend(rule.check(ir_model, {}))
     return found

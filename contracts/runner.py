@@ -27,22 +27,30 @@ from contracts import (
     config_surface,
     offload_config,
     offload_nodes,
-    ort_schema,
     package_layout,
     path_fields,
     qsa,
+    schema_rules,
     shared_initializers,
 )
 from contracts._rule import Rule, Violation
 from contracts.package_layout import GraphFile, PackageView
 
-__all__ = ["ALL_RULES", "CheckReport", "GraphCheck", "SessionResult", "check_package", "installed_ort_version"]
+__all__ = [
+    "ALL_RULES",
+    "CheckReport",
+    "GraphCheck",
+    "SessionResult",
+    "check_graph",
+    "check_package",
+    "installed_ort_version",
+]
 
 ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
     *offload_nodes.RULES,
+    *schema_rules.RULES,
     *qsa.RULES,
-    *ort_schema.RULES,
     *causal_conv.RULES,
     *config_surface.RULES,
     *package_layout.RULES,
@@ -198,6 +206,34 @@ def _graph_rules(rules: Iterable[Rule], eps: frozenset[str]) -> list[Rule]:
     return [r for r in rules if r.surface == "graph" and (r.ep == "any" or r.ep in eps)]
 
 
+# Rules a graph whose session registers a custom-op library does not break: its library provides
+# the domains onnxruntime does not know.
+_CUSTOM_LIBRARY_RULES = frozenset({"ORT-SCHEMA-011", "ORT-OPSET-002"})
+
+
+def check_graph(
+    model: Any, *, entries: Mapping[str, str] | None = None, eps: frozenset[str] = frozenset({"cpu"}),
+    ort_version: str | None = None, custom_library: bool = False,
+) -> list[Violation]:  # fmt: skip
+    """Every graph rule of onnxruntime ``ort_version`` on one model, as ``check_package`` runs them
+    on a graph whose session has config ``entries`` and runs on ``eps`` (``"cpu"``, ``"cuda"``);
+    ``custom_library``: the session registers a custom-op library (unknown domains are its)."""
+    from contracts._graph import as_ir_model
+
+    version = ort_version or installed_ort_version()
+    ir_model = as_ir_model(model)
+    seen: set[Violation] = set()
+    found: list[Violation] = []
+    for rule in _graph_rules(_applicable(version), eps):
+        if custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES:
+            continue
+        for v in rule.check(ir_model, dict(entries or {})):
+            if v not in seen:
+                seen.add(v)
+                found.append(v)
+    return found
+
+
 def check_package(
     path: Path | str, *, ort_version: str | None = None, ort_sessions: bool = False
 ) -> CheckReport:
@@ -226,6 +262,7 @@ def check_package(
     paths = path_fields.path_view(root, tdir, raw)
     report.violations.extend(path_fields.check_path_fields(paths))
     refused = path_fields.refused_graph_paths(paths)  # reported above; never opened
+    custom = bool(config_surface.library_paths(raw))  # its library provides the unknown domains
     graphs: list[_Graph] = []
     for ref in listing.graphs:
         label, gpath = ref.role, ref.path
@@ -238,11 +275,13 @@ def check_package(
         graphs.append(_Graph(label, gpath, groot, model, dict(ref.session_entries), eps, refs, problem, ref.providers))
         report.graphs.append(label)
         applied = _graph_rules(rules, eps)
-        for rule in applied:
-            for entries in (ref.session_entries, *ref.overlay_entries):
-                for v in rule.check(model, entries):
-                    if v not in report.violations and v.at(graph=label) not in report.violations:
-                        report.violations.append(v.at(graph=label))
+        seen: set[Violation] = set()
+        for entries in (ref.session_entries, *ref.overlay_entries):
+            for v in check_graph(model, entries=entries, eps=eps, ort_version=version, custom_library=custom):
+                found = v.at(graph=label)
+                if found not in seen:
+                    seen.add(found)
+                    report.violations.append(found)
         report.graph_checks.append(GraphCheck(label, ref.rel, ref.provider, len(applied)))
 
     view = PackageView(

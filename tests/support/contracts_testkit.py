@@ -102,6 +102,32 @@ def ort_error(model: bytes | onnx.ModelProto, entries: Mapping[str, str] | None 
     return None
 
 
+def graph_violations(model: bytes | onnx.ModelProto, entries: Mapping[str, str] | None = None, *,
+                     eps: frozenset[str] = frozenset({"cpu"}), version: str | None = None) -> list[Violation]:  # fmt: skip
+    """Every graph rule ``q38 check`` runs on ``model`` (runner.check_graph), for ``version``
+    (default: the installed onnxruntime) on a CPU session."""
+    from contracts.runner import check_graph
+
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else model
+    return check_graph(proto, entries=entries, eps=eps, ort_version=version or ORT_VERSION)
+
+
+_GENERIC_TEXTS = (
+    ("input size", "ORT-SCHEMA-004"), ("output size", "ORT-SCHEMA-004"), ("is marked single", "ORT-SCHEMA-008"),
+    ("Required attribute", "ORT-SCHEMA-007"), ("Unrecognized attribute", "ORT-SCHEMA-003"),
+    ("Mismatched attribute type", "ORT-SCHEMA-006"), ("bound to different types", "ORT-SCHEMA-005"),
+    ("of input parameter", "ORT-SCHEMA-002"), ("is not a registered function/op", "ORT-SCHEMA-001"),
+)  # fmt: skip
+
+
+def rule_for(message: str, specific: str) -> str:
+    """The rule id a case's expected ORT text belongs to: a generic schema rule's, or ``specific``."""
+    for text, rule_id in _GENERIC_TEXTS:
+        if text in message:
+            return rule_id
+    return specific
+
+
 def is_not_implemented(error: str | None) -> bool:
     return error is not None and (
         "NOT_IMPLEMENTED" in error or "Could not find an implementation" in error

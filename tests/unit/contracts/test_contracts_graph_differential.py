@@ -22,6 +22,7 @@ from support.contracts_testkit import (
     assert_agrees,
     causal_conv_model,
     dsa_model,
+    graph_violations,
     ort_error,
     psai_model,
     qmoe_in_if_model,
@@ -30,10 +31,8 @@ from support.contracts_testkit import (
     varlen_conv_model,
 )
 
-from contracts.causal_conv import check_causal_conv
 from contracts.offload_config import check_offload_config
 from contracts.offload_nodes import check_offload_nodes
-from contracts.qsa import check_qsa
 
 pytestmark = pytest.mark.differential
 _P = "session.moe.offload."
@@ -91,18 +90,20 @@ _EXTENDED = {"state_length", "state_channels_last", "state_update_capacity", "in
 
 
 def _cc_expected(attrs: dict[str, Any], rule: str | None) -> str | None:
-    if ORT_VERSION < "1.32" and (_EXTENDED & set(attrs) or len(attrs.get("outputs", ())) == 3):
-        return "CCONV-SCHEMA-002"  # 1.31.1: unknown attribute / a 3rd output
+    if ORT_VERSION < "1.32" and _EXTENDED & set(attrs):
+        return "ORT-SCHEMA-003"  # 1.31.1: an unknown attribute
+    if ORT_VERSION < "1.32" and len(attrs.get("outputs", ())) == 3:
+        return "ORT-SCHEMA-004"  # 1.31.1: two outputs at most
     return rule
 
 
 @pytest.mark.parametrize(("case", "kwargs", "rule"), CC_CASES, ids=[c[0] for c in CC_CASES])
 def test_causal_conv_rules_match_onnxruntime(case: str, kwargs: dict[str, Any], rule: str | None) -> None:
     model = causal_conv_model(**kwargs)
-    violations = check_causal_conv(model, ort_version=ORT_VERSION)
+    violations = [v for v in graph_violations(model) if v.severity == "error"]
     expected = _cc_expected(kwargs, rule)
     ids = {v.rule_id for v in violations}
-    if expected == "CCONV-SCHEMA-002":
+    if expected is not None and expected.startswith("ORT-SCHEMA-"):
         assert expected in ids, violations  # the CPU-kernel rule may add its own reason
     else:
         assert sorted(ids) == ([expected] if expected else []), violations
@@ -125,11 +126,11 @@ VL_CASES: list[tuple[str, dict[str, Any], str | None]] = [
 @pytest.mark.parametrize(("case", "kwargs", "rule"), VL_CASES, ids=[c[0] for c in VL_CASES])
 def test_varlen_causal_conv_rules_match_onnxruntime(case: str, kwargs: dict[str, Any], rule: str | None) -> None:
     model = varlen_conv_model(**kwargs)
-    violations = check_causal_conv(model, ort_version=ORT_VERSION)
+    violations = graph_violations(model)
     if ORT_VERSION < "1.32" and rule == "VCCONV-CPU-001":
         rule = None  # 1.31.1 has no Varlen CPU kernel: NOT_IMPLEMENTED after the schema passes
     if ORT_VERSION < "1.32" and {"group_size", "delta_offset"} & set(kwargs):
-        rule = "VCCONV-SCHEMA-002"  # 1.31.1 does not know the dynamic-mode attributes
+        rule = "ORT-SCHEMA-003"  # 1.31.1 does not know the dynamic-mode attributes
     assert sorted({v.rule_id for v in violations}) == ([rule] if rule else []), violations
     assert_agrees(violations, ort_error(model), context=case)
 
@@ -179,7 +180,7 @@ def _psai_known_on(kwargs: dict[str, Any]) -> bool:
 @pytest.mark.parametrize(("case", "kwargs", "accepted"), PSAI_CASES, ids=[c[0] for c in PSAI_CASES])
 def test_packed_indexer_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
     model = psai_model(**kwargs)
-    violations = check_qsa(model, ort_version=ORT_VERSION)
+    violations = graph_violations(model)
     if _psai_known_on(kwargs):
         assert (not violations) == accepted, violations
     error = ort_error(model)
@@ -206,7 +207,7 @@ DSA_CASES: list[tuple[str, dict[str, Any], bool]] = [
 @pytest.mark.parametrize(("case", "kwargs", "accepted"), DSA_CASES, ids=[c[0] for c in DSA_CASES])
 def test_dynamic_sparse_attention_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
     model = dsa_model(**kwargs)
-    violations = check_qsa(model, ort_version=ORT_VERSION)
+    violations = graph_violations(model)
     assert (not violations) == accepted, violations
     assert_agrees(violations, ort_error(model), context=case)
 
@@ -223,6 +224,6 @@ SAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
 @pytest.mark.parametrize(("case", "kwargs", "accepted"), SAI_CASES, ids=[c[0] for c in SAI_CASES])
 def test_sparse_attention_indexer_schema_matches_onnxruntime(case: str, kwargs: dict[str, Any], accepted: bool) -> None:
     model = sai_model(**kwargs)
-    violations = check_qsa(model, ort_version=ORT_VERSION)
+    violations = graph_violations(model)
     assert (not violations) == accepted, violations
     assert_agrees(violations, ort_error(model), context=case)

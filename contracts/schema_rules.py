@@ -1,0 +1,273 @@
+"""Generic schema rules over onnxruntime's own operator registry (``contracts/schemas``).
+
+What ORT's schema layer checks when it creates a session, in its order, for every node of the
+main graph and of every subgraph, with ORT's wording (probed on 1.31.1 and 1.32.0):
+
+* ``ORT-OPSET-001`` (model load): at least one opset import; no import above what ORT supports
+  (``ValidateOpsetForDomain``); no import of version <= 0 (nothing resolves there).
+  ``ORT-OPSET-002``: no import of a domain ORT does not know (q38's stricter rule: ORT itself
+  ignores an import no node uses), dropped by the runner when a custom-op library is registered.
+* ``ORT-SCHEMA-001``: the op is registered for its domain at the model's opset import (an op of a
+  domain ORT does not know is ``ORT-SCHEMA-011``, dropped by the runner when the graph's session
+  registers a custom-op library); ``ORT-SCHEMA-010``: the resolved schema is not deprecated.
+* ``ORT-SCHEMA-004``: input / output counts within the schema's bounds; ``ORT-SCHEMA-008``: an
+  empty name only in an optional slot.
+* ``ORT-SCHEMA-003``: every attribute is known; ``ORT-SCHEMA-006``: of the declared type;
+  ``ORT-SCHEMA-007``: required attributes present.
+* ``ORT-SCHEMA-002``: each input type within its type parameter's allowed list;
+  ``ORT-SCHEMA-005``: one type per type parameter; ``ORT-SCHEMA-009``: a declared output type
+  agrees with the type the schema binds.
+
+Each rule exists once per committed dump (``since``/``until`` by version), so the registry of the
+version being mirrored is the one consulted. The rules follow the CPU wheel's registry; the CUDA
+build's published schema text agrees with it for every op it lists
+(``schema_registry.CUDA_SCHEMA_DIFFERENCES`` is empty, re-derived by a test), so a graph meant for
+CUDA is judged by the same schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from contracts._facts import Typing, model_facts, type_str
+from contracts._graph import as_ir_model, node_label
+from contracts._rule import OrtVersions, Rule, Violation
+from contracts.schema_registry import (
+    ONNX_DOMAINS,
+    OpSchema,
+    Registry,
+    available_versions,
+    registry_for,
+)
+
+__all__ = ["RULES", "check_schema", "node_schema_problem", "schema_clean"]
+
+_SRC = "onnxruntime get_all_operator_schema() (contracts/schemas/ort-{v}.json); onnx OpSchema::Verify"
+
+
+def _unregistered(node: ir.Node, version: int | None) -> str:
+    if node.domain in ONNX_DOMAINS:
+        return f"No Op registered for {node.op_type} with domain_version of {version}"
+    return f"Fatal error: {node.domain}:{node.op_type}(-1) is not a registered function/op"
+
+
+def _verify(node: ir.Node, schema: OpSchema) -> tuple[str, str] | None:
+    """onnx ``OpSchema::Verify``: (rule id, ORT's text) of the first failure, in its order."""
+    name = node_label(node)
+    head = f"Node({name}) with schema({schema.domain}::{schema.name}:{schema.since}) has"
+    if not schema.min_input <= len(node.inputs) <= schema.max_input:
+        return "ORT-SCHEMA-004", (f"{head} input size {len(node.inputs)} not in range "
+                                  f"[min={schema.min_input}, max={schema.max_input}].")  # fmt: skip
+    if not schema.min_output <= len(node.outputs) <= schema.max_output:
+        return "ORT-SCHEMA-004", (f"{head} output size {len(node.outputs)} not in range "
+                                  f"[min={schema.min_output}, max={schema.max_output}].")  # fmt: skip
+    for index, value in enumerate(node.inputs):
+        param = schema.input_param(index)
+        if value is None and param is not None and param.option == "single":
+            return "ORT-SCHEMA-008", f"Node ({name})'s input {index} is marked single but has an empty string in the graph"
+    for index, value in enumerate(node.outputs):
+        param = schema.output_param(index)
+        if not value.name and param is not None and param.option == "single":
+            return "ORT-SCHEMA-008", f"Node ({name})'s output {index} is marked single but has an empty string in the graph"
+    for attr_name, attribute in node.attributes.items():
+        if attr_name.startswith("__"):
+            continue  # internal symbols are not schema-checked
+        declared = schema.attributes.get(attr_name)
+        if declared is None:
+            return "ORT-SCHEMA-003", f"Unrecognized attribute: {attr_name} for operator {node.op_type}"
+        actual = attribute.type.name
+        if actual != declared[0]:
+            return "ORT-SCHEMA-006", (f"Mismatched attribute type in '{name} : {attr_name}'. "
+                                      f"Expected: '{declared[0]}', actual: '{actual}'")  # fmt: skip
+    for attr_name, (_kind, required, _default) in schema.attributes.items():
+        if required and attr_name not in node.attributes:
+            return "ORT-SCHEMA-007", f"Required attribute '{attr_name}' is missing."
+    return None
+
+
+def _types(node: ir.Node, schema: OpSchema, typing: Typing) -> tuple[str, str] | None:
+    """Type inference's input checks: allowed types, then one type per parameter."""
+    name = node_label(node)
+    bound: dict[str, str] = {}
+    for index, value in enumerate(node.inputs):
+        param = schema.input_param(index)
+        if value is None or param is None:
+            continue
+        dtype = typing.elem_type(value)
+        if dtype is None:
+            continue
+        text = type_str(dtype)
+        allowed = schema.allowed(param.type_str)
+        if allowed is not None and text not in allowed:
+            return "ORT-SCHEMA-002", (f"Type Error: Type '{text}' of input parameter ({value.name}) of operator "
+                                      f"({node.op_type}) in node ({name}) is invalid.")  # fmt: skip
+        if param.type_str not in schema.type_constraints or (not param.homogeneous and param.option == "variadic"):
+            continue
+        first = bound.setdefault(param.type_str, text)
+        if first != text:
+            return "ORT-SCHEMA-005", (f"Type Error: Type parameter ({param.type_str}) of Optype ({node.op_type}) "
+                                      f"bound to different types ({first} and {text} in node ({name}).")  # fmt: skip
+    return None
+
+
+# Ops whose inference sets an output type from an attribute, not from the type binding.
+_OUTPUT_TYPE_ATTRS = {"DynamicSparseAttention": "output_bf16", "RMSNormRotary": "output_fp16"}
+
+
+def _outputs(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
+    if node.op_type in _OUTPUT_TYPE_ATTRS and _OUTPUT_TYPE_ATTRS[node.op_type] in node.attributes:
+        return None
+    for value in node.outputs:
+        if not value.name:
+            continue
+        found = typing.declared_mismatch(value)
+        if found is not None:
+            declared, inferred = found
+            return "ORT-SCHEMA-009", (f"Type Error: Type ({type_str(declared)}) of output arg ({value.name}) of node "
+                                      f"({node_label(node)}) does not match expected type ({type_str(inferred)}).")  # fmt: skip
+    return None
+
+
+def node_schema_problem(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
+    """(rule id, ORT's text) of the first schema-layer failure of ``node``, or None."""
+    schema = typing.schema(node)
+    if schema is None:
+        if not typing.registry.has_op(node.domain, node.op_type) and node.domain not in typing.registry.domains:
+            return "ORT-SCHEMA-011", _unregistered(node, typing.opset_version(node.domain))
+        return "ORT-SCHEMA-001", _unregistered(node, typing.opset_version(node.domain))
+    if schema.deprecated:
+        return "ORT-SCHEMA-010", f"Op registered for {node.op_type} is deprecated in domain_version of {typing.opset_version(node.domain)}"
+    return _verify(node, schema) or _types(node, schema, typing) or _outputs(node, typing)
+
+
+def _problems(model: Any, registry: Registry) -> list[tuple[ir.Node, str, str]]:
+    """Every node's first schema failure (cached per model and version)."""
+    ir_model = as_ir_model(model)
+    facts = model_facts(ir_model)
+    key = ("schema_rules", registry.ort_version)
+    if key not in facts.extra:
+        typing = facts.typing(registry)
+        found = []
+        for node in facts.all_nodes():
+            problem = node_schema_problem(node, typing)
+            if problem is not None:
+                found.append((node, *problem))
+        facts.extra[key] = found
+    cached: list[tuple[ir.Node, str, str]] = facts.extra[key]
+    return cached
+
+
+def schema_clean(model: Any, node: ir.Node) -> bool:
+    """Whether ``node`` passes the schema layer of the newest onnxruntime mirrored: the op-specific
+    rules (shape inference, kernels) look only at such nodes, as ORT stops at the schema layer."""
+    registry = registry_for(available_versions()[-1])
+    facts = model_facts(as_ir_model(model))
+    key = ("schema_clean", registry.ort_version)
+    bad = facts.extra.get(key)
+    if bad is None:
+        bad = facts.extra[key] = {id(n) for n, _rid, _text in _problems(model, registry)}
+    return id(node) not in bad
+
+
+def _opset_problems(model: Any, registry: Registry) -> Iterator[str]:
+    imports = as_ir_model(model).opset_imports
+    if not imports:
+        yield ("Missing opset in the model. All ModelProtos MUST have at least one entry that specifies which "
+               "version of the ONNX OperatorSet is being imported.")  # fmt: skip
+    for domain, version in sorted(imports.items()):
+        top = registry.opset_max.get(domain)
+        if top is not None and version > top:
+            shown = "ai.onnx" if domain == "" else domain
+            yield (f"ONNX Runtime only *guarantees* support for models stamped with official released onnx opset "
+                   f"versions. Opset {version} is under development and support for this is limited. The operator "
+                   "schemas and or other functionality may change before next ONNX release and in this case ONNX "
+                   "Runtime will not guarantee backward compatibility. Current official support for domain "
+                   f"{shown} is till opset {top}.")  # fmt: skip
+        elif version <= 0:
+            yield f"opset import of domain {domain or 'ai.onnx'!r} has version {version}: no operator resolves at a version below 1"
+
+
+def _unknown_imports(model: Any, registry: Registry) -> Iterator[str]:
+    known = registry.domains | {"ai.onnx"}
+    for domain, version in sorted(as_ir_model(model).opset_imports.items()):
+        if domain not in known:
+            yield (f"opset import of domain {domain!r} (version {version}): onnxruntime registers no operator in it "
+                   "and the graph's session registers no custom-op library")  # fmt: skip
+
+
+def _unknown_import_rule(version: str) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        return [Violation("ORT-OPSET-002", text) for text in _unknown_imports(model, registry_for(version))]
+
+    return check
+
+
+def _node_rule(rule_id: str, version: str) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        registry = registry_for(version)
+        return [Violation(rid, text, node=node_label(node)) for node, rid, text in _problems(model, registry) if rid == rule_id]
+
+    return check
+
+
+def _opset_rule(version: str) -> Any:
+    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+        return [Violation("ORT-OPSET-001", text) for text in _opset_problems(model, registry_for(version))]
+
+    return check
+
+
+_NODE_RULES = (
+    ("ORT-SCHEMA-001", "the op is registered for its domain at the model's opset import"),
+    ("ORT-SCHEMA-002", "each input type is within its type parameter's allowed types"),
+    ("ORT-SCHEMA-003", "every attribute is known to the op's schema"),
+    ("ORT-SCHEMA-004", "input and output counts are within the schema's bounds"),
+    ("ORT-SCHEMA-005", "a type parameter is bound to one type"),
+    ("ORT-SCHEMA-006", "every attribute has the type the schema declares"),
+    ("ORT-SCHEMA-007", "required attributes are present"),
+    ("ORT-SCHEMA-008", "an empty input/output name only in an optional slot"),
+    ("ORT-SCHEMA-009", "a declared output type agrees with the type the schema binds"),
+    ("ORT-SCHEMA-010", "the op's resolved schema is not deprecated"),
+    ("ORT-SCHEMA-011", "an op of a domain onnxruntime does not know needs a registered custom-op library"),
+)
+
+
+def _version_ranges() -> list[tuple[str, OrtVersions]]:
+    versions = available_versions()
+    out = []
+    for i, version in enumerate(versions):
+        since = version if i > 0 else None
+        until = versions[i + 1] if i + 1 < len(versions) else None
+        out.append((version, OrtVersions(since=since, until=until)))
+    return out
+
+
+def _rules() -> tuple[Rule, ...]:
+    rules = []
+    for version, span in _version_ranges():
+        source = _SRC.format(v=version)
+        rules.append(Rule("ORT-OPSET-001", "opset imports: present, >= 1, within what onnxruntime supports",
+                          source + "; model_load_utils.h ValidateOpsetForDomain", "cpu-session", "graph",
+                          _opset_rule(version), span))  # fmt: skip
+        rules.append(Rule("ORT-OPSET-002", "every imported domain is one onnxruntime knows, or a custom-op "
+                          "library of the graph's session provides it", source, "cpu-session", "graph",
+                          _unknown_import_rule(version), span))  # fmt: skip
+        rules.extend(Rule(rule_id, summary, source, "cpu-session", "graph", _node_rule(rule_id, version), span)
+                     for rule_id, summary in _NODE_RULES)  # fmt: skip
+    return tuple(rules)
+
+
+RULES: tuple[Rule, ...] = _rules()
+
+
+def check_schema(model: Any, *, ort_version: str = "1.32.0") -> list[Violation]:
+    """Every generic schema violation of ``model`` for onnxruntime ``ort_version``."""
+    ir_model = as_ir_model(model)
+    found: list[Violation] = []
+    for rule in RULES:
+        if rule.applies(ort_version):
+            found.extend(rule.check(ir_model, {}))
+    return found

@@ -1,0 +1,376 @@
+"""Shape handlers of the standard (ai.onnx) ops, following onnx's inference functions.
+
+Each handler returns the output shapes of one node from its input shapes and constant inputs
+(``contracts.shapes.ShapeContext``); a dim it cannot determine is None, a shape it cannot
+determine (not even the rank) is None. Ops without a handler leave their outputs unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from contracts._graph import attr_int, attr_ints
+from contracts.shapes import Dim, Shape, ShapeContext, axes_of, broadcast, normalize_axis, register
+
+__all__: list[str] = []
+
+_UNARY = (
+    "Abs", "Neg", "Sigmoid", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Relu", "Erf", "Softplus",
+    "Softsign", "Cos", "Sin", "Tan", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf",
+    "Identity", "Cast", "CastLike", "Softmax", "LogSoftmax", "Gelu", "HardSigmoid", "LeakyRelu",
+    "Elu", "Selu", "Celu", "Mish", "HardSwish", "Clip", "LpNormalization", "Trilu", "CumSum",
+    "Hardmax", "Swish", "Shrink", "ThresholdedRelu", "Acos", "Asin", "Atan", "Cosh", "Sinh",
+    "Asinh", "Acosh", "Atanh", "BitwiseNot", "MeanVarianceNormalization", "InstanceNormalization",
+    "BatchNormalization", "PRelu",
+)  # fmt: skip
+_BROADCAST = (
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Greater",
+    "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor", "Mod", "Where", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+)  # fmt: skip
+_REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")  # fmt: skip
+
+
+@register("", *_UNARY)
+def _unary(ctx: ShapeContext) -> Sequence[Shape | None]:
+    shape = ctx.shape(0)
+    return [shape] * max(ctx.n_out, 1)
+
+
+@register("", "Dropout")
+def _dropout(ctx: ShapeContext) -> Sequence[Shape | None]:
+    return [ctx.shape(0), ctx.shape(0)]
+
+
+@register("", *_BROADCAST)
+def _broadcast(ctx: ShapeContext) -> Sequence[Shape | None]:
+    shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs)) if ctx.present(i)]
+    return [broadcast(*shapes)]
+
+
+@register("", "MatMul", "MatMulInteger")
+def _matmul(ctx: ShapeContext) -> Sequence[Shape | None]:
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None or not a or not b:
+        return [None]
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    batch = broadcast(a2[:-2], b2[:-2])
+    if batch is None:
+        return [None]
+    out: list[Dim] = [*batch]
+    if len(a) > 1:
+        out.append(a2[-2])
+    if len(b) > 1:
+        out.append(b2[-1])
+    return [tuple(out)]
+
+
+@register("", "Gemm")
+def _gemm(ctx: ShapeContext) -> Sequence[Shape | None]:
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    m = a[1] if attr_int(ctx.node, "transA", 0) else a[0]
+    n = b[0] if attr_int(ctx.node, "transB", 0) else b[1]
+    return [(m, n)]
+
+
+def _numel(shape: Shape) -> int | None:
+    total = 1
+    for dim in shape:
+        if not isinstance(dim, int):
+            return None
+        total *= dim
+    return total
+
+
+@register("", "Reshape")
+def _reshape(ctx: ShapeContext) -> Sequence[Shape | None]:
+    target = ctx.ints(1)
+    data = ctx.shape(0)
+    if target is None:
+        length = ctx.shape(1)
+        if length is not None and len(length) == 1 and isinstance(length[0], int):
+            return [(None,) * length[0]]
+        return [None]
+    allowzero = attr_int(ctx.node, "allowzero", 0)
+    out: list[Dim] = []
+    infer_at = None
+    for axis, want in enumerate(target):
+        if want == 0 and not allowzero:
+            out.append(data[axis] if data is not None and axis < len(data) else None)
+        elif want == -1:
+            infer_at = axis
+            out.append(None)
+        else:
+            out.append(want)
+    if infer_at is not None and data is not None:
+        total, rest = _numel(data), _numel(tuple(d for i, d in enumerate(out) if i != infer_at))
+        if total is not None and rest:
+            out[infer_at] = total // rest
+    return [tuple(out)]
+
+
+@register("", "Flatten")
+def _flatten(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None]
+    axis = normalize_axis(attr_int(ctx.node, "axis", 1), len(data) + 1)
+    return [(_numel(data[:axis]), _numel(data[axis:]))]
+
+
+@register("", "Transpose")
+def _transpose(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None]
+    perm = attr_ints(ctx.node, "perm", None) or tuple(reversed(range(len(data))))
+    if sorted(perm) != list(range(len(data))):
+        return [None]
+    return [tuple(data[p] for p in perm)]
+
+
+@register("", "Concat")
+def _concat(ctx: ShapeContext) -> Sequence[Shape | None]:
+    shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs)) if ctx.present(i)]
+    if not shapes or any(s is None for s in shapes):
+        return [None]
+    rank = len(shapes[0])  # type: ignore[arg-type]
+    axis = normalize_axis(attr_int(ctx.node, "axis", 0), rank)
+    out: list[Dim] = []
+    for i in range(rank):
+        dims = [s[i] for s in shapes if s is not None and len(s) == rank]
+        if i == axis:
+            out.append(sum(d for d in dims if isinstance(d, int)) if all(isinstance(d, int) for d in dims) else None)
+        else:
+            ints = {d for d in dims if isinstance(d, int)}
+            syms = {d for d in dims if isinstance(d, str)}
+            out.append(ints.pop() if len(ints) == 1 else (syms.pop() if not ints and len(syms) == 1 else None))
+    return [tuple(out)]
+
+
+@register("", "Split")
+def _split(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None] * ctx.n_out
+    axis = normalize_axis(attr_int(ctx.node, "axis", 0), len(data))
+    sizes: list[int] | None
+    if ctx.present(1):
+        sizes = ctx.ints(1)
+    elif "split" in ctx.node.attributes:
+        found = attr_ints(ctx.node, "split", None)
+        sizes = None if found is None else list(found)
+    else:
+        total = data[axis]
+        n = attr_int(ctx.node, "num_outputs", ctx.n_out) if "num_outputs" in ctx.node.attributes else ctx.n_out
+        if not isinstance(total, int) or n <= 0:
+            return [tuple(None if i == axis else d for i, d in enumerate(data))] * ctx.n_out
+        chunk = -(-total // n)
+        sizes = [min(chunk, total - chunk * i) for i in range(n)]
+    if sizes is None:
+        return [None] * ctx.n_out
+    return [tuple(s if i == axis else d for i, d in enumerate(data)) for s in sizes]
+
+
+def _slice_len(dim: Dim, start: int, end: int, step: int) -> Dim:
+    if not isinstance(dim, int) or step == 0:
+        return None
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        start, end = max(0, min(start, dim)), max(0, min(end, dim))
+        return max(0, -(-(end - start) // step))
+    start, end = max(-1, min(start, dim - 1)), max(-1, min(end, dim - 1))
+    return max(0, -(-(start - end) // -step))
+
+
+@register("", "Slice")
+def _slice(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None]
+    starts, ends = ctx.ints(1), ctx.ints(2)
+    axes = ctx.ints(3) if ctx.present(3) else (list(range(len(starts))) if starts is not None else None)
+    steps = ctx.ints(4) if ctx.present(4) else ([1] * len(starts) if starts is not None else None)
+    if starts is None or ends is None or axes is None or steps is None:
+        return [(None,) * len(data)]
+    out = list(data)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
+        at = normalize_axis(axis, len(data))
+        out[at] = _slice_len(data[at], start, end, step)
+    return [tuple(out)]
+
+
+@register("", "Gather")
+def _gather(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data, indices = ctx.shape(0), ctx.shape(1)
+    if data is None or indices is None:
+        return [None]
+    axis = normalize_axis(attr_int(ctx.node, "axis", 0), len(data))
+    return [(*data[:axis], *indices, *data[axis + 1 :])]
+
+
+@register("", "GatherElements")
+def _gather_elements(ctx: ShapeContext) -> Sequence[Shape | None]:
+    return [ctx.shape(1)]
+
+
+@register("", "Unsqueeze")
+def _unsqueeze(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    axes = axes_of(ctx, input_index=1)
+    if data is None or axes is None:
+        return [None]
+    rank = len(data) + len(axes)
+    at = sorted(normalize_axis(a, rank) for a in axes)
+    out: list[Dim] = []
+    source = iter(data)
+    for i in range(rank):
+        out.append(1 if i in at else next(source))
+    return [tuple(out)]
+
+
+@register("", "Squeeze")
+def _squeeze(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    axes = axes_of(ctx, input_index=1)
+    if data is None or axes is None:
+        return [None]
+    if not axes:
+        if any(not isinstance(d, int) for d in data):
+            return [None]
+        return [tuple(d for d in data if d != 1)]
+    drop = {normalize_axis(a, len(data)) for a in axes}
+    return [tuple(d for i, d in enumerate(data) if i not in drop)]
+
+
+@register("", "Shape")
+def _shape(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [(None,)]
+    rank = len(data)
+    start = attr_int(ctx.node, "start", 0)
+    end = attr_int(ctx.node, "end", rank) if "end" in ctx.node.attributes else rank
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return [(max(0, end - start),)]
+
+
+@register("", "Size")
+def _size(ctx: ShapeContext) -> Sequence[Shape | None]:
+    return [()]
+
+
+@register("", "Constant")
+def _constant(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shapes.const(ctx.node.outputs[0])
+    if data is not None:
+        return [tuple(int(d) for d in data.shape)]
+    found = ctx.node.attributes.get("value")
+    tensor = None if found is None else found.value
+    dims = getattr(tensor, "shape", None)
+    return [None if dims is None else tuple(int(d) for d in dims)]
+
+
+@register("", "ConstantOfShape")
+def _constant_of_shape(ctx: ShapeContext) -> Sequence[Shape | None]:
+    dims = ctx.ints(0)
+    if dims is not None:
+        return [tuple(dims)]
+    length = ctx.shape(0)
+    if length is not None and len(length) == 1 and isinstance(length[0], int):
+        return [(None,) * length[0]]
+    return [None]
+
+
+@register("", "Expand")
+def _expand(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data, target = ctx.shape(0), ctx.ints(1)
+    if target is not None:
+        return [broadcast(data, tuple(target))]
+    length = ctx.shape(1)
+    if data is None or length is None or len(length) != 1 or not isinstance(length[0], int):
+        return [None]
+    rank = max(len(data), length[0])
+    padded = (None,) * (rank - len(data)) + data
+    return [tuple(d if isinstance(d, int) and d != 1 else None for d in padded)]
+
+
+@register("", "Tile")
+def _tile(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data, repeats = ctx.shape(0), ctx.ints(1)
+    if data is None:
+        return [None]
+    if repeats is None or len(repeats) != len(data):
+        return [(None,) * len(data)]
+    return [tuple(d * r if isinstance(d, int) else None for d, r in zip(data, repeats, strict=True))]
+
+
+def _reduced(data: Shape, axes: list[int], keepdims: bool) -> Shape:
+    drop = {normalize_axis(a, len(data)) for a in axes} if axes else set(range(len(data)))
+    if keepdims:
+        return tuple(1 if i in drop else d for i, d in enumerate(data))
+    return tuple(d for i, d in enumerate(data) if i not in drop)
+
+
+@register("", *_REDUCE)
+def _reduce(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    axes = axes_of(ctx, input_index=1)
+    if data is None or axes is None:
+        return [None]
+    keepdims = bool(attr_int(ctx.node, "keepdims", 1))
+    if not axes and attr_int(ctx.node, "noop_with_empty_axes", 0):
+        return [data]
+    return [_reduced(data, axes, keepdims)]
+
+
+@register("", "ArgMax", "ArgMin")
+def _argmax(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None]
+    return [_reduced(data, [attr_int(ctx.node, "axis", 0)], bool(attr_int(ctx.node, "keepdims", 1)))]
+
+
+@register("", "TopK")
+def _topk(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data, k = ctx.shape(0), ctx.ints(1)
+    if data is None:
+        return [None, None]
+    axis = normalize_axis(attr_int(ctx.node, "axis", -1), len(data))
+    out = tuple((k[0] if k else None) if i == axis else d for i, d in enumerate(data))
+    return [out, out]
+
+
+@register("", "Range")
+def _range(ctx: ShapeContext) -> Sequence[Shape | None]:
+    start, limit, delta = ctx.const(0), ctx.const(1), ctx.const(2)
+    if start is None or limit is None or delta is None or float(delta.reshape(-1)[0]) == 0:
+        return [(None,)]
+    count = int(np.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / float(delta.reshape(-1)[0])))
+    return [(max(0, count),)]
+
+
+@register("", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization")
+def _layer_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data = ctx.shape(0)
+    if data is None:
+        return [None] * ctx.n_out
+    axis = normalize_axis(attr_int(ctx.node, "axis", -1), len(data))
+    stats = tuple(1 if i >= axis else d for i, d in enumerate(data))
+    return [data, stats, stats]
+
+
+@register("", "Einsum", "Resize", "Conv", "ConvTranspose", "Pad", "NonZero", "Compress", "If", "Loop", "Scan")
+def _unknown(ctx: ShapeContext) -> Sequence[Shape | None]:
+    return [None] * ctx.n_out

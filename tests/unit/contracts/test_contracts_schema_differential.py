@@ -1,0 +1,179 @@
+"""Differential tests: the generic schema rules (contracts.schema_rules) against real sessions.
+
+Invariants guarded (each case runs against the installed onnxruntime and the contract is asked
+about that same version; ``q38 check``'s graph path, runner.check_graph, is what is judged):
+- Each class ORT's schema layer refuses gives the rule id of that class and ORT's own text (the
+  contract message is contained in ORT's error): unknown attribute, attribute of the wrong kind
+  (FLOAT / INTS / STRING for INT, INT for STRING), missing required attribute, input/output count,
+  an empty name in a single slot, an input type outside its type constraint, one type parameter
+  bound to two types, a declared output type that the schema contradicts, an op not registered at
+  the model's opset (onnx domain, contrib domain, unknown domain, inside an If subgraph),
+  a deprecated op, an opset import above ORT's support; and the accepted variants pass.
+- Version differences come from the dumps: GatedDeltaNet float16 decay/beta (1.31.1: not in TS),
+  attributes and slots 1.32.0 added, ops 1.31.1 lacks.
+- A wrongly-kinded attribute never raises: it is a violation (the crash of issue 12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from support.contracts_testkit import (
+    MS,
+    ORT_VERSION,
+    _model,
+    _vi,
+    assert_agrees,
+    causal_conv_model,
+    dsa_model,
+    gdn_model,
+    graph_violations,
+    ort_error,
+)
+
+pytestmark = pytest.mark.differential
+_V132 = ORT_VERSION >= "1.32"
+
+
+def _gated_add(names: tuple[str, ...] = ("a", "b", "g"), outs: tuple[str, ...] = ("y",), *,
+               types: dict[str, int] | None = None, out_type: int = TP.FLOAT, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    types = {"a": TP.FLOAT, "b": TP.FLOAT, "g": TP.FLOAT, "gw": TP.FLOAT, **(types or {})}
+    node = oh.make_node("GatedAdd", list(names), list(outs), name="ga", domain=MS, **attrs)
+    shapes = {"a": [2, 8], "b": [2, 8], "g": [2, 8], "gw": [8, 8]}
+    ins = [_vi(n, types[n], shapes[n]) for n in dict.fromkeys(n for n in names if n)]
+    return _model([node], ins, [_vi(o, out_type, None) for o in outs if o])
+
+
+def _one(op: str, ins: list[tuple[str, int, list[Any]]], outs: list[str], *, domain: str = "",
+         opsets: list[tuple[str, int]] | None = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    node = oh.make_node(op, [n for n, _t, _s in ins], outs, name="n0", domain=domain, **attrs)
+    graph = oh.make_graph([node], "g", [_vi(n, t, s) for n, t, s in ins], [_vi(o, ins[0][1], None) for o in outs])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid(d, v) for d, v in (opsets or [("", 21), (MS, 1)])])
+    model.ir_version = 10
+    return model
+
+
+def _with_attr(model: onnx.ModelProto, name: str, value: Any) -> onnx.ModelProto:
+    node = model.graph.node[0]
+    for a in list(node.attribute):
+        if a.name == name:
+            node.attribute.remove(a)
+    node.attribute.append(oh.make_attribute(name, value))
+    return model
+
+
+def _qmoe(**attrs: Any) -> onnx.ModelProto:
+    from support.contracts_testkit import qmoe_model
+
+    model = onnx.load_from_string(qmoe_model())
+    for name, value in attrs.items():
+        _with_attr(model, name, value)
+    return model
+
+
+def _in_if(inner: onnx.ModelProto) -> onnx.ModelProto:
+    """``inner``'s node inside both branches of an If named 'branch'."""
+    node = inner.graph.node[0]
+
+    def branch(tag: str) -> onnx.GraphProto:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = f"{node.name}_{tag}"
+        copy.output[0] = f"{copy.output[0]}_{tag}"
+        return oh.make_graph([copy], tag, [], [_vi(copy.output[0], TP.FLOAT, None)])
+
+    if_node = oh.make_node("If", ["cond"], ["out"], name="branch", then_branch=branch("t"), else_branch=branch("e"))
+    ins = [_vi("cond", TP.BOOL, []), *inner.graph.input]
+    return _model([if_node], ins, [_vi("out", TP.FLOAT, None)], list(inner.graph.initializer))
+
+
+def _opsets(model: onnx.ModelProto, opsets: list[tuple[str, int]]) -> onnx.ModelProto:
+    del model.opset_import[:]
+    model.opset_import.extend(oh.make_opsetid(d, v) for d, v in opsets)
+    return model
+
+
+_F = [("x", TP.FLOAT, [2, 8])]
+# (case, model builder, rule id on 1.32.0, rule id on 1.31.1) ; None = accepted
+CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] = [
+    ("valid gated add", lambda: _gated_add(), None, None),
+    ("unknown attribute (contrib)", lambda: _with_attr(causal_conv_model(), "bogus_attr", 1), "ORT-SCHEMA-003", "ORT-SCHEMA-003"),
+    ("unknown attribute (standard)", lambda: _one("Softmax", _F, ["y"], bogus=1), "ORT-SCHEMA-003", "ORT-SCHEMA-003"),
+    ("internal __attribute is not checked", lambda: _one("Softmax", _F, ["y"], __internal=1), None, None),
+    ("FLOAT for INT", lambda: causal_conv_model(ndim=1.0), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("INTS for INT (ndim=[3])", lambda: causal_conv_model(ndim=[3]), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("QMoE k=[0,1]", lambda: _qmoe(k=[0, 1]), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("QMoE k=0.5", lambda: _qmoe(k=0.5), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("INT for STRING", lambda: causal_conv_model(activation=1), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("STRING for INT", lambda: causal_conv_model(dilation="2"), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("INT for FLOAT (standard)", lambda: _one("LeakyRelu", _F, ["y"], alpha=1), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("required attribute missing", lambda: dsa_model(num_heads=None), "ORT-SCHEMA-007", "ORT-SCHEMA-007"),
+    ("too few inputs", lambda: _gated_add(("a", "b")), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
+    ("too many inputs", lambda: _gated_add(("a", "b", "g", "gw", "a")), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
+    ("projected GatedAdd (4 inputs, 1.32.0 only)", lambda: _gated_add(("a", "b", "g", "gw")), None, "ORT-SCHEMA-004"),
+    ("too many outputs", lambda: _one("Softmax", _F, ["y", "z"]), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
+    ("empty single input", lambda: _gated_add(("a", "", "g")), "ORT-SCHEMA-008", "ORT-SCHEMA-008"),
+    ("type outside the constraint (contrib)", lambda: _gated_add(types={"a": TP.DOUBLE}, out_type=TP.DOUBLE), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
+    ("type outside the constraint (standard)", lambda: _one("Relu", [("x", TP.UINT8, [2])], ["y"]), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
+    ("type parameter bound to two types", lambda: _gated_add(types={"b": TP.FLOAT16}), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("declared output type contradicts", lambda: _gated_add(out_type=TP.FLOAT16), "ORT-SCHEMA-009", "ORT-SCHEMA-009"),
+    ("gdn fp16 decay/beta (TS in 1.31.1)", lambda: gdn_model(), None, "ORT-SCHEMA-002"),
+    ("gdn float decay, bf16 beta", lambda: gdn_model(decay=TP.FLOAT, beta=TP.BFLOAT16), "ORT-SCHEMA-005", "ORT-SCHEMA-002"),
+    ("gdn gate_lower_bound (1.32.0 attribute)", lambda: gdn_model(decay=TP.FLOAT, gate_lower_bound=-5.0), None, "ORT-SCHEMA-003"),
+    ("contrib op in the onnx domain", lambda: _in_domain(_qmoe(), ""), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("unknown contrib op", lambda: _one("Bogus", _F, ["y"], domain=MS), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("op of an unknown domain", lambda: _one("Bogus", _F, ["y"], domain="x.custom", opsets=[("", 21), ("x.custom", 1)]), "ORT-SCHEMA-011", "ORT-SCHEMA-011"),
+    ("onnx op above its opset", lambda: _one("Gelu", _F, ["y"], opsets=[("", 12)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("onnx domain at opset 0", lambda: _one("Relu", _F, ["y"], opsets=[("", 0)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("contrib domain at opset 0", lambda: _opsets(_gated_add(), [("", 21), (MS, 0)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("contrib op without its import", lambda: _opsets(_gated_add(), [("", 21)]), None, None),
+    ("ops 1.31.1 lacks", lambda: _one("HyperConnectionLowRankMix", _F, ["y", "z"], domain=MS, num_branches=2), "ORT-SCHEMA-004", "ORT-SCHEMA-001"),
+    ("deprecated op", lambda: _one("Upsample", [("x", TP.FLOAT, [2]), ("s", TP.FLOAT, [1])], ["y"], opsets=[("", 10)]), "ORT-SCHEMA-010", "ORT-SCHEMA-010"),
+    ("onnx import above ORT's support", lambda: _opsets(_gated_add(), [("", 10000), (MS, 1)]), "ORT-OPSET-001", "ORT-OPSET-001"),
+    ("contrib import above ORT's support", lambda: _opsets(_gated_add(), [("", 21), (MS, 2)]), "ORT-OPSET-001", "ORT-OPSET-001"),
+    ("onnx import 27 (1.32.0 only)", lambda: _opsets(_gated_add(), [("", 27), (MS, 1)]), None, "ORT-OPSET-001"),
+    ("subgraph: unknown attribute", lambda: _in_if(_with_attr(causal_conv_model(), "bogus_attr", 1)), "ORT-SCHEMA-003", "ORT-SCHEMA-003"),
+    ("subgraph: unregistered op", lambda: _in_if(_one("Bogus", _F, ["y"], domain=MS)), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("subgraph: wrong attribute kind", lambda: _in_if(causal_conv_model(ndim=[3])), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("subgraph: valid", lambda: _in_if(_gated_add()), None, None),
+]  # fmt: skip
+
+
+def _in_domain(model: onnx.ModelProto, domain: str) -> onnx.ModelProto:
+    for node in model.graph.node:
+        node.domain = domain
+    return model
+
+
+@pytest.mark.parametrize(("case", "build", "on_132", "on_131"), CASES, ids=[c[0] for c in CASES])
+def test_generic_schema_rules_match_onnxruntime(case: str, build: Callable[[], onnx.ModelProto],
+                                                on_132: str | None, on_131: str | None) -> None:  # fmt: skip
+    model = build()
+    expected = on_132 if _V132 else on_131
+    violations = graph_violations(model)
+    errors = [v for v in violations if v.severity == "error"]
+    if expected is None:
+        assert errors == [], errors
+    else:
+        assert expected in {v.rule_id for v in errors}, errors
+        assert all(v.rule_id.startswith(("ORT-SCHEMA-", "ORT-OPSET-")) for v in errors), errors
+    assert_agrees(violations, ort_error(model), context=case)
+
+
+def test_violations_name_the_node_and_carry_orts_words() -> None:
+    [v] = graph_violations(causal_conv_model(ndim=[3]))
+    assert (v.rule_id, v.node) == ("ORT-SCHEMA-006", "cc")
+    assert v.message == "Mismatched attribute type in 'cc : ndim'. Expected: 'INT', actual: 'INTS'"
+    [v] = graph_violations(_gated_add(types={"b": TP.FLOAT16}))
+    assert v.message == ("Type Error: Type parameter (T) of Optype (GatedAdd) bound to different types "
+                         "(tensor(float) and tensor(float16) in node (ga).")  # fmt: skip
+    [v] = graph_violations(_gated_add(("a", "b")))
+    top = 4 if _V132 else 3
+    assert v.message == f"Node(ga) with schema(com.microsoft::GatedAdd:1) has input size 2 not in range [min=3, max={top}]."
+    [v] = graph_violations(_in_domain(_qmoe(), ""))
+    assert v.message == "No Op registered for QMoE with domain_version of 21"
