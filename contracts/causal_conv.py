@@ -23,8 +23,19 @@ from typing import Any
 
 import onnx_ir as ir
 
-from contracts._graph import attr_int, attr_str, input_at, node_label, nodes_of, output_at, per_node
+from contracts._graph import (
+    as_ir_model,
+    attr_int,
+    attr_str,
+    input_at,
+    node_label,
+    nodes_of,
+    output_at,
+    per_node,
+)
 from contracts._rule import OrtVersions, Rule, Violation
+from contracts._versions import per_version
+from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shape, Shapes, shapes_of
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN, VARLEN_CAUSAL_CONV_WITH_STATE
@@ -161,7 +172,9 @@ def cc_cpu_kernel_problems(node: ir.Node) -> list[str]:
     return out
 
 
-def _check_cc_cpu_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_cc_cpu_kernel(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    if not runs_on_cpu(model, version):
+        return []  # a node without a CPU kernel fails the session first: no constructor runs
     shapes = shapes_of(model)
 
     def one(node: ir.Node) -> Iterable[Violation]:
@@ -296,7 +309,9 @@ def _vl_schema_rule(*, v132: bool) -> Any:
     return check
 
 
-def _check_vl_cpu_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_vl_cpu_kernel(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    if not runs_on_cpu(model, version):
+        return []
     shapes = shapes_of(model)
 
     def one(node: ir.Node) -> Iterable[Violation]:
@@ -321,9 +336,9 @@ RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes: channels_last=1, ndim=1, state_window=0, "
          "valid ranges, rank-3 input, channel slice, weight channels, state_length >= (k-1) x dilation",
          _SRC + "A.7; probed", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-003", v132=True), _V132),
-    Rule("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
-         "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",
-         "graph", _check_cc_cpu_kernel, ep="cpu"),
+    *per_version("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
+                 "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",
+                 "graph", _check_cc_cpu_kernel, ep="cpu"),
     Rule("CCONV-CUDA-001", "CUDA kernel: ndim=1, activation none/silu/swish, dilation <= INT_MAX",
          _SRC + "D", "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda"),
     Rule("CCONV-RUN-001", "weight is depthwise [C,1,k] with C = input channels", _SRC + "C.1",
@@ -336,8 +351,8 @@ RULES: tuple[Rule, ...] = (
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): dilation, "
          "state_update_capacity, ranks", _SRC + "E; probed 1.31.1", "cpu-session", "graph",
          _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
-    Rule("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
-         _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, _V132, ep="cpu"),
+    *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
+                 _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0"),
 )  # fmt: skip
 
 
@@ -347,8 +362,6 @@ def check_causal_conv(
 ) -> list[Violation]:  # fmt: skip
     """Every applicable CausalConvWithState / Varlen rule for ``model`` on execution providers
     ``eps`` (``run_time`` adds the compute-time rules)."""
-    from contracts._graph import as_ir_model
-
     ir_model = as_ir_model(model)
     found: list[Violation] = []
     for rule in RULES:

@@ -15,6 +15,13 @@ Grammars (probed, not guessed):
   whitespace; float32 overflow or underflow to zero is an error), finite and ``>= 0``;
 * ``ep.cuda.moe_packed_gpu_experts``: empty (unset) or whitespace-trimmed ``-?[0-9]+`` in
   [0, 2^31-1].
+
+The two floats are parsed from the text straight to float32 with one rounding (``contracts.float32``),
+as ``strtof`` / ``from_chars<float>`` do: ``min_expert_weight=1.0000000596046448`` is refused (it
+rounds up past 1.0) and ``tail_substitution_threshold=3.40282356779733661637539395458142568447e38``
+is accepted (it rounds down to FLT_MAX). Keys and values are read up to the first NUL, as ORT
+does (``contracts.session_config``). A value is echoed whole, as ORT does, unless it is over 120
+characters or unprintable (then cut: a message stays one bounded line).
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-import numpy as np
-
 from contracts._rule import OrtVersions, Rule, Violation
+from contracts.float32 import parse_from_chars, parse_strtof
+from contracts.session_config import effective, effective_entries
 
 __all__ = [
     "LEGACY_PREFIX",
@@ -44,15 +51,12 @@ PACKED_GPU_EXPERTS_KEY = "ep.cuda.moe_packed_gpu_experts"
 _SINCE = OrtVersions(since="1.32.0")
 _SRC = "ort-contract-rules.md §1A; ort-cpu-capabilities.md §4 (core/framework/session_options.cc)"
 
+_SHOWN_LIMIT = 120
 _U64_MAX = 2**64 - 1
 _I32_MAX = 2**31 - 1
 _C_SPACE = " \t\n\v\f\r"
 _UNSIGNED = re.compile(r"[0-9]+\Z")
 _SIGNED = re.compile(r"-?[0-9]+\Z")
-_FROM_CHARS_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-_STRTOF_DEC = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-_STRTOF_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?\Z")
-_STRTOF_SPECIAL = re.compile(r"[+-]?(?:inf|infinity|nan(?:\([0-9A-Za-z_]*\))?)\Z", re.IGNORECASE)
 
 
 # --- value parsers: return the parsed value, or None when ORT rejects the text -------------------
@@ -72,44 +76,14 @@ def _signed_in(text: str, *, lo: int, hi: int) -> int | None:
     return value if lo <= value <= hi else None
 
 
-def _to_float32(value: float) -> float:
-    with np.errstate(over="ignore", under="ignore"):
-        return float(np.float32(value))
-
-
 def _strtof(text: str) -> float | None:
-    """C ``strtof`` over the whole text (surrounding C whitespace allowed)."""
-    body = text.strip(_C_SPACE)
-    if _STRTOF_DEC.match(body):
-        return _to_float32(float(body))
-    if _STRTOF_HEX.match(body):
-        sign = -1.0 if body.startswith("-") else 1.0
-        digits = body.lstrip("+-")
-        if "p" not in digits.lower():
-            digits += "p0"
-        try:
-            return sign * _to_float32(float.fromhex(digits))
-        except OverflowError:
-            return sign * math.inf
-    if _STRTOF_SPECIAL.match(body):
-        lowered = body.lower()
-        return math.nan if "nan" in lowered else (-math.inf if lowered.startswith("-") else math.inf)
-    return None
+    """C ``strtof`` over the whole text, rounded once to float32 (contracts.float32)."""
+    return parse_strtof(text)
 
 
 def _from_chars_float(text: str) -> float | None:
-    """``std::from_chars<float>`` (general format) that must consume the whole text."""
-    if _STRTOF_SPECIAL.match(text) and not text.startswith("+"):
-        return math.nan  # parses, but never finite: rejected by the caller
-    if not _FROM_CHARS_FLOAT.match(text):
-        return None
-    value = _to_float32(float(text))
-    if math.isinf(value):
-        return None  # result_out_of_range (overflow)
-    mantissa = text.lstrip("-").lower().split("e")[0]
-    if value == 0.0 and any(c in "123456789" for c in mantissa):
-        return None  # result_out_of_range (underflow to zero)
-    return value
+    """``std::from_chars<float>`` consuming the whole text (None: no parse or out of range)."""
+    return parse_from_chars(text)
 
 
 # --- per-key validators: text -> ok? ------------------------------------------------------------
@@ -214,13 +188,22 @@ _KEYS: dict[str, tuple[Callable[[str], bool], str]] = {
 OFFLOAD_KEYS: frozenset[str] = frozenset(_KEYS)
 
 
+def shown(value: str) -> str:
+    """A session-config value as ORT's message shows it (whole), cut when it is long."""
+    if len(value) <= _SHOWN_LIMIT and value.isprintable():
+        return value
+    from q38.errors import clip
+
+    return clip(value)
+
+
 def _value_message(key: str, value: str) -> str:
-    return f"Invalid {OFFLOAD_PREFIX}{key} value '{value}'; {_KEYS[key][1]}"
+    return f"Invalid {OFFLOAD_PREFIX}{key} value '{shown(value)}'; {_KEYS[key][1]}"
 
 
 def offload_mode(entries: Mapping[str, str]) -> str | None:
     """The normalized offload mode (``disabled``/``auto``/``required``), or None if absent/invalid."""
-    text = entries.get(OFFLOAD_PREFIX + "mode")
+    text = effective_entries(entries).get(OFFLOAD_PREFIX + "mode")
     return None if text is None else _MODES.get(text.lower())
 
 
@@ -229,7 +212,7 @@ def offload_mode(entries: Mapping[str, str]) -> str | None:
 
 def _check_unknown_keys(entries: Mapping[str, str]) -> list[Violation]:
     return [
-        Violation("OFFLOAD-CFG-001", f"Unknown session.moe.offload.* configuration key: {key}")
+        Violation("OFFLOAD-CFG-001", f"Unknown session.moe.offload.* configuration key: {shown(key)}")
         for key in sorted(entries)
         if key.startswith(OFFLOAD_PREFIX) and key[len(OFFLOAD_PREFIX) :] not in _KEYS
     ]
@@ -239,7 +222,7 @@ def _check_legacy_keys(entries: Mapping[str, str]) -> list[Violation]:
     return [
         Violation(
             "OFFLOAD-CFG-002",
-            f"Prototype configuration key '{key}' is discarded and not supported in QMoE "
+            f"Prototype configuration key '{shown(key)}' is discarded and not supported in QMoE "
             "Offload v4; use 'session.moe.offload.*'.",
         )
         for key in sorted(entries)
@@ -290,7 +273,7 @@ def _packed_gpu_experts_ok(text: str) -> bool:
 
 def _packed_message(value: str) -> str:
     return (
-        f"Invalid ep.cuda.moe_packed_gpu_experts / ORT_MOE_PACKED_GPU_EXPERTS value '{value}'; "
+        f"Invalid ep.cuda.moe_packed_gpu_experts / ORT_MOE_PACKED_GPU_EXPERTS value '{shown(value)}'; "
         "expected a non-negative 32-bit integer."
     )
 
@@ -302,18 +285,19 @@ def _check_packed_gpu_experts(entries: Mapping[str, str]) -> list[Violation]:
     return [Violation("OFFLOAD-CFG-005", _packed_message(value))]
 
 
+# Every check reads the entries ORT ends up with (cut at NUL, last write wins: session_config).
 RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-CFG-001", "session.moe.offload.* keys must be one of the 25 known keys "
          "(case-sensitive)", _SRC + " rule 1", "cpu-session", "session-config",
-         _check_unknown_keys, _SINCE),
+         effective(_check_unknown_keys), _SINCE),
     Rule("OFFLOAD-CFG-002", "legacy moe.cpu_offload.* prototype keys are refused",
-         _SRC + " rule 2", "cpu-session", "session-config", _check_legacy_keys, _SINCE),
+         _SRC + " rule 2", "cpu-session", "session-config", effective(_check_legacy_keys), _SINCE),
     Rule("OFFLOAD-CFG-003", "every session.moe.offload.* value matches its key's grammar",
-         _SRC + " rules 3-17", "cpu-session", "session-config", _check_values, _SINCE),
+         _SRC + " rules 3-17", "cpu-session", "session-config", effective(_check_values), _SINCE),
     Rule("OFFLOAD-CFG-004", "device_expert_bytes and gpu_budget_bytes, when both set, agree",
-         _SRC + " rule 7", "cpu-session", "session-config", _check_alias_conflict, _SINCE),
+         _SRC + " rule 7", "cpu-session", "session-config", effective(_check_alias_conflict), _SINCE),
     Rule("OFFLOAD-CFG-005", "ep.cuda.moe_packed_gpu_experts is a non-negative 32-bit integer",
-         _SRC + " rule 18", "cpu-session", "session-config", _check_packed_gpu_experts, _SINCE),
+         _SRC + " rule 18", "cpu-session", "session-config", effective(_check_packed_gpu_experts), _SINCE),
 )  # fmt: skip
 
 

@@ -30,7 +30,9 @@ from contracts._graph import (
     static_dims,
 )
 from contracts._rule import OrtVersions, Rule, Violation
+from contracts.float32 import parse_from_chars
 from contracts.offload_config import OFFLOAD_PREFIX, offload_mode
+from contracts.session_config import effective
 from q38._ops import MOE, MOE_PACKED, MS_DOMAIN, QMOE
 
 __all__ = [
@@ -558,10 +560,8 @@ def _check_nodes(model: Any, entries: Mapping[str, str]) -> list[Violation]:
 
 def _threshold_enabled(entries: Mapping[str, str]) -> bool:
     text = entries.get(OFFLOAD_PREFIX + "tail_substitution_threshold")
-    try:
-        return text is not None and float(text) > 0.0
-    except ValueError:
-        return False
+    value = None if text is None else parse_from_chars(text)
+    return value is not None and value > 0.0
 
 
 def _check_tail_rank(model: Any, entries: Mapping[str, str]) -> list[Violation]:
@@ -591,12 +591,12 @@ def _check_tail_rank(model: Any, entries: Mapping[str, str]) -> list[Violation]:
 RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-SUBGRAPH-001", "mode=required: no MoE/QMoE/MoEPacked inside If/Loop/Scan subgraphs",
          "ort-contract-rules.md §1B.2; ort-cpu-capabilities.md §4.4", "cpu-session", "graph",
-         _check_subgraphs, _SINCE),
+         effective(_check_subgraphs), _SINCE),
     Rule("OFFLOAD-NODE-001", "mode=required rejects the first ineligible MoE candidate; auto keeps "
          "it on the GPU (warning)", _SRC + "; §1B.4-1B.6, §1D, §1F", "cuda-only", "graph",
-         _check_nodes, _SINCE, ep="cuda"),
+         effective(_check_nodes), _SINCE, ep="cuda"),
     Rule("OFFLOAD-TAIL-001", "tail_substitution_threshold > 0 needs min_rank < k on every eligible "
-         "node", "ort-contract-rules.md §1E", "cuda-only", "graph", _check_tail_rank, _SINCE,
+         "node", "ort-contract-rules.md §1E", "cuda-only", "graph", effective(_check_tail_rank), _SINCE,
          ep="cuda"),
 )  # fmt: skip
 

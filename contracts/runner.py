@@ -23,14 +23,19 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts import (
+    attention,
     causal_conv,
     config_surface,
+    gated_delta_net,
+    hyper_connection,
     offload_config,
     offload_nodes,
     package_layout,
     path_fields,
+    qmoe,
     qsa,
     schema_rules,
+    session_config,
     shared_initializers,
 )
 from contracts._rule import Rule, Violation
@@ -43,15 +48,21 @@ __all__ = [
     "SessionResult",
     "check_graph",
     "check_package",
+    "check_session_config",
     "installed_ort_version",
 ]
 
 ALL_RULES: tuple[Rule, ...] = (
+    *session_config.RULES,
     *offload_config.RULES,
     *offload_nodes.RULES,
     *schema_rules.RULES,
     *qsa.RULES,
     *causal_conv.RULES,
+    *gated_delta_net.RULES,
+    *hyper_connection.RULES,
+    *attention.RULES,
+    *qmoe.RULES,
     *config_surface.RULES,
     *package_layout.RULES,
     *path_fields.RULES,
@@ -211,6 +222,16 @@ def _graph_rules(rules: Iterable[Rule], eps: frozenset[str]) -> list[Rule]:
 _CUSTOM_LIBRARY_RULES = frozenset({"ORT-SCHEMA-011", "ORT-OPSET-002"})
 
 
+def check_session_config(entries: Mapping[str, str], *, ort_version: str | None = None) -> list[Violation]:
+    """Every session-config rule of onnxruntime ``ort_version`` on one set of config entries."""
+    version = ort_version or installed_ort_version()
+    found: list[Violation] = []
+    for rule in _applicable(version):
+        if rule.surface == "session-config":
+            found.extend(rule.check(dict(entries)))
+    return found
+
+
 def check_graph(
     model: Any, *, entries: Mapping[str, str] | None = None, eps: frozenset[str] = frozenset({"cpu"}),
     ort_version: str | None = None, custom_library: bool = False,
@@ -253,10 +274,7 @@ def check_package(
                          rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
     report.violations.extend(config_surface.check_genai_config(raw))
     for block_path, so in _session_blocks(listing):
-        entries = _entries_of(so)
-        for rule in rules:
-            if rule.surface == "session-config":
-                report.violations.extend(v.at(graph=block_path) for v in rule.check(entries))
+        report.violations.extend(v.at(graph=block_path) for v in check_session_config(_entries_of(so), ort_version=version))
 
     variant = ((raw.get("model") or {}).get("qwen38_graph") or {}).get("variant", "faithful")
     paths = path_fields.path_view(root, tdir, raw)

@@ -198,6 +198,15 @@ def _unknown_imports(model: Any, registry: Registry) -> Iterator[str]:
                    "and the graph's session registers no custom-op library")  # fmt: skip
 
 
+def _shape_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+    """Standard ops whose inference refuses the shapes they get (contracts.shapes)."""
+    from contracts.shapes import shapes_of
+
+    ir_model = as_ir_model(model)
+    return [Violation("ORT-SHAPE-001", text, node=node_label(node)) for node, text in shapes_of(ir_model).problems
+            if schema_clean(ir_model, node)]  # fmt: skip
+
+
 def _unknown_import_rule(version: str) -> Any:
     def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
         return [Violation("ORT-OPSET-002", text) for text in _unknown_imports(model, registry_for(version))]
@@ -260,7 +269,13 @@ def _rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-RULES: tuple[Rule, ...] = _rules()
+RULES: tuple[Rule, ...] = (
+    *_rules(),
+    Rule("ORT-SHAPE-001", "standard ops' shape inference accepts the shapes ORT infers for their inputs "
+         "(MatMul / broadcast dims, Reshape targets, Split sizes, Transpose perm, axes in range, ...)",
+         "onnx shape inference functions, as ORT's graph resolve runs them; probed 1.32.0", "cpu-session",
+         "graph", _shape_rule),
+)
 
 
 def check_schema(model: Any, *, ort_version: str = "1.32.0") -> list[Violation]:

@@ -28,14 +28,26 @@ import numpy as np
 import onnx_ir as ir
 
 from contracts._facts import ModelFacts, model_facts
-from contracts._graph import AttributeKindError, as_ir_model, attr_int, attr_ints
+from contracts._graph import AttributeKindError, as_ir_model, attr_ints
 
-__all__ = ["Dim", "Shape", "ShapeContext", "Shapes", "broadcast", "shapes_of"]
+__all__ = ["Dim", "Shape", "ShapeContext", "ShapeInferenceError", "Shapes", "broadcast", "shapes_of"]
 
 Dim = int | str | None
 Shape = tuple[Dim, ...]
 Handler = Callable[["ShapeContext"], Sequence[Shape | None]]
 _CONST_LIMIT = 4096  # elements: larger constants are never shape-like inputs
+
+
+class ShapeInferenceError(Exception):
+    """A standard op's inference refuses its inputs, as onnx's inference function does.
+
+    ``kind`` is the bracketed tag of ORT's text (``ShapeInferenceError`` / ``TypeInferenceError``),
+    ``text`` what follows it; raised only where the dims involved are static.
+    """
+
+    def __init__(self, text: str, kind: str = "ShapeInferenceError") -> None:
+        super().__init__(text)
+        self.text, self.kind = text, kind
 
 
 def _declared(value: ir.Value) -> Shape | None:
@@ -62,8 +74,9 @@ def merge(inferred: Shape | None, declared: Shape | None) -> Shape | None:
                  for d, e in zip(inferred, declared, strict=True))  # fmt: skip
 
 
-def broadcast(*shapes: Shape | None) -> Shape | None:
-    """onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank)."""
+def broadcast(*shapes: Shape | None, strict: bool = False) -> Shape | None:
+    """onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank);
+    ``strict``: two different static dims, neither 1, are onnx's "Incompatible dimensions"."""
     if any(s is None for s in shapes):
         return None
     known = [s for s in shapes if s is not None]
@@ -73,6 +86,8 @@ def broadcast(*shapes: Shape | None) -> Shape | None:
         dims = [s[axis - rank + len(s)] for s in known if axis - rank + len(s) >= 0]
         values = {d for d in dims if isinstance(d, int) and d != 1}
         if values:
+            if len(values) > 1 and strict:
+                raise ShapeInferenceError("Incompatible dimensions")
             out.append(values.pop() if len(values) == 1 else None)
             continue
         if all(d == 1 for d in dims):
@@ -121,6 +136,14 @@ class Shapes:
         self._done: set[int] = set()
         self._consts: dict[int, np.ndarray | None] = {}
         self._ran = False
+        self._problems: list[tuple[ir.Node, str]] = []
+
+    @property
+    def problems(self) -> list[tuple[ir.Node, str]]:
+        """(node, ORT's text) of every standard op whose inference refuses its inputs."""
+        if not self._ran:
+            self._run()
+        return self._problems
 
     def shape(self, value: ir.Value | None) -> Shape | None:
         if value is None:
@@ -191,6 +214,9 @@ class Shapes:
         if handler is not None:
             try:
                 inferred = handler(ShapeContext(self, node))
+            except ShapeInferenceError as exc:
+                self._problems.append((node, f"Node ({node.name}) Op ({node.op_type}) [{exc.kind}] {exc.text}"))
+                inferred = ()
             except (AttributeKindError, ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
                 inferred = ()
         for index, out in enumerate(node.outputs):
@@ -266,8 +292,12 @@ def shapes_of(model: Any) -> Shapes:
     return found
 
 
-def normalize_axis(axis: int, rank: int) -> int:
+def normalize_axis(axis: int, rank: int, error: str | None = None, kind: str = "ShapeInferenceError") -> int:
+    """``axis`` in [0, rank); out of range raises ShapeInferenceError(``error``) when given, else
+    ValueError (the dims are then left unknown)."""
     if not -rank <= axis < max(rank, 1):
+        if error is not None:
+            raise ShapeInferenceError(error, kind)
         raise ValueError(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
@@ -282,4 +312,4 @@ def axes_of(ctx: ShapeContext, *, input_index: int, attr_name: str = "axes") -> 
     return []
 
 
-__all__ += ["attr_int", "axes_of", "merge", "normalize_axis", "register"]
+__all__ += ["axes_of", "merge", "normalize_axis", "register"]

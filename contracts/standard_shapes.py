@@ -12,7 +12,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts._graph import attr_int, attr_ints
-from contracts.shapes import Dim, Shape, ShapeContext, axes_of, broadcast, normalize_axis, register
+from contracts.shapes import (
+    Dim,
+    Shape,
+    ShapeContext,
+    ShapeInferenceError,
+    axes_of,
+    broadcast,
+    normalize_axis,
+    register,
+)
 
 __all__: list[str] = []
 
@@ -34,9 +43,16 @@ _REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")  # fmt: skip
 
 
+_AXIS_OPS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+
+
 @register("", *_UNARY)
 def _unary(ctx: ShapeContext) -> Sequence[Shape | None]:
     shape = ctx.shape(0)
+    if ctx.node.op_type in _AXIS_OPS and shape is not None:
+        rank, axis = len(shape), attr_int(ctx.node, "axis", -1)
+        if not -rank <= axis < rank:
+            raise ShapeInferenceError(f"'axis' must be in [{-rank} , {rank - 1}]. Its actual value is: {axis}")
     return [shape] * max(ctx.n_out, 1)
 
 
@@ -48,7 +64,7 @@ def _dropout(ctx: ShapeContext) -> Sequence[Shape | None]:
 @register("", *_BROADCAST)
 def _broadcast(ctx: ShapeContext) -> Sequence[Shape | None]:
     shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs)) if ctx.present(i)]
-    return [broadcast(*shapes)]
+    return [broadcast(*shapes, strict=True)]
 
 
 @register("", "MatMul", "MatMulInteger")
@@ -58,7 +74,10 @@ def _matmul(ctx: ShapeContext) -> Sequence[Shape | None]:
         return [None]
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
-    batch = broadcast(a2[:-2], b2[:-2])
+    k_a, k_b = a2[-1], b2[-2]
+    if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
+        raise ShapeInferenceError("Incompatible dimensions for matrix multiplication")
+    batch = broadcast(a2[:-2], b2[:-2], strict=True)
     if batch is None:
         return [None]
     out: list[Dim] = [*batch]
@@ -98,11 +117,15 @@ def _reshape(ctx: ShapeContext) -> Sequence[Shape | None]:
             return [(None,) * length[0]]
         return [None]
     allowzero = attr_int(ctx.node, "allowzero", 0)
+    if target.count(-1) > 1:
+        raise ShapeInferenceError("Target shape may not have multiple -1 dimensions.")
     out: list[Dim] = []
     infer_at = None
     for axis, want in enumerate(target):
         if want == 0 and not allowzero:
-            out.append(data[axis] if data is not None and axis < len(data) else None)
+            if data is not None and axis >= len(data):
+                raise ShapeInferenceError("Invalid position of 0.")
+            out.append(data[axis] if data is not None else None)
         elif want == -1:
             infer_at = axis
             out.append(None)
@@ -111,6 +134,8 @@ def _reshape(ctx: ShapeContext) -> Sequence[Shape | None]:
     if infer_at is not None and data is not None:
         total, rest = _numel(data), _numel(tuple(d for i, d in enumerate(out) if i != infer_at))
         if total is not None and rest:
+            if total % rest:
+                raise ShapeInferenceError("Dimension could not be inferred: incompatible shapes")
             out[infer_at] = total // rest
     return [tuple(out)]
 
@@ -120,8 +145,9 @@ def _flatten(ctx: ShapeContext) -> Sequence[Shape | None]:
     data = ctx.shape(0)
     if data is None:
         return [None]
-    axis = normalize_axis(attr_int(ctx.node, "axis", 1), len(data) + 1)
-    return [(_numel(data[:axis]), _numel(data[axis:]))]
+    axis = attr_int(ctx.node, "axis", 1)
+    at = normalize_axis(axis, len(data) + 1, f"Invalid value({axis}) for attribute 'axis'")
+    return [(_numel(data[:at]), _numel(data[at:]))]
 
 
 @register("", "Transpose")
@@ -130,6 +156,15 @@ def _transpose(ctx: ShapeContext) -> Sequence[Shape | None]:
     if data is None:
         return [None]
     perm = attr_ints(ctx.node, "perm", None) or tuple(reversed(range(len(data))))
+    if len(perm) != len(data):
+        shown = ", ".join(str(p) for p in perm)
+        dims = ", ".join(str(d) if isinstance(d, int) else "0" for d in data)
+        raise ShapeInferenceError(f"Invalid attribute perm {{{shown}}}, input shape = {{{dims}}}", "TypeInferenceError")
+    seen: set[int] = set()
+    for p in perm:
+        if p in seen:
+            raise ShapeInferenceError(f"Attribute perm for Transpose has repeated value: {p}", "TypeInferenceError")
+        seen.add(p)
     if sorted(perm) != list(range(len(data))):
         return [None]
     return [tuple(data[p] for p in perm)]
@@ -141,16 +176,21 @@ def _concat(ctx: ShapeContext) -> Sequence[Shape | None]:
     if not shapes or any(s is None for s in shapes):
         return [None]
     rank = len(shapes[0])  # type: ignore[arg-type]
-    axis = normalize_axis(attr_int(ctx.node, "axis", 0), rank)
+    axis = normalize_axis(attr_int(ctx.node, "axis", 0), rank, "axis must be in [-rank, rank-1].")
+    for index, shape in enumerate(shapes[1:], start=1):
+        if shape is not None and len(shape) != rank:
+            raise ShapeInferenceError(f"All inputs to Concat must have same rank. Input {index} has rank {len(shape)} != {rank}")
     out: list[Dim] = []
     for i in range(rank):
-        dims = [s[i] for s in shapes if s is not None and len(s) == rank]
+        dims = [s[i] for s in shapes if s is not None]
         if i == axis:
             out.append(sum(d for d in dims if isinstance(d, int)) if all(isinstance(d, int) for d in dims) else None)
         else:
             ints = {d for d in dims if isinstance(d, int)}
+            if len(ints) > 1:
+                raise ShapeInferenceError("Can't merge shape info. Both inferred and declared dimension have values but they differ.")
             syms = {d for d in dims if isinstance(d, str)}
-            out.append(ints.pop() if len(ints) == 1 else (syms.pop() if not ints and len(syms) == 1 else None))
+            out.append(ints.pop() if ints else (syms.pop() if len(syms) == 1 else None))
     return [tuple(out)]
 
 
@@ -159,7 +199,9 @@ def _split(ctx: ShapeContext) -> Sequence[Shape | None]:
     data = ctx.shape(0)
     if data is None:
         return [None] * ctx.n_out
-    axis = normalize_axis(attr_int(ctx.node, "axis", 0), len(data))
+    raw_axis = attr_int(ctx.node, "axis", 0)
+    axis = normalize_axis(raw_axis, len(data), f"Invalid value of attribute 'axis'. Rank={len(data)} Value={raw_axis}",
+                          "TypeInferenceError")
     sizes: list[int] | None
     if ctx.present(1):
         sizes = ctx.ints(1)
@@ -175,6 +217,9 @@ def _split(ctx: ShapeContext) -> Sequence[Shape | None]:
         sizes = [min(chunk, total - chunk * i) for i in range(n)]
     if sizes is None:
         return [None] * ctx.n_out
+    total = data[axis]
+    if isinstance(total, int) and sum(sizes) != total:
+        raise ShapeInferenceError(f"Mismatch between the sum of 'split' ({sum(sizes)}) and the split dimension of the input ({total})")
     return [tuple(s if i == axis else d for i, d in enumerate(data)) for s in sizes]
 
 
@@ -203,8 +248,9 @@ def _slice(ctx: ShapeContext) -> Sequence[Shape | None]:
     if starts is None or ends is None or axes is None or steps is None:
         return [(None,) * len(data)]
     out = list(data)
+    rank = len(data)
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
-        at = normalize_axis(axis, len(data))
+        at = normalize_axis(axis, rank, f"Unexpected axis value: {axis}. Expected range [{-rank}, {rank})")
         out[at] = _slice_len(data[at], start, end, step)
     return [tuple(out)]
 
@@ -212,9 +258,11 @@ def _slice(ctx: ShapeContext) -> Sequence[Shape | None]:
 @register("", "Gather")
 def _gather(ctx: ShapeContext) -> Sequence[Shape | None]:
     data, indices = ctx.shape(0), ctx.shape(1)
-    if data is None or indices is None:
+    if data is None:
         return [None]
-    axis = normalize_axis(attr_int(ctx.node, "axis", 0), len(data))
+    axis = normalize_axis(attr_int(ctx.node, "axis", 0), len(data), "axis must be in [-r, r-1]")
+    if indices is None:
+        return [None]
     return [(*data[:axis], *indices, *data[axis + 1 :])]
 
 
@@ -230,7 +278,7 @@ def _unsqueeze(ctx: ShapeContext) -> Sequence[Shape | None]:
     if data is None or axes is None:
         return [None]
     rank = len(data) + len(axes)
-    at = sorted(normalize_axis(a, rank) for a in axes)
+    at = sorted(normalize_axis(a, rank, f"Unexpected axis value: {a}. Expected range [{-rank}, {rank})") for a in axes)
     out: list[Dim] = []
     source = iter(data)
     for i in range(rank):
@@ -248,7 +296,11 @@ def _squeeze(ctx: ShapeContext) -> Sequence[Shape | None]:
         if any(not isinstance(d, int) for d in data):
             return [None]
         return [tuple(d for d in data if d != 1)]
-    drop = {normalize_axis(a, len(data)) for a in axes}
+    rank = len(data)
+    drop = {normalize_axis(a, rank, f"Unexpected axis value: {a}. Expected range [{-rank}, {rank})") for a in axes}
+    for axis in sorted(drop):
+        if isinstance(data[axis], int) and data[axis] != 1:
+            raise ShapeInferenceError(f"Dimension of input {axis} must be 1 instead of {data[axis]}")
     return [tuple(d for i, d in enumerate(data) if i not in drop)]
 
 
@@ -296,7 +348,7 @@ def _constant_of_shape(ctx: ShapeContext) -> Sequence[Shape | None]:
 def _expand(ctx: ShapeContext) -> Sequence[Shape | None]:
     data, target = ctx.shape(0), ctx.ints(1)
     if target is not None:
-        return [broadcast(data, tuple(target))]
+        return [broadcast(data, tuple(target), strict=True)]
     length = ctx.shape(1)
     if data is None or length is None or len(length) != 1 or not isinstance(length[0], int):
         return [None]
@@ -310,13 +362,17 @@ def _tile(ctx: ShapeContext) -> Sequence[Shape | None]:
     data, repeats = ctx.shape(0), ctx.ints(1)
     if data is None:
         return [None]
-    if repeats is None or len(repeats) != len(data):
+    if repeats is not None and len(repeats) != len(data):
+        raise ShapeInferenceError("'Repeats' input has incorrect number of values. The number of values in 'repeats' "
+                                  "must be equal to the number of input dimensions.")  # fmt: skip
+    if repeats is None:
         return [(None,) * len(data)]
     return [tuple(d * r if isinstance(d, int) else None for d, r in zip(data, repeats, strict=True))]
 
 
 def _reduced(data: Shape, axes: list[int], keepdims: bool) -> Shape:
-    drop = {normalize_axis(a, len(data)) for a in axes} if axes else set(range(len(data)))
+    error = f"axis must be in [-rank, rank-1]. Input rank was {len(data)}"
+    drop = {normalize_axis(a, len(data), error) for a in axes} if axes else set(range(len(data)))
     if keepdims:
         return tuple(1 if i in drop else d for i, d in enumerate(data))
     return tuple(d for i, d in enumerate(data) if i not in drop)

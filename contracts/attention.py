@@ -1,0 +1,119 @@
+"""GroupQueryAttention schema-inference and CPU kernel-constructor rules (probed on 1.32.0 CPU).
+
+``GQA-SCHEMA-001`` (any EP), on the shapes ORT infers: the query has rank 3; a packed query's
+width divides by ``num_heads + 2 * kv_num_heads``; ``past_key`` has rank 4 and comes with
+``past_value`` (inference reads input 4's type). ``GQA-CPU-001`` (``ep="cpu"``): ``num_heads``
+and ``kv_num_heads`` positive, ``causal`` 0 or 1, ``local_window_size`` -1 when not causal,
+``sliding_window_cache`` only with a positive window, KV quantization types NONE / PER_TENSOR /
+PER_CHANNEL (case-insensitive). Head counts that do not divide are refused only when the model
+runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from contracts._graph import (
+    as_ir_model,
+    attr_int,
+    attr_str,
+    input_at,
+    node_label,
+    nodes_of,
+    per_node,
+)
+from contracts._rule import Violation
+from contracts._versions import per_version
+from contracts.cpu_kernels import runs_on_cpu
+from contracts.schema_rules import schema_clean
+from contracts.shapes import Shapes, shapes_of
+from q38._ops import GROUP_QUERY_ATTENTION, MS_DOMAIN
+
+__all__ = ["RULES", "cpu_constructor_problems", "schema_problem"]
+
+_SRC = "probed onnxruntime 1.32.0 CPU (group_query_attention.cc, gqa_attention_base.h, bert_defs inference)"
+_KV_QUANT = frozenset({"NONE", "PER_TENSOR", "PER_CHANNEL"})
+
+
+def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
+    query = input_at(node, 0)
+    rank = shapes.rank(query)
+    if rank is not None and rank != 3:
+        return "Inputs 0 (query) shall be 3 dimensions"
+    if input_at(node, 1) is None:
+        heads, kv_heads = attr_int(node, "num_heads", 0), attr_int(node, "kv_num_heads", 0)
+        width = shapes.dim(query, 2) if rank == 3 else None
+        groups = heads + 2 * kv_heads
+        if width is not None and groups > 0 and width % groups:
+            return "Packed query hidden size must be divisible by the grouped head count."
+    if input_at(node, 3) is not None:
+        past_rank = shapes.rank(input_at(node, 3))
+        if past_rank is not None and past_rank != 4:
+            return "The past_key input shall be 4 dimensions"
+        if input_at(node, 4) is None:
+            return "Input 4 expected to have type but instead is null"
+    return None
+
+
+def cpu_constructor_problems(node: ir.Node) -> list[str]:
+    found = []
+    if attr_int(node, "num_heads", 0) <= 0:
+        found.append('info.GetAttr("num_heads", &num_heads).IsOK() && num_heads > 0 was false.')
+    if attr_int(node, "kv_num_heads", 0) <= 0:
+        found.append('info.GetAttr("kv_num_heads", &kv_num_heads).IsOK() && kv_num_heads > 0 was false.')
+    causal = attr_int(node, "causal", 1)
+    window = attr_int(node, "local_window_size", -1)
+    if causal not in {0, 1}:
+        found.append("causal must be 0 or 1.")
+    elif causal == 0 and window != -1:
+        found.append("GroupQueryAttention (CPU): local_window_size must be -1 when causal is 0.")
+    if attr_int(node, "sliding_window_cache", 0) and window <= 0:
+        found.append("GroupQueryAttention (CPU): sliding_window_cache=1 requires local_window_size > 0.")
+    for name in ("k_quant_type", "v_quant_type"):
+        kind = attr_str(node, name, "NONE").upper()
+        if kind not in _KV_QUANT:
+            found.append(f"Invalid KV quantization type: '{kind}'. Valid values are: NONE, PER_TENSOR, PER_CHANNEL.")
+    return found
+
+
+def _nodes(model: ir.Model) -> list[ir.Node]:
+    return [n for n in nodes_of(model, MS_DOMAIN, GROUP_QUERY_ATTENTION) if schema_clean(model, n)]
+
+
+def _check_schema(model: Any, _entries: Mapping[str, str], _version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    shapes = shapes_of(ir_model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        reason = schema_problem(node, shapes)
+        if reason is not None:
+            yield Violation("GQA-SCHEMA-001", reason, node=node_label(node))
+
+    return per_node(_nodes(ir_model), one)
+
+
+def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    if not runs_on_cpu(ir_model, version):
+        return []
+    shapes = shapes_of(ir_model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if schema_problem(node, shapes) is None:
+            for text in cpu_constructor_problems(node):
+                yield Violation("GQA-CPU-001", text, node=node_label(node))
+
+    return per_node(_nodes(ir_model), one)
+
+
+RULES = (
+    *per_version("GQA-SCHEMA-001", "GroupQueryAttention inference: rank-3 query, packed width divisible "
+                 "by the grouped head count, rank-4 past_key with past_value", _SRC, "cpu-session", "graph",
+                 _check_schema),
+    *per_version("GQA-CPU-001", "GroupQueryAttention CPU constructor: positive head counts, causal 0/1, "
+                 "window and sliding-window cache, KV quantization type", _SRC, "cpu-session", "graph",
+                 _check_cpu, ep="cpu"),
+)  # fmt: skip

@@ -1,0 +1,152 @@
+"""GatedDeltaNet schema-inference and CPU kernel-constructor rules (probed on 1.31.1 and 1.32.0).
+
+``GDN-SCHEMA-001`` (any EP, ``[ShapeInferenceError]``), on the shapes ORT infers
+(``contracts.shapes``: a producer need not declare one), in inference's order:
+``state_update_capacity`` in [0, 8]; key and value together; packed QKV needs ``initial_state``;
+packed QKV rank 2 or 3, separate inputs rank 3 or 4; query and value of one rank;
+``initial_state`` rank 4; then for packed QKV, with (Hv, dv, dk) from ``initial_state``: positive
+head counts and sizes, the width ``2 * Hq * dk + Hv * dv`` for a positive integer Hq, Hv a
+multiple of Hq, and for rank-2 packed input the tokens divisible by the batch.
+
+``GDN-CPU-001`` (``ep="cpu"``): the constructor's attribute checks: ``update_rule``,
+``gate_activation`` (``qwen`` / ``kda`` aliases), ``gate_lower_bound`` finite and negative,
+``beta_activation``, ``chunk_size`` in (0, INT_MAX]. 1.31.1 has no GatedDeltaNet CPU kernel, so
+there the rule never applies (the session fails with NOT_IMPLEMENTED first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from contracts._graph import (
+    as_ir_model,
+    attr_float,
+    attr_int,
+    attr_str,
+    input_at,
+    node_label,
+    nodes_of,
+    per_node,
+)
+from contracts._rule import Violation
+from contracts._versions import per_version
+from contracts.cpu_kernels import runs_on_cpu
+from contracts.schema_rules import schema_clean
+from contracts.shapes import Shapes, shapes_of
+from q38._ops import GATED_DELTA_NET, MS_DOMAIN
+
+__all__ = ["RULES", "cpu_constructor_problems", "schema_problem"]
+
+_P = "GatedDeltaNet: "
+_INT_MAX = 2**31 - 1
+_SRC = "probed onnxruntime 1.31.1 / 1.32.0 CPU (gated_delta_net.cc, contrib schema inference)"
+
+
+def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
+    """The first shape-inference failure of one GatedDeltaNet node, or None."""
+    capacity = attr_int(node, "state_update_capacity", 0)
+    if not 0 <= capacity <= 8:
+        return f"{_P}state_update_capacity must be in [0, 8], got {capacity}"
+    query, key, value, state = (input_at(node, i) for i in (0, 1, 2, 6))
+    if (key is None) != (value is None):
+        return f"{_P}key and value must both be present or both be omitted"
+    packed = key is None
+    if packed and state is None:
+        return f"{_P}initial_state is required for packed QKV"
+    rank_q = shapes.rank(query)
+    if rank_q is not None and rank_q not in ((2, 3) if packed else (3, 4)):
+        return f"{_P}packed QKV must have rank 2 or 3, and separate query, key and value inputs must have rank 3 or 4"
+    if not packed:
+        rank_v = shapes.rank(value)
+        if rank_v is not None and rank_v not in (3, 4):
+            return f"{_P}packed QKV must have rank 2 or 3, and separate query, key and value inputs must have rank 3 or 4"
+        if rank_q is not None and rank_v is not None and rank_q != rank_v:
+            return f"{_P}query and value must have the same rank"
+    rank_s = shapes.rank(state)
+    if state is not None and rank_s is not None and rank_s != 4:
+        return f"{_P}initial_state must have rank 4"
+    if packed and rank_q is not None and rank_s == 4:
+        return _packed_problem(query, state, rank_q, shapes)
+    return None
+
+
+def _packed_problem(query: ir.Value | None, state: ir.Value | None, rank_q: int, shapes: Shapes) -> str | None:
+    batch, heads_v, head_v, head_k = (shapes.dim(state, i) for i in range(4))
+    width = shapes.dim(query, -1)
+    if any(d is not None and d <= 0 for d in (heads_v, head_v, head_k)):
+        return f"{_P}packed QKV head counts and head sizes must be positive"
+    if width is None or heads_v is None or head_v is None or head_k is None:
+        return None
+    rest = width - heads_v * head_v
+    if rest <= 0 or rest % (2 * head_k):
+        return f"{_P}packed QKV last dimension must be 2 * num_heads_q * head_size_qk + num_heads_v * head_size_v"
+    heads_q = rest // (2 * head_k)
+    if heads_v % heads_q:
+        return f"{_P}num_heads_v must be a positive multiple of num_heads_q"
+    tokens = shapes.dim(query, 0)
+    if rank_q == 2 and tokens is not None and batch is not None and (tokens <= 0 or batch <= 0 or tokens % batch):
+        return f"{_P}total_tokens must be divisible by batch, with positive token count and batch size"
+    return None
+
+
+def cpu_constructor_problems(node: ir.Node) -> list[str]:
+    """The CPU kernel constructor's refusals of one node (1.32.0), in its order."""
+    found = []
+    if attr_str(node, "update_rule", "gated_delta") not in {"linear", "gated", "delta", "gated_delta"}:
+        found.append("update_rule must be one of: linear, gated, delta, gated_delta")
+    if attr_str(node, "gate_activation", "none") not in {"none", "softplus", "qwen", "sigmoid", "kda"}:
+        found.append("gate_activation must be one of: none, softplus (alias: qwen), sigmoid (alias: kda)")
+    bound = attr_float(node, "gate_lower_bound", -5.0)
+    if not (math.isfinite(bound) and bound < 0.0):
+        found.append("gate_lower_bound must be finite and negative")
+    if attr_str(node, "beta_activation", "none") not in {"none", "sigmoid"}:
+        found.append("beta_activation must be one of: none, sigmoid")
+    chunk = attr_int(node, "chunk_size", 64)
+    if not 0 < chunk <= _INT_MAX:
+        found.append(f"chunk_size must be positive and fit in int32, got {chunk}")
+    return found
+
+
+def _nodes(model: ir.Model) -> list[ir.Node]:
+    return [n for n in nodes_of(model, MS_DOMAIN, GATED_DELTA_NET) if schema_clean(model, n)]
+
+
+def _check_schema(model: Any, _entries: Mapping[str, str], _version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    shapes = shapes_of(ir_model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        reason = schema_problem(node, shapes)
+        if reason is not None:
+            yield Violation("GDN-SCHEMA-001", reason, node=node_label(node))
+
+    return per_node(_nodes(ir_model), one)
+
+
+def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    if not runs_on_cpu(ir_model, version):
+        return []
+    shapes = shapes_of(ir_model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if schema_problem(node, shapes) is not None:
+            return
+        for text in cpu_constructor_problems(node):
+            yield Violation("GDN-CPU-001", text, node=node_label(node))
+
+    return per_node(_nodes(ir_model), one)
+
+
+RULES = (
+    *per_version("GDN-SCHEMA-001", "GatedDeltaNet shape inference: state_update_capacity, key/value "
+                 "pairing, initial_state for packed QKV, ranks, packed width and head counts, tokens / batch",
+                 _SRC, "cpu-session", "graph", _check_schema),
+    *per_version("GDN-CPU-001", "GatedDeltaNet CPU constructor: update_rule, gate_activation, "
+                 "gate_lower_bound < 0, beta_activation, chunk_size", _SRC, "cpu-session", "graph",
+                 _check_cpu, ep="cpu"),
+)  # fmt: skip

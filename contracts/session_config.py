@@ -1,0 +1,72 @@
+"""Session config entries as onnxruntime stores them, and the limits it puts on them.
+
+``SessionOptions.add_session_config_entry(key, value)`` hands ORT C strings: ORT reads each up to
+its first NUL (``"session.moe.offload.mode\\0x"`` is the key ``session.moe.offload.mode``,
+``"auto\\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
+``ConfigOptions::AddConfigEntry`` refuses an empty key, a key over 1024 bytes and a value over
+8192 bytes (UTF-8, after the NUL cut; probed on 1.31.1 and 1.32.0). :func:`effective_entries` is
+what every other session-config rule reads; ``SESSION-CFG-001`` reports the refused entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from contracts._rule import Rule, Violation
+
+__all__ = ["KEY_MAX_BYTES", "RULES", "VALUE_MAX_BYTES", "effective", "effective_entries"]
+
+KEY_MAX_BYTES = 1024
+VALUE_MAX_BYTES = 8192
+
+
+def _c_string(text: str) -> str:
+    return text.split("\0", 1)[0]
+
+
+def _refusal(key: str, value: str) -> str | None:
+    if not key or len(key.encode("utf-8", "surrogatepass")) > KEY_MAX_BYTES:
+        return f"Config key is empty or longer than maximum length {KEY_MAX_BYTES}"
+    if len(value.encode("utf-8", "surrogatepass")) > VALUE_MAX_BYTES:
+        return f"Config value is longer than maximum length: {VALUE_MAX_BYTES}"
+    return None
+
+
+def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
+    """The entries ORT ends up with: keys and values cut at the first NUL, later entries of the
+    same key winning, refused entries (empty or over-long) absent."""
+    out: dict[str, str] = {}
+    for raw_key, raw_value in entries.items():
+        key, value = _c_string(str(raw_key)), _c_string(str(raw_value))
+        if _refusal(key, value) is None:
+            out.pop(key, None)  # a re-added key moves to the end, as the last write wins
+            out[key] = value
+    return out
+
+
+def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Violation]]:
+    """``check`` reading the effective entries (its last argument) instead of the raw ones."""
+
+    def wrapped(*args: Any) -> list[Violation]:
+        *head, entries = args
+        return check(*head, effective_entries(entries))
+
+    wrapped.__doc__ = check.__doc__
+    return wrapped
+
+
+def _check_limits(entries: Mapping[str, str]) -> list[Violation]:
+    found = []
+    for raw_key, raw_value in entries.items():
+        problem = _refusal(_c_string(str(raw_key)), _c_string(str(raw_value)))
+        if problem is not None:
+            found.append(Violation("SESSION-CFG-001", f"{problem} (key {raw_key[:60]!r})"))
+    return found
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("SESSION-CFG-001", "config keys are 1-1024 bytes and values at most 8192 bytes, up to the "
+         "first NUL (ConfigOptions::AddConfigEntry)", "probed 1.31.1 and 1.32.0 (config_options.cc)",
+         "cpu-session", "session-config", _check_limits),
+)  # fmt: skip
