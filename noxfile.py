@@ -55,9 +55,19 @@ def cpu(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 @nox.parametrize("ort", ["1.32.0", "1.31.1"])
 def contracts(session: nox.Session, ort: str) -> None:
-    """The contract and differential tests, the CPU-kernel facts and the real fixtures against one onnxruntime version."""
+    """The contract and differential tests, the CPU-kernel facts and the real fixtures against one onnxruntime version.
+
+    The seeded differential generator runs Q38_CONTRACTS_FUZZ cases per class here (default 60;
+    `nox -s cpu` runs 2) and writes its per-class agreement to .benchmarks/contracts-fuzz-<ort>.jsonl.
+    """
     _install(session, ort=f"onnxruntime=={ort}")
     _print_env(session)
+    report = os.path.join(".benchmarks", f"contracts-fuzz-{ort}.jsonl")
+    os.makedirs(".benchmarks", exist_ok=True)
+    if os.path.exists(report):
+        os.unlink(report)
+    session.env.setdefault("Q38_CONTRACTS_FUZZ", os.environ.get("Q38_CONTRACTS_FUZZ", "60"))
+    session.env["Q38_CONTRACTS_FUZZ_REPORT"] = report
     _pytest(session, "tests/unit/contracts", "tests/unit/ortkernels", "tests/unit/realfixtures")
 
 

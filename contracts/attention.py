@@ -1,8 +1,8 @@
 """GroupQueryAttention schema-inference and CPU kernel-constructor rules (probed on 1.32.0 CPU).
 
 ``GQA-SCHEMA-001`` (any EP), on the shapes ORT infers: the query has rank 3; a packed query's
-width divides by ``num_heads + 2 * kv_num_heads``; ``past_key`` has rank 4 and comes with
-``past_value`` (inference reads input 4's type). ``GQA-CPU-001`` (``ep="cpu"``): ``num_heads``
+width divides by ``num_heads + 2 * kv_num_heads``; an ``output_qk`` output needs ``qk_output``;
+``past_key`` has rank 4 and comes with ``past_value`` (inference reads input 4's type). ``GQA-CPU-001`` (``ep="cpu"``): ``num_heads``
 and ``kv_num_heads`` positive, ``causal`` 0 or 1, ``local_window_size`` -1 when not causal,
 ``sliding_window_cache`` only with a positive window, KV quantization types NONE / PER_TENSOR /
 PER_CHANNEL (case-insensitive). Head counts that do not divide are refused only when the model
@@ -23,6 +23,7 @@ from contracts._graph import (
     input_at,
     node_label,
     nodes_of,
+    output_at,
     per_node,
 )
 from contracts._rule import Violation
@@ -49,6 +50,8 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
         groups = heads + 2 * kv_heads
         if width is not None and groups > 0 and width % groups:
             return "Packed query hidden size must be divisible by the grouped head count."
+    if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0:
+        return "Output QK buffer was provided but qk_output attribute was not configured"
     if input_at(node, 3) is not None:
         past_rank = shapes.rank(input_at(node, 3))
         if past_rank is not None and past_rank != 4:

@@ -122,3 +122,24 @@ def _gqa(ctx: ShapeContext) -> Sequence[Shape | None]:
     past = ctx.shape(3) if ctx.present(3) else None
     present = None if past is None or len(past) != 4 else (past[0], past[1], None, past[3])
     return [(query[0], query[1], hidden), present, present, None]
+
+
+@register(MS_DOMAIN, "MatMulNBits")
+def _matmul_nbits(ctx: ShapeContext) -> Sequence[Shape | None]:
+    a = ctx.shape(0)
+    n = attr_int(ctx.node, "N", 0)
+    if a is None or not a or n <= 0:
+        return [None]
+    return [(*a[:-1], n)]
+
+
+@register(MS_DOMAIN, "GatherBlockQuantized")
+def _gather_block_quantized(ctx: ShapeContext) -> Sequence[Shape | None]:
+    data, indices = ctx.shape(0), ctx.shape(1)
+    if data is None or indices is None or attr_int(ctx.node, "gather_axis", 0) != 0:
+        return [None]
+    bits = attr_int(ctx.node, "bits", 4)
+    last = data[-1]
+    if len(data) >= 2 and isinstance(last, int) and bits in {2, 4} and attr_int(ctx.node, "quantize_axis", 1) == len(data) - 1:
+        last = last * (8 // bits)
+    return [(*indices, *data[1:-1], last)] if len(data) >= 2 else [None]

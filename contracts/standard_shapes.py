@@ -156,17 +156,15 @@ def _transpose(ctx: ShapeContext) -> Sequence[Shape | None]:
     if data is None:
         return [None]
     perm = attr_ints(ctx.node, "perm", None) or tuple(reversed(range(len(data))))
-    if len(perm) != len(data):
-        shown = ", ".join(str(p) for p in perm)
-        dims = ", ".join(str(d) if isinstance(d, int) else "0" for d in data)
-        raise ShapeInferenceError(f"Invalid attribute perm {{{shown}}}, input shape = {{{dims}}}", "TypeInferenceError")
     seen: set[int] = set()
-    for p in perm:
+    for p in perm:  # onnx checks each value against the rank (not the length), then duplicates
         if p in seen:
             raise ShapeInferenceError(f"Attribute perm for Transpose has repeated value: {p}", "TypeInferenceError")
         seen.add(p)
-    if sorted(perm) != list(range(len(data))):
-        return [None]
+    if any(not 0 <= p < len(data) for p in perm):
+        shown = ", ".join(str(p) for p in perm)
+        dims = ", ".join(str(d) if isinstance(d, int) else "0" for d in data)
+        raise ShapeInferenceError(f"Invalid attribute perm {{{shown}}}, input shape = {{{dims}}}", "TypeInferenceError")
     return [tuple(data[p] for p in perm)]
 
 

@@ -1,0 +1,128 @@
+"""contracts.shapes infers the shapes a real onnxruntime session infers, value by value.
+
+Invariants guarded:
+- On the synthetic cpu-variant graphs (target, prefill, head: no value_info at all) every node
+  output's inferred shape equals the one a real CPU session reports for it (each value exposed as
+  a graph output without a declared shape; ``session.get_outputs()``).
+- On the real builder exports with their value_info stripped, no inferred shape is ever more
+  precise than ORT's or contradicts it (a contract may only check what ORT checks); ops without
+  a handler may stay unknown.
+- Constant inputs are only initializers and Constant nodes (ORT's load-time resolve propagates no
+  data: a Shape -> Slice -> Concat target leaves the dims unknown).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from support.contracts_testkit import ORT_VERSION, _model, _vi
+
+from contracts._graph import as_ir_model
+from contracts.shapes import broadcast, shapes_of
+
+_REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real"
+
+
+def _ort_shapes(path: Path) -> dict[str, list[object] | None] | None:
+    """Every node output's shape as a real session infers it (None: the session cannot be made)."""
+    model = onnx.load(path, load_external_data=False)
+    existing = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for out in node.output:
+            if out and out not in existing:
+                info = onnx.ValueInfoProto()
+                info.name = out
+                model.graph.output.append(info)
+                existing.add(out)
+    probe = path.with_name("_shape_probe.onnx")
+    onnx.save(model, probe)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(str(probe), options, providers=["CPUExecutionProvider"])
+    except Exception:  # onnxruntime refuses or lacks a kernel: nothing to compare with
+        return None
+    finally:
+        probe.unlink()
+    return {o.name: o.shape for o in session.get_outputs()}
+
+
+def _compare(path: Path) -> tuple[int, list[tuple[str, object, object]], list[tuple[str, object, object]]]:
+    """(values compared, values where ours is less precise, values where ours is more or wrong)."""
+    want = _ort_shapes(path)
+    if want is None:
+        pytest.skip(f"onnxruntime {ORT_VERSION} does not create a session of {path.name}")
+    model = as_ir_model(onnx.load(path, load_external_data=False))
+    shapes = shapes_of(model)
+    less, worse, total = [], [], 0
+    for node in model.graph.all_nodes():
+        for out in node.outputs:
+            if not out.name or out.name not in want:
+                continue
+            total += 1
+            raw = want[out.name]
+            theirs = None if raw is None else tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in raw)
+            ours = shapes.shape(out)
+            if ours == theirs:
+                continue
+            weaker = ours is None or (theirs is not None and len(ours) == len(theirs)
+                                      and all(a == b or a is None for a, b in zip(ours, theirs, strict=True)))  # fmt: skip
+            (less if weaker else worse).append((out.name, ours, theirs))
+    return total, less, worse
+
+
+@pytest.mark.parametrize("graph", ["model.onnx", "prefill.onnx", "head_r2.onnx"])
+def test_every_synthetic_value_has_the_shape_onnxruntime_infers(graph: str, tiny_cpu_package: Path, tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_cpu_package, pkg, symlinks=True)
+    total, less, worse = _compare(pkg / graph)
+    assert total > 10
+    assert (less, worse) == ([], [])
+
+
+@pytest.mark.parametrize("export", ["int4-cpu", "int4-cpu-mtp"])
+def test_real_exports_without_value_info_are_never_inferred_beyond_onnxruntime(export: str, tmp_path: Path) -> None:
+    source = _REAL / export
+    if not source.is_dir():
+        pytest.skip(f"no real fixture {export}")
+    pkg = tmp_path / export
+    shutil.copytree(source, pkg)
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".onnx"):
+            model = onnx.load(pkg / name, load_external_data=False)
+            del model.graph.value_info[:]
+            onnx.save(model, pkg / name)
+            total, less, worse = _compare(pkg / name)
+            assert total > 20 and worse == [], worse
+            assert len(less) < total // 4, less  # most values still get ORT's shape
+
+
+def test_constant_inputs_are_only_initializers_and_constants() -> None:
+    """A Shape -> Slice -> Concat target is data ORT's resolve does not propagate: rank only."""
+    nodes = [oh.make_node("Shape", ["x"], ["s"]), oh.make_node("Slice", ["s", "a", "b"], ["p"]),
+             oh.make_node("Concat", ["p", "c"], ["t"], axis=0), oh.make_node("Reshape", ["x", "t"], ["y"]),
+             oh.make_node("Reshape", ["x", "k"], ["z"])]  # fmt: skip
+    inits = [nh.from_array(np.array(v, np.int64), n) for n, v in (("a", [0]), ("b", [2]), ("c", [32]), ("k", [1, 3, 32]))]
+    model = as_ir_model(_model(nodes, [_vi("x", TP.FLOAT, [1, 3, 4, 8])], [_vi("y", TP.FLOAT, None), _vi("z", TP.FLOAT, None)], inits, ms=False))
+    shapes = shapes_of(model)
+    y, z = model.graph.outputs
+    assert shapes.shape(y) == (None, None, None)  # ORT: rank from the target's length, dims unknown
+    assert shapes.shape(z) == (1, 3, 32)  # an initializer target is data ORT reads
+
+
+def test_broadcasting_keeps_onnx_symbol_rules() -> None:
+    assert broadcast(("b", 1, 8), (3, 7, 1)) == (3, 7, 8)
+    assert broadcast(("b", 1, 8), ("c", 7, 1)) == (None, 7, 8)
+    assert broadcast(("b", 1, 8), ("b", 7, 1)) == ("b", 7, 8)
+    assert broadcast((None, 1), (1, 5)) == (None, 5)
+    assert broadcast(None, (1,)) is None
