@@ -21,7 +21,7 @@ as ``strtof`` / ``from_chars<float>`` do: ``min_expert_weight=1.0000000596046448
 rounds up past 1.0) and ``tail_substitution_threshold=3.40282356779733661637539395458142568447e38``
 is accepted (it rounds down to FLT_MAX). Keys and values are read up to the first NUL, as ORT
 does (``contracts.session_config``). A value is echoed whole, as ORT does, unless it is over 120
-characters or unprintable (then cut: a message stays one bounded line).
+characters or holds a line break (then cut and escaped: a message stays one bounded line).
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ OFFLOAD_KEYS: frozenset[str] = frozenset(_KEYS)
 
 def shown(value: str) -> str:
     """A session-config value as ORT's message shows it (whole), cut when it is long."""
-    if len(value) <= _SHOWN_LIMIT and value.isprintable():
-        return value
+    if len(value) <= _SHOWN_LIMIT and "\n" not in value and "\r" not in value:
+        return value  # ORT's own text, byte for byte
     from q38.errors import clip
 
     return clip(value)
