@@ -25,6 +25,7 @@ import onnx_ir as ir
 from contracts import (
     attention,
     causal_conv,
+    config_graphs,
     config_surface,
     gated_delta_net,
     hyper_connection,
@@ -67,6 +68,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *package_layout.RULES,
     *path_fields.RULES,
     *shared_initializers.RULES,
+    *config_graphs.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
@@ -306,10 +308,12 @@ def check_package(
         root=root,
         graphs=tuple(GraphFile(g.label, g.path, root, g.refs, g.load_error) for g in graphs),
         libraries=tuple(_library_rel(root, tdir, p, rel) for p, rel in config_surface.library_paths(raw)),
-        extra=_genai_extra(listing, graphs),
+        extra={**_genai_extra(listing, graphs), "document": raw, "config_dir": tdir,
+               "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error}},
     )
     report.violations.extend(package_layout.check_package_layout(view))
     report.violations.extend(shared_initializers.check_shared_initializers(view))
+    report.violations.extend(config_graphs.check_config_graphs(view))
     _open_strictly(listing.surface, root, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))

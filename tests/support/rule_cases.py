@@ -1,0 +1,335 @@
+"""One accepted and one rejected input for every contract rule id (tests/unit/contracts/test_rule_coverage.py).
+
+A case names the surface input its rule reads: session config entries, a (model, entries) pair
+for graph rules (evaluated directly on the rule, so cuda-only and run-time rules are exercised
+too), a config document edit, or a package edit (run through ``check_package``). The accepted
+input differs from the rejected one in the one thing the rule is about.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from support.contracts_testkit import (
+    MS,
+    _model,
+    _vi,
+    causal_conv_model,
+    dsa_model,
+    gdn_model,
+    merge_model,
+    psai_indexshare_model,
+    psai_model,
+    qmoe_in_if_model,
+    qmoe_initializers,
+    qmoe_node,
+    sai_model,
+    varlen_conv_model,
+)
+from support.offload_node_kit import offload_model
+
+__all__ = ["CASES", "RuleCase"]
+
+_P = "session.moe.offload."
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    """``kind``: session | graph | config | package; ``accepted`` / ``rejected`` build the input."""
+
+    rule_id: str
+    kind: str
+    accepted: Callable[..., Any]
+    rejected: Callable[..., Any]
+    version: str = "1.32.0"
+    base: str = "v12b"  # package cases: the tiny cpu package, "faithful", "genai" (a real export), "multidraft"
+    reports: str = ""  # the id its violations carry when it is not the rule's (per-check ids)
+
+    @property
+    def reported(self) -> str:
+        return self.reports or self.rule_id
+
+
+def _graph(model: onnx.ModelProto | bytes, entries: dict[str, str] | None = None) -> tuple[onnx.ModelProto, dict[str, str]]:
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else model
+    return proto, dict(entries or {})
+
+
+def _gated_add(n_inputs: int = 3, b_type: int = TP.FLOAT, out_type: int = TP.FLOAT, **attrs: Any) -> onnx.ModelProto:
+    names = ["a", "b", "g", "gw"][:n_inputs]
+    node = oh.make_node("GatedAdd", names, ["y"], name="ga", domain=MS, **attrs)
+    types = {"a": TP.FLOAT, "b": b_type, "g": TP.FLOAT, "gw": TP.FLOAT}
+    shapes = {"a": [2, 8], "b": [2, 8], "g": [2, 8], "gw": [8, 8]}
+    return _model([node], [_vi(n, types[n], shapes[n]) for n in names], [_vi("y", out_type, None)])
+
+
+def _one(op: str, dtype: int = TP.FLOAT, opsets: list[tuple[str, int]] | None = None, domain: str = "",
+         outputs: int = 1, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    node = oh.make_node(op, ["x"], [f"y{i}" for i in range(outputs)], name="n0", domain=domain, **attrs)
+    graph = oh.make_graph([node], "g", [_vi("x", dtype, [2, 8])], [_vi(f"y{i}", dtype, None) for i in range(outputs)])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid(d, v) for d, v in (opsets or [("", 21), (MS, 1)])])
+    model.ir_version = 10
+    return model
+
+
+def _empty_slot() -> onnx.ModelProto:
+    model = _gated_add()
+    model.graph.node[0].input[1] = ""
+    return model
+
+
+def _matmul(k: int) -> onnx.ModelProto:
+    node = oh.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    return _model([node], [_vi("a", TP.FLOAT, [2, 3]), _vi("b", TP.FLOAT, [k, 5])], [_vi("y", TP.FLOAT, None)], ms=False)
+
+
+def _raw_qmoe(**attrs: Any) -> onnx.ModelProto:
+    ins = [_vi("x", TP.FLOAT, [2, 64]), _vi("router", TP.FLOAT, [2, 4])]
+    return _model([qmoe_node(**attrs)], ins, [_vi("y", TP.FLOAT, [2, 64])], qmoe_initializers())
+
+
+def _gdn_state(rank: int) -> onnx.ModelProto:
+    model = gdn_model()
+    for value in model.graph.input:
+        if value.name == "st":
+            dims = [1, 4, 16, 16][:rank]
+            del value.type.tensor_type.shape.dim[:]
+            for d in dims:
+                value.type.tensor_type.shape.dim.add().dim_value = d
+    return model
+
+
+def _premix(branches: int) -> onnx.ModelProto:
+    mm = oh.make_node("MatMul", ["h", "w"], ["s"], name="mm")
+    node = oh.make_node("HyperConnectionPreMix", ["s", "g"], ["y"], name="hc", domain=MS, num_branches=branches)
+    ins = [_vi("h", TP.FLOAT, [1, 3, 64]), _vi("g", TP.FLOAT, [1, 3, 4])]
+    return _model([mm, node], ins, [_vi("y", TP.FLOAT, None)], [nh.from_array(np.zeros((64, 256), np.float32), "w")])
+
+
+def _gqa(query: list[int] | None = None, **attrs: Any) -> onnx.ModelProto:
+    base = {"num_heads": 2, "kv_num_heads": 1, **attrs}
+    node = oh.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sk", "tsl"], ["o", "pk", "pv"], name="gqa", domain=MS, **base)
+    ins = [_vi("q", TP.FLOAT, query or [1, 3, 32]), _vi("k", TP.FLOAT, [1, 3, 16]), _vi("v", TP.FLOAT, [1, 3, 16]),
+           _vi("sk", TP.INT32, [1]), _vi("tsl", TP.INT32, [1])]  # fmt: skip
+    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("o", "pk", "pv")])
+
+
+def _conv(x: list[int], w: list[int], past: list[int] | None, **attrs: Any) -> onnx.ModelProto:
+    names = ["x", "w", "", "past"] if past is not None else ["x", "w"]
+    node = oh.make_node("CausalConvWithState", names, ["y", "st"], name="cc", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, x), _vi("w", TP.FLOAT, w)] + ([_vi("past", TP.FLOAT, past)] if past is not None else [])
+    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("st", TP.FLOAT, None)])
+
+
+def _unknown_import() -> onnx.ModelProto:
+    model = _gated_add()
+    model.opset_import.append(oh.make_opsetid("com.example", 1))
+    return model
+
+
+def _with_opset(model: onnx.ModelProto, domain: str, version: int) -> onnx.ModelProto:
+    for opset in model.opset_import:
+        if opset.domain == domain:
+            opset.version = version
+    return model
+
+
+_GRAPH_CASES: list[RuleCase] = [
+    RuleCase("OFFLOAD-SUBGRAPH-001", "graph", lambda: _graph(qmoe_in_if_model(), {_P + "mode": "auto"}),
+             lambda: _graph(qmoe_in_if_model(), {_P + "mode": "required"})),
+    RuleCase("OFFLOAD-NODE-001", "graph", lambda: _graph(offload_model("int4"), {_P + "mode": "required"}),
+             lambda: _graph(offload_model("int4", slots={14: (TP.FLOAT16, [2, 4])}), {_P + "mode": "required"}),
+             reports="OFFLOAD-NODE-C08"),
+    RuleCase("OFFLOAD-TAIL-001", "graph",
+             lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
+             lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
+    RuleCase("ORT-OPSET-001", "graph", lambda: _graph(_gated_add()), lambda: _graph(_with_opset(_gated_add(), "", 10000))),
+    RuleCase("ORT-OPSET-002", "graph", lambda: _graph(_gated_add()), lambda: _graph(_unknown_import())),
+    RuleCase("ORT-SCHEMA-001", "graph", lambda: _graph(_one("Relu")), lambda: _graph(_one("Bogus", domain=MS))),
+    RuleCase("ORT-SCHEMA-002", "graph", lambda: _graph(_one("Relu")), lambda: _graph(_one("Relu", TP.UINT8))),
+    RuleCase("ORT-SCHEMA-003", "graph", lambda: _graph(_one("Softmax", axis=1)), lambda: _graph(_one("Softmax", bogus=1))),
+    RuleCase("ORT-SCHEMA-004", "graph", lambda: _graph(_one("Softmax")), lambda: _graph(_one("Softmax", outputs=2))),
+    RuleCase("ORT-SCHEMA-005", "graph", lambda: _graph(_gated_add()), lambda: _graph(_gated_add(b_type=TP.FLOAT16))),
+    RuleCase("ORT-SCHEMA-006", "graph", lambda: _graph(causal_conv_model(ndim=1)), lambda: _graph(causal_conv_model(ndim=[3]))),
+    RuleCase("ORT-SCHEMA-007", "graph", lambda: _graph(dsa_model()), lambda: _graph(dsa_model(num_heads=None))),
+    RuleCase("ORT-SCHEMA-008", "graph", lambda: _graph(_gated_add()), lambda: _graph(_empty_slot())),
+    RuleCase("ORT-SCHEMA-009", "graph", lambda: _graph(_gated_add()), lambda: _graph(_gated_add(out_type=TP.FLOAT16))),
+    RuleCase("ORT-SCHEMA-010", "graph", lambda: _graph(_one("Relu", opsets=[("", 10)])), lambda: _graph(_one("Scale", opsets=[("", 10)]))),
+    RuleCase("ORT-SCHEMA-011", "graph", lambda: _graph(_one("Relu")),
+             lambda: _graph(_one("Bogus", domain="com.example", opsets=[("", 21), ("com.example", 1)]))),
+    RuleCase("ORT-SHAPE-001", "graph", lambda: _graph(_matmul(3)), lambda: _graph(_matmul(4))),
+    RuleCase("QSA-PSAI-001", "graph", lambda: _graph(psai_model()), lambda: _graph(psai_model(policy_mode="bogus"))),
+    RuleCase("QSA-PSAI-002", "graph",
+             lambda: _graph(psai_indexshare_model(extra_in=[(18, "im"), (19, "mi"), (20, "mc"), (21, "ms")], outputs=("si", "sc", "pks_o", "pkv_o", "", "psl_o", "", "is_o"), max_output_entries=24)),
+             lambda: _graph(psai_indexshare_model(extra_in=[(18, "im"), (19, "mi"), (20, "mc"), (21, "ms")], max_output_entries=24))),
+    RuleCase("QSA-SAI-001", "graph", lambda: _graph(sai_model()), lambda: _graph(sai_model(token_budget=6))),
+    RuleCase("QSA-DSA-001", "graph", lambda: _graph(dsa_model()), lambda: _graph(dsa_model(kv_num_heads=3))),
+    RuleCase("QSA-MERGE-001", "graph", lambda: _graph(merge_model()), lambda: _graph(merge_model(max_output_entries=0))),
+    RuleCase("QSA-DSA-CUDA-001", "graph", lambda: _graph(dsa_model(is_causal=1)), lambda: _graph(dsa_model(is_causal=0))),
+    RuleCase("QSA-INDEXER-CUDA-001", "graph", lambda: _graph(psai_model(epsilon=0.0)), lambda: _graph(psai_model(epsilon=-1.0))),
+    RuleCase("CCONV-SCHEMA-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(state_window=9))),
+    RuleCase("CCONV-SCHEMA-003", "graph",
+             lambda: _graph(causal_conv_model(state_length=4, dilation=2, channels_last=1, in_shape=[1, 5, 4])),
+             lambda: _graph(causal_conv_model(state_length=3, dilation=2, channels_last=1, in_shape=[1, 5, 4]))),
+    RuleCase("CCONV-CPU-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(activation="gelu"))),
+    RuleCase("CCONV-CUDA-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(activation="Silu"))),
+    RuleCase("CCONV-RUN-001", "graph", lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 2])), lambda: _graph(_conv([1, 4, 5], [4, 2, 3], [1, 4, 2]))),
+    RuleCase("CCONV-RUN-002", "graph", lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 2])), lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 1]))),
+    RuleCase("VCCONV-SCHEMA-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(dilation=0))),
+    RuleCase("VCCONV-CPU-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(activation="gelu"))),
+    RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
+    RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
+    RuleCase("HC-SCHEMA-001", "graph", lambda: _graph(_premix(4)), lambda: _graph(_premix(3))),
+    RuleCase("GQA-SCHEMA-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa([3, 32]))),
+    RuleCase("GQA-CPU-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa(num_heads=0))),
+    RuleCase("QMOE-SCHEMA-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(expert_weight_bits=3, weights_prepacked=0))),
+    RuleCase("QMOE-CPU-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(k=0))),
+    RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
+             lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
+]  # fmt: skip
+
+_SESSION_CASES: list[RuleCase] = [
+    RuleCase("SESSION-CFG-001", "session", lambda: {"session.k": "v"}, lambda: {"\0k": "v"}),
+    RuleCase("OFFLOAD-CFG-001", "session", lambda: {_P + "mode": "auto"}, lambda: {_P + "bogus": "1"}),
+    RuleCase("OFFLOAD-CFG-002", "session", lambda: {"moe.offload.x": "1"}, lambda: {"moe.cpu_offload.enable": "1"}),
+    RuleCase("OFFLOAD-CFG-003", "session", lambda: {_P + "placement": "static"}, lambda: {_P + "placement": "basic"}),
+    RuleCase("OFFLOAD-CFG-004", "session", lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "1024"},
+             lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "2048"}),
+    RuleCase("OFFLOAD-CFG-005", "session", lambda: {"ep.cuda.moe_packed_gpu_experts": "8"}, lambda: {"ep.cuda.moe_packed_gpu_experts": "x"}),
+]  # fmt: skip
+
+
+def _graph_section(doc: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = doc["model"]["qwen38_graph"]
+    return found
+
+
+_PROFILES = [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 10, "maximum_total_device_memory_bytes": 20},
+              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
+             {"id": "b", "eligibility": {"minimum_total_device_memory_bytes": 30},
+              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}]  # fmt: skip
+
+
+def _config_cases() -> list[RuleCase]:
+    def edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def apply(doc: dict[str, Any]) -> dict[str, Any]:
+            copy = json.loads(json.dumps(doc))
+            fn(copy)
+            return copy
+
+        return apply
+
+    def options(doc: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = doc["model"]["decoder"]["session_options"]
+        return found
+
+    return [
+        RuleCase("CFG-VALUES-001", "config", edit(lambda d: options(d).update({"session.x": "1"})), edit(lambda d: options(d).update({"session.x": 1}))),
+        RuleCase("CFG-PROFILE-001", "config", edit(lambda d: d.update({"runtime_profiles": _PROFILES})),
+                 edit(lambda d: d.update({"runtime_profiles": [_PROFILES[0], {**_PROFILES[1], "id": "a"}]}))),
+        RuleCase("CFG-PROFILE-002", "config", edit(lambda d: d.update({"runtime_profiles": _PROFILES})),
+                 edit(lambda d: d.update({"runtime_profiles": [_PROFILES[0], {**_PROFILES[1], "eligibility": {"minimum_total_device_memory_bytes": 15}}]}))),
+        RuleCase("CFG-PREFILL-001", "config", edit(lambda d: _graph_section(d)["prefill"].update({"chunk": 256})),
+                 edit(lambda d: _graph_section(d)["prefill"].update({"chunk": 0}))),
+        RuleCase("CFG-LIB-001", "config", edit(lambda d: _graph_section(d).update({"libraries": {"x": "libs/x.so"}})),
+                 edit(lambda d: _graph_section(d).update({"libraries": {"x": "/etc/x.so"}}))),
+        RuleCase("CFG-SURFACE-001", "config", edit(lambda d: None), edit(lambda d: _graph_section(d).update({"bogus": 1}))),
+    ]  # fmt: skip
+
+
+def _write_config(pkg: Path, fn: Callable[[dict[str, Any]], None]) -> None:
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text())
+    fn(doc)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _noop(pkg: Path) -> None:
+    del pkg
+
+
+def _swap_drafts(pkg: Path) -> None:
+    _write_config(pkg, lambda d: _graph_section(d)["multidraft"].update({"s2": "model_s3.onnx", "s3": "model_s2.onnx"}))
+
+
+def _package_cases() -> list[RuleCase]:
+    import os
+
+    def truncate(pkg: Path) -> None:
+        with open(pkg / "model.onnx.data", "r+b") as f:
+            f.truncate(16)
+
+    def escaping_data(pkg: Path) -> None:
+        outside = pkg.parent / "outside.data"
+        os.replace(pkg / "model.onnx.data", outside)
+        os.symlink(outside, pkg / "model.onnx.data")
+
+    def escaping_link(pkg: Path) -> None:
+        os.symlink("/etc/hostname", pkg / "stray-link")
+
+    def hard_link(pkg: Path) -> None:
+        os.link(pkg / "model.onnx.data", pkg.parent / "second-name.data")
+
+    def missing_library(pkg: Path) -> None:
+        _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
+
+    def absolute_profile(pkg: Path) -> None:
+        _write_config(pkg, lambda d: _graph_section(d).update({"expert_profile": "/etc/hostname"}))
+
+    def linked_profile(pkg: Path) -> None:
+        os.symlink("/etc/hostname", pkg / "expert-profile.bin")
+        _write_config(pkg, lambda d: _graph_section(d).update({"expert_profile": "expert-profile.bin"}))
+
+    def directory_profile(pkg: Path) -> None:
+        (pkg / "expert-profile.bin").mkdir()
+        _write_config(pkg, lambda d: _graph_section(d).update({"expert_profile": "expert-profile.bin"}))
+
+    def fifo(pkg: Path) -> None:
+        os.mkfifo(pkg / "stray.fifo")
+
+    def shared_range(pkg: Path) -> None:
+        _write_config(pkg, lambda d: d["model"]["decoder"]["shared_initializers"][0].update({"offset": "999999999"}))
+
+    def shared_shape(pkg: Path) -> None:
+        _write_config(pkg, lambda d: d["model"]["decoder"]["shared_initializers"][0].update({"shape": [512, 65]}))
+
+    def undeclared_state(pkg: Path) -> None:
+        _write_config(pkg, lambda d: d["model"]["decoder"]["inputs"].pop("past_conv_names"))
+
+    def profile(rows: int) -> Callable[[Path], None]:
+        def write(pkg: Path) -> None:
+            from q38.package.profile import ExpertProfile, encode_profile
+
+            (pkg / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((rows, 8), np.uint64))))
+            _write_config(pkg, lambda d: _graph_section(d).update({"expert_profile": "expert-profile.bin"}))
+
+        return write
+
+    return [
+        RuleCase("CFG-GRAPH-001", "package", _noop, undeclared_state, base="faithful"),
+        RuleCase("CFG-GRAPH-002", "package", profile(9), profile(3)),
+        RuleCase("CFG-GRAPH-003", "package", _noop, _swap_drafts, base="multidraft"),
+        RuleCase("PKG-GRAPH-001", "package", _noop, truncate),
+        RuleCase("PKG-EXTDATA-001", "package", _noop, escaping_data),
+        RuleCase("PKG-SYMLINK-001", "package", _noop, escaping_link),
+        RuleCase("PKG-HARDLINK-001", "package", _noop, hard_link),
+        RuleCase("PKG-LIB-001", "package", _noop, missing_library),
+        RuleCase("PATH-FIELD-001", "package", _noop, absolute_profile),
+        RuleCase("PATH-FIELD-002", "package", _noop, linked_profile),
+        RuleCase("PATH-FIELD-003", "package", _noop, directory_profile),
+        RuleCase("PATH-SPECIAL-001", "package", _noop, fifo),
+        RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
+        RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
+    ]
+
+
+CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_GRAPH_CASES, *_config_cases(), *_package_cases()]}

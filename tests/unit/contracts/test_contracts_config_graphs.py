@@ -1,0 +1,145 @@
+"""Config <-> graph consistency (CFG-GRAPH-001..003) and opset sanity, through `q38 check`.
+
+Invariants guarded:
+- CFG-GRAPH-001: the cpu variant's config declares indexer state names its graph does not have:
+  a warning naming both patterns; a graph state input no declared pattern names (the config's
+  ``past_conv_names`` dropped) is an error naming the input; the real builder exports pass.
+- CFG-GRAPH-002: an expert profile of the wrong layer count or expert count is an error naming
+  both counts (and the node); one row per QMoE node or per decoder layer, with the right expert
+  count, passes.
+- CFG-GRAPH-003: a multidraft role naming the wrong sN graph (rows of input_ids / position_ids,
+  q38.verify_rows) is an error; the built multidraft package passes.
+- Opset sanity (issue 13.8): imports of version 0, 10000 and of an unknown domain make `q38 check`
+  exit 1 with ORT-OPSET-001 / ORT-OPSET-002.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from contracts.runner import check_package
+from q38.cli import main
+from q38.package.profile import ExpertProfile, encode_profile
+
+_REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real"
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "pkg"
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _edit_config(pkg: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = pkg / "genai_config.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _rows(pkg: Path, rule_id: str) -> list[tuple[str, str, str]]:
+    return [(v.severity, v.graph, v.message) for v in check_package(pkg, ort_version="1.32.0").violations if v.rule_id == rule_id]
+
+
+def test_declared_state_names_the_graph_lacks_are_flagged(tiny_cpu_package: Path) -> None:
+    assert _rows(tiny_cpu_package, "CFG-GRAPH-001") == [
+        ("warning", "target", "model.decoder.inputs.past_indexer_names: 'past.%d.indexer_key' names no input of the target graph"),
+        ("warning", "target", "model.decoder.outputs.present_indexer_names: 'present.%d.indexer_key' names no output of the target graph"),
+    ]
+
+
+def test_graph_state_no_declared_name_covers_is_an_error(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    _edit_config(pkg, lambda d: d["model"]["decoder"]["inputs"].pop("past_conv_names"))
+    errors = [m for s, g, m in _rows(pkg, "CFG-GRAPH-001") if s == "error"]
+    layers = [f"past.{i}.conv" for i in (0, 1, 2, 4, 5, 6)]
+    assert errors == [f"input {n!r} of the target graph matches no state name model.decoder.inputs declares: the runtime "
+                      "cannot bind it" for n in layers]  # fmt: skip
+    assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 1
+    assert "CFG-GRAPH-001" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("export", ["int4-cpu", "int4-cpu-mtp", "fp16-cuda-paged", "fp16-cuda-gdn", "int4-cuda-prepacked"])
+def test_real_exports_declare_exactly_their_state(export: str) -> None:
+    if not (_REAL / export).is_dir():
+        pytest.skip("no real fixture")
+    assert _rows(_REAL / export, "CFG-GRAPH-001") == []
+
+
+def _qmoe_nodes(pkg: Path) -> list[onnx.NodeProto]:
+    model = onnx.load(pkg / "model.onnx", load_external_data=False)
+    return [n for n in model.graph.node if n.op_type == "QMoE"]
+
+
+@pytest.mark.parametrize(("layers", "experts", "problem"), [
+    ("all", 8, None), ("decoder", 8, None), ("all", 4, "experts"), ("one more", 8, "layers"), (1, 8, "layers"),
+])  # fmt: skip
+def test_expert_profile_dims_match_the_qmoe_nodes(layers: Any, experts: int, problem: str | None, tiny_cpu_package: Path,
+                                                  tmp_path: Path) -> None:  # fmt: skip
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    nodes = _qmoe_nodes(pkg)
+    decoder = [n for n in nodes if not n.name.startswith("/mtp/")]
+    count = {"all": len(nodes), "decoder": len(decoder), "one more": len(nodes) + 1}.get(layers, layers)
+    (pkg / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((count, experts), np.uint64))))
+    _edit_config(pkg, lambda d: d["model"]["qwen38_graph"].update({"expert_profile": "expert-profile.bin"}))
+    found = _rows(pkg, "CFG-GRAPH-002")
+    if problem is None:
+        assert found == []
+    elif problem == "layers":
+        assert found == [("error", "target", (f"model.qwen38_graph.expert_profile: the profile has {count} layers, but the "
+                                             f"target graph has {len(nodes)} QMoE nodes ({len(decoder)} decoder layers)"))]  # fmt: skip
+    else:
+        assert found == [("error", "target", (f"model.qwen38_graph.expert_profile: the profile has {experts} experts per "
+                                             f"layer, but QMoE node {nodes[0].name!r} has 8"))]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def multidraft_package(tiny_bundles: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("multi") / "pkg"
+    args = ["build", str(out), "--target", str(tiny_bundles / "target"), "--head", str(tiny_bundles / "head"),
+            "--prefill", str(tiny_bundles / "prefill"), "--multidraft"]  # fmt: skip
+    assert main(args) == 0
+    return out
+
+
+def test_multidraft_graphs_verify_the_rows_their_role_says(multidraft_package: Path, tmp_path: Path) -> None:
+    assert _rows(multidraft_package, "CFG-GRAPH-003") == []
+    pkg = _copy(multidraft_package, tmp_path)
+    _edit_config(pkg, lambda d: d["model"]["qwen38_graph"]["multidraft"].update({"s2": "model_s3.onnx", "s3": "model_s2.onnx"}))
+    found = _rows(pkg, "CFG-GRAPH-003")
+    assert ("error", "s2", "model.qwen38_graph.multidraft.s2: input_ids of s2 has 3 rows, the role verifies 2") in found
+    assert ("error", "s3", "model.qwen38_graph.multidraft.s3: q38.verify_rows of s3 is '2', the role verifies 3") in found
+
+
+def _opsets(pkg: Path, opsets: list[tuple[str, int]]) -> None:
+    model = onnx.load(pkg / "model.onnx", load_external_data=False)
+    for domain, version in opsets:
+        for opset in model.opset_import:
+            if opset.domain == domain:
+                opset.version = version
+                break
+        else:
+            model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+    (pkg / "model.onnx").write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize(("opsets", "rule_id"), [
+    ([("", 0)], "ORT-OPSET-001"), ([("", 10000)], "ORT-OPSET-001"), ([("com.microsoft", 0)], "ORT-OPSET-001"),
+    ([("com.microsoft", 2)], "ORT-OPSET-001"), ([("com.evil", 1)], "ORT-OPSET-002"),
+])  # fmt: skip
+def test_opset_imports_outside_what_onnxruntime_supports_fail_check(opsets: list[tuple[str, int]], rule_id: str,
+                                                                    tiny_cpu_package: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    _opsets(pkg, opsets)
+    assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 1
+    out = capsys.readouterr().out
+    assert rule_id in out and "Traceback" not in out
