@@ -67,8 +67,8 @@ from q38.package import (
     external_refs,
     open_package,
     parse_config,
-    sha256_file,
     source_placer,
+    written_record,
 )
 from q38.package.pool import POOL_FILENAME
 
@@ -257,19 +257,18 @@ def write_offload(
             unchanged += [(package.head_dir / rel, f"head/{rel}") for rel in source_files(package.head_dir)]
         files.update(place_unchanged(writer, unchanged, "offload: placing files"))
         for name, data in plan.graphs.items():
-            writer.write_bytes(prefix + name, data)
-            files[prefix + name] = FileRecord("write", hashlib.sha256(data).hexdigest())
+            files[prefix + name] = written_record(writer.write_bytes(prefix + name, data), hashlib.sha256(data).hexdigest())
         if target_name not in plan.graphs:
             s4 = plan.graphs[multidraft_filenames()["s4"]]
-            writer.write_bytes(prefix + target_name, s4)  # a written copy, never a link
-            files[prefix + target_name] = FileRecord("write", hashlib.sha256(s4).hexdigest())
+            written = writer.write_bytes(prefix + target_name, s4)  # a written copy, never a link
+            files[prefix + target_name] = written_record(written, hashlib.sha256(s4).hexdigest())
         if plan.pool_plan.moves:
             aligned = stage_t / ALIGNED_FILE
             write_moves(plan.pool_plan.moves, src_root=tdir, dst=aligned)
-            files[prefix + ALIGNED_FILE] = FileRecord("write", sha256_file(aligned))
+            files[prefix + ALIGNED_FILE] = written_record(aligned)
         if plan.profile_bytes is not None:
-            writer.write_bytes(prefix + PROFILE_FILENAME, plan.profile_bytes)
-            files[prefix + PROFILE_FILENAME] = FileRecord("write", hashlib.sha256(plan.profile_bytes).hexdigest())
+            written = writer.write_bytes(prefix + PROFILE_FILENAME, plan.profile_bytes)
+            files[prefix + PROFILE_FILENAME] = written_record(written, hashlib.sha256(plan.profile_bytes).hexdigest())
         writer.write_pool(plan.pool_plan.pool, sub, g.weights_pool)
         writer.write_config(plan.config, sub)
         files[prefix + CONFIG_FILENAME] = FileRecord("write")

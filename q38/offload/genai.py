@@ -67,6 +67,7 @@ from q38.package import (
     PackageWriter,
     Placer,
     encode_profile,
+    written_record,
 )
 from q38.package.genai_config import (
     GenaiConfig,
@@ -295,8 +296,7 @@ def write_genai_offload(
         unchanged = [(pkg.root / rel, rel) for rel in source_files(pkg.root) if rel not in regenerated]
         files.update(place_unchanged(writer, unchanged, "offload: placing files"))
         for rel, data in (*plan.graphs.items(), *plan.profiles.items()):
-            writer.write_bytes(rel, data)
-            files[rel] = FileRecord("write", hashlib.sha256(data).hexdigest())
+            files[rel] = written_record(writer.write_bytes(rel, data), hashlib.sha256(data).hexdigest())
         writer.write_text(CONFIG_FILENAME, dumps_genai_config(plan.config))
         files[CONFIG_FILENAME] = FileRecord("write")
         manifest = Manifest(

@@ -51,6 +51,7 @@ from q38.package.manifest import (
     dumps_manifest,
     parse_manifest,
     read_manifest,
+    written_record,
 )
 from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
 from q38.package.paths import is_inside, resolve_inside, safe_relpath
@@ -148,4 +149,5 @@ __all__ = [
     "save_graph",
     "sha256_file",
     "source_placer",
+    "written_record",
 ]

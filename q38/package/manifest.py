@@ -9,10 +9,19 @@ from typing import Any, Final
 from q38 import __version__
 from q38.errors import PackageError, clip, quote
 from q38.package.files import MANIFEST_LIMIT
-from q38.package.hashing import FileIdentity
+from q38.package.hashing import FileIdentity, sha256_file
 from q38.package.jsonio import dumps_json, read_json
 
-__all__ = ["LINK_MODES", "MANIFEST_FILENAME", "FileRecord", "Manifest", "dumps_manifest", "parse_manifest", "read_manifest"]
+__all__ = [
+    "LINK_MODES",
+    "MANIFEST_FILENAME",
+    "FileRecord",
+    "Manifest",
+    "dumps_manifest",
+    "parse_manifest",
+    "read_manifest",
+    "written_record",
+]
 
 MANIFEST_FILENAME: Final = "package_manifest.json"
 MANIFEST_VERSION: Final = 1
@@ -34,6 +43,18 @@ class FileRecord:
     sha256: str | None = None
     source: str | None = None
     identity: FileIdentity | None = None
+
+
+def written_record(path: Path | str, sha256: str | None = None) -> FileRecord:
+    """The record of a file a command has just written and closed at ``path``: its digest (taken
+    now unless the writer already has it) and its identity.
+
+    The identity lets the next command trust the digest while the file is unchanged
+    (:class:`~q38.package.hashing.KnownDigests`): a copy of it then moves by the kernel's copy
+    path instead of reading every byte again to hash it.
+    """
+    identity = FileIdentity.of(path)
+    return FileRecord("write", sha256 if sha256 is not None else sha256_file(path), identity=identity)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from q38.package import (
-    FileRecord,
     Manifest,
     Placement,
     PoolEntry,
     WeightsPool,
     format_pool,
-    sha256_file,
+    written_record,
 )
 from q38.synth.graph import ExtRef
 from q38.synth.spec import PREFILL_CHUNK, Spec
@@ -118,5 +117,5 @@ def manifest(root: Path, notes: list[str]) -> Manifest:
         rel = path.relative_to(root).as_posix()
         if rel.endswith("package_manifest.json"):
             continue
-        files[rel] = FileRecord("write", sha256_file(path))
+        files[rel] = written_record(path)
     return Manifest(command="synth", files=files, notes=tuple(notes))
