@@ -5,6 +5,10 @@ Invariants guarded:
   within [min_per_layer, E] (property test over random profiles, totals, floors, uniform mode);
 - every request that cannot be met exactly is refused with a one-line FlagError naming the flag;
 - the non-uniform plan keeps the most popular experts (greedy optimum of resident hits);
+- the objective (the plan's expected hits: for each layer, the selections of its ``c`` most
+  selected experts, as q38.offload.hitrate counts them) is maximal: no other split of the total
+  that meets the floor and the expert counts hits more, by brute force over every split of
+  small cases (up to 4 layers x 5 experts, with ties and zero rows);
 - ``--target-resident-slots`` gives one cap per node and is refused above a node's expert count.
 """
 
@@ -16,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from q38.errors import FlagError
+from q38.offload.hitrate import resident_experts
 from q38.offload.slots import plan_from_profile, uniform_caps
 
 
@@ -70,6 +75,43 @@ def test_plan_keeps_the_most_popular_experts(req: tuple[np.ndarray, int, bool, i
     kept = sum(int(ranked[i, :c].sum()) for i, c in enumerate(caps))
     best = int(np.sort(ranked.reshape(-1))[::-1][:total].sum())
     assert kept == best
+
+
+def _hits(counts: np.ndarray, caps: list[int] | tuple[int, ...]) -> int:
+    """The objective: selections that land on resident experts, as the hit report counts them."""
+    return sum(int(row[resident_experts(row, c)].sum()) for row, c in zip(counts, caps))
+
+
+def _splits(layers: int, experts: int, total: int, floor: int) -> list[tuple[int, ...]]:
+    import itertools
+
+    return [c for c in itertools.product(range(floor, experts + 1), repeat=layers) if sum(c) == total]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.data())
+def test_plan_is_optimal_by_brute_force(data: st.DataObject) -> None:
+    layers = data.draw(st.integers(1, 4), label="layers")
+    experts = data.draw(st.integers(1, 5), label="experts")
+    values = st.integers(0, 6) if data.draw(st.booleans(), label="ties") else st.integers(0, 10_000)
+    counts = np.array(data.draw(st.lists(values, min_size=layers * experts, max_size=layers * experts)),
+                      dtype=np.uint64).reshape(layers, experts)
+    floor = data.draw(st.integers(0, experts), label="floor")
+    total = data.draw(st.integers(layers * floor, layers * experts), label="total")
+    caps = plan_from_profile(counts, total, min_per_layer=floor)
+    best = max(_splits(layers, experts, total, floor), key=lambda c: _hits(counts, c))
+    assert sum(caps) == total and all(floor <= c <= experts for c in caps)
+    assert _hits(counts, caps) == _hits(counts, best)
+
+
+def test_brute_force_would_catch_a_worse_plan() -> None:
+    """The oracle itself, on a hand-checked case: it scores what the hit report counts, and a worse split lower."""
+    counts = np.array([[50, 40, 0, 0], [3, 2, 1, 0]], dtype=np.uint64)
+    assert _hits(counts, plan_from_profile(counts, 4)) == 95  # [2, 2]: 50 + 40 + 3 + 2
+    assert _hits(counts, plan_from_profile(counts, 4, uniform=True)) == 95
+    assert _hits(counts, plan_from_profile(counts, 3)) == 93  # [2, 1]
+    assert _hits(counts, [1, 2]) == 55
+    assert max(_hits(counts, c) for c in _splits(2, 4, 3, 0)) == 93
 
 
 def test_popular_layer_gets_more_slots() -> None:
