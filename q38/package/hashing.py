@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,17 +78,27 @@ class KnownDigests:
     def add(self, identity: FileIdentity, sha256: str) -> None:
         self._by_identity[identity] = sha256
 
-    def add_manifest(self, root: Path, records: Mapping[str, Any]) -> None:
-        """Trust ``records`` (rel -> FileRecord) of the package at ``root`` where identities match."""
+    def add_manifest(self, root: Path, records: Mapping[str, Any], *, manifest_mtime_ns: int | None = None) -> None:
+        """Trust ``records`` (rel -> FileRecord) of the package at ``root`` where identities match.
+
+        A record without an identity (a file the writer wrote: synth's, build's graphs) is
+        trusted when ``manifest_mtime_ns`` (the manifest file's own mtime) is given and the file
+        was last modified no later than the manifest was written — the rule ``q38 diff`` applies
+        (q38.canonical.digests): a file rewritten after its manifest is hashed again.
+        """
         for rel, rec in records.items():
             identity, sha = getattr(rec, "identity", None), getattr(rec, "sha256", None)
-            if identity is None or sha is None:
+            if sha is None or (identity is None and manifest_mtime_ns is None):
                 continue
             try:
-                now = FileIdentity.of_stat(os.lstat(root / rel))
+                st = os.lstat(root / rel)
             except OSError:
                 continue
-            if now == identity:
+            now = FileIdentity.of_stat(st)
+            if identity is None:
+                if stat.S_ISREG(st.st_mode) and st.st_mtime_ns <= manifest_mtime_ns:  # type: ignore[operator]
+                    self.add(now, sha)
+            elif now == identity:
                 self.add(identity, sha)
 
     def get(self, identity: FileIdentity) -> str | None:

@@ -240,12 +240,17 @@ def open_package(path: Path | str) -> Package:
 def source_placer(package: Package, policy: LinkPolicy = LinkPolicy.AUTO, *, digest: bool = False) -> Placer:
     """The :class:`Placer` of a command that writes a new package from ``package``.
 
-    Digests the source's manifests hold are reused for files whose identity still matches.
+    Digests the source's manifests hold are reused for files whose identity still matches, or,
+    for records without one, that were not modified after the manifest was written.
     """
     known = KnownDigests()
     for manifest, where in ((package.manifest, package.target_dir), (package.head_manifest, package.head_dir)):
         if manifest is not None:
-            known.add_manifest(where, manifest.files)
+            try:
+                written = os.lstat(where / MANIFEST_FILENAME).st_mtime_ns
+            except OSError:
+                written = None
+            known.add_manifest(where, manifest.files, manifest_mtime_ns=written)
     return Placer(policy, digest=digest, known=known)
 
 

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from q38.package import (
+    FileRecord,
     Manifest,
     Placement,
     PoolEntry,
     WeightsPool,
     format_pool,
-    written_record,
+    sha256_file,
 )
 from q38.synth.graph import ExtRef
 from q38.synth.spec import PREFILL_CHUNK, Spec
@@ -117,5 +118,5 @@ def manifest(root: Path, notes: list[str]) -> Manifest:
         rel = path.relative_to(root).as_posix()
         if rel.endswith("package_manifest.json"):
             continue
-        files[rel] = written_record(path)
+        files[rel] = FileRecord("write", sha256_file(path))
     return Manifest(command="synth", files=files, notes=tuple(notes))

@@ -279,10 +279,11 @@ def _copies(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
 
 def test_copies_reuse_the_source_digests_and_read_no_weight_byte(tiny_cpu_package: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The source manifest vouches for its files (digest + identity): their copies move by the
-    kernel's copy path, never through a hashing buffer, and keep the source's digest. (Synth
-    recorded no identity for what it wrote: offload read and hashed every weight byte, and its
-    memory grew with the data file up to the 32 MiB copy ring.)"""
+    """The source manifest vouches for its files (a digest, and the file not modified after the
+    manifest was written): their copies move by the kernel's copy path, never through a hashing
+    buffer, and keep the source's digest. (Synth's records carry no identity and were never
+    trusted: offload read and hashed every weight byte, its memory growing with the data file up
+    to the 32 MiB copy ring.)"""
     from q38.package import LinkPolicy
 
     calls = _copies(monkeypatch)
