@@ -13,7 +13,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from q38.errors import InternalError, OffloadError
+from q38.errors import LINE_LIMIT, InternalError, OffloadError, clip
 
 __all__ = [
     "Eligibility",
@@ -81,10 +81,12 @@ def refusal_hint(node: ir.Node, reason: str) -> str:
 def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
     """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason (last:
     ORT's texts are long, and a cut line keeps its head and its tail)."""
-    return OffloadError(
-        f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
-        f"{refusal_hint(node, reason)}): {reason}"
-    )
+    head = (f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
+            f"{refusal_hint(node, reason)}): ")  # fmt: skip
+    # The whole line stays within LINE_LIMIT (with the "q38 offload: error: " prefix), so the
+    # head -- graph, node, remedy -- is never what a cut removes: ORT's reason is cut first.
+    room = max(40, LINE_LIMIT - len("q38 offload: error: ") - len(head) - 24)  # clip adds " (N chars)"
+    return OffloadError(head + clip(reason, room))
 
 
 def split_verdicts(

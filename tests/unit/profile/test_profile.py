@@ -184,4 +184,3 @@ def test_skewed_routers_profiled_plan_beats_uniform_and_matches_a_rerun(
                  str(total), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["hit_rates"] == reports["profiled"]["hit_rates"]
-    assert main(["check", str(tmp_path / "profiled")]) == 0
