@@ -223,6 +223,9 @@ def _serve() -> None:
             try:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 code = _child(request)
+            except SystemExit as exc:  # argparse's exit: what the interpreter would make of it
+                sys.stderr.flush()
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except BaseException:  # the child's traceback goes to its own stderr file
                 import traceback
 

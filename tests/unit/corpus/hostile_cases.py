@@ -15,7 +15,14 @@ issue's:
 * ``path``: every path field of the config (decoder, overlays, popularity file, expert profile,
   multidraft, head libraries): relative, inside after links, a regular file;
 * ``oserror``: EACCES (with CAP_DAC_OVERRIDE dropped, so root meets it too), ENAMETOOLONG, ELOOP,
-  EISDIR, ENOTDIR: one user-error line with the path and the errno text.
+  EISDIR, ENOTDIR: one user-error line with the path and the errno text;
+* ``value``: flags whose values a writing command would otherwise write (a ``--lib-NAME`` with a
+  newline, CUDA option values outside their type, 65-bit and 5,000-digit byte budgets);
+* ``contract``: what ``q38 check`` must report as a violation (opset imports of version 0 or
+  10000, an expert profile whose dims do not match the QMoE nodes); each names its rule.
+
+Most classes run on q38's own packages (flat, layered, bundles) and again on a real
+onnxruntime-genai builder export (``base="genai"``, ``tests/fixtures/real/int4-cpu``).
 
 ``tests/unit/corpus/test_hostile.py`` runs every (case, command) as a real child process and
 checks the acceptance of issue 13 on it.
@@ -34,11 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from support.genai_packages import FIXTURES
 
 Mutator = Callable[[Path], None]
 PACKAGE_COMMANDS = ("check", "optimize", "offload", "export-genai")
 WRITING_COMMANDS = ("optimize", "offload", "export-genai")
-CLASSES = ("special", "size", "json", "message", "path", "oserror")
+CLASSES = ("special", "size", "json", "message", "path", "oserror", "value", "contract")
 MiB = 1 << 20
 
 
@@ -48,12 +56,13 @@ class Case:
     klass: str
     expect: str  # regex the one stderr line (or check's error rows) must match, case-insensitive
     mutate: Mutator  # called with the case directory; ``pkg/`` is already there
-    base: str = "flat"  # flat | layered | profiled | bundles
+    base: str = "flat"  # flat | layered | profiled | bundles | genai
     commands: tuple[str, ...] = PACKAGE_COMMANDS
     extra: tuple[str, ...] = ()  # more argv; "{case}" is the case directory
     pkg: str = "pkg"  # the package / bundle path argv names, relative to the case directory
     out: str = "out"  # the output path, relative to the run's work directory
     drop_dac: bool = False  # run without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
+    rule: str | None = None  # the q38 check rule the case needs (an expected failure until it is registered)
 
 
 CASES: list[Case] = []
@@ -557,6 +566,192 @@ def _(c: Path) -> None:
     (c / "file.txt").write_text("a file, not a directory\n")
 
 
+# ------------------------------------------------------- the builder's packages (genai surface)
+# The same classes on a real onnxruntime-genai builder export (tests/fixtures/real/int4-cpu): its
+# genai_config.json names the decoder in model.decoder.filename, its search block holds top_p.
+GENAI = ("check", "optimize", "export-genai")
+
+
+@case("genai_fifo_model_data", "special", r"model\.onnx\.data.*FIFO", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    fifo(c / "pkg" / "model.onnx.data")
+
+
+@case("genai_fifo_tokenizer", "special", r"tokenizer\.json.*FIFO", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    fifo(c / "pkg" / "tokenizer.json")
+
+
+@case("genai_fifo_config", "special", r"genai_config\.json.*FIFO", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    fifo(c / "pkg" / "genai_config.json")
+
+
+@case("genai_decoder_link_to_dev_zero", "special", r"model\.onnx.*(outside the package|escapes|character device)",
+      base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    (c / "pkg" / "model.onnx").unlink()
+    os.symlink("/dev/zero", c / "pkg" / "model.onnx")
+
+
+@case("genai_size_config_5mib", "size", r"genai_config\.json.*larger than the 4 MiB limit", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    path = config(c)
+    path.write_text(path.read_text() + " " * (5 * MiB))
+
+
+@case("genai_nan_top_p", "json", r"search\.top_p: NaN is not valid JSON", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["search"].__setitem__("top_p", "@NAN@"))
+    replace_text(config(c), '"@NAN@"', "NaN")
+
+
+@case("genai_1e400_repetition_penalty", "json", r"search\.repetition_penalty: number '1e400' is out of range",
+      base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["search"].__setitem__("repetition_penalty", "@BIG@"))
+    replace_text(config(c), '"@BIG@"', "1e400")
+
+
+@case("genai_duplicate_filename", "json", r"model\.decoder\.filename: duplicate key 'filename'", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    replace_text(config(c), '"filename": "model.onnx"', '"filename": "../../etc/passwd", "filename": "model.onnx"')
+
+
+@case("genai_nul_in_decoder_filename", "json", r"model\.decoder\.filename: string contains a NUL", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["model"]["decoder"].__setitem__("filename", "model\u0000.onnx"))
+
+
+@case("genai_5000_digit_context_length", "json", r"model\.context_length: integer '5555.*\(5000 chars\) does not fit in 64 bits",
+      base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["model"].__setitem__("context_length", "@N@"))
+    replace_text(config(c), '"@N@"', "5" * 5000)
+
+
+@case("genai_3mib_model_type", "message", r"model\.type.*'qqq.*\(3145728 chars\)", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["model"].__setitem__("type", "q" * (3 * MiB)))
+
+
+@case("genai_3mib_unknown_key", "message", r"model\.kkkk.*(unknown key|\(3145734 chars\))", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["model"].__setitem__("k" * (3 * MiB), 1))
+
+
+@case("genai_decoder_filename_dotdot", "path", r"model\.decoder\.filename.*'\.\./outside/model\.onnx'", base="genai",
+      commands=GENAI)
+def _(c: Path) -> None:
+    (c / "outside").mkdir()
+    shutil.copyfile(c / "pkg" / "model.onnx", c / "outside" / "model.onnx")
+    edit_config(c, lambda d: d["model"]["decoder"].__setitem__("filename", "../outside/model.onnx"))
+
+
+@case("genai_decoder_filename_absolute", "path", r"model\.decoder\.filename.*'/etc/passwd'", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    edit_config(c, lambda d: d["model"]["decoder"].__setitem__("filename", "/etc/passwd"))
+
+
+@case("genai_custom_ops_dotdot", "path", r"model\.decoder\.session_options\.custom_ops_library: path '\.\./libx\.so' escapes",
+      base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    (c / "libx.so").write_bytes(b"\x7fELF outside\n")
+    edit_config(c, lambda d: d["model"]["decoder"]["session_options"].__setitem__("custom_ops_library", "../libx.so"))
+
+
+@case("genai_decoder_symlink_out", "path", r"model\.onnx.*outside the package", base="genai", commands=GENAI)
+def _(c: Path) -> None:
+    (c / "outside").mkdir()
+    shutil.move(c / "pkg" / "model.onnx", c / "outside" / "model.onnx")
+    os.symlink("../outside/model.onnx", c / "pkg" / "model.onnx")
+
+
+case("genai_eacces_config", "oserror", r"genai_config\.json: permission denied", base="genai", commands=GENAI,
+     drop_dac=True)(_chmod0("pkg/genai_config.json"))
+case("genai_eacces_model_data", "oserror", r"model\.onnx\.data.*permission denied", base="genai",
+     commands=("optimize", "export-genai"), drop_dac=True)(_chmod0("pkg/model.onnx.data"))
+case("genai_eacces_tokenizer", "oserror", r"tokenizer\.json.*permission denied", base="genai",
+     commands=("optimize", "export-genai"), drop_dac=True)(_chmod0("pkg/tokenizer.json"))
+
+
+# ------------------------------------------------- values a writing command would pass through
+@case("value_lib_name_newline", "value", r"--lib-'qsa\\nx': invalid library name", base="bundles", commands=("build",),
+      extra=("--lib-qsa\nx", _LIB))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_cuda_size_t_overflow", "value", r"gpu_mem_limit='99999999999999999999999': out of range for size_t",
+      base="bundles", commands=("build",),
+      extra=("--lib-qsa", _LIB, "--provider", "cuda", "--cuda-option", "gpu_mem_limit=99999999999999999999999"))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_cuda_int_overflow", "value", r"device_id='2147483648': out of range for int", base="bundles",
+      commands=("build",), extra=("--lib-qsa", _LIB, "--provider", "cuda", "--cuda-option", "device_id=2147483648"))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_cuda_bool", "value", r"do_copy_in_default_stream='maybe': expected 0/1/true/false", base="bundles",
+      commands=("build",),
+      extra=("--lib-qsa", _LIB, "--provider", "cuda", "--cuda-option", "do_copy_in_default_stream=maybe"))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_cuda_enum", "value", r"arena_extend_strategy='kAll': expected one of kNextPowerOfTwo", base="bundles",
+      commands=("build",), extra=("--lib-qsa", _LIB, "--provider", "cuda", "--cuda-option", "arena_extend_strategy=kAll"))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_offload_65_bit_budget", "value", r"--device-expert-bytes 36893488147419103232: expected an integer in \[0, 2\^64-1\]",
+      commands=("offload",), extra=("--device-expert-bytes", "36893488147419103232"))
+def _(c: Path) -> None:
+    pass
+
+
+@case("value_offload_5000_digit_budget", "value", r"--host-expert-bytes: expected a non-negative decimal integer, got '999",
+      commands=("offload",), extra=("--host-expert-bytes", "9" * 5000))
+def _(c: Path) -> None:
+    pass
+
+
+# ---------------------------------------- q38 check on opsets and expert profiles (13.8, contracts)
+def _opset(rel: str, version: int) -> Mutator:
+    def fn(c: Path) -> None:
+        path = c / "pkg" / rel
+        model = onnx.load(str(path), load_external_data=False)
+        for entry in model.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                entry.version = version
+        path.write_bytes(model.SerializeToString())
+
+    return fn
+
+
+_OPSET = "ORT-OPSET-001"
+case("contract_opset_0", "contract", r"ORT-OPSET-001.*version 0", commands=("check",), rule=_OPSET)(_opset("model.onnx", 0))
+case("contract_opset_10000", "contract", r"ORT-OPSET-001.*10000", commands=("check",), rule=_OPSET)(_opset("model.onnx", 10000))
+case("contract_genai_opset_0", "contract", r"ORT-OPSET-001.*version 0", base="genai", commands=("check",),
+     rule=_OPSET)(_opset("model.onnx", 0))
+case("contract_genai_opset_10000", "contract", r"ORT-OPSET-001.*10000", base="genai", commands=("check",),
+     rule=_OPSET)(_opset("model.onnx", 10000))
+
+
+@case("contract_profile_layers", "contract", r"CFG-GRAPH-002", base="profiled", commands=("check",), rule="CFG-GRAPH-002")
+def _(c: Path) -> None:
+    (c / "pkg" / "expert-profile.bin").write_bytes(strp(layers=3))
+
+
+@case("contract_profile_experts", "contract", r"CFG-GRAPH-002", base="profiled", commands=("check",), rule="CFG-GRAPH-002")
+def _(c: Path) -> None:
+    (c / "pkg" / "expert-profile.bin").write_bytes(strp(experts=5))
+
+
 # ------------------------------------------------------------------------------------ building
 def _base_trees(work: Path) -> dict[str, Path]:
     from q38.synth import synthesize
@@ -571,6 +766,8 @@ def _base_trees(work: Path) -> dict[str, Path]:
     (profiled / "expert-profile.bin").write_bytes(strp())
     edit_json(profiled / "genai_config.json", lambda d: d["model"]["qwen38_graph"].__setitem__("expert_profile", "expert-profile.bin"))
     trees["profiled"] = profiled
+    trees["genai"] = work / "genai"  # a real onnxruntime-genai builder export (committed fixture)
+    shutil.copytree(FIXTURES / "int4-cpu", trees["genai"], symlinks=True)
     return trees
 
 

@@ -1,7 +1,8 @@
 """Hostile inputs, round two (issue 13): every (case, command) as a real child process.
 
 The cases are ``hostile_cases.py``'s (special files, size limits, strict JSON, bounded
-messages, path fields, OSErrors). Each runs as a child of a fork server that has q38 imported
+messages, path fields, OSErrors, flag values, check's contracts), on q38's own packages and on a
+real builder export. Each runs as a child of a fork server that has q38 imported
 (``tests/support/forkrun.py``: a real process, its own stdio, exit status and timeout), and must
 meet issue 13's acceptance:
 
@@ -45,6 +46,28 @@ def _load_cases() -> ModuleType:
 
 H = _load_cases()
 BY_NAME = {c.name: c for c in H.CASES}
+
+
+def _registered_rules() -> set[str]:
+    from contracts.runner import ALL_RULES
+
+    return {rule.rule_id for rule in ALL_RULES}
+
+
+REGISTERED = _registered_rules()
+
+
+def _run(name: str, command: str) -> object:
+    """One (case, command). A case that needs a ``q38 check`` rule not registered yet (13.8 is
+    the contracts helper's) is a strict expected failure: it fails if check already refuses it
+    some other way; once the rule is registered the case runs as a normal one."""
+    rule = BY_NAME[name].rule
+    marks = []
+    if rule is not None and rule not in REGISTERED:
+        marks.append(pytest.mark.xfail(reason=f"q38 check has no rule {rule} yet (issue 13.8)", strict=True))
+    return pytest.param(name, command, marks=marks, id=f"{command}-{name}")
+
+
 RUNS = [(c.name, cmd) for c in H.CASES for cmd in c.commands]
 
 
@@ -99,7 +122,7 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-@pytest.mark.parametrize(("name", "command"), RUNS, ids=[f"{c}-{n}" for n, c in RUNS])
+@pytest.mark.parametrize(("name", "command"), [_run(n, c) for n, c in RUNS])
 def test_command_refuses_hostile_case(
     name: str, command: str, hostile: dict[str, Path], server: ForkServer, tmp_path: Path
 ) -> None:
