@@ -64,7 +64,8 @@ def config_dict(
                     "past_value_names": "past_key_values.%d.value",
                     "past_conv_names": "past.%d.conv",
                     "past_recurrent_names": "past.%d.recurrent",
-                    "past_indexer_names": "past.%d.indexer_key",
+                    # the indexer key cache exists only where the indexer does (faithful)
+                    **({"past_indexer_names": "past.%d.indexer_key"} if variant == "faithful" else {}),
                 },
                 "outputs": {
                     "logits": "logits",
@@ -73,7 +74,11 @@ def config_dict(
                     "present_value_names": "present.%d.value",
                     "present_conv_names": "present.%d.conv",
                     "present_recurrent_names": "present.%d.recurrent",
-                    "present_indexer_names": "present.%d.indexer_key",
+                    **(
+                        {"present_indexer_names": "present.%d.indexer_key"}
+                        if variant == "faithful"
+                        else {}
+                    ),
                 },
             },
             "qwen38_graph": {

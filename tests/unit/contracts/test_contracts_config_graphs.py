@@ -1,8 +1,9 @@
 """Config <-> graph consistency (CFG-GRAPH-001..003) and opset sanity, through `q38 check`.
 
 Invariants guarded:
-- CFG-GRAPH-001: the cpu variant's config declares indexer state names its graph does not have:
-  a warning naming both patterns; a graph state input no declared pattern names (the config's
+- CFG-GRAPH-001: synth's cpu variant declares exactly the state its graph has (no indexer key:
+  the cpu variant has no indexer); indexer state names added to its config are a warning naming
+  both patterns; a graph state input no declared pattern names (the config's
   ``past_conv_names`` dropped) is an error naming the input; the real builder exports pass.
 - CFG-GRAPH-002: an expert profile of the wrong layer count or expert count is an error naming
   both counts (and the node); one row per QMoE node or per decoder layer, with the right expert
@@ -49,8 +50,16 @@ def _rows(pkg: Path, rule_id: str) -> list[tuple[str, str, str]]:
     return [(v.severity, v.graph, v.message) for v in check_package(pkg, ort_version="1.32.0").violations if v.rule_id == rule_id]
 
 
-def test_declared_state_names_the_graph_lacks_are_flagged(tiny_cpu_package: Path) -> None:
-    assert _rows(tiny_cpu_package, "CFG-GRAPH-001") == [
+def test_declared_state_names_the_graph_lacks_are_flagged(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    assert _rows(tiny_cpu_package, "CFG-GRAPH-001") == []  # synth declares only the state it writes (issue 17)
+    pkg = _copy(tiny_cpu_package, tmp_path)
+
+    def declare_indexer(d: dict[str, Any]) -> None:
+        d["model"]["decoder"]["inputs"]["past_indexer_names"] = "past.%d.indexer_key"
+        d["model"]["decoder"]["outputs"]["present_indexer_names"] = "present.%d.indexer_key"
+
+    _edit_config(pkg, declare_indexer)
+    assert _rows(pkg, "CFG-GRAPH-001") == [
         ("warning", "target", "model.decoder.inputs.past_indexer_names: 'past.%d.indexer_key' names no input of the target graph"),
         ("warning", "target", "model.decoder.outputs.present_indexer_names: 'present.%d.indexer_key' names no output of the target graph"),
     ]
