@@ -4,7 +4,9 @@
 (absent ones are ``null``), with package roots, temp paths and volatile fields normalized
 (:class:`~q38.canonical.normalize.Normalizer`), plus the inventory of every entry below it:
 path, kind (file / dir / symlink with its target) and the size of files other than ``.onnx``
-(a graph file's size depends on the protobuf serializer; its content has its own form).
+(a graph file's size depends on the protobuf serializer; its content has its own form) and
+``package_manifest.json`` (its identity records hold inode and device numbers, whose digit count
+differs between machines; its content, masked, is in the form).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def inventory(root: Path, norm: Normalizer) -> list[dict[str, Any]]:
                 records.append({"path": rel, "kind": "symlink", "target": norm.text(os.readlink(full))})
             elif full.is_dir():
                 records.append({"path": rel, "kind": "dir"})
-            elif rel.endswith(".onnx"):  # serializer-dependent size; the graph has its own form
+            elif rel.endswith(".onnx") or name == MANIFEST_FILE:  # sizes vary by serializer / machine
                 records.append({"path": rel, "kind": "file"})
             elif full.is_file():
                 records.append({"path": rel, "kind": "file", "size": full.lstat().st_size})

@@ -367,3 +367,23 @@ def test_package_form_masks_paths_versions_and_library_hashes(tmp_path: Path) ->
         "shape": [2, 2], "placement": "device", "provenance": ["target:a", "head:b"]}]
     assert [f["path"] for f in canon["files"]] == [
         "genai_config.json", "libs", "libs/libcustom_ops.so", "package_manifest.json", "weights_pool.txt"]
+
+
+def test_inventory_omits_the_manifest_size_which_varies_by_machine(tmp_path: Path) -> None:
+    """Two packages whose manifests differ only in inode / device numbers (another machine, another
+    digit count) have one canonical form; any other file's size is still recorded."""
+    from q38.canonical.package import canonical_package
+
+    forms = []
+    for name, ino in (("a", 7), ("b", 123456789012)):
+        pkg = tmp_path / name
+        (pkg / "head").mkdir(parents=True)
+        identity = {"st_dev": ino % 1000, "st_ino": ino, "size": 4, "mtime_ns": 1}
+        doc = json.dumps({"files": {"x.data": {"identity": identity}}}, sort_keys=True)
+        (pkg / "package_manifest.json").write_text(doc)
+        (pkg / "head" / "package_manifest.json").write_text(doc)
+        (pkg / "x.data").write_bytes(b"abcd")
+        forms.append(canonical_package(pkg))
+    assert forms[0] == forms[1]
+    assert {"path": "x.data", "kind": "file", "size": 4} in forms[0]["files"]
+    assert {"path": "head/package_manifest.json", "kind": "file"} in forms[0]["files"]

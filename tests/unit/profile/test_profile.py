@@ -184,3 +184,7 @@ def test_skewed_routers_profiled_plan_beats_uniform_and_matches_a_rerun(
                  str(total), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["hit_rates"] == reports["profiled"]["hit_rates"]
+    # The chain ends in a package q38 check accepts: the verify graphs' chained drafts share
+    # /mtp/0/'s expert bank and have no profile row of their own (CFG-GRAPH-002 counts banks).
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "profiled"), "--ort-version", "1.32.0"]) == 0, capsys.readouterr().out
