@@ -119,7 +119,7 @@ def goldens(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job end to end on the embedded synthetic default."""
     session.install(ORT_DEFAULT)
-    session.install("-e", ".")
+    session.install("-e", ".[genai]")  # its last step generates with onnxruntime-genai
     # The workdir lives in nox's own scratch space; each run adds run-N there (q38 demo never
     # overwrites or deletes anything).
     workdir = os.path.join(session.create_tmp(), "demo")

@@ -23,7 +23,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType, ModuleType
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from q38 import __version__
 from q38.commands import COMMAND_MODULES
@@ -176,6 +176,18 @@ def configure_logging(level: int) -> None:
         logging.getLogger(name).setLevel(own)
 
 
+# Optional runtimes: the import name -> the extra of q38 that installs it (pyproject.toml).
+OPTIONAL_EXTRAS: Final = {"onnxruntime": "cpu", "onnxruntime_genai": "genai"}
+
+
+def missing_dependency_text(name: str | None) -> str:
+    """The one line for a module that is not installed: the extra that brings it, when it has one."""
+    extra = OPTIONAL_EXTRAS.get((name or "").split(".")[0])
+    if extra is not None:
+        return f"missing dependency {name!r}; install it with q38's {extra!r} extra (pip install '.[{extra}]')"
+    return f"missing dependency {name!r}; install q38 with its dependencies (pip install .)"
+
+
 def _say(command: str, text: str) -> None:
     """Print ``q38 COMMAND: text`` as one bounded line on stderr (never raising on encoding)."""
     from q38.errors import bound_line
@@ -274,7 +286,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
     except ModuleNotFoundError as exc:
         if _INTERRUPTED:
             raise KeyboardInterrupt from None
-        _say(command, f"error: missing dependency {exc.name!r}; install q38 with its dependencies (pip install .)")
+        _say(command, f"error: {missing_dependency_text(exc.name)}")
         return 2
     except OSError as exc:  # the filesystem refused something: a user error, not a q38 bug
         if _INTERRUPTED:

@@ -99,3 +99,22 @@ def test_missing_dependency_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "missing dependency" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "text"),
+    [
+        ("onnxruntime_genai", "missing dependency 'onnxruntime_genai'; install it with q38's 'genai' extra (pip install '.[genai]')"),
+        ("onnxruntime.capi", "missing dependency 'onnxruntime.capi'; install it with q38's 'cpu' extra (pip install '.[cpu]')"),
+        ("onnx_ir", "missing dependency 'onnx_ir'; install q38 with its dependencies (pip install .)"),
+    ],
+)
+def test_missing_dependency_names_the_extra_that_installs_it(module: str, text: str) -> None:
+    import tomllib
+
+    from q38.cli import OPTIONAL_EXTRAS, missing_dependency_text
+
+    assert missing_dependency_text(module) == text
+    extras = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name, extra in OPTIONAL_EXTRAS.items():  # each named extra exists and installs that module's distribution
+        assert any(req.replace("-", "_").startswith(name) for req in extras[extra]), (name, extras[extra])
