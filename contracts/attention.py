@@ -11,26 +11,17 @@ runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
-
 import onnx_ir as ir
 
 from contracts._graph import (
-    as_ir_model,
     attr_int,
     attr_str,
     input_at,
-    node_label,
-    nodes_of,
     output_at,
-    per_node,
 )
-from contracts._rule import Violation
 from contracts._versions import per_version
-from contracts.cpu_kernels import runs_on_cpu
-from contracts.schema_rules import schema_clean
-from contracts.shapes import Shapes, shapes_of
+from contracts.op_kernel_rules import inference_and_cpu_checks
+from contracts.shapes import Shapes
 from q38._ops import GROUP_QUERY_ATTENTION, MS_DOMAIN
 
 __all__ = ["RULES", "cpu_constructor_problems", "schema_problem"]
@@ -82,34 +73,10 @@ def cpu_constructor_problems(node: ir.Node) -> list[str]:
     return found
 
 
-def _nodes(model: ir.Model) -> list[ir.Node]:
-    return [n for n in nodes_of(model, MS_DOMAIN, GROUP_QUERY_ATTENTION) if schema_clean(model, n)]
-
-
-def _check_schema(model: Any, _entries: Mapping[str, str], _version: str) -> list[Violation]:
-    ir_model = as_ir_model(model)
-    shapes = shapes_of(ir_model)
-
-    def one(node: ir.Node) -> Iterable[Violation]:
-        reason = schema_problem(node, shapes)
-        if reason is not None:
-            yield Violation("GQA-SCHEMA-001", reason, node=node_label(node))
-
-    return per_node(_nodes(ir_model), one)
-
-
-def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
-    ir_model = as_ir_model(model)
-    if not runs_on_cpu(ir_model, version):
-        return []
-    shapes = shapes_of(ir_model)
-
-    def one(node: ir.Node) -> Iterable[Violation]:
-        if schema_problem(node, shapes) is None:
-            for text in cpu_constructor_problems(node):
-                yield Violation("GQA-CPU-001", text, node=node_label(node))
-
-    return per_node(_nodes(ir_model), one)
+_check_schema, _check_cpu = inference_and_cpu_checks(
+    MS_DOMAIN, GROUP_QUERY_ATTENTION, inference_rule="GQA-SCHEMA-001", cpu_rule="GQA-CPU-001",
+    inference_problem=schema_problem, cpu_problems=cpu_constructor_problems,
+)
 
 
 RULES = (
