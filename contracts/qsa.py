@@ -109,18 +109,89 @@ def _psai_schema(node: ir.Node, shapes: Shapes) -> str | None:
         for slot in (8, 9, 10, 11, 14):
             if input_at(node, slot) is None:
                 return f"{p}input {slot} is required when policy_mode is 'csa'"
-    head = shapes.dim(input_at(node, 2), 0) if shapes.rank(input_at(node, 2)) == 1 else None
-    key = input_at(node, 1)
-    if head is not None and shapes.rank(key) == 2:
-        width = head * (2 if mode == "csa" else 1)
-        got = shapes.dim(key, 1)
-        if got is not None and got != width:
-            return f"{p}key dimension 1 must equal the policy-specific width ({width}), got {got}"
-    kv = input_at(node, 13)
+    return _rank_problem(node, shapes, p, _PSAI_RANKS, _PSAI_EARLY) or _psai_cache_ranks(node, shapes, p) or \
+        _rank_problem(node, shapes, p, _PSAI_RANKS, _PSAI_LATE) or _psai_dims(node, shapes, p, mode)  # fmt: skip
+
+
+# PackedSparseAttentionIndexer inputs: the rank each must have, and the order inference checks
+# them in (probed 1.32.0): 0, 1, 2, 3, 6, 7, then the rotary caches (rank 2 or 3), then 12, 13,
+# 15, 16; the dims after every rank (_psai_dims).
+_PSAI_RANKS = {0: (2,), 1: (2,), 2: (1,), 3: (1,), 6: (1,), 7: (1,), 12: (3,), 13: (3,), 15: (2,), 16: (1,)}
+_PSAI_EARLY, _PSAI_LATE = (0, 1, 2, 3, 6, 7), (12, 13, 15, 16)
+
+
+def _psai_cache_ranks(node: ir.Node, shapes: Shapes, p: str) -> str | None:
+    for slot, name in ((4, "cos_cache"), (5, "sin_cache")):
+        rank = shapes.rank(input_at(node, slot))
+        if rank is not None and rank not in (2, 3):
+            return f"{p}{name} must have rank 2 or 3, got rank {rank}"
+    return None
+
+
+def _psai_dims(node: ir.Node, shapes: Shapes, p: str, mode: str) -> str | None:
+    """The dim checks of PackedSparseAttentionIndexer inference, in ORT's order (probed 1.32.0,
+    one fault at a time and every pair of faults)."""
+    dim = shapes.dim
+    query, key, pks, pkv, psl = (input_at(node, i) for i in (0, 1, 12, 13, 15))
+    head = dim(input_at(node, 2), 0)
+    batch = dim(pks, 0)
+    width = None if head is None else head * (2 if mode == "csa" else 1)
     cr = attr_int(node, "compress_ratio", 0)
-    length = shapes.dim(kv, 1) if shapes.rank(kv) == 3 else None
-    if length is not None and length != 2 * cr - 1:
-        return f"{p}past_kv_buffer dimension 1 must equal 2 * compress_ratio - 1 ({2 * cr - 1}), got {length}"
+    checks: tuple[tuple[bool, str], ...] = (
+        (_differ(dim(key, 0), dim(query, 0)), "key dimension 0 must equal query dimension 0"),
+        (_differ(head, dim(input_at(node, 3), 0)), "query_norm_weight and key_norm_weight dimensions must match"),
+        (_differ(dim(input_at(node, 7), 0), batch), "past_sequence_lengths dimension 0 must equal the state batch dimension"),
+        (_differ(dim(pkv, 0), batch), "past_key_state and past_kv_buffer batch dimensions must match"),
+        (_differ(dim(psl, 0), batch), "past_state_lengths dimension 0 must equal the state batch dimension"),
+        (_differ(dim(pks, 1), attr_int(node, "state_capacity", 0)),
+         f"past_key_state dimension 1 must equal state_capacity ({attr_int(node, 'state_capacity', 0)}), got {dim(pks, 1)}"),
+        (_differ(dim(pks, 2), head), "past_key_state dimension 2 must equal head_size"),
+        (_differ(dim(pkv, 1), 2 * cr - 1),
+         f"past_kv_buffer dimension 1 must equal 2 * compress_ratio - 1 ({2 * cr - 1}), got {dim(pkv, 1)}"),
+        (_differ(dim(psl, 1), 2), f"past_state_lengths dimension 1 must equal 2 (2), got {dim(psl, 1)}"),
+        (_differ(dim(input_at(node, 6), 0), None if batch is None else batch + 1),
+         "cumulative_sequence_lengths dimension 0 must equal batch_size + 1"),
+        (_differ(dim(key, 1), width), f"key dimension 1 must equal the policy-specific width ({width}), got {dim(key, 1)}"),
+        (_differ(dim(pkv, 2), width), f"past_kv_buffer dimension 2 must equal the policy-specific width ({width}), got {dim(pkv, 2)}"),
+    )  # fmt: skip
+    for failed, text in checks:
+        if failed:
+            return p + text
+    return _psai_rotary(node, shapes, p, head, batch) or _psai_query_width(dim(query, 1), head, p)
+
+
+def _differ(got: int | None, want: int | None) -> bool:
+    return got is not None and want is not None and got != want
+
+
+def _psai_rotary(node: ir.Node, shapes: Shapes, p: str, head: int | None, batch: int | None) -> str | None:
+    cos, sin = input_at(node, 4), input_at(node, 5)
+    rank, rank_sin = shapes.rank(cos), shapes.rank(sin)
+    if rank is None or rank_sin is None:
+        return None
+    if rank != rank_sin:
+        return f"{p}cos_cache and sin_cache ranks must match"
+    if rank == 3 and _differ(shapes.dim(cos, 0), batch):
+        return f"{p}batched rotary cache dimension 0 must equal batch_size"
+    positions, rotary = shapes.dim(cos, -2), shapes.dim(cos, -1)
+    if positions is not None and positions <= 0:
+        return f"{p}rotary cache max_position must be > 0"
+    if rotary is not None and (rotary <= 0 or rotary % 2):
+        return f"{p}invalid rotary cache width {rotary}"
+    if rotary is not None and head is not None and rotary > head:
+        return f"{p}rotary cache width is incompatible with head_size"
+    if shapes.shape(cos) != shapes.shape(sin):
+        return f"{p}cos_cache and sin_cache dimensions must match"
+    return None
+
+
+def _psai_query_width(width: int | None, head: int | None, p: str) -> str | None:
+    if width is None or head is None or head <= 0:
+        return None
+    if width % head:
+        return f"{p}query width must be divisible by head_size"
+    if width // head < 1:
+        return f"{p}query width must contain at least one query head, got {width // head}"
     return None
 
 

@@ -180,10 +180,12 @@ _INT32_NAMES = {"cu", "ps", "psl", "cc", "si", "sc", "psl_o"}
 
 
 def psai_model(*, extra_in: Sequence[tuple[int, str]] = (), outputs: Sequence[str] | None = None,
-               pkv_shape: Sequence[int] | None = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+               pkv_shape: Sequence[int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
+               **attrs: Any) -> onnx.ModelProto:  # fmt: skip
     """PackedSparseAttentionIndexer (qsa, cr=4, budget 16, capacity 64, hs 32) fp16, named 'idx'.
 
-    ``attrs`` override the base attributes; a value of None removes the attribute.
+    ``attrs`` override the base attributes; a value of None removes the attribute; ``shapes``
+    overrides input shapes by name.
     """
     base: dict[str, Any] = {"policy_mode": "qsa", "compress_ratio": 4, "token_budget": 16, "state_capacity": 64}
     base.update(attrs)
@@ -196,9 +198,10 @@ def psai_model(*, extra_in: Sequence[tuple[int, str]] = (), outputs: Sequence[st
     outs = list(outputs) if outputs is not None else ["si", "sc", "pks_o", "pkv_o", "", "psl_o"]
     node = oh.make_node("PackedSparseAttentionIndexer", names, outs, name="idx", domain=MS,
                         **{k: v for k, v in base.items() if v is not None})  # fmt: skip
-    shapes = dict(_PSAI_SHAPES, pkv=list(pkv_shape) if pkv_shape is not None else _PSAI_SHAPES["pkv"])
+    dims = dict(_PSAI_SHAPES, pkv=list(pkv_shape) if pkv_shape is not None else _PSAI_SHAPES["pkv"])
+    dims.update({k: list(v) for k, v in (shapes or {}).items()})
     elem = {"pos": TP.INT64}
-    ins = [_vi(n, elem.get(n, TP.INT32 if n in _INT32_NAMES else TP.FLOAT16), shapes[n]) for n in names if n]
+    ins = [_vi(n, elem.get(n, TP.INT32 if n in _INT32_NAMES else TP.FLOAT16), dims[n]) for n in names if n]
     o = [_vi(n, TP.INT32 if n in _INT32_NAMES else TP.FLOAT16, None) for n in outs if n]
     return _model([node], ins, o)
 
