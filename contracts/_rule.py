@@ -70,11 +70,6 @@ class OrtVersions:
             return False
         return not (self.until is not None and v >= parse_version(self.until))
 
-    def __str__(self) -> str:
-        lo = f">={self.since}" if self.since else ""
-        hi = f"<{self.until}" if self.until else ""
-        return ",".join(p for p in (lo, hi) if p) or "any"
-
 
 @dataclass(frozen=True)
 class Violation:

@@ -24,7 +24,6 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts._graph import (
-    as_ir_model,
     attr_int,
     attr_str,
     input_at,
@@ -40,7 +39,7 @@ from contracts.schema_rules import schema_clean
 from contracts.shapes import Shape, Shapes, shapes_of
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN, VARLEN_CAUSAL_CONV_WITH_STATE
 
-__all__ = ["RULES", "check_causal_conv", "expected_state_shape"]
+__all__ = ["RULES", "expected_state_shape"]
 
 _CC = CAUSAL_CONV_WITH_STATE
 _VL = VARLEN_CAUSAL_CONV_WITH_STATE
@@ -354,17 +353,3 @@ RULES: tuple[Rule, ...] = (
     *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
                  _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0"),
 )  # fmt: skip
-
-
-def check_causal_conv(
-    model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"}),
-    run_time: bool = False,
-) -> list[Violation]:  # fmt: skip
-    """Every applicable CausalConvWithState / Varlen rule for ``model`` on execution providers
-    ``eps`` (``run_time`` adds the compute-time rules)."""
-    ir_model = as_ir_model(model)
-    found: list[Violation] = []
-    for rule in RULES:
-        if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps) and (run_time or rule.enforced != "run-time"):
-            found.extend(rule.check(ir_model, {}))
-    return found

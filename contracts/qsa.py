@@ -16,7 +16,6 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts._graph import (
-    as_ir_model,
     attr_float,
     attr_int,
     attr_str,
@@ -38,7 +37,7 @@ from q38._ops import (
     SPARSE_ATTENTION_INDEXER,
 )
 
-__all__ = ["RULES", "check_qsa"]
+__all__ = ["RULES"]
 
 _INT_MAX = 2**31 - 1
 _PSAI = PACKED_SPARSE_ATTENTION_INDEXER
@@ -461,15 +460,3 @@ RULES: tuple[Rule, ...] = (
     Rule("QSA-INDEXER-CUDA-001", "indexer CUDA constructors: epsilon >= 0", _S + "D", "cuda-only",
          "graph", _check_indexer_cuda, ep="cuda"),
 )  # fmt: skip
-
-
-def check_qsa(
-    model: Any, *, ort_version: str = "1.32.0", eps: frozenset[str] = frozenset({"cpu"})
-) -> list[Violation]:
-    """Every applicable QSA rule for ``model`` on execution providers ``eps``."""
-    ir_model = as_ir_model(model)
-    found: list[Violation] = []
-    for rule in RULES:
-        if rule.applies(ort_version) and (rule.ep == "any" or rule.ep in eps):
-            found.extend(rule.check(ir_model, {}))
-    return found

@@ -183,12 +183,6 @@ def _entries_of(so: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def _has_cuda(so: Mapping[str, Any] | None) -> bool:
-    if not isinstance(so, Mapping):
-        return False
-    return any(isinstance(e, Mapping) and "cuda" in e for e in so.get("provider_options") or [])
-
-
 def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...], str]:
     """(model, external-data refs, load_graph's refusal or "")."""
     from q38.errors import GraphError, PackageError

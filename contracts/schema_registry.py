@@ -190,9 +190,6 @@ class Registry:
             found = self._parsed[key] = tuple(sorted(raw, key=lambda s: s.since))
         return found
 
-    def op_names(self) -> list[tuple[str, str]]:
-        return sorted(self._lines)
-
     def lookup_max(self, domain: str) -> int | None:
         """The highest version a node of ``domain`` resolves at (None: no limit known)."""
         domain = _canonical_domain(domain)

@@ -43,7 +43,7 @@ from contracts.schema_registry import (
     registry_for,
 )
 
-__all__ = ["RULES", "check_schema", "node_schema_problem", "schema_clean"]
+__all__ = ["RULES", "node_schema_problem", "schema_clean"]
 
 _SRC = "onnxruntime get_all_operator_schema() (contracts/schemas/ort-{v}.json); onnx OpSchema::Verify"
 
@@ -276,13 +276,3 @@ RULES: tuple[Rule, ...] = (
          "onnx shape inference functions, as ORT's graph resolve runs them; probed 1.32.0", "cpu-session",
          "graph", _shape_rule),
 )
-
-
-def check_schema(model: Any, *, ort_version: str = "1.32.0") -> list[Violation]:
-    """Every generic schema violation of ``model`` for onnxruntime ``ort_version``."""
-    ir_model = as_ir_model(model)
-    found: list[Violation] = []
-    for rule in RULES:
-        if rule.applies(ort_version):
-            found.extend(rule.check(ir_model, {}))
-    return found
