@@ -12,7 +12,7 @@ the first failing reason (checks in ORT's order) or None.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -493,42 +493,26 @@ def required_rejection_message(node_name: str, op_type: str, reason: str) -> str
 # --- graph rules ----------------------------------------------------------------------------
 
 
-def _contains_moe(graph: ir.Graph) -> bool:
-    for node in graph:
-        if node.domain == MS_DOMAIN and node.op_type in _CANDIDATE_OPS:
-            return True
-        if any(_contains_moe(sub) for _owner, sub in iter_subgraph_owners_of(node)):
-            return True
-    return False
-
-
-def iter_subgraph_owners_of(node: ir.Node) -> list[tuple[ir.Node, ir.Graph]]:
-    subs: list[tuple[ir.Node, ir.Graph]] = []
-    for attribute in node.attributes.values():
-        if attribute.type == ir.AttributeType.GRAPH:
-            subs.append((node, attribute.value))
-        elif attribute.type == ir.AttributeType.GRAPHS:
-            subs.extend((node, g) for g in attribute.value)
-    return subs
+def _moe_owners(graph: ir.Graph) -> Iterator[ir.Node]:
+    """The If / Loop / Scan nodes, at any depth, one of whose subgraphs holds a candidate node
+    itself: ORT names the node whose subgraph holds the MoE, not an enclosing one (probed)."""
+    for owner, sub in iter_subgraph_owners(graph):
+        if owner.op_type in _CONTROL_FLOW and any(n.domain == MS_DOMAIN and n.op_type in _CANDIDATE_OPS for n in sub):
+            yield owner
+        yield from _moe_owners(sub)
 
 
 def _check_subgraphs(model: Any, entries: Mapping[str, str]) -> list[Violation]:
     if offload_mode(entries) != "required":
         return []
-    graph = as_ir_model(model).graph
     found = []
     seen: set[int] = set()
-    for owner, sub in iter_subgraph_owners(graph):
-        if owner.op_type in _CONTROL_FLOW and id(owner) not in seen and _contains_moe(sub):
-            seen.add(id(owner))
-            found.append(
-                Violation(
-                    "OFFLOAD-SUBGRAPH-001",
-                    "MoE offload mode='required' does not support MoE/QMoE nodes inside "
-                    f"subgraph node '{node_label(owner)}'.",
-                    node=node_label(owner),
-                )
-            )
+    for owner in _moe_owners(as_ir_model(model).graph):
+        if id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        found.append(Violation("OFFLOAD-SUBGRAPH-001", "MoE offload mode='required' does not support MoE/QMoE "
+                               f"nodes inside subgraph node '{node_label(owner)}'.", node=node_label(owner)))  # fmt: skip
     return found
 
 
