@@ -36,7 +36,6 @@ def _bind(check: Callable[..., list[Violation]], version: str) -> Callable[..., 
     def bound(model: Any, entries: Any) -> list[Violation]:
         return check(model, entries, version)
 
-    bound.__doc__ = check.__doc__
     return bound
 
 

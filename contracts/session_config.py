@@ -52,7 +52,6 @@ def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Viola
         *head, entries = args
         return check(*head, effective_entries(entries))
 
-    wrapped.__doc__ = check.__doc__
     return wrapped
 
 

@@ -56,6 +56,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
 }
 # Directories the tests read besides the code and themselves.
 ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
+# What mutmut's fork server imports once for every mutant: third-party libraries only (onnx_ir
+# alone takes ~2 s, sympy included), never q38 / contracts / tests.support.
+PRELOAD = ("numpy", "ml_dtypes", "onnx", "onnx.helper", "onnx.numpy_helper", "onnxruntime", "onnx_ir",
+           "hypothesis", "syrupy", "pytest_benchmark.plugin")
 
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # failed, errored, timed out, crashed
 SURVIVED = {0, 5, 33}  # passed, or no test ran the mutant
@@ -107,7 +111,7 @@ def _repo_files() -> list[str]:
         ]
 
 
-def _mutmut_section(package: str, tests: tuple[str, ...]) -> str:
+def _mutmut_section(package: str, tests: tuple[str, ...], preload: Path) -> str:
     def arr(items: tuple[str, ...] | list[str]) -> str:
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
@@ -119,9 +123,15 @@ def _mutmut_section(package: str, tests: tuple[str, ...]) -> str:
         f"pytest_add_cli_args_test_selection = {arr(tests)}",
         # --snapshot-disable-unused: a mutant's run selects a subset of the tests, so goldens of
         # the others are "unused" and would fail the run -- a kill the mutant did not earn.
+        # -p import_hits: import-time calls (rule factories) are credited to every test, not to
+        # the first one (tests/mutation/import_hits.py).
         "pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow",
-                                        "--snapshot-disable-unused"]),
+                                        "--snapshot-disable-unused", "-p", "import_hits"]),
         "use_git_change_detection = false",
+        # The fork server preloads the third-party libraries only: each mutant's child imports
+        # q38 and contracts itself, so a mutant of code that runs at import time takes effect.
+        'forkserver_warmup = "import"',
+        f"preload_modules_file = {json.dumps(str(preload))}",
         "",
     ])
 
@@ -138,7 +148,14 @@ def prepare(package: str, workdir: Path, tests: tuple[str, ...], *, keep: bool) 
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
     pyproject = (REPO / "pyproject.toml").read_text("utf-8")
-    (workdir / "pyproject.toml").write_text(pyproject + _mutmut_section(package, tests), "utf-8")
+    preload = workdir / "mutmut-preload.txt"
+    preload.write_text("\n".join(PRELOAD) + "\n", "utf-8")
+    (workdir / "pyproject.toml").write_text(pyproject + _mutmut_section(package, tests, preload), "utf-8")
+
+
+def _package_of(workdir: Path) -> str:
+    """The package a workdir (``<root>/<slug>``, see :func:`main`) mutates, or "" when unknown."""
+    return {p.replace("/", "-"): p for p in TARGETS}.get(workdir.name, "")
 
 
 def _mutmut(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,7 +164,10 @@ def _mutmut(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # per run (tests/unit/conftest.py) instead of once per mutant.
     cache = workdir / "synth-cache"
     cache.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "Q38_SYNTH_CACHE": str(cache)}
+    plugin_dir = str(workdir / "tests" / "mutation")  # import_hits, for pytest's -p
+    path = os.pathsep.join(p for p in (plugin_dir, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "Q38_SYNTH_CACHE": str(cache), "PYTHONPATH": path,
+           "Q38_MUTATE_PACKAGE": _package_of(workdir)}
     return subprocess.run([exe, *args], cwd=workdir, env=env, text=True, capture_output=True, check=False)
 
 
