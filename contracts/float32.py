@@ -81,7 +81,7 @@ def parse_strtof(text: str) -> float | None:
         int_part, frac_part, exp_part = found.group(1), found.group(2) or "", found.group(3) or "0"
         if not int_part and not frac_part:
             return None  # "0x" alone: strtof reads the "0" and stops at "x"
-        mantissa = int(int_part + frac_part or "0", 16)
+        mantissa = int(int_part + frac_part, 16)
         exponent = int(exp_part) - 4 * len(frac_part)
         if mantissa and exponent > 200:
             return sign * math.inf

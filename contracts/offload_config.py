@@ -323,20 +323,23 @@ _ENV_PACKED = "ORT_MOE_PACKED_GPU_EXPERTS"
 
 
 def check_offload_environment(
-    env: Mapping[str, str], *, ort_version: str = "1.32.0"
+    env: Mapping[str, str], *, entries: Mapping[str, str] | None = None, ort_version: str = "1.32.0"
 ) -> list[Violation]:
     """Environment fallbacks ORT parses at session creation (§1A.18, capabilities §4.3).
 
-    ``ORT_QMOE_MIN_EXPERT_WEIGHT`` (validated only when the session key is absent) and
-    ``ORT_MOE_PACKED_GPU_EXPERTS`` follow the grammar of their session keys.
+    ``ORT_QMOE_MIN_EXPERT_WEIGHT`` and ``ORT_MOE_PACKED_GPU_EXPERTS`` follow the grammar of their
+    session keys, and each is read only when its session key is absent from ``entries`` (probed
+    on 1.32.0: a bad variable next to a set key, even an empty one, is accepted).
     """
     if not _SINCE.applies(ort_version):
         return []
+    present = effective_entries(entries or {})
     found = []
     weight = env.get(_ENV_MIN_EXPERT_WEIGHT)
-    if weight is not None and not _min_expert_weight(weight):
+    # an empty variable counts as unset (probed: ORT_QMOE_MIN_EXPERT_WEIGHT= is accepted)
+    if weight and OFFLOAD_PREFIX + "min_expert_weight" not in present and not _min_expert_weight(weight):
         found.append(Violation("OFFLOAD-ENV-001", _value_message("min_expert_weight", weight)))
     packed = env.get(_ENV_PACKED)
-    if packed is not None and not _packed_gpu_experts_ok(packed):
+    if packed is not None and PACKED_GPU_EXPERTS_KEY not in present and not _packed_gpu_experts_ok(packed):
         found.append(Violation("OFFLOAD-ENV-002", _packed_message(packed)))
     return found

@@ -61,10 +61,10 @@ MATRIX: dict[str, tuple[list[str], list[str]]] = {
     "cpu_threads": (["0", "1", "8", "64", "-0"], [*_INTS_BAD, "auto"]),
     "prefill_wave_experts": (["1", "8", "64"], ["0", *_INTS_BAD, "auto"]),
     "tail_substitution_min_rank": (["0", "1", "8", "64"], _INTS_BAD),
-    "min_expert_weight": (["0", "0.5", "1", "1e-3", ".5", "5e-1", "0x1p-1", "-0.0"],
+    "min_expert_weight": (["0", "0.5", "1", "1e-3", ".5", "5e-1", "0x1p-1", "-0.0", "-0", "-00", "-0e5", "+0", "+.5"],
                           ["1.5", "-0.1", "abc", "", "nan", "inf", "2", "1.0000001", "-1e-30"]),
-    "tail_substitution_threshold": (["0", "0.5", "1", "1.5", "1e-3", "2"],
-                                    ["-0.1", "abc", "", "nan", "inf", "1e300", "0x10"]),
+    "tail_substitution_threshold": (["0", "0.5", "1", "1.5", "1e-3", "2", "-0", "-00", "-0e5", "-0.0"],
+                                    ["-0.1", "abc", "", "nan", "inf", "1e300", "0x10", "+0", "-1", "-1.5", "-.5"]),
     "budget_group": (["g0", "", "a b", "x" * 300], []),
     "popularity_file": (_PATHS, []),
     "derived_cache_dir": (_PATHS, []),
@@ -187,3 +187,27 @@ def test_generated_alias_pairs_agree_with_onnxruntime(a: str, b: str) -> None:
     entries = {_P + "device_expert_bytes": a, _P + "gpu_budget_bytes": b}
     violations = check_offload_config(entries, ort_version=ORT_VERSION)
     assert_agrees(violations, ort_error(identity_model(), entries), context=str(entries))
+
+
+_ENV_CASES = [
+    # (variable, value, session entries): the verdict and the text are onnxruntime's
+    *[("ORT_MOE_PACKED_GPU_EXPERTS", v, {}) for v in ("abc", "4", "-1", "", " 5", "2147483647", "2147483648", "0x10")],
+    *[("ORT_QMOE_MIN_EXPERT_WEIGHT", v, {}) for v in ("abc", "0.1", "2", "", "-0", "1.0000001", "nan")],
+    ("ORT_MOE_PACKED_GPU_EXPERTS", "abc", {"ep.cuda.moe_packed_gpu_experts": "8"}),
+    ("ORT_MOE_PACKED_GPU_EXPERTS", "abc", {"ep.cuda.moe_packed_gpu_experts": ""}),
+    ("ORT_MOE_PACKED_GPU_EXPERTS", "abc", {"ep.cuda.moe_packed_gpu_experts\0x": "8"}),
+    ("ORT_QMOE_MIN_EXPERT_WEIGHT", "abc", {_P + "min_expert_weight": "0.1"}),
+    ("ORT_QMOE_MIN_EXPERT_WEIGHT", "abc", {_P + "mode": "disabled"}),
+    ("ORT_QMOE_MIN_EXPERT_WEIGHT", "2", {_P + "min_expert_weight\0": "0.5"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("variable", "value", "entries"), _ENV_CASES, ids=[f"{c[0]}={c[1]!r}-{sorted(c[2])}" for c in _ENV_CASES])
+def test_environment_fallbacks_agree_with_onnxruntime(variable: str, value: str, entries: dict[str, str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from contracts.offload_config import check_offload_environment
+
+    monkeypatch.setenv(variable, value)  # ORT reads both variables at every session creation
+    found = check_offload_environment({variable: value}, entries=entries)
+    assert {v.rule_id for v in found} <= {"OFFLOAD-ENV-001", "OFFLOAD-ENV-002"}
+    assert_agrees(found, ort_error(identity_model(), entries), context=f"{variable}={value!r} {entries}")
