@@ -404,7 +404,7 @@ def dsa_cuda_problems(node: ir.Node) -> list[str]:
     window = attr_int(node, "local_window_size", -1)
     if window != -1 and not 1 <= window <= _INT_MAX:
         reasons.append(f"{p}local_window_size must be -1 or a positive int.")
-    if attr_int(node, "rotary_offset", 0) < 0:
+    if not 0 <= attr_int(node, "rotary_offset", 0) <= _INT_MAX:
         reasons.append(f"{p}rotary_offset must be a nonnegative int.")
     for flag in ("do_rotary", "rotary_interleaved", "smooth_softmax", "auxiliary_kv_shared"):
         if attr_int(node, flag, 0) not in {0, 1}:
