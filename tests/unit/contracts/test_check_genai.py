@@ -84,6 +84,17 @@ def test_a_cuda_graph_is_never_a_plain_ok(packages: list[Path]) -> None:
     assert (session.status, session.message) == ("skipped", "op PagedAttention has no CPU kernel")
 
 
+@pytest.mark.skipif(not __import__("onnxruntime").__version__.startswith("1.32."), reason="the 1.32.0 CPU kernel table")
+def test_a_skipped_session_names_every_op_without_a_cpu_kernel(tiny_builder_faithful_package: Path) -> None:
+    sessions = check_package(tiny_builder_faithful_package, ort_sessions=True).sessions
+    assert [(s.graph, s.status, s.message) for s in sessions] == [
+        ("decoder", "skipped", ("op CausalConvWithState has no CPU kernel for bfloat16 (nor GatedAdd for bfloat16, "
+                               "EngramGate for bfloat16, SparseAttentionIndexer, DynamicSparseAttention)")),
+        ("mtp", "skipped", "op SparseAttentionIndexer has no CPU kernel (nor DynamicSparseAttention, GatedAdd for bfloat16)"),
+        ("engram", "ok", ""),
+    ]  # fmt: skip
+
+
 def _cpu_package(packages: list[Path]) -> Path:
     return next(p for p in packages if not _providers(p))
 
