@@ -119,3 +119,10 @@ def test_the_cuda_schema_text_agrees_with_the_cpu_registry_the_rules_follow() ->
         if cpu != cuda:
             differing.add(name)
     assert differing == {op for op, _what in CUDA_SCHEMA_DIFFERENCES} == set()
+
+
+def test_a_local_build_version_names_its_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "__version__", f"{ORT_VERSION.split('+')[0]}+cu126")
+    assert schema_dump.dump_installed()["ort_version"] == ORT_VERSION.split("+")[0]
