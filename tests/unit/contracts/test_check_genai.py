@@ -204,3 +204,17 @@ def test_runtime_profile_decoders_are_checked_as_graphs(packages: list[Path], tm
     _edit_graph_file(pkg / "model_small.onnx", _unknown_attribute)
     report = check_package(pkg, ort_sessions=True)
     assert [(s.graph, s.status) for s in report.sessions] == [("decoder", "ok"), ("profile:small", "failed")]
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names")
+def test_with_cuda_available_a_cuda_graph_is_tried_on_cuda_not_judged_by_the_cpu_table(
+        tiny_faithful_package: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import onnxruntime
+
+    table = {s.graph: s for s in check_package(tiny_faithful_package, ort_sessions=True).sessions}
+    assert table["target"].message == "op SparseAttentionIndexer has no CPU kernel (nor DynamicSparseAttention)"
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    tried = {s.graph: s for s in check_package(tiny_faithful_package, ort_sessions=True).sessions}
+    # the session itself was created (this wheel falls back to CPU): ORT's own NOT_IMPLEMENTED names one op
+    assert (tried["target"].status, tried["target"].message) == ("skipped", "op SparseAttentionIndexer has no CPU kernel")
+    assert (tried["head"].status, tried["head"].message) == ("ok", "")
