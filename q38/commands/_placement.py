@@ -21,8 +21,9 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto", help=LINK_HELP)
     p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
     p.add_argument("--digest", action="store_true",
-                   help="also record the sha256 of reflinked / hard-linked files (reads their bytes; "
-                        "copies are always digested in the same pass as the copy)")
+                   help="also record the sha256 of every placed file: a copy hashes in the same pass as "
+                        "the copy, a reflinked / hard-linked file is read once (default: identity only, "
+                        "and digests the source's manifest already holds)")
 
 
 def placement_options(args: argparse.Namespace) -> tuple[Any, bool]:

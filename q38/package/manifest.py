@@ -36,7 +36,8 @@ class FileRecord:
     """One file of a package: how it was placed, what it is, and its digest where one was taken.
 
     ``identity`` is recorded for every placed file (reflink, hard link, copy); ``sha256`` only
-    where bytes were written or copied, requested (``--digest``), or reused from the source.
+    where bytes were written, requested (``--digest``: a copy hashes in the same pass), or
+    reused from the source's manifest.
     """
 
     link_mode: str

@@ -4,9 +4,10 @@ Invariants:
 - ``auto`` = a reflink where the filesystem clones (a real XFS loop image), else a copy (ext4
   here, and across filesystems: a real tmpfs, EXDEV); never a hard link; ``hardlink`` only when
   asked, with one warning per command;
-- a linked or cloned file is recorded by identity with no digest (no byte read); a copy carries
-  the sha256 of its bytes, taken in the same pass; ``--digest`` digests linked files too; a digest
-  a source manifest holds is reused while the identity matches, recomputed once it does not;
+- a placed file is recorded by identity with no digest: no byte of a linked or cloned file is
+  read, a copy is the kernel's copy_file_range; ``--digest`` digests a copy in the same pass
+  (read once, hash and write) and a linked file by reading it; a digest a source manifest holds
+  is reused while the identity matches, dropped (or, with ``--digest``, recomputed) once it does not;
 - the kernel copy falls back for real: copy_file_range -> sendfile (EXDEV onto tmpfs) -> read/write
   (forced), bytes identical each time;
 - ENOSPC on a tiny tmpfs fails as one PackageError and leaves nothing at the destination;
@@ -61,8 +62,14 @@ def test_auto_here_clones_or_copies_and_never_links(src: Path, tmp_path: Path) -
     assert placed.identity == FileIdentity.of(tmp_path / "dst")
     if reflink_works(tmp_path, tmp_path):
         assert (placed.mode, placed.sha256) == ("reflink", None)
-    else:  # ext4: no reflink; the copy is digested in the same pass
-        assert (placed.mode, placed.method, placed.sha256) == ("copy", "read_hash_write", _sha(src))
+    else:  # ext4: no reflink; a kernel copy, no byte in user space, no digest
+        assert (placed.mode, placed.method, placed.sha256) == ("copy", "copy_file_range", None)
+    digested = place(src, tmp_path / "digested", LinkPolicy.AUTO, digest=True)
+    if digested.mode == "copy":  # --digest: hashed in the same pass as the copy
+        assert (digested.method, digested.sha256) == ("read_hash_write", _sha(src))
+    else:
+        assert digested.sha256 == _sha(src)
+    _assert_private_copy(src, tmp_path / "digested")
 
 
 def test_auto_on_a_reflink_filesystem_clones_without_reading_a_byte(tmp_path: Path, monkeypatch) -> None:
@@ -114,7 +121,9 @@ def test_hardlink_only_when_asked_with_one_warning(src: Path, tmp_path: Path, ca
 
 def test_outside_files_are_copied_even_under_hardlink(src: Path, tmp_path: Path) -> None:
     placed = Placer(LinkPolicy.HARDLINK).place(src, tmp_path / "lib.so", outside=True)
-    assert placed.mode == "copy" and placed.sha256 == _sha(src)
+    assert placed.mode == "copy" and placed.sha256 is None
+    digested = Placer(LinkPolicy.HARDLINK, digest=True).place(src, tmp_path / "lib2.so", outside=True)
+    assert digested.mode == "copy" and digested.sha256 == _sha(src)
     _assert_private_copy(src, tmp_path / "lib.so")
 
 
@@ -126,7 +135,9 @@ def test_a_known_digest_is_reused_and_a_stale_one_recomputed(src: Path, tmp_path
     assert (tmp_path / "reused").read_bytes() == src.read_bytes()
     os.utime(src, ns=(1, 1))  # same bytes, another mtime: the recorded identity no longer holds
     again = place(src, tmp_path / "stale", LinkPolicy.COPY, known=known)
-    assert (again.sha256, again.digest_reused) == (_sha(src), False)
+    assert (again.sha256, again.digest_reused, again.method) == (None, False, "copy_file_range")
+    hashed = place(src, tmp_path / "hashed", LinkPolicy.COPY, known=known, digest=True)
+    assert (hashed.sha256, hashed.digest_reused, hashed.method) == (_sha(src), False, "read_hash_write")
 
 
 def test_known_digests_from_a_manifest_only_where_the_identity_matches(tmp_path: Path) -> None:
@@ -211,7 +222,7 @@ def test_a_write_failure_in_the_hashing_copy_fails_cleanly(tmp_path: Path, monke
 
     monkeypatch.setattr(copying.os, "pwrite", enospc_second)
     with pytest.raises(PackageError, match="No space left on device"):
-        place(src, tmp_path / "dst", LinkPolicy.COPY)
+        place(src, tmp_path / "dst", LinkPolicy.COPY, digest=True)  # --digest: the hashing copy
     assert not os.path.lexists(tmp_path / "dst")
     assert os.stat(src).st_nlink == 1
 

@@ -321,6 +321,12 @@ def test_a_data_file_rewritten_since_its_manifest_is_hashed_again(tiny_cpu_packa
     calls = _copies(monkeypatch)
     out = tmp_path / "out"
     convert_package(src, out, OffloadOptions(mode="auto"), link=LinkPolicy.COPY)
-    assert (st.st_size, True) in calls  # hashed in the copy pass, not trusted
-    got = json.loads((out / "package_manifest.json").read_text())["files"]["model.onnx.data"]["sha256"]
+    # the stale digest is not carried over: the copy is recorded by its identity alone
+    assert (st.st_size, False) in calls
+    rec = json.loads((out / "package_manifest.json").read_text())["files"]["model.onnx.data"]
+    assert "sha256" not in rec and rec["identity"]["size"] == st.st_size
+    calls.clear()
+    convert_package(src, tmp_path / "digested", OffloadOptions(mode="auto"), link=LinkPolicy.COPY, digest=True)
+    assert (st.st_size, True) in calls  # --digest: hashed in the copy pass, not trusted
+    got = json.loads((tmp_path / "digested" / "package_manifest.json").read_text())["files"]["model.onnx.data"]["sha256"]
     assert got == hashlib.sha256(data.read_bytes()).hexdigest() != files["model.onnx.data"].sha256
