@@ -24,6 +24,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from q38.package import ExternalRef, Placement, PoolEntry, WeightsPool, external_refs
+from q38.package.graphs import is_external
 
 __all__ = ["DerivedStore", "SourceIdentity", "reconcile_pool", "source_identities", "tensor_refs"]
 
@@ -52,7 +53,7 @@ def source_identities(
         ids[ref.name] = ("file", st.st_dev, st.st_ino, ref.offset, ref.length)
     for name, value in model.graph.initializers.items():
         tensor = value.const_value
-        if name in ids or tensor is None or isinstance(tensor, ir.ExternalTensor):
+        if name in ids or tensor is None or is_external(tensor):
             continue
         digest = hashlib.sha256(tensor.tobytes()).hexdigest()
         ids[name] = ("inline", tensor.dtype, tuple(int(d) for d in tensor.shape.numpy()), digest)
@@ -118,7 +119,7 @@ class DerivedStore:
         for name in sorted(provenance):
             value = model.graph.initializers.get(name)
             tensor = value.const_value if value is not None else None
-            if value is None or tensor is None or isinstance(tensor, ir.ExternalTensor):
+            if value is None or tensor is None or is_external(tensor):
                 continue
             if tensor.nbytes < _INLINE_LIMIT:
                 continue

@@ -10,6 +10,13 @@ between node ``i - 1`` and node ``i``.
 When no such place exists (a replacement whose inputs are produced after a reader of one of the
 values it replaces), the order records it and the pass sorts its graph once at its end; the
 passes here place every exporter form without that fallback.
+
+Dead matched nodes leave the graph in one removal per pass call (:meth:`NodeOrder.flush`): each
+``Graph.remove`` call costs O(graph outputs) besides its nodes (onnx-ir builds a set of the
+outputs per call), so one call per rewrite made a pass O(rewrites x outputs) -- quadratic in
+layers, since both grow with them. A node found dead is detached from its inputs at once (no
+producer sees it as a reader any more) and is no longer alive to the pass: it is skipped as an
+anchor and as a place to insert before.
 """
 
 from __future__ import annotations
@@ -35,7 +42,28 @@ class NodeOrder:
         self._key: dict[ir.Node, Key] = {n: (i, _LAST) for i, n in enumerate(self._nodes)}
         self._inserted: dict[int, int] = {}
         self._owner: dict[ir.Graph, ir.Node] | None = None
+        self._dead: dict[ir.Node, None] = {}  # found dead, detached, removed by flush()
         self.needs_sort = False
+
+    def alive(self, node: ir.Node) -> bool:
+        """``node`` is in this graph and was not found dead during this pass call."""
+        return node.graph is self.graph and node not in self._dead
+
+    def bury(self, dead: Iterable[ir.Node]) -> None:
+        """Detach ``dead`` nodes from their inputs now; :meth:`flush` removes them from the graph."""
+        for node in dead:
+            if node in self._dead:
+                continue
+            self._dead[node] = None
+            for i, value in enumerate(node.inputs):
+                if value is not None:
+                    node.replace_input_with(i, None)
+
+    def flush(self) -> None:
+        """Remove every node buried since the last flush, in one ``Graph.remove`` (checked: safe)."""
+        if self._dead:
+            self.graph.remove(list(self._dead), safe=True)
+            self._dead.clear()
 
     def index(self, node: ir.Node) -> int:
         """The node's index in the graph as the pass call found it (-1 for a node it created)."""
@@ -77,13 +105,13 @@ class NodeOrder:
 
     def _anchor_after(self, lo: Key, matched: Sequence[ir.Node]) -> ir.Node | None:
         """The earliest original node still in the graph that comes after ``lo``, preferring a matched one."""
-        here = [n for n in matched if n.graph is self.graph and self._key.get(n, (-1, 0)) > lo
+        here = [n for n in matched if self.alive(n) and self._key.get(n, (-1, 0)) > lo
                 and self._key[n][1] == _LAST]
         if here:
             return min(here, key=lambda n: self._key[n])
         start = lo[0] + 1 if lo[1] == _LAST else lo[0]
         for node in self._nodes[max(start, 0):]:
-            if node.graph is self.graph:
+            if self.alive(node):
                 return node
         return None
 
@@ -131,14 +159,16 @@ class NodeOrder:
         return ka is not None and kb is not None and ka < kb
 
 
-def remove_dead(graph: ir.Graph, candidates: Sequence[ir.Node]) -> None:
-    """Remove those of ``candidates`` whose outputs nobody outside them reads, in one removal.
+def remove_dead(graph: ir.Graph, candidates: Sequence[ir.Node], order: NodeOrder | None = None) -> None:
+    """Remove those of ``candidates`` whose outputs nobody outside them reads.
 
     Only the given nodes are considered: a rewrite removes what it matched (and shared producers
     such as rotary caches once their last reader is gone), never unrelated dead code. A read by a
-    subgraph node (a capture) is a read. A graph output is never removed.
+    subgraph node (a capture) is a read. A graph output is never removed. With ``order`` (a pass
+    call's) the dead nodes are buried there, removed at its :meth:`NodeOrder.flush`; without,
+    removed now in one removal.
     """
-    pending = [n for n in candidates if n.graph is graph]
+    pending = [n for n in candidates if (order.alive(n) if order is not None else n.graph is graph)]
     dead: set[ir.Node] = set()
     changed = True
     while changed:
@@ -150,5 +180,9 @@ def remove_dead(graph: ir.Graph, candidates: Sequence[ir.Node]) -> None:
                    for out in node.outputs):
                 dead.add(node)
                 changed = True
-    if dead:
+    if not dead:
+        return
+    if order is None:
         graph.remove(dead, safe=True)
+    else:
+        order.bury(n for n in pending if n in dead)  # in candidate order: deterministic

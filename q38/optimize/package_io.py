@@ -12,6 +12,7 @@ the manifest are written fresh (never through a hard link to the source's files)
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +51,10 @@ __all__ = ["optimize_package"]
 
 
 def _reader(graph_path: Path, root: Path) -> TensorReader:
+    files: dict[str, tuple[Path, os.stat_result]] = {}  # path checks once per data file, not per read
+
     def read(value: ir.Value) -> np.ndarray:
-        return read_tensor(value, graph_path=graph_path, root=root)
+        return read_tensor(value, graph_path=graph_path, root=root, files=files)
 
     return read
 

@@ -34,6 +34,7 @@ __all__ = [
     "ExternalRef",
     "all_graphs",
     "external_refs",
+    "is_external",
     "iter_tensors",
     "load_graph",
     "quiet_deserializer",
@@ -87,10 +88,26 @@ def iter_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
                     yield f"{node.name or node.op_type}.{attr.name}", attr.value
 
 
+_EXTERNAL_CLASSES: dict[type, bool] = {}
+
+
+def is_external(tensor: object) -> bool:
+    """``isinstance(tensor, ir.ExternalTensor)``, decided once per class.
+
+    ``ir.ExternalTensor``'s metaclass is typing's protocol metaclass: a plain ``isinstance`` of a
+    non-external tensor costs ~3 us, paid for every tensor of every walk of a graph.
+    """
+    cls = type(tensor)
+    known = _EXTERNAL_CLASSES.get(cls)
+    if known is None:
+        known = _EXTERNAL_CLASSES[cls] = issubclass(cls, ir.ExternalTensor)
+    return known
+
+
 def external_refs(model: ir.Model) -> list[ExternalRef]:
     refs = []
     for name, tensor in iter_tensors(model):
-        if isinstance(tensor, ir.ExternalTensor):
+        if is_external(tensor):
             refs.append(
                 ExternalRef(
                     name=name,
@@ -303,13 +320,24 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
     return model
 
 
-def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root: Path) -> np.ndarray:
-    """The tensor's values, reading external bytes ourselves (hard-link tolerant)."""
+def read_tensor(
+    tensor: ir.TensorProtocol | ir.Value,
+    *,
+    graph_path: Path,
+    root: Path,
+    files: dict[str, tuple[Path, os.stat_result]] | None = None,
+) -> np.ndarray:
+    """The tensor's values, reading external bytes ourselves (hard-link tolerant).
+
+    ``files``: a cache of the per-file checks (path safety, stat) shared by the reads of one
+    graph (as :func:`load_graph` shares them); each read still opens the checked path afresh as a
+    regular file and checks its byte range against the file's size.
+    """
     if isinstance(tensor, ir.Value):
         if tensor.const_value is None:
             raise GraphError(f"{graph_path.name}: value {quote(tensor.name)} has no constant value")
         tensor = tensor.const_value
-    if not isinstance(tensor, ir.ExternalTensor):
+    if not is_external(tensor):
         return tensor.numpy()
     ref = ExternalRef(
         name=str(tensor.name),
@@ -319,7 +347,7 @@ def read_tensor(tensor: ir.TensorProtocol | ir.Value, *, graph_path: Path, root:
         dtype=tensor.dtype,
         shape=tuple(int(d) for d in tensor.shape.numpy()),
     )
-    named, offset, length = _check_external(graph_path, root, ref)
+    named, offset, length = _check_external(graph_path, root, ref, files)
     fd = open_regular(named, what=f"{graph_path.name}: external data of {quote(ref.name)}", error=GraphError)
     try:
         data = os.pread(fd, length, offset)
@@ -351,7 +379,7 @@ def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> N
         for graph in all_graphs(model):
             for value in graph.initializers.values():
                 tensor = value.const_value
-                if tensor is None or isinstance(tensor, ir.ExternalTensor) or tensor.nbytes < _INLINE_LIMIT:
+                if tensor is None or is_external(tensor) or tensor.nbytes < _INLINE_LIMIT:
                     continue
                 if fh is None:
                     fh = stack.enter_context(open(data_path, "ab"))
