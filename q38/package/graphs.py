@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeGuard
 
 import numpy as np
 import onnx
@@ -91,7 +91,7 @@ def iter_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
 _EXTERNAL_CLASSES: dict[type, bool] = {}
 
 
-def is_external(tensor: object) -> bool:
+def is_external(tensor: object) -> TypeGuard[ir.ExternalTensor]:
     """``isinstance(tensor, ir.ExternalTensor)``, decided once per class.
 
     ``ir.ExternalTensor``'s metaclass is typing's protocol metaclass: a plain ``isinstance`` of a
