@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import onnx_ir as ir
@@ -32,7 +32,9 @@ import onnx_ir as ir
 from q38._ops import MS_DOMAIN, MS_OPSET
 from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
 from q38.optimize.graph_order import NodeOrder, remove_dead
-from q38.ort_kernels import CpuKernels, cpu_kernels, dtype_name
+
+if TYPE_CHECKING:  # the kernel table (and its onnxruntime probe) is imported by --target cpu only
+    from q38.ort_kernels import CpuKernels
 
 __all__ = [
     "SUBGRAPH_REASON",
@@ -408,6 +410,8 @@ class RewritePass(ir.passes.InPlacePass):
 
     def _missing_cpu_kernel(self, match: object) -> str | None:
         """Why a CPU session could not run what the rewrite of ``match`` produces, or None."""
+        from q38.ort_kernels import cpu_kernels, dtype_name
+
         kernels = self.kernels if self.kernels is not None else cpu_kernels()
         for node in self.produces(match):
             if kernels.has(node.op, node.domain, node.dtype):

@@ -81,21 +81,32 @@ def invariant_problem(model: ir.Model) -> str | None:
     import is checked by the pass that introduced contrib nodes.
     """
     dups: list[str] = []
-    defined: set[int] = set()
+    # Values hash by identity (ir.Value defines no __eq__/__hash__): the sets and the scope hold
+    # the values themselves; one list of each graph's nodes serves both walks below.
+    defined: set[ir.Value] = set()
 
-    def visit(graph: ir.Graph, outer: dict[str, int]) -> str | None:
+    def visit(graph: ir.Graph, outer: dict[str, ir.Value]) -> str | None:
         # Names: one scope per graph, the enclosing scopes included (complete before any body).
         scope = dict(outer)
-        for value in (*graph.inputs, *graph.initializers.values(), *(o for n in graph for o in n.outputs)):
+        bind = scope.setdefault
+        nodes = list(graph)
+        heads = (*graph.inputs, *graph.initializers.values())
+        for value in heads:
             name = value.name
-            if name and scope.setdefault(name, id(value)) != id(value):
+            if name and bind(name, value) is not value:
                 dups.append(name)
+        for node in nodes:
+            for value in node.outputs:
+                name = value.name
+                if name and bind(name, value) is not value:
+                    dups.append(name)
         # Order: a read (a body's capture included) must follow its producer.
-        for value in (*graph.inputs, *graph.initializers.values()):
-            defined.add(id(value))
-        for node in graph:
+        define = defined.add
+        for value in heads:
+            define(value)
+        for node in nodes:
             for read in node.inputs:
-                if read is not None and id(read) not in defined and read.producer() is not None:
+                if read is not None and read not in defined and read.producer() is not None:
                     return (f"graph is not topologically sorted: node {node.op_type} {node.name!r} "
                             f"reads {read.name!r} before it is produced")
             for sub in subgraphs_of(node):
@@ -103,7 +114,7 @@ def invariant_problem(model: ir.Model) -> str | None:
                 if problem:
                     return problem
             for out in node.outputs:
-                defined.add(id(out))
+                define(out)
         return None
 
     problem = visit(model.graph, {})

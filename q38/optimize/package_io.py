@@ -35,7 +35,6 @@ from q38.package import (
     WeightsPool,
     check_output_outside,
     detect_surface,
-    external_refs,
     format_pool,
     open_package,
     read_tensor,
@@ -107,8 +106,7 @@ def optimize_package(
             bar.advance()
             gpath, root = pkg.graph_path(role), pkg.graph_dir(role)
             pool_rel = _pool_rel(pkg, role)
-            model = pkg.load(role)
-            ext = external_refs(model)
+            model, ext = pkg.load_with_refs(role)  # the references load checked: no second walk
             sources = source_identities(model, gpath.parent, ext)
             refs_before[pool_rel][role] = tensor_refs(model, gpath.parent, pkg.root / Path(pool_rel).parent, ext)
             before = len(model.graph)

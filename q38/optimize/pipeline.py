@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -20,7 +21,9 @@ from q38.optimize.graph_checks import NameTable
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
-from q38.ort_kernels import CpuKernels
+
+if TYPE_CHECKING:  # imported by --target cpu only (q38.optimize._common)
+    from q38.ort_kernels import CpuKernels
 
 __all__ = ["PASS_NAMES", "PIPELINE", "OptimizeResult", "optimize_model", "select_passes"]
 

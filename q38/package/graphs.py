@@ -37,6 +37,7 @@ __all__ = [
     "is_external",
     "iter_tensors",
     "load_graph",
+    "load_graph_refs",
     "quiet_deserializer",
     "read_tensor",
     "save_graph",
@@ -76,16 +77,37 @@ def _subgraphs(graph: ir.Graph) -> Iterator[ir.Graph]:
                     yield from _subgraphs(sub)
 
 
+_TENSOR: Final = ir.AttributeType.TENSOR
+_GRAPH: Final = ir.AttributeType.GRAPH
+_GRAPHS: Final = ir.AttributeType.GRAPHS
+
+
 def iter_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
-    """(value name, tensor) for every initializer and Constant/attribute tensor, all graphs."""
-    for graph in all_graphs(model):
-        for name, value in graph.initializers.items():
-            if value.const_value is not None:
-                yield name, value.const_value
-        for node in graph:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.TENSOR:
-                    yield f"{node.name or node.op_type}.{attr.name}", attr.value
+    """(value name, tensor) for every initializer and Constant/attribute tensor, all graphs.
+
+    Graphs in :func:`all_graphs`' order, each in one walk of its nodes (the same walk finds its
+    subgraphs); attributes through ``Attributes.data`` (the UserDict's dict: no per-key
+    ``__getitem__`` of the Mapping ABC, for every attribute of every node).
+    """
+    yield from _graph_tensors(model.graph)
+
+
+def _graph_tensors(graph: ir.Graph) -> Iterator[tuple[str, ir.TensorProtocol]]:
+    for name, value in graph.initializers.items():
+        if value.const_value is not None:
+            yield name, value.const_value
+    subs: list[ir.Graph] = []
+    for node in graph:
+        for attr in node.attributes.data.values():
+            kind = attr.type
+            if kind == _TENSOR:
+                yield f"{node.name or node.op_type}.{attr.name}", attr.value
+            elif kind == _GRAPH and attr.value is not None:  # a reference attribute holds no graph
+                subs.append(attr.value)
+            elif kind == _GRAPHS and attr.value is not None:
+                subs.extend(attr.value)
+    for sub in subs:
+        yield from _graph_tensors(sub)
 
 
 _EXTERNAL_CLASSES: dict[type, bool] = {}
@@ -277,7 +299,15 @@ def quiet_deserializer(active: bool = True) -> Iterator[None]:
 
 
 def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Model:
+    """Load ``path`` without external weights, validating every external-data reference (see
+    :func:`load_graph_refs`, which also returns the references it checked)."""
+    return load_graph_refs(path, root=root, check_structure=check_structure)[0]
+
+
+def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> tuple[ir.Model, list[ExternalRef]]:
     """Load ``path`` without external weights, validating every external-data reference.
+
+    Returns the model and its external-data references (``external_refs(model)`` as loaded).
 
     Args:
         path: the ``.onnx`` file.
@@ -311,13 +341,14 @@ def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Mo
         raise GraphError(f"{clip(path)}: not a valid ONNX model (malformed graph): {detail}") from None
     ir.external_data.set_base_dir(model.graph, os.path.dirname(path))
     files: dict[str, tuple[Path, os.stat_result]] = {}
-    for ref in external_refs(model):
+    refs = external_refs(model)
+    for ref in refs:
         _check_external(path, root, ref, files)
     if check_structure:
         _check_structure(model.graph, path)
     model.meta["q38.path"] = str(path)
     model.meta["q38.root"] = str(root)
-    return model
+    return model, refs
 
 
 def read_tensor(

@@ -15,7 +15,7 @@ import onnx_ir as ir
 from q38.errors import PackageError, PoolError, clip, quote
 from q38.package.config import CONFIG_FILENAME, Config, config_to_dict, dumps_config, read_config
 from q38.package.files import describe_mode, os_problem
-from q38.package.graphs import load_graph
+from q38.package.graphs import ExternalRef, load_graph, load_graph_refs
 from q38.package.hashing import KnownDigests
 from q38.package.links import LinkMode, LinkPolicy, Placer, place
 from q38.package.manifest import (
@@ -93,6 +93,10 @@ class Package:
     def load(self, role: str) -> ir.Model:
         """Load one graph without its external weights (validated, hard-link tolerant)."""
         return load_graph(self.graph_path(role), root=self.graph_dir(role))
+
+    def load_with_refs(self, role: str) -> tuple[ir.Model, list[ExternalRef]]:
+        """:meth:`load`, and the external-data references it validated (``external_refs``)."""
+        return load_graph_refs(self.graph_path(role), root=self.graph_dir(role))
 
 
 def _require_file(base: Path, rel: str, *, what: str) -> Path:
