@@ -313,3 +313,90 @@ def test_conv_stays_in_place_when_every_reader_of_the_state_follows_it() -> None
     feeds = {"x": np.ones((1, 2, 8), np.float16), "past.0.conv": np.ones((1, 8, 3), np.float16),
              "cond": np.array(True)}
     close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
+
+
+def test_conv_moved_after_a_late_weight_producer_is_sorted_once() -> None:
+    """A reader of the carried state sits before the conv and the conv's weight is produced after
+    that reader: the conv cannot be placed before the reader, so the pass records the sort it needs
+    and the result is still topologically sorted, with the same outputs."""
+    proto = G.conv_carry_model()
+    g = proto.graph
+    nodes = list(g.node)
+    conv_idx = next(i for i, n in enumerate(nodes) if n.op_type == "CausalConvWithState")
+    reader = helper.make_node("Identity", ["present.0.conv"], ["state_probe"], name="/probe")
+    late = helper.make_node("Identity", ["conv.weight"], ["w_late"], name="/late")
+    nodes[conv_idx].input[1] = "w_late"
+    del g.node[:]
+    g.node.extend([*nodes[:conv_idx], reader, late, *nodes[conv_idx:]])
+    g.output.append(helper.make_tensor_value_info("state_probe", G.F16, None))
+    g.value_info.append(helper.make_tensor_value_info("w_late", G.F16, [8, 1, 4]))
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 1 and p.sorted == 1
+    assert check_topological(model.graph) is None
+    order = [n.name for n in model.graph]
+    assert order.index("/late") < order.index("/conv/CausalConvWithState") < order.index("/probe")
+    feeds = {"x": np.ones((1, 2, 8), np.float16), "past.0.conv": np.full((1, 8, 3), 0.5, np.float16)}
+    close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
+
+
+def test_conv_carry_slice_over_two_axes_is_declined() -> None:
+    """A carry Slice that also cuts the batch axis is no trailing slice of the sequence axis: fusing
+    it would carry every batch row where the graph carries all but the first."""
+    proto = G.conv_carry_model()
+    sl = _node(proto, "Slice")
+    K.set_init(proto, sl.input[1], np.asarray([-3, 1], np.int64))
+    K.set_init(proto, sl.input[2], np.asarray([G.INT64_MAX, G.INT64_MAX], np.int64))
+    K.set_init(proto, sl.input[3], np.asarray([-1, 0], np.int64))
+    _conv_decline(proto, "carry Slice is not a constant trailing slice of the sequence axis")
+    feeds = {"x": np.ones((2, 2, 8), np.float16), "past.0.conv": np.ones((2, 8, 3), np.float16)}
+    assert run_ort(proto, feeds)[1].shape == (1, 8, 3)
+
+
+# -- FP8 head: one quantized weight per source weight, a typed output --------------------------------
+def _two_heads(same_weight: bool) -> onnx.ModelProto:
+    g = G.G()
+    n = g.inp("n", G.F16, ["B", "S", 64])
+    r = G.rng(5)
+    w0 = g.init("lm_head.weight", (0.1 * r.standard_normal((64, 8))).astype(np.float16))
+    w1 = w0 if same_weight else g.init("mtp.0.lm_head.weight", (0.1 * r.standard_normal((64, 8))).astype(np.float16))
+    g.op("MatMul", [n, w0], outs=["logits"], name="/lm_head/MatMul")
+    g.op("MatMul", [n, w1], outs=["mtp.0.logits"], name="/mtp/lm_head/MatMul")
+    g.out("logits", G.F16, ["B", "S", 8])
+    g.out("mtp.0.logits", G.F16, ["B", "S", 8])
+    return g.model(ms=False)
+
+
+@pytest.mark.parametrize("same_weight", [False, True])
+def test_fp8_heads_quantize_each_source_weight_once_and_read_their_own(same_weight: bool) -> None:
+    """Two vocabulary projections: with two weights each fused node reads its own FP8 copy (and
+    keeps the parity of its own head); with one shared weight both read the one copy."""
+    from q38.optimize.fp8_head import QuantizeFp8HeadPass
+
+    proto = _two_heads(same_weight)
+    model, p = apply(QuantizeFp8HeadPass, proto)
+    assert p.count == 2
+    fused = [n for n in model.graph if n.op_type == "MatMulBlockQuantizedFp8Weight"]
+    read = [(n.inputs[1].name, n.inputs[2].name) for n in fused]
+    if same_weight:
+        assert read == [("lm_head.weight.fp8", "lm_head.weight.fp8_scale")] * 2
+    else:
+        assert read == [("lm_head.weight.fp8", "lm_head.weight.fp8_scale"),
+                        ("mtp.0.lm_head.weight.fp8", "mtp.0.lm_head.weight.fp8_scale")]
+    assert sorted(model.graph.initializers) == sorted({name for pair in read for name in pair})
+    feeds = {"n": np.random.default_rng(2).standard_normal((1, 2, 64)).astype(np.float16)}
+    close(run_ref(model, feeds), run_ort(proto, feeds), atol=0.05)
+
+
+def test_fp8_head_output_declared_without_a_type_gets_the_activation_dtype() -> None:
+    import onnx_ir as ir
+
+    from q38.optimize.fp8_head import QuantizeFp8HeadPass
+
+    model = ir.from_proto(_two_heads(same_weight=True))
+    for out in model.graph.outputs:
+        out.type = None
+    p = QuantizeFp8HeadPass()
+    p(model)
+    assert p.count == 2
+    assert [(o.name, o.dtype) for o in model.graph.outputs] == [
+        ("logits", ir.DataType.FLOAT16), ("mtp.0.logits", ir.DataType.FLOAT16)]

@@ -4,7 +4,8 @@ Invariants guarded (a change to any emitted node, attribute, name, initializer b
 import, config, pool entry or manifest field shows up as a reviewable golden diff):
 * the graph each rewrite emits on its micro-graph (RMSNormRotary, shared-expert projection,
   hyper-connection mix with its PostMix prologue, the three CausalConvWithState carry forms, the
-  FP8 head);
+  FP8 head), and on the same micro-graph with every node unnamed (the names a rewrite derives
+  when the anchor has none);
 * the optimized tiny faithful package (--target cuda): target and head graphs, config, pool and
   manifest.
 
@@ -39,6 +40,18 @@ def _fp8_head() -> object:
     return g.model(ms=False)
 
 
+def _unnamed(build: object) -> object:
+    """The same micro-graph with every node name empty: the rewrite derives its names from nothing."""
+
+    def unnamed() -> object:
+        proto = build()  # type: ignore[operator]
+        for node in proto.graph.node:
+            node.name = ""
+        return proto
+
+    return unnamed
+
+
 CASES = {
     "rms_norm_rotary": (FuseRMSNormRotaryPass, lambda: G.rms_rotary_model()),
     "shared_expert": (FuseSharedExpertPass, lambda: G.shared_expert_model()),
@@ -48,6 +61,7 @@ CASES = {
     "causal_conv_state_channels_last": (FuseCausalConvStatePass, lambda: G.conv_carry_model(form="channels_last")),
     "fp8_head": (QuantizeFp8HeadPass, _fp8_head),
 }
+CASES.update({f"{case}_unnamed": (cls, _unnamed(build)) for case, (cls, build) in list(CASES.items())})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 import support.optimize_graphs as G
 import support.optimize_property_kit as K
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support.optimize_graphs import INT64_MAX
+from support.optimize_guard_outcomes import OUTCOMES
 
 from q38.optimize import RewritePass
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
@@ -204,16 +206,20 @@ def rms_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
     }
 
 
+def _rms_build(case: dict[str, Any]) -> tuple[onnx.ModelProto, str, str]:
+    proto = _rms_proto(case)
+    if case["mutate"]:
+        case["mutate"](proto, case)
+    return proto, "cpu" if case["name"] == "target_cpu" else "cuda", case["kind"]
+
+
 @pytest.mark.parametrize("name", sorted(RMS))
 @props(RMS)
 @given(data=st.data())
 def test_rms_norm_rotary_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
     case = data.draw(rms_cases(name))
-    proto = _rms_proto(case)
-    if case["mutate"]:
-        case["mutate"](proto, case)
+    proto, target, _ = _rms_build(case)
     feeds = K.feeds_for(proto, {"B": 2, "S": case["S"]}, case["seed"], rows=case["P"])
-    target = "cpu" if case["name"] == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseRMSNormRotaryPass, feeds, target=target, atol=2e-2)
     _events(p, case["name"])
     _verdict(p, case["kind"], case["chains"])
@@ -262,17 +268,21 @@ def se_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
             "S": draw(st.integers(1, 4))}
 
 
+def _se_build(case: dict[str, Any]) -> tuple[onnx.ModelProto, str, str]:
+    up = _SE_W[0] if case["name"] == "shared_weights" else None
+    proto = G.shared_expert_model(H=case["H"], I=case["I"], seed=case["seed"], commuted=case["commuted"], up_weight=up)
+    if case["mutate"]:
+        case["mutate"](proto, case)
+    return proto, "cpu" if case["name"] == "target_cpu" else "cuda", case["kind"]
+
+
 @pytest.mark.parametrize("name", sorted(SE))
 @props(SE)
 @given(data=st.data())
 def test_shared_expert_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
     case = data.draw(se_cases(name))
-    up = _SE_W[0] if case["name"] == "shared_weights" else None
-    proto = G.shared_expert_model(H=case["H"], I=case["I"], seed=case["seed"], commuted=case["commuted"], up_weight=up)
-    if case["mutate"]:
-        case["mutate"](proto, case)
+    proto, target, _ = _se_build(case)
     feeds = K.feeds_for(proto, {"B": 2, "S": case["S"]}, case["seed"])
-    target = "cpu" if case["name"] == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseSharedExpertPass, feeds, target=target, atol=1e-2)
     _events(p, case["name"])
     _verdict(p, case["kind"], 1)
@@ -361,11 +371,7 @@ def hc_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
             "seed": draw(st.integers(0, 2**16)), "idx": draw(st.integers(0, 1000)), "S": draw(st.integers(1, 3))}
 
 
-@pytest.mark.parametrize("name", sorted(HC))
-@props(HC)
-@given(data=st.data())
-def test_hyper_connection_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
-    case = data.draw(hc_cases(name))
+def _hc_build(case: dict[str, Any]) -> tuple[onnx.ModelProto, str, str]:
     C, H = case["C"], case["H"]
     kw: dict[str, Any] = {"eps": case["eps"]}
     if case["name"] == "scale_2d":
@@ -377,11 +383,19 @@ def test_hyper_connection_rewrites_with_parity_or_declines(name: str, data: st.D
     proto = G.hc_model(C=C, H=H, R=case["R"], two_blocks=case["two"], seed=case["seed"], dtype=case["dtype"], **kw)
     if case["mutate"]:
         case["mutate"](proto, case)
-    feeds = K.feeds_for(proto, {"B": 2, "S": case["S"], "W": C * H}, case["seed"])
-    target = "cpu" if case["name"] == "target_cpu" else "cuda"
+    kind = "ok" if case["name"].startswith("scale_per_feature") and C == 1 else case["kind"]  # (H) == (C*H)
+    return proto, "cpu" if case["name"] == "target_cpu" else "cuda", kind
+
+
+@pytest.mark.parametrize("name", sorted(HC))
+@props(HC)
+@given(data=st.data())
+def test_hyper_connection_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(hc_cases(name))
+    proto, target, kind = _hc_build(case)
+    feeds = K.feeds_for(proto, {"B": 2, "S": case["S"], "W": case["C"] * case["H"]}, case["seed"])
     atol = 3e-2 if case["dtype"] == np.float16 else 1e-3
     _, p = K.check_rewrite(proto, FuseHyperConnectionPass, feeds, target=target, atol=atol, rtol=3e-2)
-    kind = "ok" if case["name"].startswith("scale_per_feature") and C == 1 else case["kind"]  # (H) == (C*H)
     # Candidates: one chain per block, plus the second block's PostMix prologue.
     _events(p, case["name"])
     _verdict(p, kind, 3 if case["two"] else 1)
@@ -447,11 +461,7 @@ def conv_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
             "seed": draw(st.integers(0, 2**16)), "S": draw(st.integers(1, 5))}
 
 
-@pytest.mark.parametrize("name", sorted(CONV))
-@props(CONV)
-@given(data=st.data())
-def test_causal_conv_state_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
-    case = data.draw(conv_cases(name))
+def _conv_build(case: dict[str, Any]) -> tuple[onnx.ModelProto, str, str, object]:
     name, form, k, dil = case["name"], case["form"], case["K"], case["dilation"]
     kind = case["kind"]
     L = (k - 1) * dil
@@ -483,8 +493,16 @@ def test_causal_conv_state_rewrites_with_parity_or_declines(name: str, data: st.
         case["mutate"](proto, case)
     if form == "first_token" and name in ("hist_wrong", "dilation_mismatch"):
         kind = "any"  # the first-token form carries no history-length Slice
+    return proto, "cpu" if name == "target_cpu" else "cuda", kind, S
+
+
+@pytest.mark.parametrize("name", sorted(CONV))
+@props(CONV)
+@given(data=st.data())
+def test_causal_conv_state_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
+    case = data.draw(conv_cases(name))
+    proto, target, kind, S = _conv_build(case)
     feeds = K.feeds_for(proto, {"B": 2, "S": 1 if S == 1 else case["S"]}, case["seed"])
-    target = "cpu" if name == "target_cpu" else "cuda"
     _, p = K.check_rewrite(proto, FuseCausalConvStatePass, feeds, target=target, atol=0)
     _events(p, case["name"])
     _verdict(p, kind, 1)
@@ -525,20 +543,94 @@ def fp8_cases(draw: st.DrawFn, case: str) -> dict[str, Any]:
             "S": draw(st.integers(1, 3))}
 
 
+def _fp8_build(case: dict[str, Any]) -> tuple[onnx.ModelProto, str, str]:
+    proto = _head_proto(case)
+    if case["mutate"]:
+        case["mutate"](proto, case)
+    return proto, "cpu" if case["name"] == "target_cpu" else "cuda", case["kind"]
+
+
 @pytest.mark.parametrize("name", sorted(FP8))
 @props(FP8)
 @given(data=st.data())
 def test_fp8_head_rewrites_with_parity_or_declines(name: str, data: st.DataObject) -> None:
     case = data.draw(fp8_cases(name))
-    proto = _head_proto(case)
-    if case["mutate"]:
-        case["mutate"](proto, case)
+    proto, target, _ = _fp8_build(case)
     feeds = K.feeds_for(proto, {"B": 2, "S": case["S"]}, case["seed"])
-    target = "cpu" if case["name"] == "target_cpu" else "cuda"
     # FP8 e4m3 (3 mantissa bits) against the fp16 original: a quantization-sized tolerance.
     _, p = K.check_rewrite(proto, QuantizeFp8HeadPass, feeds, target=target, atol=0.2, rtol=0.1)
     _events(p, case["name"])
     _verdict(p, case["kind"], 1)
+
+
+# -- every guard case on one fixed example per variant: the exact outcome of every candidate -------
+# The random examples above check parity and "declined with some reason"; these pin WHICH guard
+# declines each case (its exact `--explain` line, values included) and that the others fuse, so a
+# guard that stops firing, fires on the wrong candidate or reports another reason fails here.
+# support/optimize_guard_outcomes.py holds the expected lines (reviewed; regenerate deliberately).
+_Build = Callable[[dict[str, Any]], tuple[Any, ...]]
+_IDX_CASES = ("private_consumer", "private_output", "private_capture", "empty_names_extra_reader",
+              "w_input", "w_fp32", "w_3d", "k_mismatch", "proj_output")
+
+
+def _fixed(table: str, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(variant, ctx) of the fixed examples of one case."""
+    idxs = range(8 if table == "hc" else 3) if name in _IDX_CASES else range(1)
+    if table == "rms":
+        dtype = np.float32 if name == "fp32" else np.float16
+        for variant, alt, com in (("alt0", False, False), ("alt1", True, False), ("com1", False, True)):
+            yield variant, {"N": 2, "D": 8, "P": 6, "eps": 1e-5, "alternate": alt, "commuted": com, "chains": 2,
+                            "S": 2, "idx": 0, "seed": 0, "dtype": dtype}
+    elif table == "se":
+        for com in (False, True):
+            for idx in idxs:
+                yield f"idx{idx}/com{int(com)}", {"H": 6, "I": 4, "commuted": com, "seed": 0, "idx": idx, "S": 2}
+    elif table == "hc":
+        for c in (1, 2):
+            for idx in idxs:
+                yield f"idx{idx}/C{c}", {"C": c, "H": 4, "R": 3, "two": True, "dtype": np.float16, "seed": 0,
+                                         "idx": idx, "S": 2, "eps": None if name == "eps_none" else 1e-5}
+    elif table == "conv":
+        for form in ("channels_first", "first_token", "channels_last"):
+            for dil in (1, 2):
+                yield f"{form}/d{dil}", {"form": form, "C": 4, "K": 3, "dilation": dil,
+                                         "symbolic_first_token": False, "seed": 0, "S": 2}
+    else:
+        yield "h16", {"H": 16, "V": 8, "seed": 0, "S": 2, "dtype": np.float32 if name == "act_fp32" else np.float16}
+
+
+_TABLES: dict[str, tuple[dict[str, tuple[str, Mutation | None]], type[RewritePass], _Build]] = {
+    "rms": (RMS, FuseRMSNormRotaryPass, lambda c: _rms_build(c)),
+    "se": (SE, FuseSharedExpertPass, lambda c: _se_build(c)),
+    "hc": (HC, FuseHyperConnectionPass, lambda c: _hc_build(c)),
+    "conv": (CONV, FuseCausalConvStatePass, lambda c: _conv_build(c)),
+    "fp8": (FP8, QuantizeFp8HeadPass, lambda c: _fp8_build(c)),
+}
+
+
+def _guard_outcomes(table: str) -> Iterator[tuple[str, str, list[str]]]:
+    """(case, variant, outcome lines) of every fixed example of one table."""
+    cases, cls, build = _TABLES[table]
+    for name in sorted(cases):
+        kind, mutate = cases[name]
+        for variant, ctx in _fixed(table, name):
+            proto, target = build({"name": name, "kind": kind, "mutate": mutate, **ctx})[:2]
+            p = cls(target=target)  # type: ignore[arg-type]
+            p(ir.from_proto(proto))
+            yield name, variant, [o.line() for o in p.outcomes]
+
+
+@pytest.mark.parametrize("table", sorted(_TABLES))
+def test_every_guard_case_gives_its_recorded_outcome_on_each_candidate(table: str) -> None:
+    wrong = []
+    for name, variant, lines in _guard_outcomes(table):
+        key = f"{table}/{name}/{variant}"  # the most specific recorded key: variant, its family, the case
+        while key not in OUTCOMES and key.count("/") > 1:
+            key = key.rsplit("/", 1)[0]
+        expected = OUTCOMES.get(key)
+        if tuple(lines) != expected:
+            wrong.append(f"{table}/{name}/{variant}: got {lines}, expected {expected}")
+    assert not wrong, "\n".join(wrong)
 
 
 # -- the oracle's own references ------------------------------------------------------------------
