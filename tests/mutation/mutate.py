@@ -43,6 +43,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -60,6 +61,10 @@ ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
 # alone takes ~2 s, sympy included), never q38 / contracts / tests.support.
 PRELOAD = ("numpy", "ml_dtypes", "onnx", "onnx.helper", "onnx.numpy_helper", "onnxruntime", "onnx_ir",
            "hypothesis", "syrupy", "pytest_benchmark.plugin")
+
+# The default run judges a seeded uniform sample of this many mutants per package (``--all``: every
+# mutant): sized so that both packages finish in under an hour on 2 cores (see the docstring).
+DEFAULT_SAMPLE = 300
 
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # failed, errored, timed out, crashed
 SURVIVED = {0, 5, 33}  # passed, or no test ran the mutant
@@ -124,9 +129,11 @@ def _mutmut_section(package: str, tests: tuple[str, ...], preload: Path) -> str:
         # --snapshot-disable-unused: a mutant's run selects a subset of the tests, so goldens of
         # the others are "unused" and would fail the run -- a kill the mutant did not earn.
         # -p import_hits: import-time calls (rule factories) are credited to every test, not to
-        # the first one (tests/mutation/import_hits.py).
+        # the first one (tests/mutation/import_hits.py); -p fixture_hits: what a shared
+        # (module/session) fixture's setup calls is credited to every test using the fixture, not
+        # to the first one (tests/mutation/fixture_hits.py).
         "pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow",
-                                        "--snapshot-disable-unused", "-p", "import_hits"]),
+                                        "--snapshot-disable-unused", "-p", "import_hits", "-p", "fixture_hits"]),
         "use_git_change_detection = false",
         # The fork server preloads the third-party libraries only: each mutant's child imports
         # q38 and contracts itself, so a mutant of code that runs at import time takes effect.
@@ -158,17 +165,26 @@ def _package_of(workdir: Path) -> str:
     return {p.replace("/", "-"): p for p in TARGETS}.get(workdir.name, "")
 
 
-def _mutmut(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("mutmut") or str(Path(sys.executable).with_name("mutmut"))
+def _mutmut(workdir: Path, *args: str, **flags: str) -> subprocess.CompletedProcess[str]:
+    """``mutmut ARGS`` in ``workdir`` through tests/mutation/mutmut_cli.py (``flags``: its env switches)."""
     # Every mutant runs in a new pytest session: the session's synthetic packages are built once
     # per run (tests/unit/conftest.py) instead of once per mutant.
     cache = workdir / "synth-cache"
     cache.mkdir(exist_ok=True)
-    plugin_dir = str(workdir / "tests" / "mutation")  # import_hits, for pytest's -p
+    plugin_dir = str(workdir / "tests" / "mutation")  # import_hits, fixture_hits, for pytest's -p
     path = os.pathsep.join(p for p in (plugin_dir, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "Q38_SYNTH_CACHE": str(cache), "PYTHONPATH": path,
-           "Q38_MUTATE_PACKAGE": _package_of(workdir)}
-    return subprocess.run([exe, *args], cwd=workdir, env=env, text=True, capture_output=True, check=False)
+           "Q38_MUTATE_PACKAGE": _package_of(workdir), **flags}
+    cli = [sys.executable, str(workdir / "tests" / "mutation" / "mutmut_cli.py")]
+    return subprocess.run([*cli, *args], cwd=workdir, env=env, text=True, capture_output=True, check=False)
+
+
+def _stats_time(workdir: Path) -> float | None:
+    """mutmut's record of its last full stats run (None: no stats yet)."""
+    try:
+        return json.loads((workdir / "mutants" / "mutmut-stats.json").read_text("utf-8")).get("stats_time")
+    except (OSError, ValueError):
+        return None
 
 
 def _codes(workdir: Path, package: str) -> dict[str, int | None]:
@@ -243,10 +259,26 @@ def _module(name: str) -> str:
     return _function(name).rpartition(".x")[0] or _function(name)
 
 
-def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, sampled: int | None = None) -> None:
-    low, high = wilson(len(v.killed), len(v.killed) + len(v.survived))
-    what = f" (sample of {sampled} mutants, 95% interval {low:.1f}-{high:.1f}%)" if sampled else ""
-    print(f"== mutation score {package}: {v.score:.1f}%{what} "
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a score is of: every mutant, or a seeded uniform sample of ``size`` of ``total``."""
+
+    total: int
+    size: int | None = None
+    seed: int = 0
+    only: tuple[str, ...] = ()
+
+    def describe(self, v: Verdicts) -> str:
+        low, high = wilson(len(v.killed), len(v.killed) + len(v.survived))
+        only = f" matching {' '.join(self.only)}" if self.only else ""
+        if self.size is None or self.size >= self.total:
+            return f"every mutant{only} ({self.total})"
+        return (f"uniform sample of {self.size} of {self.total} mutants{only}, seed {self.seed}, "
+                f"95% Wilson interval {low:.1f}-{high:.1f}%")
+
+
+def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, scope: Scope) -> None:
+    print(f"== mutation score {package}: {v.score:.1f}% of {scope.describe(v)} "
           f"(killed {len(v.killed)}, survived {len(v.survived)}, equivalent {len(v.equivalent)}, "
           f"unjudged {len(v.other)})")
     modules = sorted({_module(n) for n in (*v.killed, *v.survived)})
@@ -256,11 +288,60 @@ def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, sampled: in
         print(f"   {module}: {100.0 * k / (k + s):.1f}% (killed {k}, survived {s})")
     for name, code in v.other:
         print(f"   unjudged (exit {code}): {name}")
+    for name, reason in v.equivalent:
+        print(f"-- excluded as equivalent ({ALLOWLIST.name}): {name}: {reason}")
     for name in v.survived:
         print(f"-- survived: {name}")
         if diffs:
             body = [ln for ln in _diff(workdir, name).splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
             print("\n".join(f"   {ln}" for ln in body))
+
+
+def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[str]:
+    """Prepare, collect stats, judge the selected mutants; returns the selection."""
+    tests = tuple(args.tests) if args.tests else TARGETS[package]
+    sample = None if args.all else args.sample
+    started = time.monotonic()
+    if not args.reuse:
+        prepare(package, workdir, tests, keep=args.keep)
+    before = _stats_time(workdir)
+    # Phase 1: generate the mutants and collect (or load and extend) the stats, then stop.
+    proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), Q38_MUTATE_STATS_ONLY="1")
+    _log(workdir, "stats", proc)
+    if proc.returncode:
+        raise RunError(f"mutmut's stats phase failed for {package} (exit {proc.returncode}): a test fails on "
+                       f"the unmutated code, or mutmut could not start; see {workdir / 'mutmut-stats.log'}",
+                       proc.stdout + proc.stderr)
+    full_stats = before is None or _stats_time(workdir) != before
+    stats_done = time.monotonic()
+    codes = _codes(workdir, package)
+    names = select(list(codes), only=args.mutants, sample=sample, seed=args.seed)
+    (workdir / "mutmut-selection.txt").write_text("\n".join(names) + "\n", "utf-8")
+    # Killed verdicts of a kept workdir stand (mutmut resets the mutants of changed functions);
+    # survivors and unjudged mutants are judged (again) against the current tests.
+    todo = [n for n in names if codes[n] not in KILLED or args.mutants is not None]
+    # Phase 2: the mutants. The clean-tests run is skipped when phase 1 just ran every test clean.
+    flags = {"Q38_MUTATE_SKIP_CLEAN": "1"} if full_stats else {}
+    if todo:
+        proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), *todo, **flags)
+        _log(workdir, "run", proc)
+        if proc.returncode:
+            raise RunError(f"mutmut run failed for {package} (exit {proc.returncode}); see "
+                           f"{workdir / 'mutmut-run.log'}", proc.stdout + proc.stderr)
+    print(f"   {package}: stats phase {stats_done - started:.0f} s ({'full' if full_stats else 'loaded'}), "
+          f"{len(todo)} mutant(s) judged in "
+          f"{time.monotonic() - stats_done:.0f} s")
+    return names
+
+
+class RunError(Exception):
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def _log(workdir: Path, phase: str, proc: subprocess.CompletedProcess[str]) -> None:
+    (workdir / f"mutmut-{phase}.log").write_text(proc.stdout + proc.stderr, "utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,8 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-run", action="store_true", help="only report the verdicts of the last run")
     ap.add_argument("--no-diffs", action="store_true", help="list survivors without their diffs")
     ap.add_argument("--fail-under", type=float, default=0.0)
-    ap.add_argument("--sample", type=int, help="judge a seeded random sample of this many mutants")
-    ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    ap.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                    help=f"judge a seeded uniform sample of this many mutants per package (default {DEFAULT_SAMPLE})")
+    ap.add_argument("--all", action="store_true", help="judge every mutant (no sample)")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     ap.add_argument("--mutants", nargs="+", metavar="GLOB",
                     help="only these mutants (mutmut names, e.g. 'contracts.qmoe.*'): a partial run, scored alone")
     ap.add_argument("--reuse", action="store_true", help="run in the existing workdir without copying")
@@ -287,33 +370,21 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for package in args.packages:
         workdir = args.workdir / package.replace("/", "-")
-        tests = tuple(args.tests) if args.tests else TARGETS[package]
-        subset = args.sample is not None or args.mutants is not None
-        names: list[str] | None = None
-        if not args.no_run:
-            if not args.reuse:
-                prepare(package, workdir, tests, keep=args.keep or subset)
-            todo: list[str] = []
-            if subset:
-                if not _codes(workdir, package):  # mutants are generated by a first (empty) run
-                    _mutmut(workdir, "run", "--max-children", str(args.max_children), "no.such.mutant")
-                codes = _codes(workdir, package)
-                names = select(list(codes), only=args.mutants, sample=args.sample, seed=args.seed)
-                todo = [n for n in names if codes[n] is None or args.mutants is not None]
-                (workdir / "mutmut-selection.txt").write_text("\n".join(names) + "\n", "utf-8")
-            proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), *todo) if (
-                todo or not subset) else subprocess.CompletedProcess([], 0, "", "")
-            (workdir / "mutmut-run.log").write_text(proc.stdout + proc.stderr, "utf-8")
-            if proc.returncode:
-                print(f"mutate: mutmut run failed for {package} (exit {proc.returncode}); "
-                      f"see {workdir / 'mutmut-run.log'}", file=sys.stderr)
-                print((proc.stdout + proc.stderr)[-3000:], file=sys.stderr)
+        sample = None if args.all else args.sample
+        if args.no_run:
+            names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
+        else:
+            try:
+                names = _run_package(package, workdir, args)
+            except RunError as err:
+                print(f"mutate: {err}", file=sys.stderr)
+                print(err.output[-3000:], file=sys.stderr)
                 return 1
-        if names is None and (args.sample is not None or args.mutants is not None):
-            names = select(list(_codes(workdir, package)), only=args.mutants, sample=args.sample, seed=args.seed)
+        total = len([n for n in _codes(workdir, package)
+                     if args.mutants is None or any(fnmatch.fnmatchcase(n, p) for p in args.mutants)])
         verdicts = collect(workdir, package, allow, names)
         report(package, verdicts, workdir, diffs=not args.no_diffs,
-               sampled=len(names) if names is not None and args.sample is not None else None)
+               scope=Scope(total, sample, args.seed, tuple(args.mutants or ())))
         if verdicts.score < args.fail_under:
             status = 1
     return status

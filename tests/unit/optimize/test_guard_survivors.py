@@ -400,3 +400,50 @@ def test_fp8_head_output_declared_without_a_type_gets_the_activation_dtype() -> 
     assert p.count == 2
     assert [(o.name, o.dtype) for o in model.graph.outputs] == [
         ("logits", ir.DataType.FLOAT16), ("mtp.0.logits", ir.DataType.FLOAT16)]
+
+
+# -- PostMix prologue: partial prologues, missing and rank-1 gates -----------------------------------
+@pytest.mark.parametrize("kept", [5, 6])
+def test_low_rank_mix_with_half_a_prologue_is_not_fused_again(kept: int) -> None:
+    """One of the two prologue inputs (block output, post gate) is enough to make the mix a
+    prologue-carrying mix: absorbing the PostMix again would overwrite the one it has."""
+    proto = _fused_mix_after_post(streams_out=False)
+    mix = _node(proto, "HyperConnectionLowRankMix")
+    mix.input[11 - kept] = ""  # input 5 or 6 left empty, the other one kept
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0 and reasons(p) == ["LowRankMix already has a prologue"]
+    assert ops(model) == {(MS, "HyperConnectionPostMix"): 1, LRM: 1}
+
+
+def test_post_mix_without_a_gate_is_not_absorbed() -> None:
+    proto = G.hc_model(two_blocks=True)
+    del _node(proto, "HyperConnectionPostMix", 0).input[2:]
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 0
+    assert reasons(p) == ["PostMix has no post_mix input"]
+
+
+
+# -- shared expert: the up projection must be a MatMul of the gate's own input -----------------------
+@pytest.mark.parametrize("up_reads", ["other_input", "no_matmul"])
+def test_shared_expert_whose_up_factor_is_not_a_matmul_of_the_same_input_is_declined(up_reads: str) -> None:
+    """SiLU(gate(h)) * up: an up MatMul of another tensor (fusing it would project h instead), or an
+    up factor no MatMul produces (nothing to fuse), is declined with the graph unchanged."""
+    import onnx_ir as ir
+
+    from q38.optimize.shared_expert import FuseSharedExpertPass
+
+    proto = G.shared_expert_model()
+    up = next(n for n in proto.graph.node if n.name == "/mlp/shared/up/MatMul")
+    proto.graph.input.append(helper.make_tensor_value_info("h2", G.F16, ["B", "S", 16]))
+    if up_reads == "other_input":
+        up.input[0] = "h2"
+    else:
+        prod = next(n for n in proto.graph.node if n.op_type == "Mul" and up.output[0] in n.input)
+        prod.input[list(prod.input).index(up.output[0])] = "h2_i"
+        proto.graph.input.append(helper.make_tensor_value_info("h2_i", G.F16, ["B", "S", 8]))
+    before = K.signature(proto)
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert p.count == 0
+    assert reasons(p) == ["the SiLU is not multiplied by an up projection MatMul of the same input"]
+    assert K.signature(ir.to_proto(model)) == before
