@@ -34,6 +34,8 @@ from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
 
+MS = "com.microsoft"
+
 
 def _fp8_head() -> onnx.ModelProto:
     g = G.G()
@@ -180,6 +182,38 @@ def test_optimize_model_runs_passes_in_pipeline_order() -> None:
     seen = list(dict.fromkeys(o.pass_name for o in result.outcomes))
     assert seen == [n for n in PASS_NAMES if n in seen]
     assert list(result.rewrites) == list(PASS_NAMES)
+
+
+def test_optimize_model_skips_the_skipped_passes_and_checks_its_input() -> None:
+    model = ir.from_proto(G.hc_model())
+    result = optimize_model(model, skip=("hyper_connection",))
+    assert list(result.rewrites) == [n for n in PASS_NAMES if n != "hyper_connection"]
+    assert ops(model)[(MS, "HyperConnectionPreMix")] == 1
+    # The first pass checks the input's invariants: an out-of-order graph is refused, not rewritten.
+    proto = G.hc_model()
+    nodes = list(proto.graph.node)
+    del proto.graph.node[:]
+    proto.graph.node.extend(reversed(nodes))
+    unsorted = ir.from_proto(proto)
+    with pytest.raises(ir.passes.PassError) as err:
+        optimize_model(unsorted)
+    chain: list[BaseException] = []
+    cause: BaseException | None = err.value
+    while cause is not None:
+        chain.append(cause)
+        cause = cause.__cause__
+    assert str(chain[-1]).startswith("rms_norm_rotary: input graph is not topologically sorted")
+    assert [n.op_type for n in unsorted.graph] == [n.op_type for n in reversed(nodes)]
+
+
+def test_one_hyper_connection_pass_instance_fuses_every_model_it_is_given() -> None:
+    """The pass runs its two phases per call and is back in phase one after it."""
+    p = FuseHyperConnectionPass()
+    for _ in range(2):
+        model = ir.from_proto(G.hc_model(two_blocks=True))
+        p(model)
+        assert p.count == 3
+        assert ops(model) == {(MS, "HyperConnectionLowRankMix"): 2, (MS, "HyperConnectionPostMix"): 1, ("", "Tanh"): 2}
 
 
 def _wrap_in_if(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -91,3 +91,23 @@ def test_a_shared_initializer_a_rewrite_broke_is_dropped_from_every_list(tmp_pat
     assert victim not in {e.name for e in cfg.model.decoder.shared_initializers}
     assert cfg.model.mtp is not None and victim not in {e.name for e in cfg.model.mtp.shared_initializers}
     assert len(cfg.model.decoder.shared_initializers) == len(pkg.config.model.decoder.shared_initializers) - 1
+
+
+def test_a_pass_subset_reaches_builder_packages_and_a_second_run_writes_a_new_data_file(tmp_path: Path) -> None:
+    """`--pass` / `--skip` select the passes on the genai surface too, and optimizing an optimized
+    package again keeps its `model.opt.data` (placed as is) and writes the new tensors to
+    `model.opt1.data`."""
+    from q38.optimize.package_io import optimize_package
+
+    src = next(p for p in REAL if p.name == "fp16-cuda-gdn")
+    once, _ = optimize_package(src, tmp_path / "once", passes=["fp8_head"])
+    assert {k: v for k, v in once.rewrites.items() if v} == {"fp8_head": 1}
+    skipped, _ = optimize_package(src, tmp_path / "skipped", skip=("fp8_head",))
+    assert {k: v for k, v in skipped.rewrites.items() if v} == {"shared_expert": 4}
+    twice, _ = optimize_package(tmp_path / "once", tmp_path / "twice", passes=["shared_expert"])
+    assert {k: v for k, v in twice.rewrites.items() if v} == {"shared_expert": 4}
+    assert sorted(p.name for p in (tmp_path / "twice").glob("*.opt*.data")) == ["model.opt.data", "model.opt1.data"]
+    assert _digest(tmp_path / "twice" / "model.opt.data") == _digest(tmp_path / "once" / "model.opt.data")
+    model = load_graph(tmp_path / "twice" / "model.onnx", root=tmp_path / "twice")
+    fused = [n for n in model.graph if n.op_type == "MatMulBlockQuantizedFp8Weight"]
+    assert len(fused) == 1

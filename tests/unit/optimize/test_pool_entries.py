@@ -11,7 +11,8 @@ Invariants guarded (tiny faithful package, --target cuda, every pass fires):
 * same-name unrelated weights stay distinct (the head's own `fold.proj.weight` is not merged with
   the target's);
 * on a layered package, derived tensors of the head directory are pooled in `head/`, and both
-  manifests are written in place (the optimized package opens);
+  manifests are written in place (the optimized package opens): the target manifest counts the
+  rewrites, the head manifest lists every file of `head/` with the digest of its written bytes;
 * the pool written is fresh, never a hard link to the source pool.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from q38.optimize.package_io import optimize_package
-from q38.package import Placement, external_refs, open_package, read_pool
+from q38.package import Placement, external_refs, open_package, read_pool, sha256_file
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +104,18 @@ def test_layered_package_pools_head_tensors_in_head_dir(tmp_path: Path) -> None:
 
     src = synthesize(tmp_path / "src", preset="tiny", variant="faithful", layout="layered")
     out = tmp_path / "out"
-    optimize_package(src, out, target="cuda")
+    result, _ = optimize_package(src, out, target="cuda")
     pkg = open_package(out)
     assert pkg.manifest is not None and pkg.manifest.command == "optimize"
     assert pkg.head_manifest is not None and pkg.head_manifest.command == "optimize"
+    assert pkg.manifest.rewrites == dict(sorted(result.rewrites.items())) and pkg.manifest.rewrites["fp8_head"] > 0
+    # The head manifest lists every file of head/ with the digest of the bytes written there: the
+    # rewritten head graph and its new .opt.data included (not the source's records).
+    head_files = {p.relative_to(out / "head").as_posix() for p in (out / "head").rglob("*") if p.is_file()}
+    assert set(pkg.head_manifest.files) == head_files - {"package_manifest.json"}
+    assert "head_r2.opt.data" in pkg.head_manifest.files
+    for rel, record in pkg.head_manifest.files.items():
+        assert record.sha256 == sha256_file(out / "head" / rel), rel
     assert not (out / "package_manifest.json").exists()
     head_pool = read_pool(out / "head" / "weights_pool.txt")
     assert sorted(e.provenance.split(",")[0] for e in head_pool.entries) == [
