@@ -15,6 +15,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/axes_attr': (
+        'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/cache_capture': (
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
@@ -26,6 +30,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'rms/cos_input': (
         'rms_norm_rotary: /q/Concat: declined: cosine cache is not a constant initializer',
         'rms_norm_rotary: /k/Concat: declined: cosine cache is not a constant initializer',
+    ),
+    'rms/cos_sin_swapped': (
+        'rms_norm_rotary: /q/Concat: declined: rotary products are not x1*cos - x2*sin and x2*cos + x1*sin',
+        'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/empty_names/alt0': (
         'rms_norm_rotary: <unnamed Concat #19>: fused',
@@ -87,6 +95,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: position ids are not int64',
         'rms_norm_rotary: /k/Concat: declined: position ids are not int64',
     ),
+    'rms/pos_static': (
+        "rms_norm_rotary: /q/Concat: declined: position ids shape [2,3] is not the input's [B, S] = [2, 2]",
+        "rms_norm_rotary: /k/Concat: declined: position ids shape [2,3] is not the input's [B, S] = [2, 2]",
+    ),
     'rms/pow3/alt0': (
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
@@ -113,6 +125,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'rms/reduce_axes': (
         'rms_norm_rotary: /q/Concat: declined: ReduceMean axes [-2] / keepdims is not the last axis with keepdims=1',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/reduce_sum': (
+        'rms_norm_rotary: /q/Concat: declined: mean square is not a ReduceMean',
         'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/reshape_shape': (
@@ -159,6 +175,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: rotary Slices are not constant single-axis slices of the last axis',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/slice_step1': (
+        'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/target_cpu': (
         'rms_norm_rotary: /q/Concat: declined: no CPU kernel for RMSNormRotary (target cpu)',
         'rms_norm_rotary: /k/Concat: declined: no CPU kernel for RMSNormRotary (target cpu)',
@@ -167,11 +187,23 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: cosine is not Unsqueeze(Gather(cache, position_ids, axis=0), [2])',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/untyped': (
+        'rms_norm_rotary: /q/Concat: declined: input dtype None is not float16/bfloat16',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/w_2d': (
         "rms_norm_rotary: /q/Concat: declined: RMS scale 'q_norm.weight' has shape [1, 8], expected [head_size]",
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/w_fp32': (
+        'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/w_input': (
+        "rms_norm_rotary: /q/Concat: declined: RMS scale 'q_norm.weight' is not a constant initializer",
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/w_overridable': (
         "rms_norm_rotary: /q/Concat: declined: RMS scale 'q_norm.weight' is not a constant initializer",
         'rms_norm_rotary: /k/Concat: fused',
     ),
@@ -519,11 +551,23 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
+    'conv/axis2': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
     'conv/channels_last_attr': (
         'causal_conv_state: /conv/CausalConvWithState: declined: conv already uses channels_last=1',
     ),
     'conv/concat_axis1': (
         'causal_conv_state: /conv/CausalConvWithState: declined: carry Concat axis 1 is not the sequence axis',
+    ),
+    'conv/concat_not_x/channels_first': (
+        "causal_conv_state: /conv/CausalConvWithState: declined: carry Concat does not append the conv's own input to its past state",
+    ),
+    'conv/concat_not_x/first_token': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: first-token carry is not Concat(Slice(past,[1],[MAX]), Slice(x,[0],[1]))',
+    ),
+    'conv/concat_not_x/channels_last': (
+        "causal_conv_state: /conv/CausalConvWithState: declined: carry Concat does not append the conv's own input to its past state",
     ),
     'conv/concat_swapped/channels_first': (
         'causal_conv_state: /conv/CausalConvWithState: declined: no Concat/Slice carry chain reads the past state',
@@ -554,6 +598,9 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'conv/empty_names/channels_last': (
         'causal_conv_state: <unnamed CausalConvWithState #2>: fused',
+    ),
+    'conv/end_big': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
     ),
     'conv/extended': (
         'causal_conv_state: /conv/CausalConvWithState: declined: extended attribute state_length is set (CUDA-only path)',
@@ -630,8 +677,29 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'conv/state_consumed': (
         'causal_conv_state: /conv/CausalConvWithState: declined: present_state output already has consumers',
     ),
+    'conv/state_update': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: state_update output 2 is declared',
+    ),
     'conv/state_window': (
         'causal_conv_state: /conv/CausalConvWithState: declined: non-default attribute state_window=2',
+    ),
+    'conv/tail_start2/channels_first/d1': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: history length -2 != (K-1)*dilation = 2',
+    ),
+    'conv/tail_start2/channels_first/d2': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: history length -2 != (K-1)*dilation = 4',
+    ),
+    'conv/tail_start2/first_token/d1': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: first-token carry does not keep (K-1)*dilation = 2 positions',
+    ),
+    'conv/tail_start2/first_token/d2': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: first-token carry does not keep (K-1)*dilation = 4 positions',
+    ),
+    'conv/tail_start2/channels_last/d1': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: history length -2 != (K-1)*dilation = 2',
+    ),
+    'conv/tail_start2/channels_last/d2': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: history length -2 != (K-1)*dilation = 4',
     ),
     'conv/target_cpu': (
         'causal_conv_state: /conv/CausalConvWithState: fused',
@@ -644,6 +712,15 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'conv/x_consumer/channels_last': (
         "causal_conv_state: /conv/CausalConvWithState: declined: transpose 'v2_0' is not private to the conv and its carry",
+    ),
+    'conv/y_consumer/channels_first': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
+    'conv/y_consumer/first_token': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
+    'conv/y_consumer/channels_last': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: conv output is not read by exactly one Transpose([0,2,1])',
     ),
     'fp8/act_fp32': (
         'fp8_head: /lm_head/MatMul: declined: activation dtype FLOAT is not float16/bfloat16',

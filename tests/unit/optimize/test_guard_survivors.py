@@ -447,3 +447,13 @@ def test_shared_expert_whose_up_factor_is_not_a_matmul_of_the_same_input_is_decl
     assert p.count == 0
     assert reasons(p) == ["the SiLU is not multiplied by an up projection MatMul of the same input"]
     assert K.signature(ir.to_proto(model)) == before
+
+
+def test_conv_with_one_output_and_no_carry_chain_is_declined_without_a_crash() -> None:
+    g = G.G()
+    w = g.init("conv.weight", np.ones((8, 1, 4), np.float16))
+    x = g.inp("x", G.F16, ["B", 8, "S"])
+    past = g.inp("past.0.conv", G.F16, ["B", 8, 3])
+    g.op("CausalConvWithState", [x, w, "", past], domain=MS, name="/conv", outs=["y"], activation="silu")
+    g.out("y", G.F16, None)
+    _conv_decline(g.model(), "no Concat/Slice carry chain reads the past state")

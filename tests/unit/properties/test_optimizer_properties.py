@@ -122,8 +122,8 @@ def _rms_shared(proto: onnx.ModelProto, ctx: dict[str, Any]) -> str:
     return vals[ctx["idx"] % len(vals)]
 
 
-def _add_steps(node: onnx.NodeProto, proto: onnx.ModelProto, name: str) -> None:
-    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray([2], np.int64), name))
+def _add_steps(node: onnx.NodeProto, proto: onnx.ModelProto, name: str, step: int = 2) -> None:
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray([step], np.int64), name))
     node.input.append(name)
 
 
@@ -150,6 +150,60 @@ def _pow3(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
 def _pos_shape(proto: onnx.ModelProto, shape: list[str | int | None]) -> None:
     pos = next(i for i in proto.graph.input if i.name == "position_ids")
     pos.CopyFrom(onnx.helper.make_tensor_value_info("position_ids", G.I64, shape))
+
+
+def _op_of(proto: onnx.ModelProto, op: str, new_op: str) -> None:
+    _q_node(proto, op).op_type = new_op
+
+
+def _unit_steps(proto: onnx.ModelProto) -> None:
+    """Both rotary Slices of the q chain spell out their unit steps."""
+    for i, node in enumerate(n for n in _q_chain(proto) if n.op_type == "Slice"):
+        _add_steps(node, proto, f"/q.step{i}", step=1)
+
+
+def _cos_sin_swapped(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """x1 * sin where the rotation needs x1 * cos: no rotary product form."""
+    cos, sin = (_q_node(proto, "Unsqueeze", _q_node(proto, "Gather", cache).output[0]).output[0]
+                for cache in ("cos_cache", "sin_cache"))
+    mul = next(n for n in _q_chain(proto) if n.op_type == "Mul" and cos in n.input)
+    mul.input[list(mul.input).index(cos)] = sin
+
+
+def _untyped(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The chain reads x and its RMS scale through Identity nodes: no dtype is declared anywhere."""
+    reshape = next(n for n in proto.graph.node if n.name == "/q/Reshape")
+    mul_w = next(n for n in _q_chain(proto) if "q_norm.weight" in n.input)
+    ident = [onnx.helper.make_node("Identity", [reshape.input[0]], ["x_id"], name="/x_id"),
+             onnx.helper.make_node("Identity", ["q_norm.weight"], ["w_id"], name="/w_id")]
+    reshape.input[0] = "x_id"
+    mul_w.input[list(mul_w.input).index("q_norm.weight")] = "w_id"
+    for i, n in enumerate(ident):
+        proto.graph.node.insert(i, n)
+
+
+def _axes_attr(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """Opset 17: every ReduceMean takes its axes as an attribute."""
+    for mean in (n for n in proto.graph.node if n.op_type == "ReduceMean"):
+        axes = onnx.numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == mean.input[1]))
+        del mean.input[1:]
+        K.set_attr(mean, "axes", [int(a) for a in axes])
+    for imp in proto.opset_import:
+        if imp.domain == "":
+            imp.version = 17
+
+
+def _overridable_weight(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The RMS scale is an initializer that is also a graph input (overridable at run time)."""
+    init = next(t for t in proto.graph.initializer if t.name == "q_norm.weight")
+    proto.graph.input.append(onnx.helper.make_tensor_value_info("q_norm.weight", init.data_type, list(init.dims)))
+
+
+def _static_lead(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """Static batch and sequence dims on x; position ids of another static shape."""
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value, dims[1].dim_value = 2, ctx["S"]
+    _pos_shape(proto, [2, ctx["S"] + 1])
 
 
 RMS: dict[str, tuple[str, Mutation | None]] = {
@@ -190,6 +244,14 @@ RMS: dict[str, tuple[str, Mutation | None]] = {
     "cache_capture": ("any", lambda p, c: K.if_capture(p, "sin_cache")),
     "pow3": ("any", _pow3),
     "empty_names": ("ok", _blank_names),
+    "cos_sin_swapped": ("decline", _cos_sin_swapped),
+    "reduce_sum": ("decline", lambda p, c: _op_of(p, "ReduceMean", "ReduceSum")),
+    "untyped": ("decline", _untyped),
+    "axes_attr": ("ok", _axes_attr),
+    "w_overridable": ("decline", _overridable_weight),
+    "pos_static": ("decline", _static_lead),
+    "slice_step1": ("ok", lambda p, c: _unit_steps(p)),
+    "w_fp32": ("ok", lambda p, c: K.set_init(p, "q_norm.weight", np.ones(c["D"], np.float32))),
 }
 
 
@@ -425,6 +487,24 @@ def _pT_consumer(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
     K.extra_consumer(proto, next(n for n in proto.graph.node if n.op_type == "Transpose").output[0])
 
 
+def _state_update_output(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    _conv(proto).output.append("conv_state_update")
+
+
+def _concat_not_x(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The carry appends a copy of the conv's input (an Identity of it), not the input itself."""
+    concat = _concat(proto)
+    ident = onnx.helper.make_node("Identity", [concat.input[1]], ["x_copy"], name="/x_copy")
+    concat.input[1] = "x_copy"
+    proto.graph.node.insert(list(proto.graph.node).index(concat), ident)
+
+
+def _set_inits(proto: onnx.ModelProto, names: tuple[str, ...], value: int) -> None:
+    for name in names:
+        if any(t.name == name for t in proto.graph.initializer):
+            K.set_init(proto, name, np.asarray([value], np.int64))
+
+
 CONV: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "target_cpu": ("ok", None),
@@ -446,6 +526,12 @@ CONV: dict[str, tuple[str, Mutation | None]] = {
     "x_consumer": ("any", lambda p, c: K.extra_consumer(p, _conv(p).input[0])),
     "dilation0": ("decline", None),
     "empty_names": ("ok", _blank_names),
+    "state_update": ("decline", _state_update_output),
+    "concat_not_x": ("decline", _concat_not_x),
+    "tail_start2": ("decline", lambda p, c: _set_inits(p, ("st",), 2)),
+    "end_big": ("ok", lambda p, c: _set_inits(p, ("en",), 2**31 - 1)),
+    "axis2": ("ok", lambda p, c: _set_inits(p, ("ax", "ax1"), 2)),
+    "y_consumer": ("any", lambda p, c: K.extra_consumer(p, _conv(p).output[0])),
 }
 
 
