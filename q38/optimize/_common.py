@@ -153,7 +153,7 @@ def const_array(value: ir.Value | None, reader: TensorReader) -> np.ndarray | No
     if value.const_value is not None and value.is_initializer():
         return reader(value)
     node = value.producer()
-    if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+    if node is not None and node.op_type == "Constant" and node.domain == "":
         attr = node.attributes.get("value")
         if attr is not None and isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
             return attr.as_tensor().numpy()
@@ -443,7 +443,7 @@ def producer_of(value: ir.Value | None, *op_types: str, domain: str = "") -> ir.
     node = value.producer()
     if node is None or node.op_type not in op_types:
         return None
-    if node.domain not in ((domain, "ai.onnx") if domain == "" else (domain,)):
+    if node.domain != domain:  # onnx_ir spells the default domain "" (it maps "ai.onnx" to "")
         return None
     return node
 

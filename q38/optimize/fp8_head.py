@@ -66,7 +66,7 @@ class QuantizeFp8HeadPass(RewritePass):
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
         return [
             n for n in graph
-            if (n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.outputs[0].is_graph_output())
+            if (n.op_type == "MatMul" and n.domain == "" and n.outputs[0].is_graph_output())
             or (n.op_type == MATMUL_FP8 and n.domain == MS_DOMAIN)
             or (n.op_type == MATMUL_NBITS and n.domain == MS_DOMAIN and n.outputs[0].is_graph_output())
         ]

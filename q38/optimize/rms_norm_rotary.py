@@ -122,7 +122,7 @@ class FuseRMSNormRotaryPass(RewritePass):
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
         # The rotary halves' Concat(Sub(...), Add(...)); anything short of the whole chain is declined.
         # The builder's fused rotary (MRotaryEmbedding) is a candidate too, declined with its reason.
-        return [n for n in graph if (n.op_type == "Concat" and n.domain in ("", "ai.onnx") and len(n.inputs) == 2
+        return [n for n in graph if (n.op_type == "Concat" and n.domain == "" and len(n.inputs) == 2
                 and producer_of(n.inputs[0], "Sub") is not None and producer_of(n.inputs[1], "Add") is not None)
                 or (n.op_type == M_ROTARY_EMBEDDING and n.domain == MS_DOMAIN)]
 

@@ -42,7 +42,7 @@ class _Match:
 
 
 def _is_matmul(node: ir.Node) -> bool:
-    return node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2
+    return node.op_type == "MatMul" and node.domain == "" and len(node.inputs) == 2
 
 
 def _is_nbits(node: ir.Node) -> bool:
@@ -53,7 +53,7 @@ def _silu_of(g: ir.Value) -> ir.Node | None:
     """The Mul(g, Sigmoid(g)) that reads ``g`` (either operand order), or None."""
     for use in g.uses():
         sig = use.node
-        if sig.op_type != "Sigmoid" or sig.domain not in ("", "ai.onnx"):
+        if sig.op_type != "Sigmoid" or sig.domain != "":
             continue
         for v in sig.outputs[0].uses():
             mul = v.node

@@ -83,6 +83,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/opset12': (
+        'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/pos_broadcast_11': (
         "rms_norm_rotary: /q/Concat: declined: position ids shape [1,1] is not the input's [B, S] = [B, S]",
         "rms_norm_rotary: /k/Concat: declined: position ids shape [1,1] is not the input's [B, S] = [B, S]",
@@ -577,6 +581,9 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'conv/concat_swapped/channels_last': (
         'causal_conv_state: /conv/CausalConvWithState: declined: no Concat/Slice carry chain reads the past state',
+    ),
+    'conv/constant_node_args': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
     ),
     'conv/dilation0': (
         'causal_conv_state: /conv/CausalConvWithState: declined: dilation=0 is not >= 1',

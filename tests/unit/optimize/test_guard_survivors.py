@@ -22,6 +22,7 @@ wrong fusion would compute something else, or no crash where the defect crashes.
 from __future__ import annotations
 
 import collections
+import logging
 
 import numpy as np
 import onnx
@@ -315,7 +316,7 @@ def test_conv_stays_in_place_when_every_reader_of_the_state_follows_it() -> None
     close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
 
 
-def test_conv_moved_after_a_late_weight_producer_is_sorted_once() -> None:
+def test_conv_moved_after_a_late_weight_producer_is_sorted_once(caplog: pytest.LogCaptureFixture) -> None:
     """A reader of the carried state sits before the conv and the conv's weight is produced after
     that reader: the conv cannot be placed before the reader, so the pass records the sort it needs
     and the result is still topologically sorted, with the same outputs."""
@@ -330,8 +331,10 @@ def test_conv_moved_after_a_late_weight_producer_is_sorted_once() -> None:
     g.node.extend([*nodes[:conv_idx], reader, late, *nodes[conv_idx:]])
     g.output.append(helper.make_tensor_value_info("state_probe", G.F16, None))
     g.value_info.append(helper.make_tensor_value_info("w_late", G.F16, [8, 1, 4]))
+    caplog.set_level(logging.DEBUG, logger="q38.optimize._common")
     model, p = apply(FuseCausalConvStatePass, proto)
     assert p.count == 1 and p.sorted == 1
+    assert "causal_conv_state: a rewrite had no sorted place; sorting the graph once" in caplog.messages
     assert check_topological(model.graph) is None
     order = [n.name for n in model.graph]
     assert order.index("/late") < order.index("/conv/CausalConvWithState") < order.index("/probe")

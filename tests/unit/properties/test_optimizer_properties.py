@@ -182,15 +182,15 @@ def _untyped(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
         proto.graph.node.insert(i, n)
 
 
-def _axes_attr(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
-    """Opset 17: every ReduceMean takes its axes as an attribute."""
-    for mean in (n for n in proto.graph.node if n.op_type == "ReduceMean"):
-        axes = onnx.numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == mean.input[1]))
-        del mean.input[1:]
-        K.set_attr(mean, "axes", [int(a) for a in axes])
+def _axes_as_attributes(proto: onnx.ModelProto, opset: int, ops: tuple[str, ...]) -> None:
+    """An older opset: the given ops (ReduceMean until 17, Unsqueeze until 12) take axes as an attribute."""
+    for node in (n for n in proto.graph.node if n.op_type in ops):
+        axes = onnx.numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == node.input[1]))
+        del node.input[1:]
+        K.set_attr(node, "axes", [int(a) for a in axes])
     for imp in proto.opset_import:
         if imp.domain == "":
-            imp.version = 17
+            imp.version = opset
 
 
 def _overridable_weight(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
@@ -247,7 +247,8 @@ RMS: dict[str, tuple[str, Mutation | None]] = {
     "cos_sin_swapped": ("decline", _cos_sin_swapped),
     "reduce_sum": ("decline", lambda p, c: _op_of(p, "ReduceMean", "ReduceSum")),
     "untyped": ("decline", _untyped),
-    "axes_attr": ("ok", _axes_attr),
+    "axes_attr": ("ok", lambda p, c: _axes_as_attributes(p, 17, ("ReduceMean",))),
+    "opset12": ("ok", lambda p, c: _axes_as_attributes(p, 12, ("ReduceMean", "Unsqueeze"))),
     "w_overridable": ("decline", _overridable_weight),
     "pos_static": ("decline", _static_lead),
     "slice_step1": ("ok", lambda p, c: _unit_steps(p)),
@@ -499,6 +500,14 @@ def _concat_not_x(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
     proto.graph.node.insert(list(proto.graph.node).index(concat), ident)
 
 
+def _constant_node(proto: onnx.ModelProto, name: str) -> None:
+    """The initializer ``name`` becomes the output of a Constant node (value_ints)."""
+    init = next(t for t in proto.graph.initializer if t.name == name)
+    proto.graph.initializer.remove(init)
+    values = [int(v) for v in onnx.numpy_helper.to_array(init).reshape(-1)]
+    proto.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value_ints=values, name=f"/const/{name}"))
+
+
 def _set_inits(proto: onnx.ModelProto, names: tuple[str, ...], value: int) -> None:
     for name in names:
         if any(t.name == name for t in proto.graph.initializer):
@@ -532,6 +541,7 @@ CONV: dict[str, tuple[str, Mutation | None]] = {
     "end_big": ("ok", lambda p, c: _set_inits(p, ("en",), 2**31 - 1)),
     "axis2": ("ok", lambda p, c: _set_inits(p, ("ax", "ax1"), 2)),
     "y_consumer": ("any", lambda p, c: K.extra_consumer(p, _conv(p).output[0])),
+    "constant_node_args": ("ok", lambda p, c: [_constant_node(p, n) for n in ("st", "en")]),
 }
 
 
