@@ -1,34 +1,44 @@
 """Mutation testing of one package with mutmut: targeted tests, a score, the survivors, an allowlist.
 
-``python tests/mutation/mutate.py PACKAGE [PACKAGE ...]`` (``nox -s mutation -- PACKAGE``), where
-PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``contracts``). For each package:
+``python tests/mutation/mutate.py [PACKAGE ...]`` (``nox -s mutation -- [PACKAGE ...]``), where
+PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``contracts``; default both). For each:
 
 1. the repository's files (tracked and untracked-but-not-ignored, so uncommitted work counts) are
-   copied into a scratch directory (``.mutation/<slug>/`` by default) whose ``pyproject.toml``
+   copied into a fresh scratch directory (``.mutation/<slug>/`` by default) whose ``pyproject.toml``
    gains a ``[tool.mutmut]`` section: the whole of ``q38`` and ``contracts`` is importable, only
    PACKAGE is mutated, and only PACKAGE's tests are run (``-m "not slow"``, no xdist);
-2. ``mutmut run`` mutates every function of PACKAGE and, per mutant, runs only the tests that
-   executed that function in its stats run (mutmut records test -> function coverage), so the
-   work per mutant is the targeted tests of its module, stopped at the first failure;
-3. the verdicts are read from mutmut's ``.meta`` files; survivors that the allowlist
-   (``tests/mutation/equivalent_mutants.toml``) names as equivalent are excluded; the score is
-   ``killed / (killed + survived)`` and every other survivor is printed with its diff.
+2. phase 1 (``tests/mutation/mutmut_cli.py`` with ``Q38_MUTATE_STATS_ONLY``): mutmut generates
+   every mutant of PACKAGE and runs the tests once, recording which test calls which function;
+   two pytest plugins fix its attribution: ``import_hits`` (code run at import time is credited to
+   every test) and ``fixture_hits`` (what a module/session fixture's setup calls is credited to
+   every test that uses the fixture, not only to the first one -- without it a mutant of code a
+   shared fixture runs was judged by one test);
+3. phase 2: the selected mutants run, each with only the tests that called its function, fastest
+   first, stopped at the first failure (``-x``). mutmut's "clean tests" run is skipped when phase 1
+   has just run every test clean (a failing test stops phase 1), which saves one whole test pass;
+4. the verdicts are read from mutmut's ``.meta`` files; survivors that the allowlist
+   (``tests/mutation/equivalent_mutants.toml``) names as equivalent are excluded and listed with
+   their reasons; the score is ``killed / (killed + survived)``, printed per package and per module,
+   and every other survivor is printed with its diff.
+
+What is judged: by default a **fixed-seed uniform sample** of :data:`DEFAULT_SAMPLE` mutants per
+package (``--sample N``, ``--seed S``; default seed 0), reported with its 95 % Wilson interval:
+q38/optimize has about 4,900 mutants and contracts about 1,900, judged at 15-40 a minute on two
+loaded cores, so every mutant of both takes several hours; the samples of both finish in under an
+hour. ``--all`` judges every mutant. ``--mutants GLOB ...`` limits a run to mutants whose names
+match fnmatch patterns (one module's ``q38.optimize.fp8_head.*``, or survivors to recheck).
+``--keep`` reuses the workdir: killed verdicts of unchanged functions stand, survivors are judged
+again against the current tests. ``--reuse`` runs in the existing workdir without copying.
+``--no-run`` only reports the last run's verdicts.
 
 An allowlist entry names the function (mutmut's mangled name without the ``__mutmut_N`` suffix,
 e.g. ``q38.optimize._common.xǁRewritePassǁcall``), the mutated line as mutmut writes it (the
-``+`` line of ``mutmut show``, stripped), and a one-line ``reason``. Matching on the line rather
-than the mutant number keeps an entry valid when other mutants of the function come and go.
+``+`` line of ``mutmut show``, stripped), and a one-line ``reason`` saying why the mutation cannot
+change behaviour. Matching on the line rather than the mutant number keeps an entry valid when
+other mutants of the function come and go.
 
-``--sample N`` (with ``--seed``) judges a uniform random sample of N of the package's mutants
-instead of all of them (already-judged ones are not rerun) and reports the sample's score with its
-95 % Wilson interval, per module too: on 2 loaded cores a full run of ``q38/optimize`` (about 4,900
-mutants at 20-40 a minute) does not fit an hour, a sample of a few hundred does. ``--mutants GLOB ...`` limits a
-run to mutants whose names match the given fnmatch patterns (e.g. one module's
-``q38.optimize.fp8_head.*``, or the survivors of a previous run to recheck after new tests).
-``--reuse`` skips the copy step and runs in the existing workdir as it is.
-
-Exit status: 0, or 1 when a score is below ``--fail-under`` (default 0: report only), 2 on a
-usage error.
+Exit status: 0, or 1 when a score is below ``--fail-under`` (default 0: report only) or mutmut
+fails, 2 on a usage error.
 """
 
 from __future__ import annotations

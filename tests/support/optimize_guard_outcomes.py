@@ -71,6 +71,14 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: cosine is not Unsqueeze(Gather(cache, position_ids, axis=0), [2])',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/heads_minus1': (
+        'rms_norm_rotary: /q/Concat: declined: final Reshape shape [0, 0, 16] is not [0, 0, heads*head_size]',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/heads_minus1_known': (
+        'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/input_consumer': (
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',

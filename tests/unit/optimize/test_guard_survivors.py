@@ -460,3 +460,21 @@ def test_conv_with_one_output_and_no_carry_chain_is_declined_without_a_crash() -
     g.op("CausalConvWithState", [x, w, "", past], domain=MS, name="/conv", outs=["y"], activation="silu")
     g.out("y", G.F16, None)
     _conv_decline(g.model(), "no Concat/Slice carry chain reads the past state")
+
+
+def test_fp8_block_of_zeros_gets_scale_one_and_zero_codes() -> None:
+    """An all-zero block (a pruned vocabulary row) has no absmax to divide by: its scale is 1 and
+    its FP8 codes are zeros, never 0/0 NaNs; the other blocks scale by their absmax / 448."""
+    import ml_dtypes
+
+    from q38.optimize.fp8_head import BLOCK_SIZE, quantize_fp8_blockwise
+
+    w = np.zeros((2 * BLOCK_SIZE, 3), np.float16)  # [K, N]: column 1 all zero
+    w[:, 0] = 1.0
+    w[BLOCK_SIZE:, 2] = -2.0
+    q, scale = quantize_fp8_blockwise(w)
+    assert q.dtype == ml_dtypes.float8_e4m3fn and q.shape == (3, 2 * BLOCK_SIZE)
+    np.testing.assert_array_equal(scale, np.array([[1 / 448, 1 / 448], [1, 1], [1, 2 / 448]], np.float32))
+    deq = q.astype(np.float32) * np.repeat(scale, BLOCK_SIZE, axis=1)
+    assert not np.isnan(deq).any()
+    np.testing.assert_allclose(deq, w.T.astype(np.float32), rtol=1e-6)

@@ -193,6 +193,13 @@ def _axes_as_attributes(proto: onnx.ModelProto, opset: int, ops: tuple[str, ...]
             imp.version = opset
 
 
+def _heads_from_shape_info(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The head split reshapes to [0, 0, -1, D]; the graph's value_info knows the heads count."""
+    K.set_init(proto, "/q.shape4", np.asarray([0, 0, -1, ctx["D"]], np.int64))
+    r = next(n for n in proto.graph.node if n.name == "/q/Reshape").output[0]
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info(r, _et(ctx["dtype"]), ["B", "S", ctx["N"], ctx["D"]]))
+
+
 def _overridable_weight(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
     """The RMS scale is an initializer that is also a graph input (overridable at run time)."""
     init = next(t for t in proto.graph.initializer if t.name == "q_norm.weight")
@@ -252,6 +259,8 @@ RMS: dict[str, tuple[str, Mutation | None]] = {
     "w_overridable": ("decline", _overridable_weight),
     "pos_static": ("decline", _static_lead),
     "slice_step1": ("ok", lambda p, c: _unit_steps(p)),
+    "heads_minus1": ("decline", lambda p, c: K.set_init(p, "/q.shape4", np.asarray([0, 0, -1, c["D"]], np.int64))),
+    "heads_minus1_known": ("ok", _heads_from_shape_info),
     "w_fp32": ("ok", lambda p, c: K.set_init(p, "q_norm.weight", np.ones(c["D"], np.float32))),
 }
 
