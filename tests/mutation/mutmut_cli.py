@@ -19,7 +19,7 @@ import sys
 from typing import Any, NoReturn
 
 import mutmut.__main__ as mutmut_main
-from mutmut.workers.isolation import ForkRunner
+from mutmut.workers.isolation import ForkRunner, ForkServerRunner, MutantRunner
 
 
 def _stop_after_stats(**_: Any) -> NoReturn:
@@ -27,7 +27,7 @@ def _stop_after_stats(**_: Any) -> NoReturn:
     raise SystemExit(0)
 
 
-def _no_clean_run(self: ForkRunner, tests: Any) -> int:
+def _no_clean_run(self: MutantRunner, tests: Any) -> int:
     print("    skipped: the stats run of this invocation ran these tests clean (Q38_MUTATE_SKIP_CLEAN)")
     return 0
 
@@ -36,6 +36,7 @@ if __name__ == "__main__":
     if os.environ.get("Q38_MUTATE_STATS_ONLY") == "1":
         mutmut_main.collect_source_file_mutation_data = _stop_after_stats  # type: ignore[assignment]
     if os.environ.get("Q38_MUTATE_SKIP_CLEAN") == "1":
-        ForkRunner.run_clean_tests = _no_clean_run  # type: ignore[method-assign]
+        for runner in (ForkRunner, ForkServerRunner):  # process_isolation "fork" or "forkserver"
+            runner.run_clean_tests = _no_clean_run  # type: ignore[method-assign]
     sys.argv[0] = "mutmut"
     sys.exit(mutmut_main.cli())
