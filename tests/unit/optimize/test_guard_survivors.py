@@ -478,3 +478,23 @@ def test_fp8_block_of_zeros_gets_scale_one_and_zero_codes() -> None:
     deq = q.astype(np.float32) * np.repeat(scale, BLOCK_SIZE, axis=1)
     assert not np.isnan(deq).any()
     np.testing.assert_allclose(deq, w.T.astype(np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("taken_by", ["unused_initializer", "intermediate"])
+def test_fresh_names_avoid_unread_initializers_and_intermediate_values(taken_by: str) -> None:
+    """The name a rewrite would give its fp32 scale is already taken -- by an initializer no node
+    reads, or by a value only nodes produce and read: the new tensor gets the next free name."""
+    proto = G.rms_rotary_model()
+    taken = "q_norm.weight_fp32"
+    if taken_by == "unused_initializer":
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(2, np.float16), taken))
+    else:
+        proto.graph.node.extend([helper.make_node("Identity", ["x"], [taken], name="/probe/a"),
+                                 helper.make_node("Identity", [taken], ["probe"], name="/probe/b")])
+        proto.graph.output.append(helper.make_tensor_value_info("probe", G.F16, None))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    fused = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert fused.inputs[1].name == f"{taken}_1"
+    names = collections.Counter(v.name for n in model.graph for v in (*n.inputs, *n.outputs) if v is not None)
+    assert names[taken] == (0 if taken_by == "unused_initializer" else 2)
