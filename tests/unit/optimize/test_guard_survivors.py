@@ -498,3 +498,41 @@ def test_fresh_names_avoid_unread_initializers_and_intermediate_values(taken_by:
     assert fused.inputs[1].name == f"{taken}_1"
     names = collections.Counter(v.name for n in model.graph for v in (*n.inputs, *n.outputs) if v is not None)
     assert names[taken] == (0 if taken_by == "unused_initializer" else 2)
+
+
+def _probed(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph outputs y and present.0.conv are read by Identity probes, which become the outputs."""
+    g = proto.graph
+    for out in list(g.output):
+        g.node.append(helper.make_node("Identity", [out.name], [f"{out.name}.probe"], name=f"/probe/{out.name}"))
+        probe = onnx.ValueInfoProto()
+        probe.CopyFrom(out)
+        probe.name = f"{out.name}.probe"
+        g.output.remove(out)
+        g.output.append(probe)
+    return proto
+
+
+@pytest.mark.parametrize("conv_name", ["/conv/CausalConvWithState", ""])
+@pytest.mark.parametrize("form", ["channels_first", "channels_last"])
+def test_conv_values_the_rewrite_creates_are_named_after_the_conv(form: str, conv_name: str) -> None:
+    """A carried state that no graph output names (channels-first: a conv whose state output is
+    unnamed; channels-last: the new conv's outputs) gets a name derived from the conv's, or from
+    "conv" when the conv has none -- never an empty name, which no ONNX model may have."""
+    import onnx_ir as ir
+
+    reference = _probed(G.conv_carry_model(form=form))
+    proto = _probed(G.conv_carry_model(form=form))
+    conv = _node(proto, "CausalConvWithState")
+    conv.name = conv_name
+    if form == "channels_first":
+        conv.output[1] = ""  # the state output left unnamed
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 1
+    fused = next(n for n in model.graph if n.op_type == "CausalConvWithState")
+    base = conv_name or "conv"
+    expected = [f"{base}/present_state"] if form == "channels_first" else [f"{base}/output_cl", f"{base}/present_state_cl"]
+    assert [v.name for v in fused.outputs][-len(expected):] == expected
+    onnx.checker.check_model(ir.to_proto(model))
+    feeds = K.feeds_for(reference, {"B": 2, "S": 3}, 0)
+    close(run_ort(model, feeds), run_ort(reference, feeds), atol=0)
