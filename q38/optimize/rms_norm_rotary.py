@@ -131,12 +131,9 @@ class FuseRMSNormRotaryPass(RewritePass):
             return Decline("MRotaryEmbedding (multi-section rotary over [3, B, S] positions) has no "
                            "RMSNormRotary form; kept as exported")
         # --- rotary half: Concat(o1, o2) of Sub / Add of products -------------------------------
-        if len(node.inputs) != 2:
-            return Decline("rotary Concat is not Concat(Sub, Add) of two inputs")
         sub = producer_of(node.inputs[0], "Sub")
         add = producer_of(node.inputs[1], "Add")
-        if sub is None or add is None:
-            return Decline("rotary Concat is not Concat(Sub, Add) of two inputs")
+        assert sub is not None and add is not None  # the anchor condition: Concat(Sub, Add)
         m1, m2 = _mul_operands(inp(sub, 0)), _mul_operands(inp(sub, 1))
         m3, m4 = _mul_operands(inp(add, 0)), _mul_operands(inp(add, 1))
         if not (m1 and m2 and m3 and m4):

@@ -23,6 +23,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/cache_width': (
+        'rms_norm_rotary: /q/Concat: declined: cosine cache shape [6,8] is not [rows, 4]',
+        'rms_norm_rotary: /k/Concat: declined: cosine cache shape [6,8] is not [rows, 4]',
+    ),
     'rms/concat_axis': (
         'rms_norm_rotary: /q/Concat: declined: rotary Concat axis -2 is not the last axis',
         'rms_norm_rotary: /k/Concat: fused',
@@ -71,6 +75,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: cosine is not Unsqueeze(Gather(cache, position_ids, axis=0), [2])',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/halves_of_two_tensors': (
+        'rms_norm_rotary: /q/Concat: declined: the two rotary halves are not slices of one normalized tensor',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/heads_minus1': (
         'rms_norm_rotary: /q/Concat: declined: final Reshape shape [0, 0, 16] is not [0, 0, heads*head_size]',
         'rms_norm_rotary: /k/Concat: fused',
@@ -83,12 +91,20 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: fused',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/input_rank3': (
+        'rms_norm_rotary: /q/Concat: declined: input rank 3 is not 4 ([B,S,heads,head_size])',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/keepdims0': (
         'rms_norm_rotary: /q/Concat: declined: ReduceMean axes [-1] / keepdims is not the last axis with keepdims=1',
         'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/none': (
         'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/norm_sub': (
+        'rms_norm_rotary: /q/Concat: declined: normalization is not Div(r, rms) or Mul(r, Reciprocal(rms))',
         'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/opset12': (
@@ -106,6 +122,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'rms/pos_int32': (
         'rms_norm_rotary: /q/Concat: declined: position ids are not int64',
         'rms_norm_rotary: /k/Concat: declined: position ids are not int64',
+    ),
+    'rms/pos_rank3': (
+        'rms_norm_rotary: /q/Concat: declined: position ids rank 3 is not 2 ([B, S])',
+        'rms_norm_rotary: /k/Concat: declined: position ids rank 3 is not 2 ([B, S])',
     ),
     'rms/pos_static': (
         "rms_norm_rotary: /q/Concat: declined: position ids shape [2,3] is not the input's [B, S] = [2, 2]",
@@ -135,6 +155,10 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         "rms_norm_rotary: /q/Concat: declined: intermediate 'v2_0' is a graph output",
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/product_of_unsliced': (
+        'rms_norm_rotary: /q/Concat: declined: a rotary product is not Mul(Slice(x), Unsqueeze(cos|sin))',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/reduce_axes': (
         'rms_norm_rotary: /q/Concat: declined: ReduceMean axes [-2] / keepdims is not the last axis with keepdims=1',
         'rms_norm_rotary: /k/Concat: fused',
@@ -147,8 +171,16 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'rms_norm_rotary: /q/Concat: declined: final Reshape shape [0, -1, 16] is not [0, 0, heads*head_size]',
         'rms_norm_rotary: /k/Concat: fused',
     ),
+    'rms/rms_abs': (
+        'rms_norm_rotary: /q/Concat: declined: rms is not Sqrt(Add(mean, epsilon))',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
     'rms/rotary_out_consumer': (
         'rms_norm_rotary: /q/Concat: declined: rotary output is not consumed by exactly one flattening Reshape',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/scale_added': (
+        'rms_norm_rotary: /q/Concat: declined: rotary input is not Mul(normalized, scale)',
         'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/scale_capture': (
@@ -189,6 +221,26 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'rms/slice_step1': (
         'rms_norm_rotary: /q/Concat: fused',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/square_abs': (
+        'rms_norm_rotary: /q/Concat: declined: mean square is not ReduceMean(Mul(r, r) | Pow(r, 2))',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/square_of_other/alt0': (
+        'rms_norm_rotary: /q/Concat: declined: mean square is not ReduceMean(Mul(r, r)) of the normalized input',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/square_of_other/alt1': (
+        'rms_norm_rotary: /q/Concat: declined: mean square is not ReduceMean(Pow(r, 2)) of the normalized input',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/square_of_other/com1': (
+        'rms_norm_rotary: /q/Concat: declined: mean square is not ReduceMean(Mul(r, r)) of the normalized input',
+        'rms_norm_rotary: /k/Concat: fused',
+    ),
+    'rms/sub_operand_add': (
+        'rms_norm_rotary: /q/Concat: declined: rotary Sub / Add operands are not all Mul products',
         'rms_norm_rotary: /k/Concat: fused',
     ),
     'rms/target_cpu': (
@@ -252,6 +304,9 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'se/shared_weights': (
         'shared_expert: /mlp/shared/gate/MatMul: fused',
     ),
+    'se/silu_twice': (
+        'shared_expert: /mlp/shared/gate/MatMul: declined: SiLU output feeds 3 Mul nodes, not one up-projection product',
+    ),
     'se/target_cpu': (
         'shared_expert: /mlp/shared/gate/MatMul: fused',
     ),
@@ -279,8 +334,18 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'se/w_input/idx2': (
         "shared_expert: /mlp/shared/gate/MatMul: declined: shared-gate weight 'mlp.shared_expert_gate.weight' is not a constant initializer",
     ),
+    'hc/down_3d': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: hyper-connection projection weights are not static 2-D tensors',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
     'hc/down_input': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: a hyper-connection weight is not a constant initializer',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/down_reads_streams': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: down projection MatMul does not read the normalized streams',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
@@ -334,6 +399,16 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: fused',
     ),
+    'hc/gate_per_branch': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: PreMix gate is a per-branch Sigmoid(MatMul(hn, W)) with no low-rank ScaledSiLU projection (LowRankMix needs down -> ScaledSiLU -> up)',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/gate_tanh': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: PreMix gate is not Sigmoid(MatMul(...))',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
     'hc/gdiv_input': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: gate_div / gate_mul are not constant scalars (gate_div != 0)',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
@@ -341,6 +416,21 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'hc/gdiv_zero': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: gate_div / gate_mul are not constant scalars (gate_div != 0)',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/inject_mul_not_div': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/inject_width/idx0/C1': (
+        "hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: inject weight '/l0/attn_hc.inject' shape [4, 2] is not (C*H, C) = [4, 1]",
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/inject_width/idx0/C2': (
+        "hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: inject weight '/l0/attn_hc.inject' shape [8, 3] is not (C*H, C) = [8, 2]",
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
@@ -353,6 +443,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: fused',
+    ),
+    'hc/norm_without_scale': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: BranchwiseRMSNorm has no scale',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
     'hc/pg_capture': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: fused',
@@ -373,6 +468,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: fused',
+    ),
+    'hc/premix_reads_streams': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: PreMix streams input is not a BranchwiseRMSNorm output',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
     'hc/private_capture/idx0': (
         "hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: intermediate 'v1_0' is captured by a subgraph",
@@ -539,6 +639,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
+    'hc/silu_of_tanh': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: ScaledSiLU input is neither MatMul(hn, down) nor a Split of MatMul(hn, [down|inject])',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
     'hc/silu_scale_input': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: ScaledSiLU uses a runtime scale input',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
@@ -553,6 +658,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: no CPU kernel for HyperConnectionLowRankMix (target cpu)',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: declined: no CPU kernel for HyperConnectionLowRankMix (target cpu)',
     ),
+    'hc/two_injects': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: 2 inject projection MatMuls read the normalized streams, not one',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
     'hc/up_per_branch/idx0/C1': (
         "hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: up weight '/l0/attn_hc.up' shape [3, 1] is not (R, C*H) = [3, 4] (per-feature gates)",
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
@@ -560,6 +670,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'hc/up_per_branch/idx0/C2': (
         "hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: up weight '/l0/attn_hc.up' shape [3, 2] is not (R, C*H) = [3, 8] (per-feature gates)",
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
+    ),
+    'hc/up_reads_relu': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: up projection does not read a ScaledSiLU',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: declined: PostMix post_mix shape None is not provably (..., C)',
     ),
@@ -638,6 +753,9 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'conv/ndim2': (
         'causal_conv_state: /conv/CausalConvWithState: declined: ndim=2 is not 1',
     ),
+    'conv/no_past': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: conv has no past_state input (no state to carry)',
+    ),
     'conv/none': (
         'causal_conv_state: /conv/CausalConvWithState: fused',
     ),
@@ -692,6 +810,15 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'conv/state_consumed': (
         'causal_conv_state: /conv/CausalConvWithState: declined: present_state output already has consumers',
     ),
+    'conv/state_not_transposed_back/channels_first': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
+    'conv/state_not_transposed_back/first_token': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
+    'conv/state_not_transposed_back/channels_last': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: carried state is not transposed back to channels-last',
+    ),
     'conv/state_update': (
         'causal_conv_state: /conv/CausalConvWithState: declined: state_update output 2 is declared',
     ),
@@ -719,6 +846,18 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'conv/target_cpu': (
         'causal_conv_state: /conv/CausalConvWithState: fused',
     ),
+    'conv/two_slices/channels_first': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: carry history is not consumed by exactly one Slice',
+    ),
+    'conv/two_slices/first_token': (
+        'causal_conv_state: /conv/CausalConvWithState: fused',
+    ),
+    'conv/two_slices/channels_last': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: carry history is not consumed by exactly one Slice',
+    ),
+    'conv/weight_2d': (
+        'causal_conv_state: /conv/CausalConvWithState: declined: weight shape is not a static [C, 1, K]',
+    ),
     'conv/x_consumer/channels_first': (
         'causal_conv_state: /conv/CausalConvWithState: fused',
     ),
@@ -743,11 +882,17 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     'fp8/capture': (
         "fp8_head: /lm_head/MatMul: declined: head output 'logits' is captured by a subgraph",
     ),
+    'fp8/fused': (
+        'fp8_head: /lm_head/MatMul: declined: already a fused FP8 projection',
+    ),
     'fp8/mtp_name': (
         'fp8_head: /lm_head/MatMul: fused',
     ),
     'fp8/n_consumer': (
         'fp8_head: /lm_head/MatMul: fused',
+    ),
+    'fp8/nbits': (
+        'fp8_head: /lm_head/MatMul: declined: head projection is already quantized (MatMulNBits); FP8 needs a float weight',
     ),
     'fp8/none': (
         'fp8_head: /lm_head/MatMul: fused',
@@ -766,5 +911,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
     ),
     'fp8/w_input': (
         'fp8_head: /lm_head/MatMul: declined: head weight is not a constant initializer',
+    ),
+    'fp8/w_int8': (
+        'fp8_head: /lm_head/MatMul: declined: head weight dtype INT8 cannot be quantized',
+    ),
+    'fp8/width_mismatch': (
+        'fp8_head: /lm_head/MatMul: declined: activation width 17 != weight rows 16',
     ),
 }

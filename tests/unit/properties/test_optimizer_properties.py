@@ -156,6 +156,76 @@ def _op_of(proto: onnx.ModelProto, op: str, new_op: str) -> None:
     _q_node(proto, op).op_type = new_op
 
 
+def _value_info(proto: onnx.ModelProto, value: str, elem: int, dims: list[Any]) -> None:
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info(value, elem, dims))
+
+
+def _q_reader(proto: onnx.ModelProto, value: str, op: str) -> onnx.NodeProto:
+    return next(n for n in _q_chain(proto) if n.op_type == op and value in n.input)
+
+
+def _rewire(node: onnx.NodeProto, old: str, new: str) -> None:
+    node.input[list(node.input).index(old)] = new
+
+
+def _q_slices(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in _q_chain(proto) if n.op_type == "Slice"]
+
+
+def _rms_parts(proto: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    """The q chain's nodes by role."""
+    chain = _q_chain(proto)
+    mean = next(n for n in chain if n.op_type == "ReduceMean")
+    sqrt = next(n for n in chain if n.op_type == "Sqrt")
+    slices = _q_slices(proto)
+    nw = next(n for n in chain if n.output[0] == slices[0].input[0])
+    sub = next(n for n in chain if n.op_type == "Sub")
+    concat = next(n for n in chain if n.op_type == "Concat")
+    return {"mean": mean, "sqrt": sqrt, "nw": nw, "sub": sub, "concat": concat, "x1": slices[0],
+            "x2": slices[1], "reshape": next(n for n in proto.graph.node if n.name == "/q/Reshape")}
+
+
+def _rms_mut(kind: str) -> Mutation:
+    """One structural break of the q chain's RMSNorm or rotary form (each reaches one guard)."""
+
+    def mutate(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+        q = _rms_parts(proto)
+        r = q["reshape"].output[0]
+        et = _et(ctx["dtype"])
+        if kind == "pos_rank3":
+            _pos_shape(proto, ["B", "S", 1])
+        elif kind == "sub_operand_add":  # x1*cos - (x2 + sin)
+            prod = next(n for n in proto.graph.node if n.output[0] == q["sub"].input[1])
+            prod.op_type = "Add"
+        elif kind == "product_of_unsliced":  # (scaled x) * cos, not Slice(x) * cos
+            _rewire(_q_reader(proto, q["x1"].output[0], "Mul"), q["x1"].output[0], q["nw"].output[0])
+        elif kind == "halves_of_two_tensors":  # the second half sliced from r, not from the scaled x
+            _rewire(q["x2"], q["x2"].input[0], r)
+        elif kind == "scale_added":  # Add(normalized, scale)
+            q["nw"].op_type = "Add"
+        elif kind == "norm_sub":  # Sub(r, rms) / Mul(r, Neg(rms)) instead of the division
+            norm = next(n for n in proto.graph.node if n.output[0] in q["nw"].input)
+            if norm.op_type == "Div":
+                norm.op_type = "Sub"
+            else:
+                next(n for n in proto.graph.node if n.op_type == "Reciprocal" and n.output[0] in norm.input).op_type = "Neg"
+        elif kind == "rms_abs":  # Abs(Add(mean, eps)), not Sqrt
+            q["sqrt"].op_type = "Abs"
+        elif kind == "square_abs":  # ReduceMean(Abs(r))
+            sq = next(n for n in proto.graph.node if n.output[0] == q["mean"].input[0])
+            sq.op_type, sq.input[:] = "Abs", [r]
+        elif kind == "square_of_other":  # ReduceMean(Mul(r2, r2)) of another reshape of x
+            sq = next(n for n in proto.graph.node if n.output[0] == q["mean"].input[0])
+            proto.graph.node.insert(0, onnx.helper.make_node("Reshape", list(q["reshape"].input), ["r_other"], name="/q/Other"))
+            sq.input[:] = ["r_other", "r_other"] if sq.op_type == "Mul" else ["r_other", sq.input[1]]
+        elif kind == "input_rank3":
+            _value_info(proto, r, et, ["B", "S", ctx["N"] * ctx["D"]])
+        elif kind == "cache_width":
+            K.set_init(proto, "cos_cache", np.ones((ctx["P"], ctx["D"]), ctx["dtype"]))
+
+    return mutate
+
+
 def _unit_steps(proto: onnx.ModelProto) -> None:
     """Both rotary Slices of the q chain spell out their unit steps."""
     for i, node in enumerate(n for n in _q_chain(proto) if n.op_type == "Slice"):
@@ -261,6 +331,9 @@ RMS: dict[str, tuple[str, Mutation | None]] = {
     "slice_step1": ("ok", lambda p, c: _unit_steps(p)),
     "heads_minus1": ("decline", lambda p, c: K.set_init(p, "/q.shape4", np.asarray([0, 0, -1, c["D"]], np.int64))),
     "heads_minus1_known": ("ok", _heads_from_shape_info),
+    **{k: ("decline", _rms_mut(k)) for k in (
+        "pos_rank3", "sub_operand_add", "product_of_unsliced", "halves_of_two_tensors",
+        "scale_added", "norm_sub", "rms_abs", "square_abs", "square_of_other", "input_rank3", "cache_width")},
     "w_fp32": ("ok", lambda p, c: K.set_init(p, "q_norm.weight", np.ones(c["D"], np.float32))),
 }
 
@@ -314,6 +387,14 @@ def _reshape_init(proto: onnx.ModelProto, name: str, fn: Callable[[np.ndarray], 
     K.set_init(proto, name, fn(onnx.numpy_helper.to_array(init)))
 
 
+def _se_silu_twice(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+    """The SiLU output feeds a second Mul (another product besides the up projection's)."""
+    gate = next(n for n in proto.graph.node if n.name == "/mlp/shared/gate/MatMul").output[0]
+    silu = next(n for n in proto.graph.node if n.op_type == "Mul" and gate in n.input)
+    proto.graph.node.append(onnx.helper.make_node("Mul", [silu.output[0], silu.output[0]], ["silu_sq"], name="/silu_sq"))
+    K.extra_consumer(proto, "silu_sq")
+
+
 SE: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "target_cpu": ("ok", None),
@@ -328,6 +409,7 @@ SE: dict[str, tuple[str, Mutation | None]] = {
     "up_capture": ("any", lambda p, c: K.if_capture(p, _se_out(p, "up"))),
     "h_consumer": ("any", lambda p, c: K.extra_consumer(p, "h")),
     "sg_consumer": ("any", lambda p, c: K.extra_consumer(p, _se_out(p, "sgate"))),
+    "silu_twice": ("decline", _se_silu_twice),
     "empty_names": ("ok", _blank_names),
 }
 
@@ -405,6 +487,44 @@ def _reader_before_mix(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
         proto.graph.node.insert(at + i, n)
 
 
+def _hc_mut(kind: str) -> Mutation:
+    """One structural break of the first mix's chain (each reaches one guard)."""
+
+    def mutate(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+        norm, down, silu, up, sig, pre, inj, div = _hc_chain(proto)[:8]
+        c, h = ctx["C"], ctx["H"]
+        if kind == "down_3d":
+            _reshape_init(proto, "/l0/attn_hc.down", lambda a: a[None])
+        elif kind == "inject_width":
+            _reshape_init(proto, "/l0/attn_hc.inject", lambda a: np.concatenate([a, a[:, :1]], 1))
+        elif kind == "premix_reads_streams":
+            pre.input[0] = norm.input[0]
+        elif kind == "gate_tanh":
+            sig.op_type = "Tanh"
+        elif kind == "gate_per_branch":  # Sigmoid(MatMul(hn, W)): no down / ScaledSiLU / up chain
+            proto.graph.initializer.append(onnx.numpy_helper.from_array(
+                np.full((c * h, c * h), 0.1, ctx["dtype"]), "/l0/attn_hc.direct"))
+            up.input[:] = [norm.output[0], "/l0/attn_hc.direct"]
+        elif kind == "up_reads_relu":
+            silu.op_type, silu.domain = "Relu", ""
+            del silu.attribute[:]
+        elif kind == "norm_without_scale":
+            del norm.input[1:]
+        elif kind == "down_reads_streams":
+            down.input[0] = norm.input[0]
+        elif kind == "silu_of_tanh":
+            proto.graph.node.insert(list(proto.graph.node).index(silu), onnx.helper.make_node(
+                "Tanh", [down.output[0]], ["d_tanh"], name="/d_tanh"))
+            silu.input[0] = "d_tanh"
+        elif kind == "two_injects":
+            proto.graph.node.append(onnx.helper.make_node("MatMul", list(inj.input), ["inj_copy"], name="/inj_copy"))
+            K.extra_consumer(proto, "inj_copy")
+        elif kind == "inject_mul_not_div":
+            div.op_type = "Mul"
+
+    return mutate
+
+
 HC: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "eps_none": ("ok", None),
@@ -430,6 +550,9 @@ HC: dict[str, tuple[str, Mutation | None]] = {
     "empty_names_extra_reader": ("decline", lambda p, c: (K.extra_consumer(p, _hc_private(p, c)), _blank_names(p, c))),
     "post_gate_per_feature": ("any", _post_gate_per_feature),
     "reader_before_mix": ("ok", _reader_before_mix),
+    **{k: ("decline", _hc_mut(k)) for k in (
+        "down_3d", "inject_width", "premix_reads_streams", "gate_tanh", "gate_per_branch", "up_reads_relu",
+        "norm_without_scale", "down_reads_streams", "silu_of_tanh", "two_injects", "inject_mul_not_div")},
 }
 
 
@@ -523,6 +646,24 @@ def _set_inits(proto: onnx.ModelProto, names: tuple[str, ...], value: int) -> No
             K.set_init(proto, name, np.asarray([value], np.int64))
 
 
+def _conv_mut(kind: str) -> Mutation:
+    def mutate(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+        conv = _conv(proto)
+        if kind == "weight_2d":
+            _reshape_init(proto, "conv.weight", lambda a: a[:, 0, :])
+        elif kind == "no_past":
+            del conv.input[3:]
+        elif kind == "two_slices":
+            sl = next(n for n in proto.graph.node if n.op_type == "Slice")
+            proto.graph.node.append(onnx.helper.make_node("Slice", list(sl.input), ["carry_copy"], name="/carry_copy"))
+            K.extra_consumer(proto, "carry_copy")
+        elif kind == "state_not_transposed_back":
+            last = next(n for n in proto.graph.node if n.op_type == "Transpose" and "present.0.conv" in n.output)
+            K.set_attr(last, "perm", [0, 1, 2])
+
+    return mutate
+
+
 CONV: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "target_cpu": ("ok", None),
@@ -550,6 +691,11 @@ CONV: dict[str, tuple[str, Mutation | None]] = {
     "end_big": ("ok", lambda p, c: _set_inits(p, ("en",), 2**31 - 1)),
     "axis2": ("ok", lambda p, c: _set_inits(p, ("ax", "ax1"), 2)),
     "y_consumer": ("any", lambda p, c: K.extra_consumer(p, _conv(p).output[0])),
+    "weight_2d": ("decline", _conv_mut("weight_2d")),
+    "no_past": ("decline", _conv_mut("no_past")),
+    "two_slices": ("any", _conv_mut("two_slices")),
+    "state_not_transposed_back": ("any", lambda p, c: _conv_mut("state_not_transposed_back")(p, c)
+                                  if c["form"] == "channels_last" else None),
     "constant_node_args": ("ok", lambda p, c: [_constant_node(p, n) for n in ("st", "en")]),
 }
 
@@ -626,6 +772,20 @@ def _head_proto(ctx: dict[str, Any]) -> onnx.ModelProto:
     return g.model(ms=False)
 
 
+def _fp8_mut(kind: str) -> Mutation:
+    def mutate(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
+        head = next(n for n in proto.graph.node if n.name == "/lm_head/MatMul")
+        if kind in ("nbits", "fused"):
+            head.op_type, head.domain = ("MatMulNBits" if kind == "nbits" else "MatMulBlockQuantizedFp8Weight"), G.MS
+            proto.opset_import.append(onnx.helper.make_opsetid(G.MS, 1))
+        elif kind == "w_int8":
+            _reshape_init(proto, "lm_head.weight", lambda a: a.astype(np.int8))
+        elif kind == "width_mismatch":
+            proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value = ctx["H"] + 1
+
+    return mutate
+
+
 FP8: dict[str, tuple[str, Mutation | None]] = {
     "none": ("ok", None),
     "mtp_name": ("ok", None),
@@ -637,6 +797,7 @@ FP8: dict[str, tuple[str, Mutation | None]] = {
     "w_3d": ("decline", lambda p, c: _reshape_init(p, "lm_head.weight", lambda a: a[None])),
     "n_consumer": ("any", lambda p, c: K.extra_consumer(p, "n")),
     "w_capture": ("any", lambda p, c: K.if_capture(p, "lm_head.weight")),
+    **{k: ("decline", _fp8_mut(k)) for k in ("nbits", "fused", "w_int8", "width_mismatch")},
 }
 
 
