@@ -399,6 +399,11 @@ OUTCOMES: dict[str, tuple[str, ...]] = {
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
         'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: fused',
     ),
+    'hc/gate_mul_commuted': (
+        'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',
+        'hyper_connection: /l0/mlp_hc/HyperConnectionLowRankMix: fused',
+    ),
     'hc/gate_per_branch': (
         'hyper_connection: /l0/attn_hc/HyperConnectionPreMix: declined: PreMix gate is a per-branch Sigmoid(MatMul(hn, W)) with no low-rank ScaledSiLU projection (LowRankMix needs down -> ScaledSiLU -> up)',
         'hyper_connection: /l0/mlp_hc/HyperConnectionPreMix: fused',

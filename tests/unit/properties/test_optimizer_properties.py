@@ -491,7 +491,7 @@ def _hc_mut(kind: str) -> Mutation:
     """One structural break of the first mix's chain (each reaches one guard)."""
 
     def mutate(proto: onnx.ModelProto, ctx: dict[str, Any]) -> None:
-        norm, down, silu, up, sig, pre, inj, div = _hc_chain(proto)[:8]
+        norm, down, silu, up, sig, pre, inj, div, _, gmul = _hc_chain(proto)
         c, h = ctx["C"], ctx["H"]
         if kind == "down_3d":
             _reshape_init(proto, "/l0/attn_hc.down", lambda a: a[None])
@@ -521,6 +521,8 @@ def _hc_mut(kind: str) -> Mutation:
             K.extra_consumer(proto, "inj_copy")
         elif kind == "inject_mul_not_div":
             div.op_type = "Mul"
+        elif kind == "gate_mul_commuted":  # Mul(gate_mul, Sigmoid(...)): the same post gate
+            gmul.input[0], gmul.input[1] = gmul.input[1], gmul.input[0]
 
     return mutate
 
@@ -553,6 +555,7 @@ HC: dict[str, tuple[str, Mutation | None]] = {
     **{k: ("decline", _hc_mut(k)) for k in (
         "down_3d", "inject_width", "premix_reads_streams", "gate_tanh", "gate_per_branch", "up_reads_relu",
         "norm_without_scale", "down_reads_streams", "silu_of_tanh", "two_injects", "inject_mul_not_div")},
+    "gate_mul_commuted": ("ok", _hc_mut("gate_mul_commuted")),
 }
 
 
