@@ -103,8 +103,9 @@ class Produced:
 
 
 def first_dtype(*values: ir.Value | None) -> ir.DataType | None:
-    """The dtype of the first typed value (a rewritten producer may have left its output untyped)."""
-    return next((v.dtype for v in values if v is not None and v.dtype is not None), None)
+    """The dtype of the first typed value (a rewritten producer may have left its output untyped;
+    a value_info with elem_type 0 declares ``UNDEFINED``, which says no more than no type)."""
+    return next((v.dtype for v in values if v is not None and v.dtype not in (None, ir.DataType.UNDEFINED)), None)
 
 
 def default_reader(value: ir.Value) -> np.ndarray:

@@ -111,3 +111,27 @@ def test_a_pass_subset_reaches_builder_packages_and_a_second_run_writes_a_new_da
     model = load_graph(tmp_path / "twice" / "model.onnx", root=tmp_path / "twice")
     fused = [n for n in model.graph if n.op_type == "MatMulBlockQuantizedFp8Weight"]
     assert len(fused) == 1
+
+
+def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(tmp_path: Path) -> None:
+    """The decoder loses a shared tensor; the MTP section listed none: it stays an empty tuple (the
+    deterministic writer's empty list), never None."""
+    import dataclasses
+
+    from q38.optimize.genai_io import _reconciled_config
+    from q38.package.genai_config import dumps_genai_config
+
+    src = next(p for p in REAL if (p / "mtp.onnx").is_file())
+    pkg = open_genai_package(src)
+    m = pkg.config.model
+    assert m.mtp is not None
+    lone = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(
+        m, mtp=dataclasses.replace(m.mtp, shared_initializers=()))))
+    models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs()}
+    victim = m.decoder.shared_initializers[0].name
+    models["decoder"].graph.initializers.pop(victim)
+    cfg, dropped = _reconciled_config(lone, models, pkg.root)
+    assert dropped == [victim]
+    assert cfg.model.mtp is not None and cfg.model.mtp.shared_initializers == ()
+    assert cfg.model.engram is None
+    dumps_genai_config(cfg)  # writable as it is
