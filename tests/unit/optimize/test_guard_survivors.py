@@ -559,3 +559,20 @@ def test_conv_dtype_for_the_cpu_check_comes_from_its_output_when_its_inputs_are_
         assert reasons(p) == ["no CPU kernel for CausalConvWithState for bfloat16 (target cpu)"]
     else:
         assert p.count == 1 and reasons(p) == []
+
+
+def test_hyper_connection_outputs_of_unnamed_values_are_named_from_hc() -> None:
+    """A graph built in onnx_ir may leave the PreMix output and the post gate unnamed: the fused
+    mix's outputs are then named from "hc", never from None."""
+    import onnx_ir as ir
+
+    model = ir.from_proto(G.hc_model())
+    pre = next(n for n in model.graph if n.op_type == "HyperConnectionPreMix").outputs[0]
+    post = next(n for n in model.graph if n.op_type == "HyperConnectionPostMix")
+    pre.name = None
+    post.inputs[2].name = None  # type: ignore[union-attr]
+    p = FuseHyperConnectionPass()
+    p(model)
+    assert p.count == 1
+    mix = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix")
+    assert [v.name for v in mix.outputs] == ["hc_fused", "hc_fused_1"]
