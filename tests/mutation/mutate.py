@@ -339,8 +339,8 @@ def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[
             raise RunError(f"mutmut run failed for {package} (exit {proc.returncode}); see "
                            f"{workdir / 'mutmut-run.log'}", proc.stdout + proc.stderr)
     print(f"   {package}: stats phase {stats_done - started:.0f} s ({'full' if full_stats else 'loaded'}), "
-          f"{len(todo)} mutant(s) judged in "
-          f"{time.monotonic() - stats_done:.0f} s")
+          f"{len(todo)} of the {len(names)} selected mutant(s) run in {time.monotonic() - stats_done:.0f} s "
+          f"(the others kept their verdicts)")
     return names
 
 
