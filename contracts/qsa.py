@@ -330,6 +330,9 @@ def _dsa_schema(node: ir.Node, shapes: Shapes) -> str | None:
     rank = shapes.rank(input_at(node, 0))
     if rank is not None and rank != 3:
         return "The query input shall be 3 dimensions"
+    width = shapes.dim(input_at(node, 0), 2)
+    if input_at(node, 1) is None and width is not None and width % (heads + 2 * kv):  # packed QKV (probed)
+        return "Packed QKV hidden size must be divisible by num_heads + 2 * kv_num_heads"
     return None
 
 

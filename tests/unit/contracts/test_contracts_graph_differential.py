@@ -250,6 +250,15 @@ DSA_CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("rank-2 query", {"q_shape": (2, 64)}, False),
     ("is_causal 0 (CUDA only)", {"is_causal": 0}, True),
     ("attention_mode bogus (CUDA only)", {"attention_mode": "bogus"}, True),
+    ("packed QKV width 60 (4 + 2 * 2 heads)", {"q_shape": (1, 2, 60)}, False),
+    ("packed QKV width 63", {"q_shape": (1, 2, 63)}, False),
+    ("packed QKV width 72", {"q_shape": (1, 2, 72)}, True),
+    ("packed QKV width 8", {"q_shape": (1, 2, 8)}, True),
+    ("packed QKV width 6, 2 + 2 * 2 heads", {"q_shape": (1, 2, 6), "num_heads": 2, "kv_num_heads": 2}, True),
+    ("packed QKV width 8, 2 + 2 * 2 heads", {"q_shape": (1, 2, 8), "num_heads": 2, "kv_num_heads": 2}, False),
+    ("packed QKV width 8, 2 + 2 * 1 heads", {"q_shape": (1, 2, 8), "num_heads": 2, "kv_num_heads": 1}, True),
+    ("rank-2 query of width 63: the rank first", {"q_shape": (2, 63)}, False),
+    ("kv_num_heads 3 with width 63: the heads first", {"q_shape": (1, 2, 63), "kv_num_heads": 3}, False),
 ]
 
 
