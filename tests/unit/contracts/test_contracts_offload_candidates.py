@@ -150,7 +150,7 @@ def test_router_probs_gives_the_dtype_when_input_0s_is_unknown() -> None:
      "expert scale dimensions do not match [E, 2*I, H/block_size] and [E, H, I/block_size]"),
     ({4: (TP.FLOAT16, [4, 64])}, "optional bias slot 4 ('fc1_b') must match activation dtype and shape [E, 128]"),
     ({4: (TP.FLOAT16, [4, 128]), 7: (TP.FLOAT16, [4, 64])}, None),
-])  # fmt: skip
+], ids=["fc1 scale blocks", "fc1 bias of H columns", "both biases"])  # fmt: skip
 def test_int3_sizes_feed_the_scale_and_bias_checks(slots: dict[int, Any], reason: str | None) -> None:
     assert offload_eligibility(offload_model("int3", slots=slots), "auto") == [("moe0", reason)]
 

@@ -202,7 +202,7 @@ _ENV_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("variable", "value", "entries"), _ENV_CASES, ids=[f"{c[0]}={c[1]!r}-{sorted(c[2])}" for c in _ENV_CASES])
+@pytest.mark.parametrize(("variable", "value", "entries"), _ENV_CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(_ENV_CASES)])
 def test_environment_fallbacks_agree_with_onnxruntime(variable: str, value: str, entries: dict[str, str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from contracts.offload_config import check_offload_environment
