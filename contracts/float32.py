@@ -26,6 +26,9 @@ _SPECIAL = re.compile(r"(inf|infinity|nan(?:\([0-9A-Za-z_]*\))?)\Z", re.IGNORECA
 # |value| >= 2^130 overflows and |value| < 2^-151 underflows to zero for any mantissa: exponents
 # beyond these bounds are decided without building the (possibly huge) exact rational.
 _TOO_BIG_LOG10, _TOO_SMALL_LOG10 = 40, -47
+# The same for hex by bit length: a value in [2^(top-1), 2^top) rounds to zero when top <= -150
+# (below 2^-150, half the smallest subnormal) and to infinity when top >= 129 (at least 2^128).
+_HEX_ZERO_TOP, _HEX_INF_TOP = -149, 128
 
 
 def round_to_float32(value: Fraction) -> float:
@@ -83,10 +86,11 @@ def parse_strtof(text: str) -> float | None:
             return None  # "0x" alone: strtof reads the "0" and stops at "x"
         mantissa = int(int_part + frac_part, 16)
         exponent = int(exp_part) - 4 * len(frac_part)
-        if mantissa and exponent > 200:
-            return sign * math.inf
-        if mantissa == 0 or exponent < -400:
-            return sign * 0.0
+        top = mantissa.bit_length() + exponent  # the value is in [2^(top-1), 2^top)
+        if mantissa == 0 or top < _HEX_ZERO_TOP:
+            return sign * 0.0  # below 2^-150: under half the smallest subnormal
+        if top > _HEX_INF_TOP:
+            return sign * math.inf  # at least 2^128: past FLT_MAX and its rounding half-step
         return sign * round_to_float32(Fraction(mantissa) * Fraction(2) ** exponent)
     found = _DEC.match(body)
     if found is None or not (found.group(1) or found.group(2)):

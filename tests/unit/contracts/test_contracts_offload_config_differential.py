@@ -104,6 +104,8 @@ EXTRAS: list[tuple[dict[str, str], bool]] = [
     ({"session.moe_cpu_offload_experts": "4"}, True),
     ({"ep.cuda.moe_packed_gpu_experts": "bogus"}, False),
     ({"ep.cuda.moe_packed_gpu_experts": "8"}, True),
+    *[({"ep.cuda.moe_packed_gpu_experts": v}, ok) for v, ok in (("0", True), ("-0", True), ("+3", False), (" 7 ", True),
+      ("2147483647", True), ("2147483648", False), ("-1", False), ("", True), ("1.5", False), ("0x8", False))],
     ({_P + "mode": "required", _P + "cpu_execution": "1", _P + "placement": "adaptive", _P + "gpu_budget_bytes": "1GiB"}, False),
     ({_P + "mode": "disabled", _P + "gpu_budget_bytes": "abc"}, False),
     ({_P + "mode": "disabled", _P + "bogus": "1"}, False),
@@ -191,7 +193,7 @@ def test_generated_alias_pairs_agree_with_onnxruntime(a: str, b: str) -> None:
 
 _ENV_CASES = [
     # (variable, value, session entries): the verdict and the text are onnxruntime's
-    *[("ORT_MOE_PACKED_GPU_EXPERTS", v, {}) for v in ("abc", "4", "-1", "", " 5", "2147483647", "2147483648", "0x10")],
+    *[("ORT_MOE_PACKED_GPU_EXPERTS", v, {}) for v in ("abc", "4", "0", "-1", "", " 5", "2147483647", "2147483648", "0x10")],
     *[("ORT_QMOE_MIN_EXPERT_WEIGHT", v, {}) for v in ("abc", "0.1", "2", "", "-0", "1.0000001", "nan")],
     ("ORT_MOE_PACKED_GPU_EXPERTS", "abc", {"ep.cuda.moe_packed_gpu_experts": "8"}),
     ("ORT_MOE_PACKED_GPU_EXPERTS", "abc", {"ep.cuda.moe_packed_gpu_experts": ""}),

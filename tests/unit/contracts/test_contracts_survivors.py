@@ -166,3 +166,10 @@ def test_run_time_conv_rules_agree_with_a_session_that_runs(case: str, model: on
         assert error is None, error
     else:
         assert error is not None and message is not None and message in error, error
+
+
+def test_a_state_shape_mismatch_shows_an_unnamed_unknown_batch_as_a_question_mark() -> None:
+    named = _rule(CC_RULES, "CCONV-RUN-002").check(_conv(["B", 4, 5], [4, 1, 3], [1, 4, 1]), {})  # type: ignore[list-item]
+    unnamed = _rule(CC_RULES, "CCONV-RUN-002").check(_conv([None, 4, 5], [4, 1, 3], [1, 4, 1]), {})  # type: ignore[list-item]
+    assert [v.message for v in named] == ["Input 'past_state' is expected to have shape {B,4,2}, got {1,4,1}."]
+    assert [v.message for v in unnamed] == ["Input 'past_state' is expected to have shape {?,4,2}, got {1,4,1}."]
