@@ -145,8 +145,11 @@ def _mutmut_section(package: str, tests: tuple[str, ...], preload: Path) -> str:
         "pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow",
                                         "--snapshot-disable-unused", "-p", "import_hits", "-p", "fixture_hits"]),
         "use_git_change_detection = false",
-        # The fork server preloads the third-party libraries only: each mutant's child imports
-        # q38 and contracts itself, so a mutant of code that runs at import time takes effect.
+        # Mutants run in children of a fork server that has imported the third-party libraries
+        # only (mutmut's default "fork" forks the process that ran the clean tests): each child
+        # imports q38 and contracts itself, so a mutant of code that runs at import time (rule
+        # factories) or whose result is cached (the schema registry) takes effect.
+        'process_isolation = "forkserver"',
         'forkserver_warmup = "import"',
         f"preload_modules_file = {json.dumps(str(preload))}",
         "",

@@ -218,3 +218,13 @@ def test_with_cuda_available_a_cuda_graph_is_tried_on_cuda_not_judged_by_the_cpu
     # the session itself was created (this wheel falls back to CPU): ORT's own NOT_IMPLEMENTED names one op
     assert (tried["target"].status, tried["target"].message) == ("skipped", "op SparseAttentionIndexer has no CPU kernel")
     assert (tried["head"].status, tried["head"].message) == ("ok", "")
+
+
+def test_sessions_are_created_with_the_graphs_session_config(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    pkg = copy_package(tiny_cpu_package, tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"]["decoder"]["session_options"].update({"session.moe.offload.mode": "bogus"}))
+    report = check_package(pkg, ort_sessions=True)
+    assert "OFFLOAD-CFG-003" in {v.rule_id for v in report.violations}
+    failed = [(s.graph, s.status, s.message) for s in report.sessions if s.status != "ok"]
+    assert failed and all(status == "failed" for _g, status, _m in failed), failed
+    assert all("Invalid session.moe.offload.mode value 'bogus'" in m for _g, _s, m in failed), failed

@@ -175,3 +175,32 @@ def test_a_qmoe_two_levels_deep_fails_required_mode_naming_the_inner_if() -> Non
     assert [(v.node, v.message) for v in offload] == [("inner_if", message)]
     assert_agrees(violations, ort_error(model, entries), context="nested If")
     assert [v.rule_id for v in graph_violations(model, {_P + "mode": "auto"})] == []
+
+
+def test_quant_type_absent_reads_as_int() -> None:
+    assert offload_eligibility(offload_model("int4", attrs={"quant_type": None}), "required") == [("moe0", None)]
+    assert offload_eligibility(offload_model("int3", attrs={"quant_type": None}), "required") == [("moe0", None)]
+
+
+def test_the_transposed_layout_with_inter_twice_hidden() -> None:
+    """fc1 [E, H, 2I/2], fc2 [E, I, H/2] with H = 64, I = 128: transposed, where 2I/2 != H."""
+    slots = {2: (TP.UINT8, [4, 64, 128]), 3: (TP.FLOAT16, [4, 256, 2]), 5: (TP.UINT8, [4, 128, 32]), 6: (TP.FLOAT16, [4, 64, 4])}
+    assert offload_eligibility(offload_model("int4", slots=slots), "required") == [("moe0", None)]
+    wrong = {**slots, 5: (TP.UINT8, [4, 128, 64])}  # fc2's packed width is not H/2
+    assert offload_eligibility(offload_model("int4", slots=wrong), "required") == [
+        ("moe0", "expert weight shapes do not match a supported QMoE offload layout")]
+
+
+@pytest.mark.parametrize("bank", [2, 5])
+def test_an_expert_bank_dim_beyond_uint32_is_refused(bank: int) -> None:
+    """Dims past 4294967294 (declared by an external-data initializer, never read) fail 1C.13."""
+    model = offload_model("int4")
+    name = {2: "fc1_w", 5: "fc2_w"}[bank]
+    tensor = next(t for t in model.graph.initializer if t.name == name)
+    tensor.dims[1] = 4294967295
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="absent.bin")
+    assert offload_eligibility(model, "required") == [("moe0", "invalid expert count or weight dimensions for QMoE offload")]
+    tensor.dims[1] = 4294967294 if bank == 5 else 128
+    assert offload_eligibility(model, "required")[0][1] != "invalid expert count or weight dimensions for QMoE offload"

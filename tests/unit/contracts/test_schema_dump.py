@@ -47,7 +47,8 @@ def test_check_mode_reports_a_stale_dump(tmp_path: Path, capsys: pytest.CaptureF
     stale = schema_dump.dump_path(version).read_text(encoding="utf-8").replace('"deprecated":false', '"deprecated":true', 1)
     schema_dump.dump_path(version, tmp_path).write_text(stale, encoding="utf-8")
     assert schema_dump.main(["--check", "--out", str(tmp_path)]) == 1
-    assert "DIFFERS" in capsys.readouterr().out
+    stale_path = schema_dump.dump_path(version, tmp_path)
+    assert capsys.readouterr().out == f"{stale_path}: DIFFERS from the installed onnxruntime\n"
     assert schema_dump.main(["--check"]) == 0
     assert "up to date" in capsys.readouterr().out
 
@@ -126,3 +127,13 @@ def test_a_local_build_version_names_its_release(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(onnxruntime, "__version__", f"{ORT_VERSION.split('+')[0]}+cu126")
     assert schema_dump.dump_installed()["ort_version"] == ORT_VERSION.split("+")[0]
+
+
+def test_regenerating_writes_the_canonical_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "schemas"
+    assert schema_dump.main(["--out", str(out)]) == 0
+    version = ORT_VERSION.split("+")[0]
+    written = schema_dump.dump_path(version, out)
+    assert written.read_text(encoding="utf-8") == schema_dump.dump_path(version).read_text(encoding="utf-8")
+    count = len(schema_dump.dump_installed()["schemas"])
+    assert capsys.readouterr().out == f"wrote {written} ({count} schemas)\n"
