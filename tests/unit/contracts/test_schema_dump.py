@@ -137,3 +137,23 @@ def test_regenerating_writes_the_canonical_dump(tmp_path: Path, capsys: pytest.C
     assert written.read_text(encoding="utf-8") == schema_dump.dump_path(version).read_text(encoding="utf-8")
     count = len(schema_dump.dump_installed()["schemas"])
     assert capsys.readouterr().out == f"wrote {written} ({count} schemas)\n"
+
+
+def test_cpu_kernel_rows_are_ordered_by_range_then_types() -> None:
+    """Canonical order: per (domain, op), by (since, end, types); other providers dropped."""
+    from types import SimpleNamespace as K
+
+    def kernel(op: str, since: int, end: int, types: dict[str, list[str]], provider: str = "CPUExecutionProvider") -> K:
+        return K(provider=provider, version_range=(since, end), type_constraints=types, domain="", op_name=op)
+
+    top = 2147483647
+    state = K(get_all_opkernel_def=lambda: [
+        kernel("Add", 14, top, {"T": ["tensor(bfloat16)"]}), kernel("Add", 7, top, {"T": ["tensor(float)"]}),
+        kernel("Add", 7, 12, {"T": ["tensor(double)"]}), kernel("Abs", 6, top, {"T": ["tensor(float)"]}),
+        kernel("Add", 7, top, {"T": ["tensor(bool)"]}), kernel("Add", 1, 6, {"T": ["tensor(float)"]}, "CUDAExecutionProvider"),
+    ])  # fmt: skip
+    assert schema_dump._cpu_kernels(state) == [
+        {"domain": "", "name": "Abs", "kernels": [[6, top, {"T": ["tensor(float)"]}]]},
+        {"domain": "", "name": "Add", "kernels": [[7, 12, {"T": ["tensor(double)"]}], [7, top, {"T": ["tensor(bool)"]}],
+                                                  [7, top, {"T": ["tensor(float)"]}], [14, top, {"T": ["tensor(bfloat16)"]}]]},
+    ]  # fmt: skip
