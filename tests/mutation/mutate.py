@@ -67,10 +67,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
 }
 # Directories the tests read besides the code and themselves.
 ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
-# What mutmut's fork server imports once for every mutant: third-party libraries only (onnx_ir
-# alone takes ~2 s, sympy included), never q38 / contracts / tests.support.
-PRELOAD = ("numpy", "ml_dtypes", "onnx", "onnx.helper", "onnx.numpy_helper", "onnxruntime", "onnx_ir",
-           "hypothesis", "syrupy", "pytest_benchmark.plugin")
+
 
 # The default run judges a seeded uniform sample of this many mutants per package (``--all``: every
 # mutant): sized so that both packages finish in under an hour on 2 cores (see the docstring).
@@ -126,7 +123,7 @@ def _repo_files() -> list[str]:
         ]
 
 
-def _mutmut_section(package: str, tests: tuple[str, ...], preload: Path) -> str:
+def _mutmut_section(package: str, tests: tuple[str, ...]) -> str:
     def arr(items: tuple[str, ...] | list[str]) -> str:
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
@@ -145,13 +142,11 @@ def _mutmut_section(package: str, tests: tuple[str, ...], preload: Path) -> str:
         "pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow",
                                         "--snapshot-disable-unused", "-p", "import_hits", "-p", "fixture_hits"]),
         "use_git_change_detection = false",
-        # Mutants run in children of a fork server that has imported the third-party libraries
-        # only (mutmut's default "fork" forks the process that ran the clean tests): each child
-        # imports q38 and contracts itself, so a mutant of code that runs at import time (rule
-        # factories) or whose result is cached (the schema registry) takes effect.
-        'process_isolation = "forkserver"',
-        'forkserver_warmup = "import"',
-        f"preload_modules_file = {json.dumps(str(preload))}",
+        # Every test run of the parent (stats, clean run, listing, forced fail) happens in a forked
+        # child (tests/mutation/mutmut_cli.py), so each mutant's child imports q38 and contracts
+        # itself: a mutant of code run at import time (rule factories) or cached (the schema
+        # registry) takes effect. mutmut's fork server is not used: it never gets mutmut's
+        # sys.path, and every mutant then "times out" (exit 255) without running a test.
         "",
     ])
 
@@ -168,9 +163,7 @@ def prepare(package: str, workdir: Path, tests: tuple[str, ...], *, keep: bool) 
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
     pyproject = (REPO / "pyproject.toml").read_text("utf-8")
-    preload = workdir / "mutmut-preload.txt"
-    preload.write_text("\n".join(PRELOAD) + "\n", "utf-8")
-    (workdir / "pyproject.toml").write_text(pyproject + _mutmut_section(package, tests, preload), "utf-8")
+    (workdir / "pyproject.toml").write_text(pyproject + _mutmut_section(package, tests), "utf-8")
 
 
 def _package_of(workdir: Path) -> str:

@@ -9,7 +9,17 @@
   stats phase of the same invocation has just run every selected test on the unmutated code
   (mutmut's stats run stops with an error when a test fails), so the clean run would repeat it.
 
-mutmut 3.8.1 is pinned (pyproject's ``mutation`` group); both hooks replace one named function.
+Always: every test run of mutmut's parent process (the stats run, the clean run, the test listing,
+the forced-fail check) happens in a forked child, as mutmut's fork-server runner does it, while the
+mutants are still forked from the parent (its default runner). The parent therefore never imports
+q38 or contracts, and each mutant's child imports them itself: a mutant of code that runs at
+import time (``contracts``' rule factories) or whose result is cached in the process (the schema
+registry) takes effect. Forked from a parent that had run the tests, the children inherited the
+unmutated rules and caches. The third-party libraries are imported once here, before any fork.
+(mutmut's fork server itself is not used: it never gets mutmut's sys.path, and every mutant then
+fails to start, exit 255, which mutmut counts as a timeout -- a kill.)
+
+mutmut 3.8.1 is pinned (pyproject's ``mutation`` group); the hooks replace named methods.
 """
 
 from __future__ import annotations
@@ -19,7 +29,17 @@ import sys
 from typing import Any, NoReturn
 
 import mutmut.__main__ as mutmut_main
-from mutmut.workers.isolation import ForkRunner, ForkServerRunner, MutantRunner
+from mutmut.workers.isolation import (
+    ForkRunner,
+    ForkServerRunner,
+    MutantRunner,
+    run_in_fork,
+    run_in_fork_with_result,
+)
+
+# Imported before any fork, so no child pays for them (onnx_ir alone is ~2 s with sympy); never
+# q38, contracts or the tests.
+PRELOAD = ("numpy", "ml_dtypes", "onnx", "onnxruntime", "onnx_ir")  # not pytest plugins: they must be rewritten
 
 
 def _stop_after_stats(**_: Any) -> NoReturn:
@@ -32,7 +52,20 @@ def _no_clean_run(self: MutantRunner, tests: Any) -> int:
     return 0
 
 
+def _tests_in_children() -> None:
+    """ForkRunner's own test runs, through ForkServerRunner's in-a-child versions of them."""
+    ForkRunner._run_in_child = lambda self, op: run_in_fork_with_result(lambda: op(self.test_runner))  # type: ignore[attr-defined]
+    ForkRunner._exit_code_from_child = lambda self, op: run_in_fork(lambda: op(self.test_runner))  # type: ignore[attr-defined]
+    for name in ("collect_stats", "run_clean_tests", "run_forced_fail", "list_all_tests"):
+        setattr(ForkRunner, name, getattr(ForkServerRunner, name))
+
+
 if __name__ == "__main__":
+    import importlib
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    _tests_in_children()
     if os.environ.get("Q38_MUTATE_STATS_ONLY") == "1":
         mutmut_main.collect_source_file_mutation_data = _stop_after_stats  # type: ignore[assignment]
     if os.environ.get("Q38_MUTATE_SKIP_CLEAN") == "1":
