@@ -369,6 +369,20 @@ def _two_heads(same_weight: bool) -> onnx.ModelProto:
     return g.model(ms=False)
 
 
+def test_fp8_head_is_chosen_by_the_last_component_of_the_output_name() -> None:
+    """"logits" in a directory of the output name does not make a projection a vocabulary head."""
+    from q38.optimize.fp8_head import QuantizeFp8HeadPass
+
+    g = G.G()
+    n = g.inp("n", G.F16, ["B", "S", 64])
+    w = g.init("proj.weight", np.ones((64, 8), np.float16))
+    g.op("MatMul", [n, w], outs=["logits/next_embeds"], name="/proj/MatMul")
+    g.out("logits/next_embeds", G.F16, ["B", "S", 8])
+    _, p = apply(QuantizeFp8HeadPass, g.model(ms=False))
+    assert p.count == 0
+    assert reasons(p) == ["graph output 'logits/next_embeds' is not a logits projection"]
+
+
 @pytest.mark.parametrize("same_weight", [False, True])
 def test_fp8_heads_quantize_each_source_weight_once_and_read_their_own(same_weight: bool) -> None:
     """Two vocabulary projections: with two weights each fused node reads its own FP8 copy (and
@@ -390,12 +404,18 @@ def test_fp8_heads_quantize_each_source_weight_once_and_read_their_own(same_weig
     close(run_ref(model, feeds), run_ort(proto, feeds), atol=0.05)
 
 
-def test_fp8_head_output_declared_without_a_type_gets_the_activation_dtype() -> None:
+@pytest.mark.parametrize("weight_dtype", [np.float16, np.float32])
+def test_fp8_head_output_declared_without_a_type_gets_the_activation_dtype(weight_dtype: type) -> None:
+    """An untyped head output: the compute dtype is the activation's (float16), whatever the
+    weight's (an fp32 weight is quantized too)."""
     import onnx_ir as ir
 
     from q38.optimize.fp8_head import QuantizeFp8HeadPass
 
-    model = ir.from_proto(_two_heads(same_weight=True))
+    proto = _two_heads(same_weight=True)
+    init = proto.graph.initializer[0]
+    init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init).astype(weight_dtype), init.name))
+    model = ir.from_proto(proto)
     for out in model.graph.outputs:
         out.type = None
     p = QuantizeFp8HeadPass()
