@@ -8,10 +8,13 @@ output's structure and records nothing. Recorded in `extra_info` when enabled:
   command in a fresh process against the package's weight bytes (it must not grow with them);
 * `test_bench_optimize_vs_floor`: `python -m q38 optimize` and the floor (`onnx_ir.load` +
   `onnx_ir.save` of the same graphs, the other files copied) each run whole-process, interleaved,
-  `ROUNDS` times; medians and `ratio` = optimize / floor (issue 14: at most 1.2);
+  `ROUNDS` times; medians and `ratio` = optimize / floor (issue 14: at most 1.2), in wall time and
+  (`cpu_ratio`) in the child's CPU time (user + system), which other processes on a shared
+  machine disturb far less than the wall clock;
 * `test_bench_node_scaling`: `optimize_model` in-process on the target graph of the tiny preset
   (8 layers), the full preset (48) and a 4x-layer graph (192, built with the synthesizer's graph
-  builder); seconds per node for each and `spread` = max/min per-node time (flat: within 1.3).
+  builder), rounds interleaved across the sizes; seconds per node for each (best round) and
+  `spread` = max/min per-node time (flat: within 1.3), in wall time and (`cpu_*`) in CPU time.
 
 Invariants guarded (every run): exact rewrite counts per pass and exact counts of the fused and
 the removed operators in every graph, all derived from the preset's layer schedule; no pass
@@ -156,22 +159,30 @@ def test_bench_optimize_full(benchmark, full_cpu_package: Path, tmp_path: Path) 
     assert manifest["rewrites"] == dict(sorted(result.rewrites.items()))
 
 
-def _timed(args: list[str]) -> float:
-    start = time.perf_counter()
+def _timed(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one child process."""
+    start, before = time.perf_counter(), os.times()
     proc = subprocess.run(args, capture_output=True, text=True, env=_env(), check=False)
-    elapsed = time.perf_counter() - start
+    elapsed, after = time.perf_counter() - start, os.times()
     assert proc.returncode == 0, proc.stderr
-    return elapsed
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return elapsed, cpu
 
 
 @pytest.mark.slow
 def test_bench_optimize_vs_floor(benchmark, full_cpu_package: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     rounds = 1 if benchmark.disabled else ROUNDS
     runs: dict[str, list[float]] = {"optimize": [], "floor": []}
+    cpu: dict[str, list[float]] = {"optimize": [], "floor": []}
     for i in range(rounds):  # interleaved, so load on the machine hits both alike
-        runs["optimize"].append(_timed([sys.executable, "-m", "q38", "optimize", str(full_cpu_package),
-                                        str(tmp_path / f"opt{i}"), "--target", "cuda"]))
-        runs["floor"].append(_timed([sys.executable, "-c", _FLOOR, str(full_cpu_package), str(tmp_path / f"floor{i}")]))
+        for key, args in (
+            ("optimize", [sys.executable, "-m", "q38", "optimize", str(full_cpu_package), str(tmp_path / f"opt{i}"),
+                          "--target", "cuda"]),
+            ("floor", [sys.executable, "-c", _FLOOR, str(full_cpu_package), str(tmp_path / f"floor{i}")]),
+        ):
+            wall, used = _timed(args)
+            runs[key].append(wall)
+            cpu[key].append(used)
     manifest = json.loads((tmp_path / "opt0" / "package_manifest.json").read_text())
     assert manifest["rewrites"] == expected_rewrites(48)
     assert sorted(p.name for p in (tmp_path / "floor0").iterdir()) == sorted(p.name for p in full_cpu_package.iterdir())
@@ -179,10 +190,14 @@ def test_bench_optimize_vs_floor(benchmark, full_cpu_package: Path, tmp_path: Pa
     if benchmark.disabled:
         return
     med = {k: statistics.median(v) for k, v in runs.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     benchmark.extra_info.update({
         "preset": "full", "rounds": rounds, "optimize_s": runs["optimize"], "floor_s": runs["floor"],
         "optimize_median_s": med["optimize"], "floor_median_s": med["floor"],
         "ratio": med["optimize"] / med["floor"],
+        "optimize_cpu_s": cpu["optimize"], "floor_cpu_s": cpu["floor"],
+        "optimize_cpu_median_s": cpu_med["optimize"], "floor_cpu_median_s": cpu_med["floor"],
+        "cpu_ratio": cpu_med["optimize"] / cpu_med["floor"],
     })
 
 
@@ -214,26 +229,30 @@ def test_bench_node_scaling(benchmark, tiny_cpu_package: Path, full_cpu_package:
     graphs = {8: tiny_cpu_package / "model.onnx", 48: full_cpu_package / "model.onnx"}
     if not benchmark.disabled:  # the 192-layer graph takes a while to build: benchmarks only
         graphs[192] = _graph_x4(tmp_path / "x4", 192)
-    per_node: dict[int, float] = {}
     nodes: dict[int, int] = {}
-    for layers, path in graphs.items():
-        times = []
-        for _ in range(1 if benchmark.disabled else 3):
+    walls: dict[int, list[float]] = {layers: [] for layers in graphs}
+    cpus: dict[int, list[float]] = {layers: [] for layers in graphs}
+    for _ in range(1 if benchmark.disabled else 5):
+        for layers, path in graphs.items():  # rounds interleaved across the sizes
             model = ir.load(path)
             before = op_counts(model)
             nodes[layers] = len(model.graph)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             result = optimize_model(model, target="cuda", reader=_reader(path))
-            times.append(time.perf_counter() - start)
+            walls[layers].append(time.perf_counter() - start)
+            cpus[layers].append(time.process_time() - cpu_start)
             expected = expected_rewrites(layers, graphs=1)
             expected["fp8_head"] = 2  # target graph alone: logits and mtp.0.logits
             assert result.rewrites == expected
             check_target_structure(before, op_counts(model), layers, mtp=True)
-        per_node[layers] = min(times) / nodes[layers]
+    per_node = {layers: min(t) / nodes[layers] for layers, t in walls.items()}
+    cpu_per_node = {layers: min(t) / nodes[layers] for layers, t in cpus.items()}
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     if benchmark.disabled:
         return
     benchmark.extra_info.update({
         "layers": list(per_node), "nodes": nodes, "seconds_per_node": per_node,
         "spread": max(per_node.values()) / min(per_node.values()),
+        "cpu_seconds_per_node": cpu_per_node,
+        "cpu_spread": max(cpu_per_node.values()) / min(cpu_per_node.values()),
     })
