@@ -6,6 +6,9 @@ Two surfaces: q38's own v12b packages (``open_package``) and onnxruntime-genai b
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
 from q38.package.config import (
     CONFIG_FILENAME,
     Config,
@@ -24,14 +27,6 @@ from q38.package.config import (
     parse_config,
     read_config,
 )
-from q38.package.genai_config import (
-    GenaiConfig,
-    dumps_genai_config,
-    genai_config_to_dict,
-    parse_genai_config,
-    read_genai_config,
-)
-from q38.package.genai_package import GenaiPackage, open_genai_package
 from q38.package.graph_ref import GraphRef
 from q38.package.graphs import (
     ExternalRef,
@@ -73,6 +68,37 @@ from q38.package.profile import (
 )
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
 from q38.package.surface import V12bPackage, detect_surface, open_any, require_surface
+
+if TYPE_CHECKING:
+    from q38.package.genai_config import (
+        GenaiConfig,
+        dumps_genai_config,
+        genai_config_to_dict,
+        parse_genai_config,
+        read_genai_config,
+    )
+    from q38.package.genai_package import GenaiPackage, open_genai_package
+
+# The genai surface's schema and reader load on first use (PEP 562): a v12b command never pays
+# for them (they were a tenth of a second of CPU at every start-up).
+_LAZY: Final = {
+    "GenaiConfig": "q38.package.genai_config",
+    "dumps_genai_config": "q38.package.genai_config",
+    "genai_config_to_dict": "q38.package.genai_config",
+    "parse_genai_config": "q38.package.genai_config",
+    "read_genai_config": "q38.package.genai_config",
+    "GenaiPackage": "q38.package.genai_package",
+    "open_genai_package": "q38.package.genai_package",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "CONFIG_FILENAME",

@@ -29,6 +29,7 @@ from typing import Any, Final
 from q38.errors import ConfigError
 from q38.package import genai_surface as gs
 from q38.package.genai_checks import check_document
+from q38.package.graph_listing import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
 
 __all__ = [
     "BUILDER_MODEL_TYPES",
@@ -72,7 +73,6 @@ OG_MODEL_TYPES: Final = frozenset(
         "qwen3_5_moe_text", "qwen3_5_text", "smollm3", "decoder-pipeline",
     }
 )  # fmt: skip
-V12B_MODEL_TYPES: Final = frozenset({"qwen38_flash_graph", "qwen38_flash"})
 
 
 # --------------------------------------------------------------------------- research keys
@@ -271,22 +271,6 @@ class GenaiConfig:
 
 
 # --------------------------------------------------------------------------- parsing
-def is_genai_document(data: object) -> bool:
-    """Whether ``data`` is a genai-surface document, not q38's v12b one.
-
-    v12b: ``model.type`` ``qwen38_flash_graph`` / ``qwen38_flash``, no (string) type at all, or a
-    ``model.qwen38_graph`` / ``model.qwen38`` section (whatever the type says: the v12b parser
-    then names the wrong type).
-    """
-    if not isinstance(data, Mapping):
-        return False
-    model = data.get("model")
-    if not isinstance(model, Mapping) or "qwen38_graph" in model or "qwen38" in model:
-        return False
-    mtype = model.get("type")
-    return isinstance(mtype, str) and mtype not in V12B_MODEL_TYPES
-
-
 def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions | None:
     if raw is None:
         return None

@@ -14,12 +14,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from q38.errors import PackageError, UnsafePathError
 from q38.package.config import CONFIG_FILENAME
-from q38.package.genai_config import is_genai_document
-from q38.package.genai_package import genai_graph_refs
 from q38.package.graph_ref import GraphRef
 from q38.package.paths import resolve_inside
 
@@ -55,6 +53,28 @@ def read_raw_config(root: Path) -> tuple[Path, dict[str, Any]]:
             raise PackageError(f"{candidate}: expected a JSON object")
         return candidate, data
     raise PackageError(f"{root}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
+
+
+# The model types of q38's own (v12b) configs; every other string type is a genai document.
+V12B_MODEL_TYPES: Final = frozenset({"qwen38_flash_graph", "qwen38_flash"})
+
+
+def is_genai_document(data: object) -> bool:
+    """Whether ``data`` is a genai-surface document, not q38's v12b one.
+
+    v12b: ``model.type`` ``qwen38_flash_graph`` / ``qwen38_flash``, no (string) type at all, or a
+    ``model.qwen38_graph`` / ``model.qwen38`` section (whatever the type says: the v12b parser
+    then names the wrong type). Here, not in :mod:`q38.package.genai_config` (which re-exports it):
+    telling the surfaces apart must not import the genai surface's schema (a tenth of a second of
+    every v12b command's start-up).
+    """
+    if not isinstance(data, Mapping):
+        return False
+    model = data.get("model")
+    if not isinstance(model, Mapping) or "qwen38_graph" in model or "qwen38" in model:
+        return False
+    mtype = model.get("type")
+    return isinstance(mtype, str) and mtype not in V12B_MODEL_TYPES
 
 
 def surface_of_document(config_path: Path, root: Path, doc: Mapping[str, Any]) -> Surface:
@@ -155,6 +175,9 @@ def list_graphs(path: Path | str) -> GraphListing:
     config_path, doc = read_raw_config(root)
     surface = surface_of_document(config_path, root, doc)
     if surface == "genai":
+        # the genai surface loads when a genai document is seen
+        from q38.package.genai_package import genai_graph_refs
+
         refs = genai_graph_refs(root, doc)
     else:
         refs = v12b_graph_refs(root, config_path.parent, doc)

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from q38.errors import PackageError
 from q38.package.config import config_to_dict
-from q38.package.genai_package import GenaiPackage, open_genai_package
 from q38.package.graph_listing import Surface, read_raw_config, surface_of_document, v12b_graph_refs
 from q38.package.graph_ref import GraphRef
 from q38.package.package import Package, open_package
+
+if TYPE_CHECKING:  # the genai reader is imported when a genai package is opened
+    from q38.package.genai_package import GenaiPackage
 
 __all__ = ["SURFACES", "AnyPackage", "Surface", "V12bPackage", "detect_surface", "open_any", "require_surface"]
 
@@ -74,6 +76,8 @@ def detect_surface(path: Path | str) -> Surface:
 def open_any(path: Path | str) -> V12bPackage | GenaiPackage:
     """Open a package of either surface, validated by that surface's reader."""
     if detect_surface(path) == "genai":
+        from q38.package.genai_package import open_genai_package
+
         return open_genai_package(path)
     return V12bPackage(open_package(path))
 
