@@ -7,20 +7,29 @@ Invariants guarded:
 * a candidate inside a subgraph is declined with the subgraph reason, and an unnamed one is
   described by its position in that subgraph;
 * the log: one DEBUG line per outcome (its ``--explain`` text), one INFO summary per pass call
-  with the rewrite and decline counts, a DEBUG line when the graph had to be sorted.
+  with the rewrite and decline counts (an unnamed graph is "(unnamed)"), a DEBUG line when the
+  graph had to be sorted;
+* every body is walked wherever its node holds it: a Scan whose scalar attributes come before
+  its body, a node with a GRAPHS attribute (a list of bodies) -- each candidate there is declined
+  with the subgraph reason, none is missed and none crashes the walk;
+* ``NodeOrder.flush`` removes buried nodes only when nothing outside them still reads them: a
+  node buried with a live reader is refused and the graph is left as it was.
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
 import support.optimize_graphs as G
+import support.optimize_property_kit as K
 from onnx import helper
 
 from q38.optimize._common import SUBGRAPH_REASON, UNRECOGNISED_REASON, RewritePass
+from q38.optimize.graph_order import NodeOrder
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 
 
@@ -91,3 +100,72 @@ def test_the_log_has_every_outcome_and_a_summary_per_pass_call(caplog: pytest.Lo
         "rms_norm_rotary: /q/Concat: fused",
         "pass rms_norm_rotary on graph g: 1 rewrite(s), 0 candidate(s) declined",
     ]
+
+
+def test_the_summary_names_an_unnamed_graph_unnamed(caplog: pytest.LogCaptureFixture) -> None:
+    proto = G.rms_rotary_model()
+    proto.graph.name = ""
+    caplog.set_level(logging.INFO, logger="q38.optimize._common")
+    FuseRMSNormRotaryPass()(ir.from_proto(proto))
+    assert [r.getMessage() for r in caplog.records] == [
+        "pass rms_norm_rotary on graph (unnamed): 1 rewrite(s), 0 candidate(s) declined"]
+
+
+def _rms_body(name: str, inputs: list[onnx.ValueInfoProto]) -> tuple[onnx.GraphProto, onnx.ModelProto]:
+    """The RMS + rotary chain as a body reading x, position ids and the weights from the outer graph."""
+    proto = G.rms_rotary_model()
+    body = helper.make_graph(list(proto.graph.node), name, inputs, list(proto.graph.output))
+    return body, proto
+
+
+def _outer(proto: onnx.ModelProto, node: onnx.NodeProto, extra_inputs: list[onnx.ValueInfoProto],
+           out: onnx.ValueInfoProto, opsets: list[onnx.OperatorSetIdProto]) -> onnx.ModelProto:
+    graph = helper.make_graph([node], "g", [*proto.graph.input, *extra_inputs], [out], list(proto.graph.initializer))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def test_a_scan_body_after_its_scalar_attributes_is_walked() -> None:
+    """Scan(num_scan_inputs=1, body=...) with the attributes in that order (ONNX does not order
+    them): the body's candidate is reported, the model still runs the same on onnxruntime."""
+    body, proto = _rms_body("scan_body", [helper.make_tensor_value_info("it_i", onnx.TensorProto.FLOAT, [])])
+    scan = helper.make_node("Scan", ["it"], ["ys"], name="/scan")
+    scan.attribute.extend([helper.make_attribute("num_scan_inputs", 1), helper.make_attribute("body", body)])
+    model_proto = _outer(proto, scan, [helper.make_tensor_value_info("it", onnx.TensorProto.FLOAT, [2])],
+                         helper.make_tensor_value_info("ys", G.F16, [2, "B", "S", 16]),
+                         [helper.make_opsetid("", 21)])
+    feeds = {**K.feeds_for(proto, {"B": 2, "S": 3}, 0), "it": np.zeros(2, np.float32)}
+    expected = K.session(model_proto).run(None, feeds)
+    model = ir.from_proto(model_proto)
+    p = FuseRMSNormRotaryPass()
+    p(model)
+    assert [o.line() for o in p.outcomes] == [f"rms_norm_rotary: /q/Concat: declined: {SUBGRAPH_REASON}"]
+    np.testing.assert_array_equal(K.session(ir.to_proto(model)).run(None, feeds)[0], expected[0])
+
+
+def test_every_body_of_a_graphs_attribute_is_walked() -> None:
+    """A node of another domain holding a list of bodies (a GRAPHS attribute): each is walked."""
+    bodies = [_rms_body(f"body{i}", [])[0] for i in range(2)]
+    proto = G.rms_rotary_model()
+    node = helper.make_node("Bodies", [], ["ys"], name="/bodies", domain="q38.test")
+    node.attribute.append(helper.make_attribute("bodies", bodies))
+    model = ir.from_proto(_outer(proto, node, [], helper.make_tensor_value_info("ys", G.F16, None),
+                                 [helper.make_opsetid("", 21), helper.make_opsetid("q38.test", 1)]))
+    p = FuseRMSNormRotaryPass()
+    p(model)
+    assert [o.line() for o in p.outcomes] == [f"rms_norm_rotary: /q/Concat: declined: {SUBGRAPH_REASON}"] * 2
+
+
+def test_flush_refuses_a_buried_node_that_is_still_read() -> None:
+    g = G.G()
+    x = g.inp("x", G.F16, ["B"])
+    a = g.o("Relu", [x], name="/relu")
+    g.op("Neg", [a], outs=["y"], name="/neg")
+    g.out("y", G.F16, ["B"])
+    model = ir.from_proto(g.model(ms=False))
+    order = NodeOrder(model.graph)
+    relu = model.graph.node(0)
+    order.bury([relu])  # a wrong proof of deadness: /neg still reads its output
+    with pytest.raises(ValueError, match="still being used"):
+        order.flush()
+    assert [n.name for n in model.graph] == ["/relu", "/neg"]
+    assert model.graph.node(1).inputs[0] is relu.outputs[0]
