@@ -207,10 +207,12 @@ def _declared(value: ir.Value) -> ir.DataType | None:
     return found.dtype if isinstance(found, ir.TensorType) else None
 
 
-_CONSTANT_VALUE_ATTRS = {
-    "value_float": ir.DataType.FLOAT, "value_floats": ir.DataType.FLOAT,
-    "value_int": ir.DataType.INT64, "value_ints": ir.DataType.INT64,
-    "value_string": ir.DataType.STRING, "value_strings": ir.DataType.STRING,
+# The element type of a Constant whose first attribute is of this kind (whatever its name: ORT's
+# ConstantNodeProtoToTensorProto reads attribute(0) only); TENSOR / SPARSE_TENSOR carry their own.
+_CONSTANT_KIND_TYPES = {
+    ir.AttributeType.FLOAT: ir.DataType.FLOAT, ir.AttributeType.FLOATS: ir.DataType.FLOAT,
+    ir.AttributeType.INT: ir.DataType.INT64, ir.AttributeType.INTS: ir.DataType.INT64,
+    ir.AttributeType.STRING: ir.DataType.STRING, ir.AttributeType.STRINGS: ir.DataType.STRING,
 }  # fmt: skip
 
 
@@ -222,11 +224,14 @@ def _standard_special(node: ir.Node, types: list[ir.DataType | None]) -> list[ir
     if op == "CastLike":
         return [types[1] if len(types) > 1 else None]
     if op == "Constant":
-        for name, dtype in _CONSTANT_VALUE_ATTRS.items():
-            if name in node.attributes:
-                return [dtype]
-        tensor = attr(node, "value")
-        return [getattr(tensor, "dtype", None)]
+        # ORT turns a Constant into an initializer from its FIRST attribute, whatever its name
+        # (probed 1.32.0: [value_int, value_float] is int64, a lone 'bogus' FLOAT is float).
+        first = next(iter(node.attributes.values()), None)
+        if first is None:
+            return [None]  # no data attribute: refused by ORT-SCHEMA-007
+        if first.type in _CONSTANT_KIND_TYPES:
+            return [_CONSTANT_KIND_TYPES[first.type]]
+        return [getattr(first.value, "dtype", None)]  # TENSOR, SPARSE_TENSOR (others: refused by ORT)
     if op == "ConstantOfShape":
         tensor = attr(node, "value")
         return [getattr(tensor, "dtype", ir.DataType.FLOAT) if tensor is not None else ir.DataType.FLOAT]

@@ -13,7 +13,9 @@ main graph and of every subgraph, with ORT's wording (probed on 1.31.1 and 1.32.
 * ``ORT-SCHEMA-004``: input / output counts within the schema's bounds; ``ORT-SCHEMA-008``: an
   empty name only in an optional slot.
 * ``ORT-SCHEMA-003``: every attribute is known; ``ORT-SCHEMA-006``: of the declared type;
-  ``ORT-SCHEMA-007``: required attributes present.
+  ``ORT-SCHEMA-007``: required attributes present. A ``Constant`` is none of these: ORT's graph
+  constructor makes it an initializer from its first attribute, whatever its name, before any
+  schema check, and refuses only one without attributes (ORT-SCHEMA-007, ORT's text).
 * ``ORT-SCHEMA-002``: each input type within its type parameter's allowed list;
   ``ORT-SCHEMA-005``: one type per type parameter; ``ORT-SCHEMA-009``: a declared output type
   agrees with the type the schema binds.
@@ -133,9 +135,16 @@ def _outputs(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
 
 def node_schema_problem(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
     """(rule id, ORT's text) of the first schema-layer failure of ``node``, or None."""
+    if node.op_type == "Constant" and node.domain in ONNX_DOMAINS:
+        # ORT's graph constructor turns every Constant into an initializer from its first
+        # attribute (utils::ConstantNodeProtoToTensorProto) before any schema check: only a
+        # Constant without attributes is refused, and its attribute names are never verified.
+        if not node.attributes:
+            return "ORT-SCHEMA-007", f"Constant node: {node_label(node)} has no data attributes"
+        return None
     schema = typing.schema(node)
     if schema is None:
-        if not typing.registry.has_op(node.domain, node.op_type) and node.domain not in typing.registry.domains:
+        if node.domain not in typing.registry.domains:  # the ir reader spells ai.onnx as ""
             return "ORT-SCHEMA-011", _unregistered(node, typing.opset_version(node.domain))
         return "ORT-SCHEMA-001", _unregistered(node, typing.opset_version(node.domain))
     if schema.deprecated:

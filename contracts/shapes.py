@@ -224,6 +224,10 @@ class Shapes:
             self._shapes[id(out)] = merge(got, _declared(out))
 
 
+_CONSTANT_NUMBERS = {ir.AttributeType.INT: np.int64, ir.AttributeType.INTS: np.int64,
+                     ir.AttributeType.FLOAT: np.float32, ir.AttributeType.FLOATS: np.float32}  # fmt: skip
+
+
 def _const_data(value: ir.Value, model: ir.Model) -> np.ndarray | None:
     """Initializer or Constant-node data of ``value`` when it is small (never large weights)."""
     producer = value.producer()
@@ -231,14 +235,15 @@ def _const_data(value: ir.Value, model: ir.Model) -> np.ndarray | None:
     if producer is not None:
         if producer.op_type != "Constant" or producer.domain != "":
             return None
-        found = producer.attributes.get("value")
-        if found is not None and found.type == ir.AttributeType.TENSOR:
+        # ORT makes a Constant's data from its first attribute, whatever its name (see _facts)
+        found = next(iter(producer.attributes.values()), None)
+        if found is None:
+            return None
+        if found.type == ir.AttributeType.TENSOR:
             tensor = found.value
+        elif found.type in _CONSTANT_NUMBERS:
+            return np.asarray(found.value, dtype=_CONSTANT_NUMBERS[found.type])
         else:
-            for name in ("value_int", "value_ints", "value_float", "value_floats"):
-                item = producer.attributes.get(name)
-                if item is not None:
-                    return np.asarray(item.value)
             return None
     elif value.is_initializer():
         tensor = value.const_value

@@ -6,7 +6,9 @@ counting as "every creation-time check passed"):
 - QMoE CPU constructor (raw fp32 kernel and the 1.32.0 shared fp16/bf16 kernel): k >= 1, the
   activation spelling, expert bits, block_size, weights_prepacked, post-activation clipping,
   interleaved SwiGLU, fc3 bits, the shared kernel's block / optional inputs, bfloat16 only there,
-  INT3 inference; ``ep.cpu.qmoe_deferred_scale`` (NUL-cut) only where a QMoE runs on CPU.
+  INT3 inference (a valid INT3 node, and each packed-byte / row dim off); the 1.32.0 shared
+  kernel's mxfp4 (``quant_type=fp4``: bits 4, block 32) and nvfp4 (bits 4, block 16) limits;
+  ``ep.cpu.qmoe_deferred_scale`` (NUL-cut) only where a QMoE runs on CPU.
 - GatedDeltaNet: inference on packed / separate inputs (ranks, initial_state, packed width, head
   counts, tokens / batch) and the constructor (update_rule, gate_activation, gate_lower_bound,
   beta_activation, chunk_size); 1.31.1 (no CPU kernel) never reaches the constructor.
@@ -78,6 +80,17 @@ def _shared_qmoe(elem: int = TP.FLOAT16, inputs: list[str] | None = None, extra:
     inits = [_u8("fc1_w", [_E, _H, _I]), _act("fc1_s", [_E, 2 * _I, _H // 32], elem), _u8("fc2_w", [_E, _I, _H // 2]),
              _act("fc2_s", [_E, _H, _I // 32], elem), *extra]  # fmt: skip
     return _model([node], [_vi("x", elem, [3, _H]), _vi("router", elem, [3, _E])], [_vi("y", elem, [3, _H])], inits)
+
+
+def _int3_qmoe(*, fc1_bytes: int = _H * 3 // 8, fc2_rows: int = _H, fc2_bytes: int = _I * 3 // 8) -> onnx.ModelProto:
+    """INT3 (1.32.0): fp16 activations, raw weights, fused SwiGLU; fc1 [E, 2I, 3H/8], fc2 [E, H, 3I/8]."""
+    attrs = {"quant_type": "int", "expert_weight_bits": 3, "block_size": 32, "activation_type": "swiglu",
+             "swiglu_fusion": 1, "k": 2, "weights_prepacked": 0}  # fmt: skip
+    node = oh.make_node("QMoE", ["x", "router", "fc1_w", "fc1_s", "", "fc2_w", "fc2_s"], ["y"], name="moe0", domain=MS, **attrs)
+    inits = [_u8("fc1_w", [_E, 2 * _I, fc1_bytes]), _act("fc1_s", [_E, 2 * _I, _H // 32], TP.FLOAT16),
+             _u8("fc2_w", [_E, fc2_rows, fc2_bytes]), _act("fc2_s", [_E, _H, _I // 32], TP.FLOAT16)]  # fmt: skip
+    ins = [_vi("x", TP.FLOAT16, [3, _H]), _vi("router", TP.FLOAT16, [3, _E])]
+    return _model([node], ins, [_vi("y", TP.FLOAT16, [3, _H])], inits)
 
 
 _SLOT8 = ["x", "router", "fc1_w", "fc1_s", "", "fc2_w", "fc2_s", ""]
@@ -160,6 +173,17 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe shared prepacked 0", lambda: _shared_qmoe(weights_prepacked=0), {}, None, None),
     ("qmoe bf16 raw layout", lambda: _shared_qmoe(TP.BFLOAT16, weights_prepacked=0), {}, "QMOE-CPU-001", None),
     ("qmoe bf16 shared", lambda: _shared_qmoe(TP.BFLOAT16), {}, None, None),
+    ("qmoe shared mxfp4 valid (fp4, bits 4, block 32)", lambda: _shared_qmoe(quant_type="fp4"), {}, None, None),
+    ("qmoe shared mxfp4 block 16", lambda: _shared_qmoe(quant_type="fp4", block_size=16), {}, "QMOE-CPU-001", None),
+    ("qmoe shared mxfp4 bits 2", lambda: _shared_qmoe(quant_type="fp4", expert_weight_bits=2), {}, "QMOE-CPU-001", None),
+    ("qmoe shared mxfp4 bits 8", lambda: _shared_qmoe(quant_type="fp4", expert_weight_bits=8), {}, "QMOE-CPU-001", None),
+    ("qmoe shared nvfp4 valid (bits 4, block 16)", lambda: _shared_qmoe(quant_type="nvfp4", block_size=16), {}, None, None),
+    ("qmoe shared nvfp4 block 32", lambda: _shared_qmoe(quant_type="nvfp4"), {}, "QMOE-CPU-001", None),
+    ("qmoe INT3 valid (fp16, raw, fused SwiGLU)", lambda: _int3_qmoe(), {}, None, "QMOE-CPU-001"),
+    ("qmoe INT3 fc2 bytes 3*I/8 + 1", lambda: _int3_qmoe(fc2_bytes=_I * 3 // 8 + 1), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 fc2 bytes 4*I/8", lambda: _int3_qmoe(fc2_bytes=_I // 2), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 fc1 bytes 4*H/8", lambda: _int3_qmoe(fc1_bytes=_H // 2), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 fc2 rows H/2", lambda: _int3_qmoe(fc2_rows=_H // 2), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("qmoe INT3 fp32 activations", lambda: _raw_qmoe(expert_weight_bits=3, weights_prepacked=0), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("qmoe INT3 prepacked 1", lambda: _shared_qmoe(expert_weight_bits=3), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("deferred scale bogus", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"}, "QMOE-CPU-002", None),

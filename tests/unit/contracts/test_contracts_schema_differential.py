@@ -12,6 +12,9 @@ about that same version; ``q38 check``'s graph path, runner.check_graph, is what
 - Version differences come from the dumps: GatedDeltaNet float16 decay/beta (1.31.1: not in TS),
   attributes and slots 1.32.0 added, ops 1.31.1 lacks.
 - A wrongly-kinded attribute never raises: it is a violation (the crash of issue 12).
+- ``Constant`` as ORT's graph constructor reads it: an initializer made from its FIRST attribute
+  whatever its name (the type a consumer sees; names never checked); none at all is refused.
+  Multinomial's output type is its ``dtype`` (int32 by default).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as TP
@@ -98,6 +102,27 @@ def _opsets(model: onnx.ModelProto, opsets: list[tuple[str, int]]) -> onnx.Model
     return model
 
 
+def _constant(attrs: list[tuple[str, Any]], add_to: int | None = None, *, in_if: bool = False) -> onnx.ModelProto:
+    """A Constant 'k' with ``attrs`` in this proto order, consumed by an Add with an input of type ``add_to``
+    (or by an Identity), optionally inside both branches of an If."""
+    const = oh.make_node("Constant", [], ["c"], name="k")
+    const.attribute.extend(oh.make_attribute(n, v) for n, v in attrs)
+    use = oh.make_node("Add", ["c", "b"], ["y"], name="ad") if add_to is not None else oh.make_node("Identity", ["c"], ["y"], name="id")
+    ins = [_vi("b", add_to, [1])] if add_to is not None else []
+    if in_if:
+        branch = oh.make_graph([const, use], "t", [], [onnx.ValueInfoProto(name="y")])
+        node = oh.make_node("If", ["cond"], ["out"], name="branch", then_branch=branch, else_branch=branch)
+        return _model([node], [_vi("cond", TP.BOOL, []), *ins], [onnx.ValueInfoProto(name="out")], ms=False)
+    return _model([const, use], ins, [onnx.ValueInfoProto(name="y")], ms=False)
+
+
+def _multinomial(dtype: int | None, add_to: int) -> onnx.ModelProto:
+    attrs = {} if dtype is None else {"dtype": dtype}
+    sample = oh.make_node("Multinomial", ["p"], ["s"], name="mn", sample_size=2, **attrs)
+    add = oh.make_node("Add", ["s", "b"], ["y"], name="ad")
+    return _model([sample, add], [_vi("p", TP.FLOAT, [1, 4]), _vi("b", add_to, [1])], [onnx.ValueInfoProto(name="y")], ms=False)
+
+
 _F = [("x", TP.FLOAT, [2, 8])]
 # (case, model builder, rule id on 1.32.0, rule id on 1.31.1) ; None = accepted
 CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] = [
@@ -129,6 +154,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("unknown contrib op", lambda: _one("Bogus", _F, ["y"], domain=MS), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
     ("op of an unknown domain", lambda: _one("Bogus", _F, ["y"], domain="x.custom", opsets=[("", 21), ("x.custom", 1)]), "ORT-SCHEMA-011", "ORT-SCHEMA-011"),
     ("onnx op above its opset", lambda: _one("Gelu", _F, ["y"], opsets=[("", 12)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("onnx op above its opset, domain spelled ai.onnx", lambda: _one("Gelu", _F, ["y"], domain="ai.onnx", opsets=[("", 12)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
     ("onnx domain at opset 0", lambda: _one("Relu", _F, ["y"], opsets=[("", 0)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
     ("contrib domain at opset 0", lambda: _opsets(_gated_add(), [("", 21), (MS, 0)]), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
     ("contrib op without its import", lambda: _opsets(_gated_add(), [("", 21)]), None, None),
@@ -141,6 +167,17 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("subgraph: unregistered op", lambda: _in_if(_one("Bogus", _F, ["y"], domain=MS)), "ORT-SCHEMA-001", "ORT-SCHEMA-001"),
     ("subgraph: wrong attribute kind", lambda: _in_if(causal_conv_model(ndim=[3])), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
     ("subgraph: valid", lambda: _in_if(_gated_add()), None, None),
+    ("Constant without attributes", lambda: _constant([]), "ORT-SCHEMA-007", "ORT-SCHEMA-007"),
+    ("Constant without attributes, in a subgraph", lambda: _constant([], in_if=True), "ORT-SCHEMA-007", "ORT-SCHEMA-007"),
+    ("Constant: attribute names are never checked", lambda: _constant([("bogus", 3)]), None, None),
+    ("Constant: its first attribute is the data (int64)", lambda: _constant([("value_int", 2), ("value_float", 1.0)], TP.INT64), None, None),
+    ("Constant: its first attribute is the data (float)", lambda: _constant([("value_float", 1.0), ("value_int", 2)], TP.INT64), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("Constant: a 'bogus' FLOAT is float data", lambda: _constant([("bogus", 1.5)], TP.FLOAT), None, None),
+    ("Constant: a tensor", lambda: _constant([("value", onnx.numpy_helper.from_array(np.zeros(1, np.int32)))], TP.INT32), None, None),
+    ("Constant: a tensor into a float Add", lambda: _constant([("value", onnx.numpy_helper.from_array(np.zeros(1, np.int32)))], TP.FLOAT), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("Multinomial dtype int64", lambda: _multinomial(TP.INT64, TP.INT64), None, None),
+    ("Multinomial default dtype is int32", lambda: _multinomial(None, TP.INT64), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("Multinomial dtype int32", lambda: _multinomial(TP.INT32, TP.INT32), None, None),
 ]  # fmt: skip
 
 
