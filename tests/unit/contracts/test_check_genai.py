@@ -179,6 +179,7 @@ def test_a_dangling_shared_initializer_fails(where: str, packages: list[Path], t
     out = capsys.readouterr().out
     assert "PKG-SHARED-001" in out
     (violation,) = [v for v in check_package(pkg).errors if v.rule_id == "PKG-SHARED-001"]
+    assert violation.graph == where  # the section the entry belongs to (model.<where>.shared_initializers)
     assert violation.message.startswith(f"model.{where}.shared_initializers[0]: no initializer 'q38.no.such.tensor' in the ")
     assert violation.message.endswith("graph (dangling shared initializer)")
 

@@ -7,7 +7,10 @@ Invariants guarded:
   ``past_conv_names`` dropped) is an error naming the input; the real builder exports pass.
 - CFG-GRAPH-002: an expert profile of the wrong layer count or expert count is an error naming
   both counts (and the node); one row per QMoE node or per decoder layer, with the right expert
-  count, passes.
+  count, passes. In a layered package the profile is read next to target/genai_config.json (not
+  at the package root).
+- PKG-LIB-001: every library is judged, also after one CFG-LIB-001 refused (absolute, escaping):
+  a missing one and a directory are each named.
 - CFG-GRAPH-003: a multidraft role naming the wrong sN graph (rows of input_ids / position_ids,
   q38.verify_rows) is an error; the built multidraft package passes.
 - Opset sanity (issue 13.8): imports of version 0, 10000 and of an unknown domain make `q38 check`
@@ -152,3 +155,36 @@ def test_opset_imports_outside_what_onnxruntime_supports_fail_check(opsets: list
     assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 1
     out = capsys.readouterr().out
     assert rule_id in out and "Traceback" not in out
+
+
+def test_each_library_is_judged_after_one_the_config_check_refused(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """CFG-LIB-001 refuses an absolute / escaping library path; PKG-LIB-001 still looks at the next ones."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    (pkg / "libs" / "dir.so").mkdir()
+    libraries = {"a": "/opt/elsewhere/lib.so", "b": "../up.so", "c": "libs/missing.so", "d": "libs/dir.so"}
+    _edit_config(pkg, lambda d: d["model"]["qwen38_graph"].update({"libraries": libraries}))
+    violations = check_package(pkg, ort_version="1.32.0").violations
+    assert sorted(v.message.partition(":")[0] for v in violations if v.rule_id == "CFG-LIB-001") == [
+        "model.qwen38_graph.libraries.a", "model.qwen38_graph.libraries.b"]
+    assert [v.message for v in violations if v.rule_id == "PKG-LIB-001"] == [
+        "model.qwen38_graph.libraries.c: library 'libs/missing.so' does not exist in the package",
+        "model.qwen38_graph.libraries.d: library 'libs/dir.so' is not a regular file",
+    ]
+
+
+def test_a_layered_package_reads_its_profile_next_to_the_config(tmp_path: Path) -> None:
+    """A layered package's config is target/genai_config.json: its expert_profile is target/<file>."""
+    from q38.synth import synthesize
+
+    pkg = synthesize(tmp_path / "pkg", preset="tiny", variant="cpu", layout="layered")
+    nodes = _qmoe_nodes(pkg / "target")
+    (pkg / "target" / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((1, 8), np.uint64))))
+    (pkg / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((len(nodes), 8), np.uint64))))
+    path = pkg / "target" / "genai_config.json"
+    data = json.loads(path.read_text())
+    data["model"]["qwen38_graph"]["expert_profile"] = "expert-profile.bin"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    decoder = [n for n in nodes if not n.name.startswith("/mtp/")]
+    assert _rows(pkg, "CFG-GRAPH-002") == [("error", "target", (
+        f"model.qwen38_graph.expert_profile: the profile has 1 layers, but the target graph has {len(nodes)} QMoE nodes "
+        f"({len(decoder)} decoder layers)"))]  # fmt: skip
