@@ -214,3 +214,17 @@ def test_violations_name_the_node_and_carry_orts_words() -> None:
     assert v.message == f"Node(ga) with schema(com.microsoft::GatedAdd:1) has input size 2 not in range [min=3, max={top}]."
     [v] = graph_violations(_in_domain(_qmoe(), ""))
     assert v.message == "No Op registered for QMoE with domain_version of 21"
+
+
+def test_an_import_of_an_unknown_domain_names_it_and_the_way_out() -> None:
+    """ORT-OPSET-002 (q38's stricter rule: ORT ignores an import no node uses): one error per unknown
+    domain, with its version, saying that a custom-op library is what would provide it."""
+    from contracts.runner import check_graph
+
+    model = _opsets(_gated_add(), [("", 21), (MS, 1), ("com.evil", 3), ("ai.onnx.ml", 3), ("org.other", 1)])
+    assert ort_error(model) is None
+    found = [(v.rule_id, v.severity, v.message) for v in graph_violations(model) if v.rule_id.startswith("ORT-OPSET")]
+    tail = "onnxruntime registers no operator in it and the graph's session registers no custom-op library"
+    assert found == [("ORT-OPSET-002", "error", f"opset import of domain 'com.evil' (version 3): {tail}"),
+                     ("ORT-OPSET-002", "error", f"opset import of domain 'org.other' (version 1): {tail}")]  # fmt: skip
+    assert [v for v in check_graph(model, ort_version=ORT_VERSION, custom_library=True) if v.rule_id.startswith("ORT-OPSET")] == []

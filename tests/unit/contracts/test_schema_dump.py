@@ -11,6 +11,8 @@ Invariants guarded:
 - The CUDA build's published schema text (docs/reference/ort-1.32.0-contrib-schemas.txt, 19 ops)
   differs from the CPU wheel's registry exactly where ``CUDA_SCHEMA_DIFFERENCES`` says: nowhere
   (every slot, type, option, attribute and required flag agrees).
+- ``--help`` names the command as it is run (``python -m contracts.schema_dump``) and its purpose;
+  an unknown option is a one-line usage error, exit 2.
 """
 
 from __future__ import annotations
@@ -157,3 +159,16 @@ def test_cpu_kernel_rows_are_ordered_by_range_then_types() -> None:
         {"domain": "", "name": "Add", "kernels": [[7, 12, {"T": ["tensor(double)"]}], [7, top, {"T": ["tensor(bool)"]}],
                                                   [7, top, {"T": ["tensor(float)"]}], [14, top, {"T": ["tensor(bfloat16)"]}]]},
     ]  # fmt: skip
+
+
+def test_help_names_the_module_command_and_says_what_it_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        schema_dump.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m contracts.schema_dump [-h] [--out OUT] [--check]\n\n"
+                          "Write the canonical operator-schema dump of the installed onnxruntime wheel.\n")  # fmt: skip
+    with pytest.raises(SystemExit) as done:
+        schema_dump.main(["--bogus"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "python -m contracts.schema_dump: error: unrecognized arguments: --bogus"
