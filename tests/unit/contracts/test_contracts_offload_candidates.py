@@ -8,6 +8,7 @@ Invariants guarded:
 - Several candidates: a node the schema layer refuses (a wrongly-kinded attribute) does not stop
   the evaluation of the next; an eligible node whose expert initializer an ineligible candidate
   also reads is dropped as shared (§1D), whatever its position.
+- Absent swiglu_fusion reads as 0, absent expert_weight_bits as the checker's fallback 8.
 - Activation dtype comes from input 0 (router_probs only when input 0's type is unknown).
 - INT3's hidden / inter sizes feed the scale (C16) and bias (C17) checks, with integral sizes.
 - mode=required: a QMoE nested two control-flow levels deep fails the real CPU session; the rule
@@ -180,6 +181,16 @@ def test_a_qmoe_two_levels_deep_fails_required_mode_naming_the_inner_if() -> Non
 def test_quant_type_absent_reads_as_int() -> None:
     assert offload_eligibility(offload_model("int4", attrs={"quant_type": None}), "required") == [("moe0", None)]
     assert offload_eligibility(offload_model("int3", attrs={"quant_type": None}), "required") == [("moe0", None)]
+
+
+def test_absent_attributes_read_as_the_offload_checker_reads_them() -> None:
+    """swiglu_fusion absent is 0 (allowed for int4, not for INT3); expert_weight_bits absent is the
+    checker's own fallback 8 (named in the nvfp4 refusal; the schema default 4 is not filled in)."""
+    assert offload_eligibility(offload_model("int4", attrs={"swiglu_fusion": None}), "required") == [("moe0", None)]
+    assert offload_eligibility(offload_model("int3", attrs={"swiglu_fusion": None}), "required") == [
+        ("moe0", "unsupported swiglu_fusion=0 (expected interleaved SwiGLU)")]
+    assert offload_eligibility(offload_model("nvfp4", attrs={"expert_weight_bits": None}), "required") == [
+        ("moe0", "unsupported expert_weight_bits=8 (expected 4)")]
 
 
 def test_the_transposed_layout_with_inter_twice_hidden() -> None:

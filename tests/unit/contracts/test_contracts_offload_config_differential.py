@@ -77,7 +77,11 @@ MATRIX: dict[str, tuple[list[str], list[str]]] = {
         "moe0:max_resident_slots=2 , device_expert_bytes=1024",
         "moe0:max_resident_slots=2,max_resident_slots=3", "moe0:max_resident_slots=4,device_expert_bytes=0",
         "a:max_resident_slots=1;b:device_expert_bytes=2", "moe0 :max_resident_slots=1",
-        "moe0:max_resident_slots=1;;b:max_resident_slots=2"], [
+        "moe0:max_resident_slots=1;;b:max_resident_slots=2",
+        # C isspace (space, \t \n \v \f \r) is trimmed around keys and values; \x1c / NBSP are not
+        "moe0:\tmax_resident_slots=2", "moe0:max_resident_slots\v=2", "moe0:max_resident_slots=\f2\r"], [
+        "moe0:\x1cmax_resident_slots=2", "moe0:max_resident_slots\x1c=2", "moe0:\u00a0max_resident_slots=2",
+        "moe0:max_resident_slots=\x1c2", "moe0:max_resident_slots=2\u00a0",
         "moe0:device_expert_bytes=1GiB", "moe0:max_resident_slots=-1", "moe0:max_resident_slots=abc",
         "moe0:bogus=1", "moe0:tail_substitution_min_rank=1", "moe0", "moe0:", ":max_resident_slots=2",
         "moe0=max_resident_slots:2", "moe0:device_expert_bytes=auto",
