@@ -146,6 +146,8 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("type outside the constraint (contrib)", lambda: _gated_add(types={"a": TP.DOUBLE}, out_type=TP.DOUBLE), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
     ("type outside the constraint (standard)", lambda: _one("Relu", [("x", TP.UINT8, [2])], ["y"]), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
     ("type parameter bound to two types", lambda: _gated_add(types={"b": TP.FLOAT16}), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("homogeneous variadic: Concat of float and float16", lambda: _one("Concat", [("a", TP.FLOAT, [2]), ("b", TP.FLOAT16, [2])], ["y"], axis=0), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("homogeneous variadic: Concat of float and float", lambda: _one("Concat", [("a", TP.FLOAT, [2]), ("b", TP.FLOAT, [2])], ["y"], axis=0), None, None),
     ("declared output type contradicts", lambda: _gated_add(out_type=TP.FLOAT16), "ORT-SCHEMA-009", "ORT-SCHEMA-009"),
     ("gdn fp16 decay/beta (TS in 1.31.1)", lambda: gdn_model(), None, "ORT-SCHEMA-002"),
     ("gdn float decay, bf16 beta", lambda: gdn_model(decay=TP.FLOAT, beta=TP.BFLOAT16), "ORT-SCHEMA-005", "ORT-SCHEMA-002"),
