@@ -8,7 +8,8 @@ This module does the same, in one forward pass per graph, cached in the model's 
 * a value's shape is its producer's inferred shape merged with its declared one (graph inputs and
   initializers are declared only);
 * constant inputs (``Reshape`` targets, ``Split`` sizes, axes) are what ORT's inference sees as
-  input data: initializers and ``Constant`` node outputs only. ORT's load-time resolve does no
+  input data: inline initializers and ``Constant`` node outputs only (an initializer in an
+  external data file is refused, as onnx's ParseData refuses it). ORT's load-time resolve does no
   data propagation (a ``Shape -> Gather -> Concat`` target leaves the dims unknown, probed), so
   neither does this module;
 * standard ops follow onnx's inference functions (broadcasting with symbolic dims, MatMul,
@@ -113,8 +114,16 @@ class ShapeContext:
         return index < len(self.node.inputs) and self.node.inputs[index] is not None
 
     def const(self, index: int) -> np.ndarray | None:
+        """The data of input ``index`` as onnx's inference reads it (ParseData): an initializer stored
+        in an external data file is refused, whatever its size (probed 1.32.0: Reshape, Expand,
+        Tile, Split, Slice, Unsqueeze, ReduceSum, TopK all fail the session)."""
         value = self.node.inputs[index] if index < len(self.node.inputs) else None
-        return None if value is None else self.shapes.const(value)
+        if value is None:
+            return None
+        if value.producer() is None and isinstance(value.const_value, ir.ExternalTensor):
+            raise ShapeInferenceError("Cannot parse data from external tensors. Please load external data into raw "
+                                      f"data for tensor: {value.name}")  # fmt: skip
+        return self.shapes.const(value)
 
     def ints(self, index: int) -> list[int] | None:
         data = self.const(index)
@@ -173,7 +182,7 @@ class Shapes:
         """The data ORT's inference sees for ``value``: an initializer's or a Constant's."""
         key = id(value)
         if key not in self._consts:
-            self._consts[key] = _const_data(value, self.facts.model)
+            self._consts[key] = _const_data(value)
         return self._consts[key]
 
     def _run(self) -> None:
@@ -228,7 +237,7 @@ _CONSTANT_NUMBERS = {ir.AttributeType.INT: np.int64, ir.AttributeType.INTS: np.i
                      ir.AttributeType.FLOAT: np.float32, ir.AttributeType.FLOATS: np.float32}  # fmt: skip
 
 
-def _const_data(value: ir.Value, model: ir.Model) -> np.ndarray | None:
+def _const_data(value: ir.Value) -> np.ndarray | None:
     """Initializer or Constant-node data of ``value`` when it is small (never large weights)."""
     producer = value.producer()
     tensor: Any = None
@@ -255,18 +264,11 @@ def _const_data(value: ir.Value, model: ir.Model) -> np.ndarray | None:
         return None
     if count > _CONST_LIMIT:
         return None
+    if isinstance(tensor, ir.ExternalTensor):
+        return None  # onnx's inference never reads external data (ShapeContext.const refuses it)
     try:
-        if isinstance(tensor, ir.ExternalTensor):
-            from pathlib import Path
-
-            from q38.package.graphs import read_tensor
-
-            path, root = model.meta.get("q38.path"), model.meta.get("q38.root")
-            if path is None or root is None:
-                return None
-            return np.asarray(read_tensor(tensor, graph_path=Path(path), root=Path(root)))
         return np.asarray(tensor.numpy())
-    except Exception:  # unreadable or out-of-range data: the layout rules name it; no shape here
+    except Exception:  # malformed inline data: the layout rules name it; no shape here
         return None
 
 

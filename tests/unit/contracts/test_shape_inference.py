@@ -7,7 +7,8 @@ Invariants guarded:
 - On the real builder exports with their value_info stripped, no inferred shape is ever more
   precise than ORT's or contradicts it (a contract may only check what ORT checks); ops without
   a handler may stay unknown.
-- Constant inputs are only initializers and Constant nodes (ORT's load-time resolve propagates no
+- Constant inputs are only inline initializers and Constant nodes (an initializer in an external
+  data file fails the session, as onnx's ParseData refuses it; ORT's load-time resolve propagates no
   data: a Shape -> Slice -> Concat target leaves the dims unknown).
 """
 
@@ -126,3 +127,38 @@ def test_broadcasting_keeps_onnx_symbol_rules() -> None:
     assert broadcast(("b", 1, 8), ("b", 7, 1)) == ("b", 7, 8)
     assert broadcast((None, 1), (1, 5)) == (None, 5)
     assert broadcast(None, (1,)) is None
+
+
+
+@pytest.mark.parametrize(("op", "inputs"), [
+    ("Reshape", {"s": [3, 2]}), ("Reshape", {"s": [-1, -1]}), ("Expand", {"s": [2, 3]}), ("Tile", {"s": [1, 2]}),
+    ("Unsqueeze", {"s": [0]}), ("Slice", {"a": [0], "b": [1]}), ("ReduceSum", {"s": [1]}),
+])  # fmt: skip
+def test_an_external_initializer_is_no_data_for_inference(tmp_path: Path, op: str, inputs: dict[str, list[int]]) -> None:
+    """onnx's inference (ParseData) never reads an external data file: a session of a graph whose
+    Reshape target (Slice starts, axes, ...) lives in the data file fails, naming the first such
+    tensor; the contract says so (ORT-SHAPE-001) on the graph as the package reader loads it."""
+    from q38.package import load_graph
+
+    from contracts.runner import check_graph
+
+    blob, tensors = b"\0" * 16, []
+    for name, values in inputs.items():
+        data = np.array(values, np.int64)
+        tensor = onnx.TensorProto(name=name, data_type=TP.INT64, dims=[len(values)], data_location=onnx.TensorProto.EXTERNAL)
+        for key, value in (("location", "model.onnx.data"), ("offset", str(len(blob))), ("length", str(data.nbytes))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        blob += data.tobytes()
+        tensors.append(tensor)
+    (tmp_path / "model.onnx.data").write_bytes(blob)
+    node = oh.make_node(op, ["x", *inputs], ["y"], name="n")
+    path = tmp_path / "model.onnx"
+    path.write_bytes(_model([node], [_vi("x", TP.FLOAT, [2, 3])], [onnx.ValueInfoProto(name="y")], tensors, ms=False).SerializeToString())
+    with pytest.raises(Exception) as refused:  # onnxruntime raises several pybind exception types
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    first = next(iter(inputs))
+    text = f"Node (n) Op ({op}) [ShapeInferenceError] Cannot parse data from external tensors. Please load external data into raw data for tensor: {first}"
+    assert text in str(refused.value)
+    violations = check_graph(load_graph(path, root=tmp_path), ort_version=ORT_VERSION)
+    assert [(v.rule_id, v.node, v.message) for v in violations] == [("ORT-SHAPE-001", "n", text)]
