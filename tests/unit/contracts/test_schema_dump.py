@@ -139,6 +139,9 @@ def test_regenerating_writes_the_canonical_dump(tmp_path: Path, capsys: pytest.C
     assert written.read_text(encoding="utf-8") == schema_dump.dump_path(version).read_text(encoding="utf-8")
     count = len(schema_dump.dump_installed()["schemas"])
     assert capsys.readouterr().out == f"wrote {written} ({count} schemas)\n"
+    written.write_text("stale", encoding="utf-8")
+    assert schema_dump.main(["--out", str(out)]) == 0  # an existing directory: the dump is replaced
+    assert written.read_text(encoding="utf-8") == schema_dump.dump_path(version).read_text(encoding="utf-8")
 
 
 def test_cpu_kernel_rows_are_ordered_by_range_then_types() -> None:
@@ -161,13 +164,18 @@ def test_cpu_kernel_rows_are_ordered_by_range_then_types() -> None:
     ]  # fmt: skip
 
 
-def test_help_names_the_module_command_and_says_what_it_writes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_names_the_module_command_and_says_what_it_writes(capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit) as done:
         schema_dump.main(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m contracts.schema_dump [-h] [--out OUT] [--check]\n\n"
                           "Write the canonical operator-schema dump of the installed onnxruntime wheel.\n")  # fmt: skip
+    options = " ".join(out.split())
+    assert "--out OUT directory of the dumps (default: contracts/schemas)" in options
+    assert "--check compare with the committed dump instead of writing" in options
     with pytest.raises(SystemExit) as done:
         schema_dump.main(["--bogus"])
     assert done.value.code == 2

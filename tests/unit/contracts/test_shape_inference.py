@@ -138,9 +138,8 @@ def test_an_external_initializer_is_no_data_for_inference(tmp_path: Path, op: st
     """onnx's inference (ParseData) never reads an external data file: a session of a graph whose
     Reshape target (Slice starts, axes, ...) lives in the data file fails, naming the first such
     tensor; the contract says so (ORT-SHAPE-001) on the graph as the package reader loads it."""
-    from q38.package import load_graph
-
     from contracts.runner import check_graph
+    from q38.package import load_graph
 
     blob, tensors = b"\0" * 16, []
     for name, values in inputs.items():
