@@ -203,19 +203,11 @@ def _check_cc_cuda_kernel(model: Any, _entries: Mapping[str, str]) -> list[Viola
     return per_node(_checked_nodes(model, _CC), one)
 
 
-def expected_state_shape(node: ir.Node, batch: Any, channel_dims: tuple[Any, ...], *,
-                         kernel: int | None = None) -> tuple[Any, ...] | None:  # fmt: skip
-    """The ``past_state`` shape ORT expects (§3C.2), or None when the kernel size is unknown.
+def expected_state_shape(node: ir.Node, batch: Any, channel_dims: tuple[Any, ...], *, kernel: int) -> tuple[Any, ...]:
+    """The ``past_state`` shape ORT expects (§3C.2) for a weight of ``kernel`` taps.
 
-    ``channel_dims`` are (C,) for channels-first or (d_1, ..., d_n) for channels-last inputs;
-    ``kernel`` defaults to the weight's declared last dim.
+    ``channel_dims`` are (C,) for channels-first or (d_1, ..., d_n) for channels-last inputs.
     """
-    if kernel is None:
-        weight = input_at(node, 1)
-        dims = None if weight is None or weight.shape is None else tuple(weight.shape)
-        if dims is None or len(dims) < 3 or not isinstance(dims[-1], int):
-            return None
-        kernel = dims[-1]
     length = (kernel - 1) * attr_int(node, "dilation", 1)
     window = attr_int(node, "state_window", 0)
     lead: tuple[Any, ...] = (window,) if window > 0 else ()

@@ -154,6 +154,7 @@ PSAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("state_capacity -1", {"state_capacity": -1}, False),
     ("state_capacity absent", {"state_capacity": None}, False),
     ("compress_ratio 0", {"compress_ratio": 0}, False),
+    ("compress_ratio 1 (the smallest)", {"compress_ratio": 1, "pkv_shape": [1, 1, 32]}, True),
     ("compress_ratio -3", {"compress_ratio": -3, "token_budget": None}, False),
     ("compress_ratio huge", {"compress_ratio": 1073741825, "token_budget": None}, False),
     ("compress_ratio 2^30: 2cr-1 = INT_MAX", {"compress_ratio": 2**30, "token_budget": 2**30, "pkv_shape": [1, 2**31 - 1, 32]},
@@ -280,6 +281,7 @@ SAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("budget 6", {"token_budget": 6}, False),
     ("index_topk in qsa", {"index_topk": 4}, False),
     ("compress_ratio 0", {"compress_ratio": 0}, False),
+    ("compress_ratio 1 (the smallest)", {"compress_ratio": 1}, True),
 ]
 
 

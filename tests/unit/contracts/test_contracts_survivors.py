@@ -13,7 +13,7 @@ Invariants guarded (each case fails when the named guard is removed or weakened)
   kernel 3: 3 is too short, 4 is enough), against a real 1.32.0 session's text.
 - CCONV-RUN-001 / -002 are evaluated on inputs with shapes and agree with what a real CPU session
   raises when it runs the model: depthwise weight, weight channels, past_state length (dilated,
-  channels-last and windowed forms).
+  channels-last forms); the windowed form (state_window > 0, CUDA only) leads with the window.
 """
 
 from __future__ import annotations
@@ -173,3 +173,18 @@ def test_a_state_shape_mismatch_shows_an_unnamed_unknown_batch_as_a_question_mar
     unnamed = _rule(CC_RULES, "CCONV-RUN-002").check(_conv([None, 4, 5], [4, 1, 3], [1, 4, 1]), {})  # type: ignore[list-item]
     assert [v.message for v in named] == ["Input 'past_state' is expected to have shape {B,4,2}, got {1,4,1}."]
     assert [v.message for v in unnamed] == ["Input 'past_state' is expected to have shape {?,4,2}, got {1,4,1}."]
+
+
+@pytest.mark.parametrize(("past", "attrs", "expected"), [
+    ([2, 1, 4, 2], {}, None),
+    ([1, 4, 2], {}, "{2,1,4,2}, got {1,4,2}"),
+    ([3, 1, 4, 2], {}, "{2,1,4,2}, got {3,1,4,2}"),
+    ([2, 1, 2, 4], {"channels_last": 1}, None),
+    ([2, 1, 4, 2], {"channels_last": 1}, "{2,1,2,4}, got {2,1,4,2}"),
+])  # fmt: skip
+def test_a_windowed_state_leads_with_the_window(past: list[int], attrs: dict[str, int], expected: str | None) -> None:
+    """§3C.2: with state_window = W > 0 past_state is [W, B, C, (k-1)*dilation] ([W, B, L, C]
+    channels-last). CUDA-only (the CPU kernel refuses state_window > 0), so judged on the text."""
+    x = [1, 5, 4] if attrs.get("channels_last") else [1, 4, 5]
+    found = _rule(CC_RULES, "CCONV-RUN-002").check(_conv(x, [4, 1, 3], past, state_window=2, **attrs), {})
+    assert [v.message for v in found] == ([f"Input 'past_state' is expected to have shape {expected}."] if expected else [])
