@@ -9,6 +9,12 @@ collected (so all import-time calls happen then, not inside some test), takes th
 from the first test and credits them to every selected test: a mutant of import-time code is
 judged by the whole selection, as it changes what every test sees.
 
+Caches filled on first use are the same case: ``contracts.schema_registry`` builds each version's
+registry once (``functools.cache``) and parses each op's schemas and CPU kernel rows once per
+registry, inside whichever test resolves them first -- mutmut credited ``Registry.__init__`` to
+2 of 1,144 tests, so its mutants were judged by tests that read no kernel. :data:`WARM_UPS` fills
+such caches right after the imports, so their hits are credited to every test too.
+
 It does nothing outside mutmut's stats run (``Q38_MUTATE_PACKAGE`` names the package).
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 _KEY = "q38_import_time_hits"
@@ -37,12 +44,30 @@ def _import_all(package: str) -> None:
         importlib.import_module(info.name)
 
 
+def _warm_contracts() -> None:
+    """Every committed registry, every op's schemas and CPU kernel rows (0.2 s)."""
+    from contracts.schema_registry import available_versions, registry_for
+
+    for version in available_versions():
+        registry = registry_for(version)
+        for domain, name in list(registry._lines):
+            registry.schemas(domain, name)
+            registry.cpu_kernels(domain, name)
+
+
+# Package -> what fills its lazily built, process-wide caches (run after the imports).
+WARM_UPS: dict[str, Callable[[], None]] = {"contracts": _warm_contracts}
+
+
 def pytest_collection_finish(session: Any) -> None:
     package = os.environ.get("Q38_MUTATE_PACKAGE", "").replace("/", ".")
     state = _stats_state()
     if state is None or not package:
         return
     _import_all(package)
+    warm = WARM_UPS.get(package)
+    if warm is not None:
+        warm()
     setattr(session.config, _KEY, set(state._stats))
     state._stats.clear()
 
