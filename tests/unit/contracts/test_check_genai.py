@@ -8,7 +8,8 @@ Invariants guarded:
   graph is never a plain OK: it runs on CPU said so, or is "skipped: op X has no CPU kernel";
 * one broken copy per contract family exits 1 with the family's rule id: config surface (an
   unknown key, og's verdict), layout (external data past the end), path fields (a graph
-  escaping the package), shared initializers (a dangling entry), and the graph schema (an
+  escaping the package; a shared-initializer byte range past its data file, named exactly), shared
+  initializers (a dangling entry, named with its graph), and the graph schema (an
   unknown attribute, a wrong input type: found by the session under ``--ort``).
 """
 
@@ -229,3 +230,13 @@ def test_sessions_are_created_with_the_graphs_session_config(tiny_cpu_package: P
     failed = [(s.graph, s.status, s.message) for s in report.sessions if s.status != "ok"]
     assert failed and all(status == "failed" for _g, status, _m in failed), failed
     assert all("Invalid session.moe.offload.mode value 'bogus'" in m for _g, _s, m in failed), failed
+
+
+def test_a_shared_initializer_range_past_its_data_file_is_named(packages: list[Path], tmp_path: Path) -> None:
+    pkg = copy_package(_mtp_package(packages), tmp_path / "pkg")
+    entry = json.loads((pkg / "genai_config.json").read_text())["model"]["decoder"]["shared_initializers"][0]
+    edit_genai_config(pkg, lambda d: d["model"]["decoder"]["shared_initializers"][0].update({"offset": "999999999"}))
+    size = (pkg / entry["data_file"]).stat().st_size
+    found = [v.message for v in check_package(pkg).errors if v.rule_id == "PATH-FIELD-004"]
+    assert found == [f"model.decoder.shared_initializers[0]: bytes [999999999, {999999999 + int(entry['length'])}) lie past "
+                     f"the end of {entry['data_file']!r} ({size} bytes)"]  # fmt: skip

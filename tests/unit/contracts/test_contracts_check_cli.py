@@ -5,7 +5,8 @@ Invariants guarded:
   failures); every synth combination passing is test_check_synth.py.
 - A deliberately broken package per rule family fails with exit 1 and the expected rule id:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
-  chunk, profile overlap), file layout (escaping symlink); a hard-linked data file only warns.
+  chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named exactly); a hard-linked data
+  file only warns.
 - Unreadable input exits 2 with one line; --json prints the documented shape.
 - A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
   row (exit 1), never a silent pass; a config or graph path that leaves the package (symlink,
@@ -231,3 +232,11 @@ def test_a_target_graph_outside_the_package_is_a_path_field_violation_never_open
     rows = [line for line in out.splitlines() if line.startswith("PATH-FIELD-001")]
     assert len(rows) == 1 and expect in rows[0], out
     assert "graphs: head, prefill" in out  # the refused target graph is not loaded
+
+
+@pytest.mark.parametrize("target", ["no-such-file", "loop.bin"])
+def test_a_dangling_or_looping_symlink_is_named(target: str, tiny_cpu_package: Path, tmp_path: Path) -> None:
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    os.symlink(target, pkg / "loop.bin")  # "loop.bin" -> itself
+    found = [(v.rule_id, v.message) for v in check_package(pkg, ort_version="1.32.0").errors if v.rule_id == "PKG-SYMLINK-001"]
+    assert found == [("PKG-SYMLINK-001", "loop.bin: dangling or looping symlink")]
