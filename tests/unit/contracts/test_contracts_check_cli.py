@@ -5,8 +5,8 @@ Invariants guarded:
   failures); every synth combination passing is test_check_synth.py.
 - A deliberately broken package per rule family fails with exit 1 and the expected rule id:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
-  chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named exactly); a hard-linked data
-  file only warns.
+  chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named
+  exactly); a hard-linked data file only warns.
 - Unreadable input exits 2 with one line; --json prints the documented shape.
 - A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
   row (exit 1), never a silent pass; a config or graph path that leaves the package (symlink,
