@@ -15,7 +15,8 @@ main graph and of every subgraph, with ORT's wording (probed on 1.31.1 and 1.32.
 * ``ORT-SCHEMA-003``: every attribute is known; ``ORT-SCHEMA-006``: of the declared type;
   ``ORT-SCHEMA-007``: required attributes present. A ``Constant`` is none of these: ORT's graph
   constructor makes it an initializer from its first attribute, whatever its name, before any
-  schema check, and refuses only one without attributes (ORT-SCHEMA-007, ORT's text).
+  schema check, and refuses only one without attributes (ORT-SCHEMA-007) or whose first attribute
+  is of a kind that is no data (a graph, a list of tensors: ORT-SCHEMA-006), with ORT's texts.
 * ``ORT-SCHEMA-002``: each input type within its type parameter's allowed list;
   ``ORT-SCHEMA-005``: one type per type parameter; ``ORT-SCHEMA-009``: a declared output type
   agrees with the type the schema binds.
@@ -133,14 +134,24 @@ def _outputs(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
     return None
 
 
+# The attribute kinds ConstantNodeProtoToTensorProto turns into data (others: INVALID_GRAPH).
+_CONSTANT_DATA_KINDS = frozenset({
+    ir.AttributeType.FLOAT, ir.AttributeType.FLOATS, ir.AttributeType.INT, ir.AttributeType.INTS,
+    ir.AttributeType.STRING, ir.AttributeType.STRINGS, ir.AttributeType.TENSOR, ir.AttributeType.SPARSE_TENSOR,
+})  # fmt: skip
+
+
 def node_schema_problem(node: ir.Node, typing: Typing) -> tuple[str, str] | None:
     """(rule id, ORT's text) of the first schema-layer failure of ``node``, or None."""
     if node.op_type == "Constant" and node.domain in ONNX_DOMAINS:
         # ORT's graph constructor turns every Constant into an initializer from its first
         # attribute (utils::ConstantNodeProtoToTensorProto) before any schema check: only a
         # Constant without attributes is refused, and its attribute names are never verified.
-        if not node.attributes:
+        first = next(iter(node.attributes.values()), None)
+        if first is None:
             return "ORT-SCHEMA-007", f"Constant node: {node_label(node)} has no data attributes"
+        if first.type not in _CONSTANT_DATA_KINDS:
+            return "ORT-SCHEMA-006", f"Unsupported attribute value type of {first.type.value} in 'Constant' node '{node_label(node)}'"
         return None
     schema = typing.schema(node)
     if schema is None:

@@ -13,7 +13,8 @@ about that same version; ``q38 check``'s graph path, runner.check_graph, is what
   attributes and slots 1.32.0 added, ops 1.31.1 lacks.
 - A wrongly-kinded attribute never raises: it is a violation (the crash of issue 12).
 - ``Constant`` as ORT's graph constructor reads it: an initializer made from its FIRST attribute
-  whatever its name (the type a consumer sees; names never checked); none at all is refused.
+  whatever its name (the type a consumer sees; names never checked); none at all, or a first
+  attribute that is no data (a graph, a list of tensors), is refused with ORT's text.
   Multinomial's output type is its ``dtype`` (int32 by default).
 """
 
@@ -171,6 +172,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("subgraph: valid", lambda: _in_if(_gated_add()), None, None),
     ("Constant without attributes", lambda: _constant([]), "ORT-SCHEMA-007", "ORT-SCHEMA-007"),
     ("Constant without attributes, in a subgraph", lambda: _constant([], in_if=True), "ORT-SCHEMA-007", "ORT-SCHEMA-007"),
+    ("Constant: a graph attribute is no data", lambda: _constant([("value", oh.make_graph([], "sub", [], []))]), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("Constant: a list of tensors is no data", lambda: _constant([("bogus", [onnx.numpy_helper.from_array(np.zeros(1, np.float32))])]), "ORT-SCHEMA-006", "ORT-SCHEMA-006"),
+    ("Constant: a second attribute of another kind is not read", lambda: _constant([("value_int", 1), ("bogus", oh.make_graph([], "sub", [], []))], TP.INT64), None, None),
     ("Constant: attribute names are never checked", lambda: _constant([("bogus", 3)]), None, None),
     ("Constant: its first attribute is the data (int64)", lambda: _constant([("value_int", 2), ("value_float", 1.0)], TP.INT64), None, None),
     ("Constant: its first attribute is the data (float)", lambda: _constant([("value_float", 1.0), ("value_int", 2)], TP.INT64), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
