@@ -178,7 +178,8 @@ def _check_graph_path(root: Path, label: str, path: Path) -> None:
 def _entries_of(so: Mapping[str, Any] | None) -> dict[str, str]:
     if not isinstance(so, Mapping):
         return {}
-    out = {k: v for k, v in (so.get("config_entries") or {}).items() if isinstance(v, str)}
+    entries = so.get("config_entries")  # not an object: config_surface names it; no entries from it
+    out = {k: v for k, v in entries.items() if isinstance(v, str)} if isinstance(entries, Mapping) else {}
     out.update({k: v for k, v in so.items() if "." in k and isinstance(v, str)})
     return out
 

@@ -9,6 +9,8 @@ Invariants guarded:
   both counts (and the node); one row per QMoE node or per decoder layer, with the right expert
   count, passes. In a layered package the profile is read next to target/genai_config.json (not
   at the package root).
+- The offload popularity file of the decoder's session options (config_entries or a dotted key) is
+  a profile too; a config_entries that is not an object does not stop the check.
 - PKG-LIB-001: every library is judged, also after one CFG-LIB-001 refused (absolute, escaping):
   a missing one and a directory are each named.
 - CFG-GRAPH-003: a multidraft role naming the wrong sN graph (rows of input_ids / position_ids,
@@ -188,3 +190,31 @@ def test_a_layered_package_reads_its_profile_next_to_the_config(tmp_path: Path) 
     assert _rows(pkg, "CFG-GRAPH-002") == [("error", "target", (
         f"model.qwen38_graph.expert_profile: the profile has 1 layers, but the target graph has {len(nodes)} QMoE nodes "
         f"({len(decoder)} decoder layers)"))]  # fmt: skip
+
+
+_POPULARITY = "session.moe.offload.popularity_file"
+
+
+@pytest.mark.parametrize("form", ["config_entries", "dotted key", "dotted key, config_entries not an object"])
+def test_a_popularity_file_in_the_session_options_is_checked_as_a_profile(form: str, tiny_cpu_package: Path,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """The offload popularity file the decoder's session options name (in config_entries, or as a
+    dotted key of session_options itself) must have a row per QMoE node or decoder layer."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    nodes = _qmoe_nodes(pkg)
+    decoder = [n for n in nodes if not n.name.startswith("/mtp/")]
+    (pkg / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((1, 8), np.uint64))))
+
+    def name_it(d: dict[str, Any]) -> None:
+        options = d["model"]["decoder"]["session_options"]
+        if form == "config_entries":
+            options["config_entries"] = {_POPULARITY: "expert-profile.bin"}
+        else:
+            options[_POPULARITY] = "expert-profile.bin"
+            if form != "dotted key":
+                options["config_entries"] = ["not", "an", "object"]
+
+    _edit_config(pkg, name_it)
+    assert _rows(pkg, "CFG-GRAPH-002") == [("error", "target", (
+        f"model.decoder.session_options.{_POPULARITY}: the profile has 1 layers, but the target graph has {len(nodes)} "
+        f"QMoE nodes ({len(decoder)} decoder layers)"))]  # fmt: skip
