@@ -239,5 +239,6 @@ def test_a_shared_initializer_range_past_its_data_file_is_named(packages: list[P
     size = (pkg / entry["data_file"]).stat().st_size
     found = [v.message for v in check_package(pkg).errors if v.rule_id == "PATH-FIELD-004"]
     end = 999999999 + int(entry["length"])
-    assert found == [f"model.decoder.shared_initializers[0]: bytes [999999999, {end}) lie past the end of "
-                     + f"{entry['data_file']!r} ({size} bytes)"]  # fmt: skip
+    want = (f"model.decoder.shared_initializers[0]: bytes [999999999, {end}) lie past the end of "
+            f"{entry['data_file']!r} ({size} bytes)")  # fmt: skip
+    assert found == [want]
