@@ -17,7 +17,10 @@ Invariants:
   untyped weight (a graph built in onnx_ir) behind untyped values is declined
   with its reason (the dtype is unknown), never a crash;
 * shared expert: a ``Gemm`` projection (alpha 0.5) is not a MatMul: neither as the gate (no
-  candidate) nor as the shared gate (declined); fusing it would drop its alpha.
+  candidate) nor as the shared gate (declined); fusing it would drop its alpha;
+* CausalConvWithState: a carry Slice that spells out its unit step fuses like one without;
+* ``optimize_model`` hands the caller's weight reader to every pass (package code reads pool
+  bytes onnx-ir cannot reach).
 """
 
 from __future__ import annotations
@@ -205,3 +208,45 @@ def test_shared_expert_gemm_projection_is_not_a_matmul(role: str) -> None:
         assert _lines(p) == [("shared_expert: /mlp/shared/gate/MatMul: declined: 0 shared-gate MatMul -> "
                              "Sigmoid projections read the input, not one")]
     assert sum(n.op_type == "Gemm" for n in model.graph) == 1
+
+
+# -- CausalConvWithState carry: explicit unit steps ------------------------------------------------------
+def test_conv_carry_slice_with_explicit_unit_steps_fuses_with_parity() -> None:
+    """Slice(hist, -3, INT64_MAX, -1, steps=[1]) is the same trailing slice as without steps."""
+    from q38.optimize.causal_conv_state import FuseCausalConvStatePass
+
+    proto = G.conv_carry_model()
+    sl = _node(proto, "Slice")
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray([1], np.int64), "carry.steps"))
+    sl.input.append("carry.steps")
+    _, p = K.check_rewrite(proto, FuseCausalConvStatePass, K.feeds_for(proto, DIMS, 0), atol=0)
+    assert _lines(p) == ["causal_conv_state: /conv/CausalConvWithState: fused"]
+
+
+# -- the pipeline reads weights through the caller's reader ----------------------------------------------
+def test_optimize_model_reads_weights_through_the_callers_reader(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Package code passes its own reader (the bytes live in its pool): every pass must read
+    through it. Here the weights' external file does not exist where onnx-ir would look."""
+    from q38.optimize.pipeline import optimize_model
+
+    proto = G.shared_expert_model()
+    model = ir.from_proto(proto)
+    arrays = {}
+    for name, value in model.graph.initializers.items():
+        arr = value.const_value.numpy()  # type: ignore[union-attr]
+        arrays[name] = arr
+        value.const_value = ir.ExternalTensor("pool.bin", 0, arr.nbytes, value.dtype,  # type: ignore[arg-type]
+                                              shape=ir.Shape(arr.shape), name=name, base_dir=tmp_path)
+    read: list[str] = []
+
+    def reader(value: ir.Value) -> np.ndarray:
+        read.append(value.name or "")
+        return arrays[value.name or ""]
+
+    result = optimize_model(model, passes=["shared_expert"], reader=reader)
+    assert result.rewrites == {"shared_expert": 1}
+    assert sorted(read) == sorted(n for n in arrays if "down_proj" not in n)
+    fused = next(v for v in model.graph.initializers.values() if v.name.endswith(".fused"))
+    np.testing.assert_array_equal(fused.const_value.numpy(), np.concatenate(  # type: ignore[union-attr]
+        [arrays[f"mlp.shared_expert.{k}.weight"] for k in ("gate_proj", "up_proj")]
+        + [arrays["mlp.shared_expert_gate.weight"]], axis=1))

@@ -13,7 +13,8 @@ Invariants guarded:
   its body, a node with a GRAPHS attribute (a list of bodies) -- each candidate there is declined
   with the subgraph reason, none is missed and none crashes the walk;
 * ``NodeOrder.flush`` removes buried nodes only when nothing outside them still reads them: a
-  node buried with a live reader is refused and the graph is left as it was.
+  node buried with a live reader is refused and the graph is left as it was;
+* ``check_topological`` looks into bodies: a capture of a value produced after its If is out of order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ import support.optimize_graphs as G
 import support.optimize_property_kit as K
 from onnx import helper
 
-from q38.optimize._common import SUBGRAPH_REASON, UNRECOGNISED_REASON, RewritePass
+from q38.optimize._common import (
+    SUBGRAPH_REASON,
+    UNRECOGNISED_REASON,
+    RewritePass,
+    check_topological,
+)
 from q38.optimize.graph_order import NodeOrder
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 
@@ -169,3 +175,18 @@ def test_flush_refuses_a_buried_node_that_is_still_read() -> None:
         order.flush()
     assert [n.name for n in model.graph] == ["/relu", "/neg"]
     assert model.graph.node(1).inputs[0] is relu.outputs[0]
+
+
+def test_check_topological_sees_a_body_reading_a_value_produced_after_its_node() -> None:
+    """An If body captures a value the outer graph produces only after the If: out of order."""
+    g = G.G()
+    x = g.inp("x", G.F16, ["B"])
+    g.inp("cond", onnx.TensorProto.BOOL, [])
+    body = helper.make_graph([helper.make_node("Identity", ["late"], ["in_body"], name="/body/id")], "b", [],
+                             [helper.make_tensor_value_info("in_body", G.F16, None)])
+    g.nodes.append(helper.make_node("If", ["cond"], ["y_if"], name="/if", then_branch=body, else_branch=body))
+    g.op("Neg", [x], outs=["late"], name="/late")
+    g.out("y_if", G.F16, None)
+    g.out("late", G.F16, ["B"])
+    model = ir.from_proto(g.model(ms=False))
+    assert check_topological(model.graph) == "node Identity '/body/id' reads 'late' before it is produced"
