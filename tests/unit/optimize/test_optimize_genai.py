@@ -135,3 +135,26 @@ def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(tmp_pat
     assert cfg.model.mtp is not None and cfg.model.mtp.shared_initializers == ()
     assert cfg.model.engram is None
     dumps_genai_config(cfg)  # writable as it is
+
+
+def test_a_config_without_an_mtp_section_is_reconciled_without_one(tmp_path: Path) -> None:
+    """A decoder-only config (no ``model.mtp``) whose decoder loses a shared tensor: the entry is
+    dropped and the config keeps no MTP section (none is invented), and it is still writable."""
+    import dataclasses
+
+    from q38.optimize.genai_io import _reconciled_config
+    from q38.package.genai_config import dumps_genai_config
+
+    src = next(p for p in REAL if (p / "mtp.onnx").is_file())
+    pkg = open_genai_package(src)
+    m = pkg.config.model
+    alone = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(m, mtp=None)))
+    models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs() if r.role == "decoder"}
+    victim = m.decoder.shared_initializers[0].name
+    models["decoder"].graph.initializers.pop(victim)
+    cfg, dropped = _reconciled_config(alone, models, pkg.root)
+    assert dropped == [victim]
+    assert cfg.model.mtp is None and cfg.model.engram is None
+    assert [e.name for e in cfg.model.decoder.shared_initializers] == [
+        e.name for e in m.decoder.shared_initializers if e.name != victim]
+    dumps_genai_config(cfg)
