@@ -14,7 +14,8 @@ Invariants guarded:
   with the subgraph reason, none is missed and none crashes the walk;
 * ``NodeOrder.flush`` removes buried nodes only when nothing outside them still reads them: a
   node buried with a live reader is refused and the graph is left as it was;
-* ``check_topological`` looks into bodies: a capture of a value produced after its If is out of order.
+* ``check_topological`` looks into bodies: a capture of a value produced after its If is out of order;
+* a pass run on its own (not in the pipeline) checks its input's invariants.
 """
 
 from __future__ import annotations
@@ -190,3 +191,19 @@ def test_check_topological_sees_a_body_reading_a_value_produced_after_its_node()
     g.out("late", G.F16, ["B"])
     model = ir.from_proto(g.model(ms=False))
     assert check_topological(model.graph) == "node Identity '/body/id' reads 'late' before it is produced"
+
+
+def test_a_pass_run_on_its_own_checks_its_input() -> None:
+    """Outside the pipeline (which proves each pass's input once) a pass refuses an input that
+    breaks the invariants, even when it would rewrite nothing: here a node reads a value before
+    its producer."""
+    g = G.G()
+    x = g.inp("x", G.F16, ["B"])
+    g.nodes.append(helper.make_node("Neg", ["early"], ["y"], name="/neg"))
+    g.op("Relu", [x], outs=["early"], name="/relu")
+    g.out("y", G.F16, ["B"])
+    model = ir.from_proto(g.model(ms=False))
+    with pytest.raises(ir.passes.PreconditionError) as caught:
+        FuseRMSNormRotaryPass()(model)
+    assert str(caught.value.__cause__) == ("rms_norm_rotary: input graph is not topologically sorted: "
+                                           "node Neg '/neg' reads 'early' before it is produced")
