@@ -13,8 +13,10 @@ PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``contracts``; default bo
    every test) and ``fixture_hits`` (what a module/session fixture's setup calls is credited to
    every test that uses the fixture, not only to the first one -- without it a mutant of code a
    shared fixture runs was judged by one test);
-3. phase 2: the selected mutants run, each with only the tests that called its function, fastest
-   first, stopped at the first failure (``-x``). mutmut's "clean tests" run is skipped when phase 1
+3. phase 2: the mutated tree is byte-compiled once (hash-checked ``.pyc``), then the selected
+   mutants run, each with only the tests that called its function, most targeted first (tests
+   named after the mutated module, then quick tests of few modules before slow end-to-end ones;
+   ``mutmut_cli.targeted_order``), stopped at the first failure (``-x``). mutmut's "clean tests" run is skipped when phase 1
    has just run every test clean (a failing test stops phase 1), which saves one whole test pass;
 4. the verdicts are read from mutmut's ``.meta`` files; survivors that the allowlist
    (``tests/mutation/equivalent_mutants.toml``) names as equivalent are excluded and listed with
@@ -185,6 +187,24 @@ def _mutmut(workdir: Path, *args: str, **flags: str) -> subprocess.CompletedProc
     return subprocess.run([*cli, *args], cwd=workdir, env=env, text=True, capture_output=True, check=False)
 
 
+def _precompile(workdir: Path) -> None:
+    """Byte-compile the mutated tree once, as hash-checked ``.pyc`` files, for every mutant's child.
+
+    The runs keep ``PYTHONDONTWRITEBYTECODE`` (no timestamp ``.pyc`` that a same-second rewrite by
+    mutmut could leave stale), so without this every child compiled q38 and contracts -- sources
+    that hold every mutant of the package -- from scratch: about 4.5 s of a mutant whose killing
+    test takes 0.02 s. A checked-hash ``.pyc`` is used only while its source's hash matches.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash",
+         "q38", "contracts", "tests"],
+        cwd=workdir / "mutants", capture_output=True, text=True, check=False,
+    )
+    if proc.returncode:
+        raise RunError(f"byte-compiling {workdir / 'mutants'} failed (exit {proc.returncode})",
+                       proc.stdout + proc.stderr)
+
+
 def _stats_time(workdir: Path) -> float | None:
     """mutmut's record of its last full stats run (None: no stats yet)."""
     try:
@@ -319,6 +339,7 @@ def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[
                        f"the unmutated code, or mutmut could not start; see {workdir / 'mutmut-stats.log'}",
                        proc.stdout + proc.stderr)
     full_stats = before is None or _stats_time(workdir) != before
+    _precompile(workdir)
     stats_done = time.monotonic()
     codes = _codes(workdir, package)
     names = select(list(codes), only=args.mutants, sample=sample, seed=args.seed)

@@ -1,0 +1,94 @@
+"""The mutation harness's own logic (tests/mutation): test order, sample, score interval, allowlist,
+byte-compiling. mutmut itself is not needed: these parts are plain functions."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "mutation"
+sys.path.insert(0, str(HARNESS))  # mutmut_cli imports ordering the same way, as a sibling script
+
+import mutate  # noqa: E402
+from ordering import modules_hit, targeted_order  # noqa: E402
+
+CLI = "tests/unit/contracts/test_contracts_check_cli.py"
+GRAPHS = "tests/unit/contracts/test_contracts_config_graphs.py"
+KERNEL = "tests/unit/contracts/test_contracts_kernel_differential.py"
+
+
+def test_tests_named_after_the_mutated_module_run_first_quickest_first() -> None:
+    tests = [f"{CLI}::quick", f"{GRAPHS}::slow", f"{GRAPHS}::quick", f"{KERNEL}::quick"]
+    durations = {f"{CLI}::quick": 0.01, f"{GRAPHS}::slow": 5.6, f"{GRAPHS}::quick": 0.5, f"{KERNEL}::quick": 0.02}
+    order = targeted_order("contracts.config_graphs.x__check_multidraft__mutmut_73", tests, durations, {})
+    assert order == [f"{GRAPHS}::quick", f"{GRAPHS}::slow", f"{CLI}::quick", f"{KERNEL}::quick"]
+
+
+def test_other_tests_run_by_duration_times_the_modules_they_reach() -> None:
+    tests = ["t/test_a.py::broad", "t/test_b.py::narrow", "t/test_c.py::unknown"]
+    durations = {"t/test_a.py::broad": 0.1, "t/test_b.py::narrow": 0.3}
+    hit = {"t/test_a.py::broad": 20, "t/test_b.py::narrow": 1}
+    # 0.1 s x 20 modules after 0.3 s x 1; a test without a recorded duration costs nothing
+    assert targeted_order("contracts.qmoe.x__shared__mutmut_3", tests, durations, hit) == [
+        "t/test_c.py::unknown", "t/test_b.py::narrow", "t/test_a.py::broad"]
+
+
+def test_a_class_method_and_a_private_module_are_matched_by_the_module_name() -> None:
+    tests = ["t/test_x.py::a", "t/test_facts.py::b", "t/test_offload_nodes.py::c"]
+    durations = {"t/test_x.py::a": 0.0, "t/test_facts.py::b": 9.0, "t/test_offload_nodes.py::c": 9.0}
+    assert targeted_order("contracts._facts.x_model_facts__mutmut_5", tests, durations, {})[0] == "t/test_facts.py::b"
+    assert targeted_order("contracts.offload_nodes.xǁ_QMoEǁof__mutmut_10", tests, durations, {})[0] == (
+        "t/test_offload_nodes.py::c")
+
+
+def test_modules_hit_counts_distinct_modules_per_test() -> None:
+    stats = {"contracts.qmoe.x_a": {"t1", "t2"}, "contracts.qmoe.x_b": {"t1"}, "contracts.qsa.xǁCǁm": {"t1"}}
+    assert modules_hit(stats) == {"t1": 2, "t2": 1}
+
+
+def test_the_sample_is_seeded_and_uniform_over_the_matching_mutants() -> None:
+    names = [f"contracts.m{i % 3}.x_f__mutmut_{i}" for i in range(100)]
+    first = mutate.select(names, only=None, sample=10, seed=0)
+    assert first == mutate.select(list(reversed(names)), only=None, sample=10, seed=0)
+    assert len(set(first)) == 10 and first == sorted(first)
+    assert first != mutate.select(names, only=None, sample=10, seed=1)
+    only = mutate.select(names, only=["contracts.m1.*"], sample=None, seed=0)
+    assert len(only) == 33 and all(".m1." in n for n in only)
+    assert mutate.select(names, only=None, sample=500, seed=0) == sorted(names)
+
+
+def test_the_score_interval_is_wilsons() -> None:
+    low, high = mutate.wilson(270, 292)
+    assert (round(low, 1), round(high, 1)) == (88.9, 95.0)
+    assert mutate.wilson(0, 0) == (0.0, 100.0)
+    assert mutate.wilson(5, 5)[1] == 100.0
+
+
+def test_every_committed_equivalent_has_a_reason_and_names_a_mutated_module() -> None:
+    entries = mutate.load_allowlist()
+    assert entries, "the committed allowlist is empty"
+    keys = [(e.function, e.line) for e in entries]
+    assert len(keys) == len(set(keys)), "an equivalent mutant is listed twice"
+    for e in entries:
+        assert e.function.startswith(("q38.optimize.", "contracts.")) and e.line and e.reason.strip()
+
+
+def test_an_equivalent_without_a_reason_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "allow.toml"
+    path.write_text('[[equivalent]]\nfunction = "contracts.qmoe.x_f"\nline = "x = 1"\nreason = " "\n', "utf-8")
+    with pytest.raises(SystemExit, match="has no reason"):
+        mutate.load_allowlist(path)
+
+
+def test_the_mutated_tree_is_compiled_once_into_hash_checked_pycs(tmp_path: Path) -> None:
+    source = tmp_path / "mutants" / "contracts" / "m.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("X = 1\n", "utf-8")
+    mutate._precompile(tmp_path)
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    flags = struct.unpack("<I", pyc.read_bytes()[4:8])[0]
+    assert flags == 0b11  # hash-based, checked: a rewritten source is never run from a stale pyc
