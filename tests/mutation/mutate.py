@@ -144,6 +144,13 @@ def _mutmut_section(package: str, tests: tuple[str, ...]) -> str:
         "pytest_add_cli_args = " + arr(["-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow",
                                         "--snapshot-disable-unused", "-p", "import_hits", "-p", "fixture_hits"]),
         "use_git_change_detection = false",
+        # A mutant's child is stopped after (estimated + constant) x multiplier seconds of wall time
+        # (twice that of CPU), a timeout counting as a kill. mutmut's estimate is the sum of the
+        # tests' call phases only (fixture setup not counted), so the constant absorbs setup; the
+        # multiplier is 4 rather than mutmut's 15, which let one looping mutant of a function every
+        # test covers hold a worker for half an hour.
+        "timeout_multiplier = 4.0",
+        "timeout_constant = 30.0",
         # Every test run of the parent (stats, clean run, listing, forced fail) happens in a forked
         # child (tests/mutation/mutmut_cli.py), so each mutant's child imports q38 and contracts
         # itself: a mutant of code run at import time (rule factories) or cached (the schema
