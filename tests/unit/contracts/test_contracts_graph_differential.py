@@ -212,6 +212,8 @@ PSAI_CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("batched rotary caches of batch 1", {"shapes": {"cos": [1, 16, 32], "sin": [1, 16, 32]}}, True),
     ("rotary max_position 0", {"shapes": {"cos": [0, 32], "sin": [0, 32]}}, False),
     ("rotary width 33 (odd)", {"shapes": {"cos": [16, 33], "sin": [16, 33]}}, False),
+    ("rotary width 0", {"shapes": {"cos": [16, 0], "sin": [16, 0]}}, False),
+    ("rotary width 2 (the smallest even)", {"shapes": {"cos": [16, 2], "sin": [16, 2]}}, True),
     ("rotary width 64 > head 32", {"shapes": {"cos": [16, 64], "sin": [16, 64]}}, False),
     ("rotary width 16 < head 32", {"shapes": {"cos": [16, 16], "sin": [16, 16]}}, True),
     ("cos / sin widths 32 / 16", {"shapes": {"sin": [16, 16]}}, False),

@@ -219,6 +219,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gqa past_key rank 3", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), {"pk": [1, 8, 16]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa past_key without past_value", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa num_heads 0", lambda: _gqa(num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
+    ("gqa kv_num_heads 0", lambda: _gqa(kv_num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa causal 2", lambda: _gqa(causal=2), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa window without causal", lambda: _gqa(causal=0, local_window_size=4), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa sliding cache without window", lambda: _gqa(sliding_window_cache=1), {}, "GQA-CPU-001", "GQA-CPU-001"),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from onnx import TensorProto as TP
 from support.offload_node_cases import NEGATIVES
-from support.offload_node_kit import FORMATS, offload_model
+from support.offload_node_kit import FORMATS, E, offload_model
 
 from contracts.offload_nodes import (
     NODE_CHECKS,
@@ -38,6 +38,14 @@ def test_a_valid_base_node_is_eligible_in_every_format(fmt: str) -> None:
 
 
 
+
+
+@pytest.mark.parametrize("k", [1, E])
+def test_k_from_one_to_the_expert_count_is_eligible(k: int) -> None:
+    # ORT's check is k > 0 (1C.7) and k <= num_experts (1C.13): both ends are eligible
+    model = offload_model("int4", attrs={"k": k})
+    assert offload_eligibility(model, "required") == [("moe0", None)]
+    assert check_offload_nodes(model, {_P + "mode": "required"}, cuda=True) == []
 
 
 def test_every_node_check_has_a_negative_case() -> None:
@@ -61,7 +69,12 @@ def test_one_change_from_a_valid_node_gives_orts_reason(case: str, fmt: str, kwa
         assert required[0].message == required_rejection_message("moe0", op, reason)
         assert required[0].message == f"MoE offload mode='required' rejected node 'moe0' ({op}): {reason}."
     auto = check_offload_nodes(model, {_P + "mode": "auto"}, cuda=True)
-    assert [(v.rule_id, v.severity) for v in auto] == [(rule_id, "warning")]
+    assert [(v.rule_id, v.severity, v.node) for v in auto] == [(rule_id, "warning", "moe0")]
+    if rule_id == "OFFLOAD-NODE-SHARED":
+        assert auto[0].message == (
+            "stays on the GPU (not offloaded): expert initializer 'fc1_w' is shared with a non-offload consumer")
+    else:
+        assert auto[0].message == f"stays on the GPU (not offloaded): {reason}"
     assert check_offload_nodes(model, {_P + "mode": "disabled"}, cuda=True) == []
     assert offload_eligibility(model, "disabled") == []
 

@@ -43,6 +43,7 @@ from support.contracts_testkit import (
 from support.offload_node_kit import offload_model
 
 from contracts.causal_conv import RULES as CC_RULES
+from contracts.config_surface import check_genai_config
 from contracts.offload_config import check_offload_config
 from contracts.offload_nodes import offload_eligibility
 from contracts.qsa import RULES as QSA_RULES
@@ -188,3 +189,28 @@ def test_a_windowed_state_leads_with_the_window(past: list[int], attrs: dict[str
     x = [1, 5, 4] if attrs.get("channels_last") else [1, 4, 5]
     found = _rule(CC_RULES, "CCONV-RUN-002").check(_conv(x, [4, 1, 3], past, state_window=2, **attrs), {})
     assert [v.message for v in found] == ([f"Input 'past_state' is expected to have shape {expected}."] if expected else [])
+
+
+@pytest.mark.parametrize(("graph", "where", "shown"), [
+    ({"kv_capacity": 64, "prefill": {"chunk": True}}, "prefill.chunk", "true"),
+    ({"kv_capacity": False, "prefill": {"chunk": 16}}, "kv_capacity", "false"),
+])
+def test_a_json_boolean_prefill_size_is_refused_by_name(graph: dict[str, Any], where: str, shown: str) -> None:
+    found = check_genai_config({"model": {"qwen38_graph": graph}})
+    assert [(v.rule_id, v.message) for v in found if v.rule_id != "CFG-SURFACE-001"] == [
+        ("CFG-PREFILL-001", f"model.qwen38_graph.{where}: expected an integer, got {shown}")]
+
+
+def test_a_profile_whose_maximum_is_below_its_minimum_is_cfg_profile_002() -> None:
+    profiles = [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 20,
+                                            "maximum_total_device_memory_bytes": 10}}]
+    found = check_genai_config({"runtime_profiles": profiles})
+    assert [(v.rule_id, v.message) for v in found if v.rule_id != "CFG-SURFACE-001"] == [
+        ("CFG-PROFILE-002", "runtime_profiles[0].eligibility: maximum_total_device_memory_bytes is below the minimum")]
+
+
+def test_cuda_causal_conv_is_one_dimensional_only() -> None:
+    found = _rule(CC_RULES, "CCONV-CUDA-001").check(causal_conv_model(rank_in=4, rank_w=4, ndim=2), {})
+    assert [(v.rule_id, v.message, v.node) for v in found] == [
+        ("CCONV-CUDA-001", "CUDA CausalConvWithState only supports ndim=1", "cc")]
+    assert _rule(CC_RULES, "CCONV-CUDA-001").check(causal_conv_model(), {}) == []

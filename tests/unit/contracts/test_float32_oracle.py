@@ -116,3 +116,9 @@ def test_the_oracle_itself_distinguishes_the_midpoint_rounding() -> None:
     assert _c_strtof("1.0000000596046448") == parse_strtof("1.0000000596046448") == float.fromhex("0x1.000002p0")
     assert _c_strtof("-3.5e38") == parse_strtof("-3.5e38") == -math.inf
     assert _c_strtof(repr(FLT_MAX)) == FLT_MAX
+
+
+@pytest.mark.parametrize("text", ["X1", "X-1", "Xinf", "X0x1p0", "+-1", "-+1"])
+def test_only_one_plus_or_minus_is_a_sign(text: str) -> None:
+    assert _c_strtof(text) is None
+    assert parse_strtof(text) is None
