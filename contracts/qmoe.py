@@ -183,7 +183,7 @@ def int3_problems(node: ir.Node, activation_type: ir.DataType | None, shapes: Sh
             attr_int(node, "weights_prepacked", -1) != 0:  # fmt: skip
         return ["QMoE INT3 requires integer quantization and explicit weights_prepacked=0 (raw weights)."]
     fused = attr_str(node, "activation_type", "relu") == "swiglu" and attr_int(node, "swiglu_fusion", 0) == 1
-    if not fused or len(set(per_fc)) != 1:
+    if not fused or per_fc[0] != per_fc[2]:  # FC1 and FC3 only: FC2 may have its own width (probed)
         return [("QMoE INT3 requires activation_type='swiglu', swiglu_fusion=1 and equal effective FC1/FC3 widths "
                 "after inheritance.")]  # fmt: skip
     hidden = shapes.dim(input_at(node, 0), -1)
@@ -191,8 +191,9 @@ def int3_problems(node: ir.Node, activation_type: ir.DataType | None, shapes: Sh
     if hidden is None or fc1 is None or fc2 is None or len(fc1) != 3 or len(fc2) != 3:
         return []
     d1, d2, e1, e2 = fc1[1], fc1[2], fc2[1], fc2[2]
-    wrong = (isinstance(d2, int) and d2 * 8 != 3 * hidden) or (isinstance(e1, int) and e1 != hidden) or (
-        isinstance(d1, int) and isinstance(e2, int) and (d1 % 2 or e2 * 8 != 3 * (d1 // 2)))
+    bits1, bits2 = per_fc[0], per_fc[1]  # packed bytes per row: each fc's own width (probed 4/3/4)
+    wrong = (isinstance(d2, int) and d2 * 8 != bits1 * hidden) or (isinstance(e1, int) and e1 != hidden) or (
+        isinstance(d1, int) and isinstance(e2, int) and (d1 % 2 or e2 * 8 != bits2 * (d1 // 2)))
     return ["QMoE INT3 incompatible"] if wrong else []
 
 

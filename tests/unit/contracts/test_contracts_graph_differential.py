@@ -132,6 +132,7 @@ def test_varlen_causal_conv_rules_match_onnxruntime(case: str, kwargs: dict[str,
     if ORT_VERSION < "1.32" and {"group_size", "delta_offset"} & set(kwargs):
         rule = "ORT-SCHEMA-003"  # 1.31.1 does not know the dynamic-mode attributes
     assert sorted({v.rule_id for v in violations}) == ([rule] if rule else []), violations
+    assert all(v.node == "vl" for v in violations), violations  # each names the node
     assert_agrees(violations, ort_error(model), context=case)
 
 

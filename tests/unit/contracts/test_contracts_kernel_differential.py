@@ -82,10 +82,11 @@ def _shared_qmoe(elem: int = TP.FLOAT16, inputs: list[str] | None = None, extra:
     return _model([node], [_vi("x", elem, [3, _H]), _vi("router", elem, [3, _E])], [_vi("y", elem, [3, _H])], inits)
 
 
-def _int3_qmoe(*, fc1_bytes: int = _H * 3 // 8, fc2_rows: int = _H, fc2_bytes: int = _I * 3 // 8) -> onnx.ModelProto:
+def _int3_qmoe(*, fc1_bytes: int = _H * 3 // 8, fc2_rows: int = _H, fc2_bytes: int = _I * 3 // 8,
+               **overrides: Any) -> onnx.ModelProto:  # fmt: skip
     """INT3 (1.32.0): fp16 activations, raw weights, fused SwiGLU; fc1 [E, 2I, 3H/8], fc2 [E, H, 3I/8]."""
     attrs = {"quant_type": "int", "expert_weight_bits": 3, "block_size": 32, "activation_type": "swiglu",
-             "swiglu_fusion": 1, "k": 2, "weights_prepacked": 0}  # fmt: skip
+             "swiglu_fusion": 1, "k": 2, "weights_prepacked": 0, **overrides}  # fmt: skip
     node = oh.make_node("QMoE", ["x", "router", "fc1_w", "fc1_s", "", "fc2_w", "fc2_s"], ["y"], name="moe0", domain=MS, **attrs)
     inits = [_u8("fc1_w", [_E, 2 * _I, fc1_bytes]), _act("fc1_s", [_E, 2 * _I, _H // 32], TP.FLOAT16),
              _u8("fc2_w", [_E, fc2_rows, fc2_bytes]), _act("fc2_s", [_E, _H, _I // 32], TP.FLOAT16)]  # fmt: skip
@@ -188,6 +189,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe INT3 fc2 rows H/2", lambda: _int3_qmoe(fc2_rows=_H // 2), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("qmoe INT3 fp32 activations", lambda: _raw_qmoe(expert_weight_bits=3, weights_prepacked=0), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("qmoe INT3 prepacked 1", lambda: _shared_qmoe(expert_weight_bits=3), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 unfused SwiGLU", lambda: _int3_qmoe(swiglu_fusion=0), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 fc2 of 4 bits in 3-bit bytes", lambda: _int3_qmoe(fc2_expert_weight_bits=4), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
+    ("qmoe INT3 fc3 of 4 bits", lambda: _int3_qmoe(fc3_expert_weight_bits=4), {}, "QMOE-SCHEMA-001", "QMOE-CPU-001"),
     ("deferred scale bogus", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"}, "QMOE-CPU-002", None),
     ("deferred scale empty", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": ""}, "QMOE-CPU-002", None),
     ("deferred scale ' 1'", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": " 1"}, "QMOE-CPU-002", None),
