@@ -75,6 +75,10 @@ ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
 # mutant): sized so that both packages finish in under an hour on 2 cores (see the docstring).
 DEFAULT_SAMPLE = 300
 
+# tests/mutation/mutmut_cli.py's batch command: the diffs of many mutants, one JSON line after the marker.
+DIFFS_COMMAND = "q38-diffs"
+DIFFS_MARKER = "Q38-DIFFS "
+
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # failed, errored, timed out, crashed
 SURVIVED = {0, 5, 33}  # passed, or no test ran the mutant
 
@@ -271,8 +275,27 @@ def _function(name: str) -> str:
     return name.rpartition("__mutmut_")[0]
 
 
+# Diffs already read, per (workdir, mutant): ``mutmut show`` costs a process and a scan of every
+# mutant's metadata (~6 s) per call, so the report reads all it needs in one call (:func:`prefetch_diffs`).
+_DIFFS: dict[tuple[Path, str], str] = {}
+
+
+def prefetch_diffs(workdir: Path, names: list[str]) -> None:
+    """Read the diffs of ``names`` in one process (``mutmut_cli.py q38-diffs``, mutmut's own rendering)."""
+    todo = [n for n in names if (workdir, n) not in _DIFFS]
+    if not todo:
+        return
+    out = _mutmut(workdir, DIFFS_COMMAND, *todo).stdout
+    for line in out.splitlines():
+        if line.startswith(DIFFS_MARKER):
+            for name, diff in json.loads(line[len(DIFFS_MARKER):]).items():
+                _DIFFS[(workdir, name)] = diff
+
+
 def _diff(workdir: Path, name: str) -> str:
-    return _mutmut(workdir, "show", name).stdout
+    if (workdir, name) not in _DIFFS:
+        _DIFFS[(workdir, name)] = _mutmut(workdir, "show", name).stdout
+    return _DIFFS[(workdir, name)]
 
 
 def _mutated_lines(diff: str) -> list[str]:
@@ -416,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         total = len([n for n in _codes(workdir, package)
                      if args.mutants is None or any(fnmatch.fnmatchcase(n, p) for p in args.mutants)])
+        codes = _codes(workdir, package)
+        prefetch_diffs(workdir, [n for n in (names if names is not None else codes) if codes.get(n) in SURVIVED])
         verdicts = collect(workdir, package, allow, names)
         report(package, verdicts, workdir, diffs=not args.no_diffs,
                scope=Scope(total, sample, args.seed, tuple(args.mutants or ())))

@@ -94,8 +94,22 @@ def _tests_in_children() -> None:
         setattr(ForkRunner, name, getattr(ForkServerRunner, name))
 
 
+def _print_diffs(names: list[str]) -> NoReturn:
+    """``q38-diffs NAME ...``: every mutant's diff as ``mutmut show`` renders it, in one process."""
+    import json
+
+    from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+
+    diffs = {name: get_diff_for_mutant(name, path=find_mutant(name).path) for name in names}
+    print("Q38-DIFFS " + json.dumps(diffs))  # mutate.DIFFS_MARKER
+    raise SystemExit(0)
+
+
 if __name__ == "__main__":
     import importlib
+
+    if sys.argv[1:2] == ["q38-diffs"]:  # mutate.DIFFS_COMMAND
+        _print_diffs(sys.argv[2:])
 
     for module in PRELOAD:
         importlib.import_module(module)
