@@ -155,6 +155,8 @@ MERGE_CASES: list[tuple[str, dict[str, Any], str | None]] = [
      "Merge inputs must match policy_mode"),
     ("append_indices with range inputs", {"inputs": ("bi", "bc", "br", "rs", "re", "ai", "ac"), "policy_mode": "append_indices"},
      "Merge inputs must match policy_mode"),
+    ("append_indices without additional_indices", {"inputs": ("bi", "bc", "br", "", "", "", "ac"), "policy_mode": "append_indices"},
+     "Merge inputs must match policy_mode"),
     ("append_indices with range_starts", {"inputs": ("bi", "bc", "br", "rs", "", "ai", "ac"), "policy_mode": "append_indices"},
      "Merge inputs must match policy_mode"),
     ("base_indices rank 1", {"shapes": {"bi": [32]}}, "base_indices must have rank 2"),
