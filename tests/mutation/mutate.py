@@ -59,6 +59,8 @@ import time
 import tomllib
 from pathlib import Path
 
+from ordering import module_of  # tests/mutation, this script's directory
+
 REPO = Path(__file__).resolve().parents[2]
 ALLOWLIST = Path(__file__).with_name("equivalent_mutants.toml")
 
@@ -312,7 +314,7 @@ def _equivalent(workdir: Path, name: str, allow: list[Equivalent]) -> str | None
 
 def _module(name: str) -> str:
     """``q38.optimize.fp8_head`` for ``q38.optimize.fp8_head.xǁQuantizeFp8HeadPassǁmatch__mutmut_3``."""
-    return _function(name).rpartition(".x")[0] or _function(name)
+    return module_of(_function(name))
 
 
 @dataclasses.dataclass(frozen=True)
