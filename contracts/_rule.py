@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 __all__ = [
+    "REFERENCE_ORT_VERSION",
     "Enforced",
     "Ep",
     "OrtVersions",
     "Rule",
+    "RuleKind",
     "Severity",
-    "Surface",
     "Violation",
     "parse_version",
 ]
@@ -35,7 +36,11 @@ Ep = Literal["any", "cpu", "cuda"]
 #   graph:          (model: onnx_ir.Model, entries: Mapping[str, str])
 #   genai-config:   (config: Mapping[str, Any])
 #   package:        (view: contracts.package_layout.PackageView)
-Surface = Literal["session-config", "graph", "genai-config", "package"]
+RuleKind = Literal["session-config", "graph", "genai-config", "package"]
+
+# The onnxruntime release the contracts mirror by default (ort-contract-rules.md): written once, here;
+# compare it (and any version) through :func:`parse_version`, never as strings.
+REFERENCE_ORT_VERSION: Final = "1.32.0"
 
 
 def parse_version(version: str) -> tuple[int, ...]:
@@ -103,7 +108,7 @@ class Rule:
     summary: str
     source: str
     enforced: Enforced
-    surface: Surface
+    kind: RuleKind
     check: Callable[..., list[Violation]] = field(compare=False, repr=False)
     ort_versions: OrtVersions = OrtVersions()
     ep: Ep = "any"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from contracts._rule import Enforced, Ep, OrtVersions, Rule, Surface, Violation, parse_version
+from contracts._rule import Enforced, Ep, OrtVersions, Rule, RuleKind, Violation, parse_version
 from contracts.schema_registry import available_versions
 
 __all__ = ["per_version", "version_spans"]
@@ -39,8 +39,8 @@ def _bind(check: Callable[..., list[Violation]], version: str) -> Callable[..., 
     return bound
 
 
-def per_version(rule_id: str, summary: str, source: str, enforced: Enforced, surface: Surface,
+def per_version(rule_id: str, summary: str, source: str, enforced: Enforced, kind: RuleKind,
                 check: Callable[..., list[Violation]], *, ep: Ep = "any", since: str | None = None) -> tuple[Rule, ...]:  # fmt: skip
     """One Rule per dump span (from ``since`` on) running ``check(model, entries, version)``."""
-    return tuple(Rule(rule_id, summary, source, enforced, surface, _bind(check, version), span, ep)
+    return tuple(Rule(rule_id, summary, source, enforced, kind, _bind(check, version), span, ep)
                  for version, span in version_spans(since))  # fmt: skip

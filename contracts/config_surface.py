@@ -162,21 +162,15 @@ def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
     A genai config that only the Qwen3.8 research builder's keys keep 0.18.0 from loading is a
     warning (CFG-SURFACE-002): q38 reads it, released onnxruntime-genai would refuse it.
     """
-    from q38.errors import ConfigError
-    from q38.package import parse_config
-    from q38.package.genai_config import is_genai_document, parse_genai_config
+    from q38.package.surface import document_reader
 
-    try:
-        if is_genai_document(config):
-            parsed = parse_genai_config(dict(config), research=True)
-            if parsed.og_refusal:
-                return [Violation("CFG-SURFACE-002", f"onnxruntime-genai 0.18.0 refuses this config: "
-                                  f"{parsed.og_refusal}", severity="warning")]  # fmt: skip
-        else:
-            parse_config(dict(config))
-    except ConfigError as exc:
-        return [Violation("CFG-SURFACE-001", str(exc))]
-    return []
+    problem = document_reader(config).config_problem(config)
+    if problem is None:
+        return []
+    severity, message = problem
+    if severity == "warning":
+        return [Violation("CFG-SURFACE-002", message, severity="warning")]
+    return [Violation("CFG-SURFACE-001", message)]
 
 
 _SPECIFIC = (

@@ -30,7 +30,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from contracts._rule import OrtVersions, Rule, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, Violation
 from contracts.float32 import parse_from_chars, parse_strtof
 from contracts.session_config import effective, effective_entries
 
@@ -301,7 +301,7 @@ RULES: tuple[Rule, ...] = (
 )  # fmt: skip
 
 
-def check_offload_config(entries: Mapping[str, str], *, ort_version: str = "1.32.0") -> list[Violation]:
+def check_offload_config(entries: Mapping[str, str], *, ort_version: str = REFERENCE_ORT_VERSION) -> list[Violation]:
     """Every offload session-config violation ORT ``ort_version`` reports for ``entries``.
 
     Args:
@@ -323,7 +323,7 @@ _ENV_PACKED = "ORT_MOE_PACKED_GPU_EXPERTS"
 
 
 def check_offload_environment(
-    env: Mapping[str, str], *, entries: Mapping[str, str] | None = None, ort_version: str = "1.32.0"
+    env: Mapping[str, str], *, entries: Mapping[str, str] | None = None, ort_version: str = REFERENCE_ORT_VERSION
 ) -> list[Violation]:
     """Environment fallbacks ORT parses at session creation (§1A.18, capabilities §4.3).
 

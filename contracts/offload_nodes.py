@@ -29,7 +29,7 @@ from contracts._graph import (
     node_label,
     static_dims,
 )
-from contracts._rule import OrtVersions, Rule, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, Violation
 from contracts.float32 import parse_from_chars
 from contracts.offload_config import OFFLOAD_PREFIX, offload_mode
 from contracts.session_config import effective
@@ -586,7 +586,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def check_offload_nodes(
-    model: Any, entries: Mapping[str, str], *, ort_version: str = "1.32.0", cuda: bool = False
+    model: Any, entries: Mapping[str, str], *, ort_version: str = REFERENCE_ORT_VERSION, cuda: bool = False
 ) -> list[Violation]:
     """The offload graph rules for ``model`` under session config ``entries``.
 

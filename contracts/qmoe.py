@@ -36,7 +36,7 @@ from contracts._graph import (
     nodes_of,
     per_node,
 )
-from contracts._rule import Violation
+from contracts._rule import Violation, parse_version
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_registry import registry_for
@@ -54,7 +54,7 @@ _SRC = "probed onnxruntime 1.31.1 / 1.32.0 CPU (moe_base_cpu.h, moe_quantization
 
 
 def _is_v132(version: str) -> bool:
-    return registry_for(version).ort_version >= "1.32.0"
+    return parse_version(registry_for(version).ort_version) >= (1, 32, 0)
 
 
 def _shared(node: ir.Node) -> str | None:

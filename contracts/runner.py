@@ -1,7 +1,7 @@
 """Run every applicable contract on a package: the config, every graph, the file layout.
 
 Used by ``q38 check`` and the tests. Both package surfaces are checked: q38's own (v12b) and the
-onnxruntime-genai builder's (genai). The graphs come from ``q38.package.graph_listing`` (every
+onnxruntime-genai builder's (genai). The graphs come from ``q38.package.surface.list_graphs`` (every
 graph the config names: v12b target/head/prefill/s2..s4; genai decoder/mtp/engram/..., runtime
 profile decoders), with the session options and providers of each, read from the config
 document so that a broken package is still examined in full. Graph files are read with
@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
@@ -39,8 +39,12 @@ from contracts import (
     session_config,
     shared_initializers,
 )
-from contracts._rule import Rule, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, Rule, Violation
 from contracts.package_layout import GraphFile, PackageView
+from q38.package.session_options import session_entries
+
+if TYPE_CHECKING:
+    from q38.package.surface import GraphListing
 
 __all__ = [
     "ALL_RULES",
@@ -74,11 +78,11 @@ _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
 def installed_ort_version() -> str:
-    """The installed onnxruntime version, or 1.32.0 (the reference) when it is not installed."""
+    """The installed onnxruntime version, or the reference version when it is not installed."""
     try:
         import onnxruntime
     except ImportError:
-        return "1.32.0"
+        return REFERENCE_ORT_VERSION
     return str(onnxruntime.__version__)
 
 
@@ -154,7 +158,7 @@ class _Graph:
 
 def _inside_package(root: Path, path: Path) -> None:
     """Refuse (one PackageError line) a path whose links loop or resolve outside ``root``."""
-    from q38.package.graph_listing import _inside_package as inside
+    from q38.package.detect import inside_package as inside
 
     inside(root, path)
 
@@ -173,15 +177,6 @@ def _check_graph_path(root: Path, label: str, path: Path) -> None:
         _inside_package(root, path)
         if path.is_dir():
             raise PackageError(f"{path}: {label} graph is a directory, not a regular file")
-
-
-def _entries_of(so: Mapping[str, Any] | None) -> dict[str, str]:
-    if not isinstance(so, Mapping):
-        return {}
-    entries = so.get("config_entries")  # not an object: config_surface names it; no entries from it
-    out = {k: v for k, v in entries.items() if isinstance(v, str)} if isinstance(entries, Mapping) else {}
-    out.update({k: v for k, v in so.items() if "." in k and isinstance(v, str)})
-    return out
 
 
 def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...], str]:
@@ -211,7 +206,7 @@ def _applicable(version: str) -> list[Rule]:
 
 
 def _graph_rules(rules: Iterable[Rule], eps: frozenset[str]) -> list[Rule]:
-    return [r for r in rules if r.surface == "graph" and (r.ep == "any" or r.ep in eps)]
+    return [r for r in rules if r.kind == "graph" and (r.ep == "any" or r.ep in eps)]
 
 
 # Rules a graph whose session registers a custom-op library does not break: its library provides
@@ -224,7 +219,7 @@ def check_session_config(entries: Mapping[str, str], *, ort_version: str | None 
     version = ort_version or installed_ort_version()
     found: list[Violation] = []
     for rule in _applicable(version):
-        if rule.surface == "session-config":
+        if rule.kind == "session-config":
             found.extend(rule.check(dict(entries)))
     return found
 
@@ -260,7 +255,7 @@ def check_package(
     Raises:
         PackageError: the package cannot be read at all (no/unreadable config, unreadable graph).
     """
-    from q38.package.graph_listing import list_graphs
+    from q38.package.surface import list_graphs
 
     root = Path(path)
     version = ort_version or installed_ort_version()
@@ -271,9 +266,8 @@ def check_package(
                          rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
     report.violations.extend(config_surface.check_genai_config(raw))
     for block_path, so in _session_blocks(listing):
-        report.violations.extend(v.at(graph=block_path) for v in check_session_config(_entries_of(so), ort_version=version))
+        report.violations.extend(v.at(graph=block_path) for v in check_session_config(session_entries(so), ort_version=version))
 
-    variant = ((raw.get("model") or {}).get("qwen38_graph") or {}).get("variant", "faithful")
     paths = path_fields.path_view(root, tdir, raw)
     report.violations.extend(path_fields.check_path_fields(paths))
     refused = path_fields.refused_graph_paths(paths)  # reported above; never opened
@@ -286,7 +280,7 @@ def check_package(
         _check_graph_path(root, label, gpath)
         groot = gpath.parent
         model, refs, problem = _load(label, gpath, groot)
-        eps = _eps(listing.surface, variant, ref.providers)
+        eps = listing.reader.graph_eps(raw, ref.providers)
         graphs.append(_Graph(label, gpath, groot, model, dict(ref.session_entries), eps, refs, problem, ref.providers))
         report.graphs.append(label)
         applied = _graph_rules(rules, eps)
@@ -303,67 +297,33 @@ def check_package(
         root=root,
         graphs=tuple(GraphFile(g.label, g.path, root, g.refs, g.load_error) for g in graphs),
         libraries=tuple(_library_rel(root, tdir, p, rel) for p, rel in config_surface.library_paths(raw)),
-        extra={**_genai_extra(listing, graphs), "document": raw, "config_dir": tdir,
+        extra={**listing.reader.rule_context(raw, listing.config_path,
+                                             {g.label: g.model for g in graphs if g.model is not None and not g.load_error}),
+               "document": raw, "config_dir": tdir,
                "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error}},
     )
     report.violations.extend(package_layout.check_package_layout(view))
     report.violations.extend(shared_initializers.check_shared_initializers(view))
     report.violations.extend(config_graphs.check_config_graphs(view))
-    _open_strictly(listing.surface, root, report)
+    _open_strictly(listing, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))
     return report
 
 
-def _eps(surface: str, variant: str, providers: tuple[str, ...]) -> frozenset[str]:
-    """The EPs a graph's kernel rules concern: v12b by variant, genai by the providers it names."""
-    cuda = "cuda" in providers
-    if surface == "genai":
-        return frozenset({"cuda"} if cuda else {"cpu"} if not providers or "CPU" in providers else set())
-    eps = {"cuda"} if (cuda or variant == "faithful") else set()
-    if variant == "cpu" or not cuda:
-        eps.add("cpu")
-    return frozenset(eps)
-
-
-def _session_blocks(listing: Any) -> list[tuple[str, Mapping[str, Any]]]:
-    """Every session_options object of the config: decoder, head, overlays, other genai graphs."""
+def _session_blocks(listing: GraphListing) -> list[tuple[str, Mapping[str, Any]]]:
+    """Every session_options object of the config: decoder, head, overlays, other graphs' own."""
     blocks = list(config_surface.session_option_blocks(listing.document))
-    if listing.surface == "genai":
-        model = listing.document.get("model") or {}
-        for ref in listing.graphs:
-            section = model.get(ref.role) if ref.role != "decoder" and isinstance(model, Mapping) else None
-            so = section.get("session_options") if isinstance(section, Mapping) else None
-            if isinstance(so, Mapping):
-                blocks.append((f"{ref.section}.session_options", so))
+    blocks.extend(listing.reader.session_blocks(listing.document, listing.graphs))
     return blocks
 
 
-def _genai_extra(listing: Any, graphs: list[_Graph]) -> dict[str, Any]:
-    """What the genai package rules need: the parsed config (when it parses) and the graphs."""
-    if listing.surface != "genai":
-        return {}
-    from q38.errors import ConfigError
-    from q38.package.genai_config import parse_genai_config
-
-    try:
-        config = parse_genai_config(listing.document, source=str(listing.config_path), research=True)
-    except ConfigError:
-        return {}  # CFG-SURFACE-001 reports it
-    return {"genai_config": config, "models": {g.label: g.model for g in graphs if not g.load_error}}
-
-
-def _open_strictly(surface: str, root: Path, report: CheckReport) -> None:
+def _open_strictly(listing: GraphListing, report: CheckReport) -> None:
     """The surface's own reader; its refusal of a package no rule faulted is the answer."""
     from q38.errors import PackageError
-    from q38.package import open_package
-    from q38.package.genai_package import open_genai_package
 
     try:
-        if surface == "genai":
-            open_genai_package(root)
-        else:
-            open_package(root)
+        listing.reader.open(listing.root)
     except PackageError:
         if not report.errors:
             raise

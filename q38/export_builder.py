@@ -30,30 +30,23 @@ What 0.18.0 cannot run is refused or dropped, never silently kept:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import onnx_ir as ir
 
 from q38.errors import ExportError, quote
+from q38.export_genai import ExportPlan
 
-__all__ = ["BuilderExport", "export_builder_package"]
+if TYPE_CHECKING:
+    from q38.package.links import LinkPolicy
+
+__all__ = ["plan_builder_export"]
 
 _LOG = logging.getLogger(__name__)
 RESEARCH_TYPE: Final = "qwen4_exp_text"
 CPU_TYPE: Final = "qwen3_5_moe_text"
-
-
-@dataclass
-class BuilderExport:
-    """What the export wrote and changed."""
-
-    out: Path
-    graph: str
-    files: dict[str, str] = field(default_factory=dict)  # relative name -> link mode
-    rewrites: list[str] = field(default_factory=list)  # config changes, one line each
-    dropped: list[str] = field(default_factory=list)  # graph sections left out, with why
 
 
 def _missing_kernels(model: ir.Model) -> list[str]:
@@ -121,29 +114,26 @@ def _check_loadable(pkg: Any) -> None:
         raise ExportError(f"{pkg.config_path}: model.engram: onnxruntime-genai 0.18.0 has no engram section")
 
 
-def export_builder_package(
-    src: Path, out: Path, *, link: str = "auto", provider: str = "cpu", digest: bool = False
-) -> BuilderExport:
-    """Export the builder package ``src`` to ``out`` (see the module docstring).
+def plan_builder_export(pkg: Any, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
+    """The export of the builder package ``pkg`` (see the module docstring); nothing is written.
 
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
     """
-    from q38.package import LinkPolicy, Placer, StagedDirectory, load_graph
+    from q38.package import load_graph
     from q38.package.genai_config import dumps_genai_config
-    from q38.package.genai_package import open_genai_package
 
-    pkg = open_genai_package(src)
+    src = pkg.root
     _check_loadable(pkg)
     refs = {r.role: r for r in pkg.graphs()}
     models = {role: load_graph(ref.path, root=pkg.root) for role, ref in refs.items()}
-    result = BuilderExport(out=out, graph=refs["decoder"].rel)
     if provider == "cpu":
         missing = _missing_kernels(models["decoder"])
         if missing:
             raise ExportError(f"{refs['decoder'].path}: {missing[0]} has no CPU kernel in the installed onnxruntime; "
                               "onnxruntime-genai cannot run this decoder on CPU")  # fmt: skip
     skip: set[str] = set()
+    dropped: list[str] = []
     dropped_mtp = False
     if "mtp" in models and provider == "cpu":
         missing = _missing_kernels(models["mtp"])
@@ -152,14 +142,13 @@ def export_builder_package(
             kept = _referenced_files(models, pkg.root, exclude="mtp")
             skip = {refs["mtp"].rel} | (_referenced_files({"mtp": models["mtp"]}, pkg.root) - kept)
             why = f"{missing[0]} has no CPU kernel"
-            result.dropped.append(f"model.mtp ({refs['mtp'].rel}): {why}")
+            dropped.append(f"model.mtp ({refs['mtp'].rel}): {why}")
             _LOG.warning("%s: dropping model.mtp (%s: %s); the decoder alone generates the same greedy tokens",
                          src, refs["mtp"].rel, why)  # fmt: skip
-    config, result.rewrites = _rewrite(pkg, provider, dropped_mtp)
-    for line in result.rewrites:
+    config, rewrites = _rewrite(pkg, provider, dropped_mtp)
+    for line in rewrites:
         _LOG.info("%s: %s", src, line)
-    text = dumps_genai_config(config) if result.rewrites or dropped_mtp else None  # else: copied as it is
-    placer = Placer(LinkPolicy(link), digest=digest)  # the shared link policy
+    text = dumps_genai_config(config) if rewrites or dropped_mtp else None  # else: copied as it is
     sources = {}
     root = pkg.root.resolve()
     for path in sorted(p for p in pkg.root.rglob("*") if not p.is_dir()):
@@ -167,22 +156,10 @@ def export_builder_package(
         if not path.resolve().is_relative_to(root):  # nothing outside the input lands in the output
             raise ExportError(f"{path}: a link to {quote(str(path.resolve()))}, outside the package")
         if rel not in skip and not (rel == "genai_config.json" and text is not None):
-            sources[rel] = path
-    try:
-        with StagedDirectory(out) as staged, placer.progress(list(sources.values()), "export-genai: placing files"):
-            for rel, path in sources.items():
-                target = staged.path / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                # the config is never linked: a later edit of the export must not reach the source
-                result.files[rel] = str(placer.place(path, target, outside=rel == "genai_config.json").mode)
-            if text is not None:
-                with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
-                    fh.write(text)
-                result.files["genai_config.json"] = "write"
-            staged.commit()
-    except OSError as exc:
-        raise ExportError(f"{out}: cannot write the export: {exc.strerror or exc}") from None
-    return result
+            # the config is never linked: a later edit of the export must not reach the source
+            sources[rel] = (path, rel == "genai_config.json")
+    return ExportPlan(refs["decoder"].rel, sources, text, pkg.placer(link, digest=digest),
+                      rewrites=tuple(rewrites), dropped=tuple(dropped))  # fmt: skip
 
 
 def _referenced_files(models: dict[str, ir.Model], root: Path, *, exclude: str = "") -> set[str]:

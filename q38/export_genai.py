@@ -21,13 +21,14 @@ nothing behind and the package is never modified.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
 from q38.ort_kernels import cpu_kernels
+from q38.package.links import LinkPolicy, Placer
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -42,6 +43,8 @@ _SEARCH_KEYS_018: Final = frozenset(
 
 @dataclass(frozen=True)
 class ExportResult:
+    """What ``q38 export-genai`` wrote: the graph, every file with its link mode, and what changed."""
+
     out: Path
     graph: str
     files: dict[str, str]  # relative name -> link mode
@@ -167,6 +170,23 @@ def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[st
     }
 
 
+@dataclass(frozen=True)
+class ExportPlan:
+    """What an export writes, decided before anything is staged (every refusal comes first).
+
+    ``sources``: package-relative name -> (source file, never linked); ``config_text``: the
+    ``genai_config.json`` written (None: the source's config is among ``sources``, placed as it is).
+    """
+
+    graph: str
+    sources: dict[str, tuple[Path, bool]]
+    config_text: str | None
+    placer: Placer
+    states: dict[str, int] = field(default_factory=dict)
+    rewrites: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+
 def export_genai(
     src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu", digest: bool = False
 ) -> ExportResult:
@@ -174,33 +194,33 @@ def export_genai(
 
     ``src`` is a cpu-variant q38 package (v12b surface: the config is written anew, the target
     graph and its data placed) or a package the onnxruntime-genai builder wrote (genai surface:
-    passed through, see :mod:`q38.export_builder`).
+    passed through, see :mod:`q38.export_builder`). One flow: the surface's plan, then one writer.
 
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
     """
-    from q38.package import (
-        LinkPolicy,
-        StagedDirectory,
-        check_destination,
-        check_output_outside,
-        detect_surface,
-        load_graph,
-        open_package,
-        source_placer,
-    )
-    from q38.package.graphs import external_refs
-    from q38.package.paths import resolve_inside
+    from q38.export_builder import plan_builder_export
+    from q38.package import check_destination, check_output_outside, open_any
 
     src, out = Path(src), Path(out)
     check_destination(out, what="output")
     check_output_outside(Path(out), [Path(src)])
-    if detect_surface(src) == "genai":
-        from q38.export_builder import export_builder_package
+    package = open_any(src)
+    planners = {"v12b": _plan_v12b_export, "genai": plan_builder_export}  # one plan per surface
+    plan = planners[package.surface](package, link=LinkPolicy(link), provider=provider, digest=digest)
+    files = _write_export(plan, out)
+    return ExportResult(out, plan.graph, files, plan.states, plan.rewrites, plan.dropped)
 
-        done = export_builder_package(src, out, link=link, provider=provider, digest=digest)
-        return ExportResult(out, done.graph, done.files, {}, tuple(done.rewrites), tuple(done.dropped))
-    package = open_package(src)
+
+def _plan_v12b_export(opened: Any, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
+    """A q38 package's export: its target graph and data, and a config written for 0.18.0."""
+    from q38.package import load_graph
+    from q38.package.graphs import external_refs
+    from q38.package.jsonio import dumps_json
+    from q38.package.paths import resolve_inside
+
+    package = opened.package
+    src = package.root
     g = package.config.model.qwen38_graph
     if g.variant != "cpu":
         raise ExportError(
@@ -220,47 +240,38 @@ def export_genai(
     states = _check_graph(model, str(graph_path), inputs, outputs)
     locations = sorted({ref.location for ref in external_refs(model)})
     graph_parent = Path(graph_rel).parent
-    placer = source_placer(package, LinkPolicy(link), digest=digest)  # the shared link policy
     doc = genai_config(package.config, graph_rel, provider=provider)
+    # A value strict JSON cannot carry (NaN, an infinity, a 65-bit integer) is refused at its key,
+    # never written.
+    text = dumps_json(doc, what="genai_config.json", error=ExportError)
+    sources = {
+        rel: (resolve_inside(graph_dir, rel, what=f"{src}: {rel}"), False)
+        for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]
+    }
+    return ExportPlan(graph_rel, sources, text, opened.placer(link, digest=digest), states=states)
+
+
+def _write_export(plan: ExportPlan, out: Path) -> dict[str, str]:
+    """Stage the planned files and config at ``out`` (renamed into place; nothing left on failure)."""
+    from q38.package import StagedDirectory
+
     files: dict[str, str] = {}
+    placer = plan.placer
     try:
-        _write(StagedDirectory(out), src, graph_dir, graph_rel, graph_parent, locations, placer, doc, files)
+        with StagedDirectory(out) as staged:
+            with placer.progress([path for path, _ in plan.sources.values()], "export-genai: placing files"):
+                for rel, (source, outside) in plan.sources.items():
+                    target = staged.path / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    files[rel] = str(placer.place(source, target, outside=outside).mode)
+            if plan.config_text is not None:
+                with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
+                    fh.write(plan.config_text)
+                files["genai_config.json"] = "write"
+            staged.commit()
     except OSError as exc:
         raise ExportError(f"{out}: cannot write the export: {exc.strerror or exc}") from None
-    return ExportResult(out=out, graph=graph_rel, files=files, states=states)
-
-
-def _write(
-    staged_dir: Any,
-    src: Path,
-    graph_dir: Path,
-    graph_rel: str,
-    graph_parent: Path,
-    locations: list[str],
-    placer: Any,
-    doc: dict[str, Any],
-    files: dict[str, str],
-) -> None:
-    from q38.package.jsonio import dumps_json
-    from q38.package.paths import resolve_inside
-
-    # Before anything is staged: a value strict JSON cannot carry (NaN, an infinity, a 65-bit
-    # integer) is refused at its key, never written.
-    text = dumps_json(doc, what="genai_config.json", error=ExportError)
-    with staged_dir as staged:
-        sources = {
-            rel: resolve_inside(graph_dir, rel, what=f"{src}: {rel}")
-            for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]
-        }
-        with placer.progress(list(sources.values()), "export-genai: placing files"):
-            for rel, source in sources.items():
-                target = staged.path / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                files[rel] = str(placer.place(source, target).mode)
-        with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        files["genai_config.json"] = "write"
-        staged.commit()
+    return files
 
 
 def generate_tokens(model_dir: Path | str, prompt: list[int], new_tokens: int) -> list[int]:

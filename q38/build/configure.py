@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import onnx
 
@@ -39,9 +39,11 @@ from q38.package.config import (
     ProviderOptions,
     Qwen38Graph,
     SessionOptions,
-    read_config,
 )
-from q38.package.surface import detect_surface
+from q38.package.surface import exporter_config
+
+if TYPE_CHECKING:
+    from q38.package.genai_config import GenaiConfig
 
 __all__ = ["DEFAULT_CHUNK", "GraphFacts", "graph_facts", "make_config"]
 
@@ -141,11 +143,8 @@ def _merge_dims(bundle: Path, graph: dict[str, Any], upstream: dict[str, int | N
     return out
 
 
-def _upstream_genai(bundle: Path, d: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
+def _upstream_genai(bundle: Path, cfg: GenaiConfig, d: dict[str, Any], *, warn: bool = True) -> dict[str, Any]:
     """What an exporter's (genai-surface) ``genai_config.json`` supplies to the v12b config."""
-    from q38.package.genai_config import read_genai_config
-
-    cfg = read_genai_config(bundle / CONFIG_FILENAME)
     m, dec = cfg.model, cfg.model.decoder
     dims = _merge_dims(bundle, d, {
         "hidden_size": dec.hidden_size, "head_size": dec.head_size, "num_key_value_heads": dec.num_key_value_heads,
@@ -216,12 +215,14 @@ def make_config(
 ) -> Config:
     """The package config; a target bundle's own ``genai_config.json`` supplies model fields."""
     d = _dims(facts, decoder_file)
-    base = upstream = None
+    base: Config | None = None
+    upstream = None
     if (target_bundle / CONFIG_FILENAME).is_file():
-        if detect_surface(target_bundle) == "genai":
-            upstream = _upstream_genai(target_bundle, d, warn=decoder_file == target_file)  # once: the target's
-        else:
-            base = read_config(target_bundle / CONFIG_FILENAME)
+        exported = exporter_config(target_bundle)
+        if isinstance(exported, Config):  # a q38 bundle: its own config's model fields
+            base = exported
+        else:  # an exporter's config: the fields the v12b surface can bind
+            upstream = _upstream_genai(target_bundle, exported, d, warn=decoder_file == target_file)  # once: the target's
     providers: tuple[ProviderOptions, ...] = ()
     # fold.head_r2 always carries the CUDA-graph defaults (package-format.md; the head runs
     # under a captured graph wherever the runtime picks CUDA).

@@ -50,31 +50,15 @@ Target = Literal["cuda", "cpu"]
 
 
 def default_target(src: Path) -> tuple[Target, str]:
-    """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda.
+    """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda."""
+    from q38.package import open_any
 
-    A builder package (genai surface) runs where its decoder's provider_options say.
-    """
-    from q38.package import V12bPackage, open_any
-
-    opened = open_any(src)
-    if opened.surface == "genai":
-        decoder = opened.graphs()[0]
-        if "cuda" in decoder.providers:
-            return "cuda", f"its {decoder.section}.session_options name the CUDA provider"
-        return "cpu", f"its {decoder.section}.session_options name no CUDA provider"
-    assert isinstance(opened, V12bPackage)
-    pkg = opened.package
-    variant = pkg.config.model.qwen38_graph.variant
-    if variant == "cpu":
-        return "cpu", "the package is the cpu variant"
-    providers = [p.name for p in pkg.config.model.decoder.session_options.provider_options]
-    if "cuda" not in providers:
-        return "cpu", "its session options name no CUDA provider"
-    return "cuda", f"the package is the {variant} variant with a CUDA provider"
+    target, why = open_any(src).preferred_target()
+    return ("cuda" if target == "cuda" else "cpu"), why
 
 
 def run(args: argparse.Namespace) -> int:
-    from q38.optimize.package_io import optimize_package
+    from q38.optimize.driver import optimize_package
 
     target: Target
     target, why = (args.target, "--target") if args.target else default_target(args.src)

@@ -29,7 +29,7 @@ import onnx_ir as ir
 
 from q38 import __version__
 from q38.errors import OffloadError
-from q38.offload.eligibility import Eligibility, resolve_eligibility, split_verdicts
+from q38.offload.eligibility import EligibilityCheck, resolve_eligibility, split_verdicts
 from q38.offload.hitrate import HitReport, hit_report
 from q38.offload.multidraft import grow_multidraft, has_draft, multidraft_filenames
 from q38.offload.options import (
@@ -115,7 +115,7 @@ def plan_offload(
     options: OffloadOptions,
     *,
     out: Path,
-    eligibility: Eligibility | None = None,
+    eligibility: EligibilityCheck | None = None,
     profile: ExpertProfile | None = None,
 ) -> OffloadPlan:
     """Phase 1: read ``src`` and compute the whole conversion; raises before anything is written.
@@ -301,7 +301,7 @@ def convert_package(
     out: Path | str,
     options: OffloadOptions,
     *,
-    eligibility: Eligibility | None = None,
+    eligibility: EligibilityCheck | None = None,
     link: LinkPolicy = LinkPolicy.AUTO,
     digest: bool = False,
 ) -> OffloadReport:

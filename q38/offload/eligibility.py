@@ -2,21 +2,19 @@
 
 The rules (ort-contract-rules.md §1B-§1E, mirrored in ``contracts/``) answer, per candidate node,
 ``None`` (offloaded) or ORT's reason string. The converter only asks through
-:data:`Eligibility`, so tests can inject a checker and the contracts module stays the one source.
+:data:`EligibilityCheck`, so tests can inject a checker and the contracts module stays the one source.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import onnx_ir as ir
 
-from q38.errors import LINE_LIMIT, InternalError, OffloadError, clip
+from q38.errors import LINE_LIMIT, OffloadError, clip
 
 __all__ = [
-    "Eligibility",
+    "EligibilityCheck",
     "Verdict",
     "contracts_eligibility",
     "refusal_hint",
@@ -26,24 +24,15 @@ __all__ = [
 ]
 
 Verdict = tuple[ir.Node, str | None]
-Eligibility = Callable[[ir.Model, str], Sequence[Verdict]]
+EligibilityCheck = Callable[[ir.Model, str], Sequence[Verdict]]
 
 
 def contracts_eligibility(model: ir.Model, mode: str) -> list[Verdict]:
-    """Verdicts from ``contracts.offload_nodes`` for every candidate node of ``model``."""
-    try:
-        module: Any = importlib.import_module("contracts.offload_nodes")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("contracts", "contracts.offload_nodes"):
-            raise
-        raise InternalError(
-            "contracts.offload_nodes is not installed: q38 offload needs the QMoE node rules"
-        ) from None
-    for name in ("offload_eligibility", "node_eligibility", "eligibility"):
-        fn = getattr(module, name, None)
-        if callable(fn):
-            return _normalize(fn(model, mode), model)
-    raise InternalError("contracts.offload_nodes has no eligibility(model, mode) function")
+    """Verdicts from ``contracts.offload_nodes.offload_eligibility`` for every candidate node of ``model``."""
+    # function-level: the QMoE node rules load the schema registry, which ``q38 --help`` must not pay for
+    from contracts.offload_nodes import offload_eligibility
+
+    return _normalize(offload_eligibility(model, mode), model)
 
 
 def _normalize(result: object, model: ir.Model) -> list[Verdict]:
@@ -61,7 +50,7 @@ def _normalize(result: object, model: ir.Model) -> list[Verdict]:
     return out
 
 
-def resolve_eligibility(custom: Eligibility | None) -> Eligibility:
+def resolve_eligibility(custom: EligibilityCheck | None) -> EligibilityCheck:
     return custom if custom is not None else contracts_eligibility
 
 
@@ -90,7 +79,7 @@ def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
 
 
 def split_verdicts(
-    check: Eligibility, model: ir.Model, mode: str, where: str
+    check: EligibilityCheck, model: ir.Model, mode: str, where: str
 ) -> tuple[list[ir.Node], list[tuple[ir.Node, str]]]:
     """(offloaded nodes, [(kept node, reason)]) of one graph; ``required`` raises at the first
     node ORT would not offload (graph order), naming the graph file and the node."""

@@ -37,7 +37,7 @@ import onnx_ir as ir
 
 from q38 import __version__
 from q38.errors import OffloadError
-from q38.offload.eligibility import Eligibility, resolve_eligibility, split_verdicts
+from q38.offload.eligibility import EligibilityCheck, resolve_eligibility, split_verdicts
 from q38.offload.hitrate import HitReport, hit_report
 from q38.offload.multidraft import DRAFT_ROWS, multidraft_filenames, verify_graph
 from q38.offload.options import (
@@ -107,7 +107,7 @@ class GenaiOffloadPlan:
     report: OffloadReport
 
 
-def _load(pkg: GenaiPackage, role: str, check: Eligibility, mode: str) -> _Graph:
+def _load(pkg: GenaiPackage, role: str, check: EligibilityCheck, mode: str) -> _Graph:
     ref = pkg.graph(role)
     where = str(ref.path)
     model = pkg.load(role)
@@ -155,7 +155,7 @@ def plan_genai_offload(
     options: OffloadOptions,
     *,
     out: Path,
-    eligibility: Eligibility | None = None,
+    eligibility: EligibilityCheck | None = None,
     profile: ExpertProfile | None = None,
 ) -> GenaiOffloadPlan:
     """Phase 1 for a builder package: every refusal happens here; nothing is written."""

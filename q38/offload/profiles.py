@@ -21,7 +21,7 @@ from typing import Final
 from q38.errors import ConfigError
 from q38.package.config import (
     Config,
-    Eligibility,
+    ProfileEligibility,
     ProfileOverlay,
     ProviderOptions,
     RuntimeProfile,
@@ -70,7 +70,7 @@ def build_runtime_profiles(
         profiles.append(
             RuntimeProfile(
                 id=f"{lo}gib-to-{hi}gib",
-                eligibility=Eligibility(
+                eligibility=ProfileEligibility(
                     minimum_total_device_memory_bytes=lo * GIB,
                     maximum_total_device_memory_bytes=maximum,
                     minimum_effective_host_memory_bytes=min_host_bytes,

@@ -2,7 +2,7 @@
 
 One pass per module (``rms_norm_rotary``, ``shared_expert``, ``hyper_connection``,
 ``causal_conv_state``, ``fp8_head``), an explicit pipeline (``pipeline.PIPELINE``) and the package
-driver (``package_io.optimize_package``).
+driver (``driver.optimize_package``).
 """
 
 from __future__ import annotations

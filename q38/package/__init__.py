@@ -13,10 +13,10 @@ from q38.package.config import (
     CONFIG_FILENAME,
     Config,
     DecoderConfig,
-    Eligibility,
     HeadGraph,
     ModelConfig,
     PrefillConfig,
+    ProfileEligibility,
     ProfileOverlay,
     ProviderOptions,
     Qwen38Graph,
@@ -66,8 +66,9 @@ from q38.package.profile import (
     parse_profile,
     read_profile,
 )
+from q38.package.readers.v12b import V12bPackage
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
-from q38.package.surface import V12bPackage, detect_surface, open_any, require_surface
+from q38.package.surface import AnyPackage, detect_surface, open_any, require_surface
 
 if TYPE_CHECKING:
     from q38.package.genai_config import (
@@ -106,9 +107,9 @@ __all__ = [
     "MANIFEST_FILENAME",
     "POOL_FILENAME",
     "PROFILE_FILENAME",
+    "AnyPackage",
     "Config",
     "DecoderConfig",
-    "Eligibility",
     "ExpertProfile",
     "ExternalRef",
     "FileIdentity",
@@ -129,6 +130,7 @@ __all__ = [
     "Placer",
     "PoolEntry",
     "PrefillConfig",
+    "ProfileEligibility",
     "ProfileOverlay",
     "ProviderOptions",
     "Qwen38Graph",

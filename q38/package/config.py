@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from q38.errors import ConfigError, clip, quote
+from q38.package.detect import CONFIG_FILENAME
 from q38.package.files import CONFIG_LIMIT
 from q38.package.jsonio import dumps_json, read_json
 
@@ -25,10 +26,10 @@ __all__ = [
     "SURFACE",
     "Config",
     "DecoderConfig",
-    "Eligibility",
     "HeadGraph",
     "ModelConfig",
     "PrefillConfig",
+    "ProfileEligibility",
     "ProfileOverlay",
     "ProviderOptions",
     "Qwen38Graph",
@@ -40,7 +41,6 @@ __all__ = [
     "read_config",
 ]
 
-CONFIG_FILENAME: Final = "genai_config.json"
 MODEL_TYPE: Final = "qwen38_flash_graph"
 SURFACE: Final = "v12b"
 LEGACY_MODEL_TYPE: Final = "qwen38_flash"
@@ -156,7 +156,9 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class Eligibility:
+class ProfileEligibility:
+    """When a runtime profile applies: the device / host memory bounds of its ``eligibility`` block."""
+
     minimum_total_device_memory_bytes: int
     maximum_total_device_memory_bytes: int | None = None
     minimum_effective_host_memory_bytes: int | None = None
@@ -172,7 +174,7 @@ class ProfileOverlay:
 @dataclass(frozen=True)
 class RuntimeProfile:
     id: str
-    eligibility: Eligibility
+    eligibility: ProfileEligibility
     overlay: ProfileOverlay
 
 
@@ -390,8 +392,8 @@ def _profile(r: _Reader, value: object, path: str) -> RuntimeProfile:
     if not pid:
         raise r.fail(f"{path}.id", "must not be empty")
     epath = f"{path}.eligibility"
-    e = r.obj(r.req(p, "eligibility", path), epath, {f.name for f in Eligibility.__dataclass_fields__.values()})
-    elig = Eligibility(
+    e = r.obj(r.req(p, "eligibility", path), epath, {f.name for f in ProfileEligibility.__dataclass_fields__.values()})
+    elig = ProfileEligibility(
         **{
             key: r.integer(val, f"{epath}.{key}", minimum=0)
             for key, val in e.items()

@@ -28,8 +28,8 @@ from typing import Any, Final
 
 from q38.errors import ConfigError
 from q38.package import genai_surface as gs
+from q38.package.detect import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
 from q38.package.genai_checks import check_document
-from q38.package.graph_listing import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
 
 __all__ = [
     "BUILDER_MODEL_TYPES",

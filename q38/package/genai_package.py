@@ -32,6 +32,8 @@ from q38.package.genai_config import (
 )
 from q38.package.graph_ref import GraphRef
 from q38.package.graphs import load_graph
+from q38.package.links import LinkPolicy, Placer
+from q38.package.step_graphs import DecodeGraphs, StepGraph
 
 __all__ = ["TOKENIZER_FILES", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
 
@@ -130,6 +132,29 @@ class GenaiPackage:
     def load(self, role: str) -> ir.Model:
         """Load one graph without its external weights (validated, hard-link tolerant)."""
         return load_graph(self.graph(role).path, root=self.root)
+
+    def placer(self, link: LinkPolicy, *, digest: bool) -> Placer:
+        """How a command places this package's unchanged files (no manifest: nothing to reuse)."""
+        return Placer(link, digest=digest)
+
+    def preferred_target(self) -> tuple[str, str]:
+        """The runtime this package runs on (``cpu`` / ``cuda``) and why: its decoder's providers."""
+        decoder = self.graphs()[0]
+        if "cuda" in decoder.providers:
+            return "cuda", f"its {decoder.section}.session_options name the CUDA provider"
+        return "cpu", f"its {decoder.section}.session_options name no CUDA provider"
+
+    def decode_graphs(self) -> DecodeGraphs:
+        """The decoder and, when enabled, the MTP graph it drafts with, with their state-name templates."""
+        model = self.config.model
+        d = model.decoder
+        steps = [StepGraph("decoder", self.graph("decoder").rel, self.root, self.load("decoder"), d.inputs, d.outputs)]
+        mtp = model.mtp
+        hidden = "hidden_states"
+        if mtp is not None and mtp.filename and mtp.enabled is not False:
+            steps.append(StepGraph("mtp", self.graph("mtp").rel, self.root, self.load("mtp"), mtp.inputs, mtp.outputs))
+            hidden = mtp.main_hidden_states or d.outputs.get("hidden_states", "hidden_states")
+        return DecodeGraphs(tuple(steps), d.head_size, model.vocab_size or 0, hidden)
 
     def tokenizer_files(self) -> list[str]:
         """The tokenizer / processor files present at the top level (relative names)."""

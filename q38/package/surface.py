@@ -1,85 +1,170 @@
-"""One entry point for both package surfaces: ``open_any(path)``.
+"""The package interface: what every command, converter and ``q38 check`` may ask of a package.
 
-q38 reads two kinds of package (docs/package-format.md):
+q38 reads two package surfaces (docs/package-format.md, docs/architecture.md):
 
 * ``v12b``: q38's own (``model.type = "qwen38_flash_graph"``, ``qwen38_graph`` section, weights
-  pool, manifest; flat or layered), read by :func:`q38.package.open_package`;
+  pool, manifest; flat or layered), :mod:`q38.package.readers.v12b`;
 * ``genai``: what the onnxruntime-genai builder writes (``model.type`` such as
-  ``qwen3_5_moe_text``; ``model.decoder`` / ``mtp`` / ``engram``, tokenizer files), read by
-  :func:`q38.package.genai_package.open_genai_package`.
+  ``qwen3_5_moe_text``; ``model.decoder`` / ``mtp`` / ``engram``, tokenizer files),
+  :mod:`q38.package.readers.genai`.
 
-:func:`open_any` returns an object with ``.surface``, ``.root`` and ``.graphs()`` (a
-:class:`GraphRef` per graph the config names, with its session options and providers);
-commands and ``q38 check`` iterate that instead of the raw JSON. :func:`require_surface` is how
-a command that takes one surface refuses the other, in one line that says why.
+:class:`AnyPackage` is an opened, validated package of either surface; :class:`SurfaceReader` is
+what a surface answers about a config *document* that may be broken (``q38 check`` examines every
+graph of a broken package). :func:`open_any` and :func:`list_graphs` pick the reader from
+:mod:`q38.package.detect`; nothing outside ``q38/package/`` asks which surface it holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import onnx_ir as ir
 
 from q38.errors import PackageError
-from q38.package.config import config_to_dict
-from q38.package.graph_listing import Surface, read_raw_config, surface_of_document, v12b_graph_refs
+from q38.package.detect import (
+    CONFIG_FILENAME,
+    SURFACES,
+    SurfaceName,
+    detect_surface,
+    is_genai_document,
+    read_raw_config,
+    surface_of_document,
+)
 from q38.package.graph_ref import GraphRef
-from q38.package.package import Package, open_package
+from q38.package.links import LinkPolicy, Placer
+from q38.package.readers import reader_for
+from q38.package.step_graphs import DecodeGraphs
 
-if TYPE_CHECKING:  # the genai reader is imported when a genai package is opened
-    from q38.package.genai_package import GenaiPackage
+if TYPE_CHECKING:
+    from q38.package.config import Config
+    from q38.package.genai_config import GenaiConfig
 
-__all__ = ["SURFACES", "AnyPackage", "Surface", "V12bPackage", "detect_surface", "open_any", "require_surface"]
-
-SURFACES: Final = ("v12b", "genai")
+__all__ = [
+    "SURFACES",
+    "AnyPackage",
+    "GraphListing",
+    "SurfaceName",
+    "SurfaceReader",
+    "detect_surface",
+    "document_reader",
+    "exporter_config",
+    "list_graphs",
+    "open_any",
+    "require_surface",
+]
 
 
 class AnyPackage(Protocol):
-    """What every command may rely on, whatever the surface."""
+    """An opened, validated package of either surface: what every command may rely on."""
 
     @property
-    def surface(self) -> str: ...
-
-    @property
-    def root(self) -> Path: ...
-
-    def graphs(self) -> list[GraphRef]: ...
-
-
-@dataclass(frozen=True)
-class V12bPackage:
-    """A v12b package seen through the surface-neutral protocol (``.package`` is the full model)."""
-
-    package: Package
-    surface: str = "v12b"
+    def surface(self) -> str:
+        """The surface's name (``v12b``, ``genai``), for reports and manifests only."""
 
     @property
     def root(self) -> Path:
-        return self.package.root
+        """The package directory."""
+
+    @property
+    def config_path(self) -> Path:
+        """The config file."""
 
     def graphs(self) -> list[GraphRef]:
-        pkg = self.package
-        return v12b_graph_refs(pkg.root, pkg.target_dir, config_to_dict(pkg.config))
+        """Every graph the config names, with its role, session options and providers."""
+
+    def load(self, role: str) -> ir.Model:
+        """One graph by role, without its external weights."""
+
+    def placer(self, link: LinkPolicy, *, digest: bool) -> Placer:
+        """How a command that writes a new package places this package's unchanged files."""
+
+    def preferred_target(self) -> tuple[str, str]:
+        """The runtime the package runs on (``cpu`` / ``cuda``) and why."""
+
+    def decode_graphs(self) -> DecodeGraphs:
+        """The graphs one decode step runs (decoder first), for ``q38 profile``."""
 
 
-def detect_surface(path: Path | str) -> Surface:
-    """Which surface the package at ``path`` is, from its config's ``model.type`` alone.
+class SurfaceReader(Protocol):
+    """A surface's answers about a config document that may be broken (``q38 check``, listings)."""
 
-    A layered directory (``target/genai_config.json``) is v12b; otherwise ``model.type``
-    ``qwen38_flash_graph`` (or the v12 ``qwen38_flash``) is v12b and anything else genai.
+    @property
+    def name(self) -> str:
+        """The surface's name."""
+
+    def graph_refs(self, root: Path, config_dir: Path, document: Mapping[str, Any]) -> list[GraphRef]:
+        """Every graph the document names (tolerant: a broken value names no graph)."""
+
+    def open(self, path: Path | str) -> AnyPackage:
+        """The strict reader: the opened package, or one PackageError line."""
+
+    def config_problem(self, document: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(``error`` / ``warning``, message) when the surface's strict parser objects, else None."""
+
+    def graph_eps(self, document: Mapping[str, Any], providers: tuple[str, ...]) -> frozenset[str]:
+        """The execution providers the kernel rules of a graph with these providers concern."""
+
+    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
+        """(JSON path, block) of session-option blocks beyond the decoder / head / overlays."""
+
+    def rule_context(self, document: Mapping[str, Any], config_path: Path,
+                     models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip
+        """Surface facts the package rules read (``PackageView.extra``)."""
+
+
+def open_any(path: Path | str) -> AnyPackage:
+    """Open a package of either surface, validated by that surface's reader."""
+    return reader_for(detect_surface(path)).open(path)
+
+
+def document_reader(document: Mapping[str, Any]) -> SurfaceReader:
+    """The reader of a config document on its own (no directory: a layered package is not known)."""
+    return reader_for("genai" if is_genai_document(document) else "v12b")
+
+
+def exporter_config(directory: Path) -> Config | GenaiConfig:
+    """The typed config of an exporter's output folder (a source bundle): v12b or builder surface.
+
+    ``q38 build`` reads the model fields from it; which surface it is shows in the type returned.
     """
+    from q38.package.config import read_config
+    from q38.package.genai_config import read_genai_config
+
+    path = directory / CONFIG_FILENAME
+    return read_genai_config(path) if detect_surface(directory) == "genai" else read_config(path)
+
+
+@dataclass(frozen=True)
+class GraphListing:
+    """A package's surface, config and graphs, as far as its config document says."""
+
+    surface: SurfaceName
+    root: Path
+    config_path: Path
+    document: dict[str, Any]
+    graphs: list[GraphRef] = field(default_factory=list)
+
+    @property
+    def config_dir(self) -> Path:
+        """The directory of the config (``target/`` in a layered package)."""
+        return self.config_path.parent
+
+    @property
+    def reader(self) -> SurfaceReader:
+        """The reader of the package's surface."""
+        return reader_for(self.surface)
+
+
+def list_graphs(path: Path | str) -> GraphListing:
+    """Read the config of the package at ``path`` (safely) and list the graphs it names."""
     root = Path(path)
     config_path, doc = read_raw_config(root)
-    return surface_of_document(config_path, root, doc)
-
-
-def open_any(path: Path | str) -> V12bPackage | GenaiPackage:
-    """Open a package of either surface, validated by that surface's reader."""
-    if detect_surface(path) == "genai":
-        from q38.package.genai_package import open_genai_package
-
-        return open_genai_package(path)
-    return V12bPackage(open_package(path))
+    surface = surface_of_document(config_path, root, doc)
+    refs = reader_for(surface).graph_refs(root, config_path.parent, doc)
+    return GraphListing(surface, root, config_path, doc, refs)
 
 
 _WHY: Final = {
@@ -88,7 +173,9 @@ _WHY: Final = {
 }
 
 
-def require_surface(path: Path | str, accepted: tuple[Surface, ...], *, command: str, reason: str = "") -> Surface:
+def require_surface(
+    path: Path | str, accepted: tuple[SurfaceName, ...], *, command: str, reason: str = ""
+) -> SurfaceName:
     """The surface of ``path`` if ``command`` takes it; otherwise one PackageError line saying why."""
     surface = detect_surface(path)
     if surface not in accepted:

@@ -101,32 +101,14 @@ def _decoder_dims(head_size: int | None) -> dict[str, int]:
 
 def open_runnable(path: Path) -> RunnablePackage:
     """Open a package of either surface and load the graphs a profile runs (no weights)."""
-    from q38.package.genai_package import GenaiPackage
     from q38.package.surface import open_any
 
     pkg = open_any(path)
-    if isinstance(pkg, GenaiPackage):
-        cfg = pkg.config
-        d = cfg.model.decoder
-        graphs = [("decoder", pkg.graph("decoder").rel, pkg.root, pkg.load("decoder"))]
-        names = {"decoder": StateNames.from_sections(d.inputs, d.outputs)}
-        mtp = cfg.model.mtp
-        hidden = "hidden_states"
-        if mtp is not None and mtp.filename and mtp.enabled is not False:
-            graphs.append(("mtp", pkg.graph("mtp").rel, pkg.root, pkg.load("mtp")))
-            names["mtp"] = StateNames.from_sections(mtp.inputs, mtp.outputs)
-            hidden = mtp.main_hidden_states or d.outputs.get("hidden_states", "hidden_states")
-        vocab = cfg.model.vocab_size or 0
-        return RunnablePackage("genai", pkg.root, graphs, names, _decoder_dims(d.head_size), vocab, hidden)
-    package = pkg.package  # type: ignore[attr-defined]
-    c = package.config
-    model = package.load("target")
-    rel = c.model.qwen38_graph.target
-    decoder = c.model.decoder
-    names = {"decoder": StateNames.from_sections(decoder.inputs, decoder.outputs)}
-    head = getattr(decoder, "head_size", None)
-    return RunnablePackage("v12b", package.root, [("decoder", rel, package.target_dir, model)], names,
-                           _decoder_dims(head), int(c.model.vocab_size or 0))  # fmt: skip
+    decode = pkg.decode_graphs()
+    graphs = [(g.role, g.rel, g.root, g.model) for g in decode.graphs]
+    names = {g.role: StateNames.from_sections(g.inputs, g.outputs) for g in decode.graphs}
+    return RunnablePackage(pkg.surface, pkg.root, graphs, names, _decoder_dims(decode.head_size), decode.vocab_size,
+                           decode.main_hidden)  # fmt: skip
 
 
 def check_cpu_runnable(pkg: RunnablePackage) -> None:

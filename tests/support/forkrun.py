@@ -45,7 +45,7 @@ _WARM = (
     "q38.build",
     "q38.export_genai",
     "q38.offload.convert",
-    "q38.optimize.package_io",
+    "q38.optimize.driver",
     "contracts.runner",
 )
 

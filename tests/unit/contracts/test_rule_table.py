@@ -1,7 +1,7 @@
 """The rule table itself: every rule is well-formed and exists for exactly the versions it mirrors.
 
 Invariants guarded:
-- Every rule of ``contracts.runner.ALL_RULES`` names an enforcement, a surface and an EP of the
+- Every rule of ``contracts.runner.ALL_RULES`` names an enforcement, a kind and an EP of the
   documented vocabularies (the runner filters on them: a misspelt ``cuda-only`` would run a CUDA
   rule on CPU graphs), and a non-empty summary and source.
 - Each rule applies to at least one mirrored onnxruntime version (no dead span), and no version
@@ -20,7 +20,7 @@ from typing import get_args
 from onnx import TensorProto as TP
 from support.contracts_testkit import gdn_model
 
-from contracts._rule import Enforced, Ep, OrtVersions, Surface
+from contracts._rule import Enforced, Ep, OrtVersions, RuleKind
 from contracts._versions import version_spans
 from contracts.runner import ALL_RULES
 from contracts.schema_registry import available_versions
@@ -29,7 +29,7 @@ from contracts.schema_registry import available_versions
 def test_every_rule_uses_the_documented_vocabularies() -> None:
     for rule in ALL_RULES:
         assert rule.enforced in get_args(Enforced), rule
-        assert rule.surface in get_args(Surface), rule
+        assert rule.kind in get_args(RuleKind), rule
         assert rule.ep in get_args(Ep), rule
         assert rule.summary.strip() and rule.source.strip(), rule
 

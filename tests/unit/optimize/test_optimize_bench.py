@@ -38,7 +38,7 @@ import pytest
 
 from q38._ops import MS_DOMAIN
 from q38.optimize import optimize_model
-from q38.optimize.package_io import optimize_package
+from q38.optimize.driver import optimize_package
 from q38.package import read_tensor
 
 REPO = Path(__file__).resolve().parents[3]

@@ -76,7 +76,7 @@ def test_cpu_optimize_keeps_the_greedy_tokens(packages: list[Path], tmp_path: Pa
 
 def test_a_shared_initializer_a_rewrite_broke_is_dropped_from_every_list(tmp_path: Path) -> None:
     """The reconciliation on its own: the decoder loses a shared tensor, both entries go."""
-    from q38.optimize.genai_io import _reconciled_config
+    from q38.optimize.driver import _reconciled_config
 
     mtp_pkgs = [p for p in REAL if (p / "mtp.onnx").is_file()]
     assert mtp_pkgs, "the int4 cpu + MTP fixture is committed"
@@ -97,7 +97,7 @@ def test_a_pass_subset_reaches_builder_packages_and_a_second_run_writes_a_new_da
     """`--pass` / `--skip` select the passes on the genai surface too, and optimizing an optimized
     package again keeps its `model.opt.data` (placed as is) and writes the new tensors to
     `model.opt1.data`."""
-    from q38.optimize.package_io import optimize_package
+    from q38.optimize.driver import optimize_package
 
     src = next(p for p in REAL if p.name == "fp16-cuda-gdn")
     once, _ = optimize_package(src, tmp_path / "once", passes=["fp8_head"])
@@ -118,7 +118,7 @@ def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(tmp_pat
     deterministic writer's empty list), never None."""
     import dataclasses
 
-    from q38.optimize.genai_io import _reconciled_config
+    from q38.optimize.driver import _reconciled_config
     from q38.package.genai_config import dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())
@@ -142,7 +142,7 @@ def test_a_config_without_an_mtp_section_is_reconciled_without_one(tmp_path: Pat
     dropped and the config keeps no MTP section (none is invented), and it is still writable."""
     import dataclasses
 
-    from q38.optimize.genai_io import _reconciled_config
+    from q38.optimize.driver import _reconciled_config
     from q38.package.genai_config import dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())

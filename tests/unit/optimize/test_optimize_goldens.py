@@ -24,9 +24,9 @@ from support.optimize_helpers import apply
 from syrupy.assertion import SnapshotAssertion
 
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
+from q38.optimize.driver import optimize_package
 from q38.optimize.fp8_head import QuantizeFp8HeadPass
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
-from q38.optimize.package_io import optimize_package
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
 

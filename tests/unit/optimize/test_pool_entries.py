@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from q38.optimize.package_io import optimize_package
+from q38.optimize.driver import optimize_package
 from q38.package import Placement, external_refs, open_package, read_pool, sha256_file
 
 

@@ -16,8 +16,8 @@ import pytest
 from support.genai_packages import real_package_dirs
 
 import q38.progress
-from q38.optimize import genai_io, package_io
-from q38.optimize.package_io import optimize_package
+from q38.optimize import driver
+from q38.optimize.driver import optimize_package
 
 
 class _Recorder:
@@ -43,7 +43,7 @@ class _Recorder:
 @pytest.fixture
 def bars(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
     _Recorder.bars = []
-    for module in (package_io, genai_io, q38.progress):  # the placer imports it from q38.progress
+    for module in (driver, q38.progress):  # the placer imports it from q38.progress
         monkeypatch.setattr(module, "Progress", _Recorder)
     return _Recorder.bars
 

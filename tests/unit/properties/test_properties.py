@@ -27,7 +27,7 @@ from q38.errors import ConfigError, PoolError, ProfileError
 from q38.package import (
     Config,
     DecoderConfig,
-    Eligibility,
+    ProfileEligibility,
     ExpertProfile,
     HeadGraph,
     ModelConfig,
@@ -116,7 +116,7 @@ def profile_lists(draw: st.DrawFn) -> tuple[RuntimeProfile, ...]:
     for i in range(len(bounds) // 2):
         lo, hi = bounds[2 * i], bounds[2 * i + 1]
         last = i == len(bounds) // 2 - 1
-        eligibility = Eligibility(
+        eligibility = ProfileEligibility(
             minimum_total_device_memory_bytes=lo,
             maximum_total_device_memory_bytes=draw(_opt(st.just(hi))) if last else hi,
             minimum_effective_host_memory_bytes=draw(_opt(st.integers(0, INT64))),
