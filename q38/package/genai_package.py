@@ -14,6 +14,8 @@ and every symlink in the tree; graphs are loaded on demand, without weight bytes
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -25,8 +27,11 @@ from q38.package.config import CONFIG_FILENAME
 from q38.package.genai_config import (
     BUILDER_MODEL_TYPES,
     GenaiConfig,
+    GenaiProvider,
     GenaiSessionOptions,
+    dumps_genai_config,
     genai_config_to_dict,
+    parse_genai_config,
     parse_session_options,
     read_genai_config,
 )
@@ -35,7 +40,7 @@ from q38.package.graphs import load_graph
 from q38.package.links import LinkPolicy, Placer
 from q38.package.step_graphs import DecodeGraphs, StepGraph
 
-__all__ = ["TOKENIZER_FILES", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
+__all__ = ["TOKENIZER_FILES", "EditedConfig", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
 
 # What the builder's save_processing writes next to the graphs (tokenizer / processor files).
 TOKENIZER_FILES: Final = (
@@ -108,6 +113,32 @@ def genai_graph_refs(root: Path, doc: dict[str, Any]) -> list[GraphRef]:
 
 
 @dataclass(frozen=True)
+class EditedConfig:
+    """A config edited for a new package: the typed config, its text, and each graph file's entries."""
+
+    config: GenaiConfig
+    text: str
+    entries_by_file: dict[str, dict[str, str]]
+
+
+def _session_with(
+    so: GenaiSessionOptions | None,
+    entries: Mapping[str, str],
+    drop_prefix: str,
+    provider_options: Mapping[str, Mapping[str, str]],
+) -> GenaiSessionOptions:
+    """``so`` with ``entries`` (older ones under ``drop_prefix`` replaced) and the provider options merged."""
+    so = so or GenaiSessionOptions()
+    kept = {k: v for k, v in so.config_entries.items() if not k.startswith(drop_prefix)}
+    providers = tuple(
+        GenaiProvider(p.name, {**p.options, **provider_options[p.canonical]}, p.device_filtering_options)
+        if p.canonical in provider_options else p
+        for p in so.providers
+    )
+    return dataclasses.replace(so, config_entries={**kept, **dict(sorted(entries.items()))}, providers=providers)
+
+
+@dataclass(frozen=True)
 class GenaiPackage:
     """A builder package, read and validated; graphs are loaded on demand."""
 
@@ -155,6 +186,42 @@ class GenaiPackage:
             steps.append(StepGraph("mtp", self.graph("mtp").rel, self.root, self.load("mtp"), mtp.inputs, mtp.outputs))
             hidden = mtp.main_hidden_states or d.outputs.get("hidden_states", "hidden_states")
         return DecodeGraphs(tuple(steps), d.head_size, model.vocab_size or 0, hidden)
+
+    def edit_sessions(
+        self,
+        entries: Mapping[str, Mapping[str, str]],
+        *,
+        drop_prefix: str,
+        provider_options: Mapping[str, Mapping[str, str]],
+        source: str,
+    ) -> EditedConfig:
+        """The config with new session config entries for some graph roles, re-parsed strictly.
+
+        ``entries``: role (``decoder``, ``mtp``) -> entries to set; the role's existing entries
+        starting with ``drop_prefix`` are replaced, the others kept. ``provider_options``:
+        canonical provider name -> options merged into that provider where the session names it.
+        A graph section without its own ``session_options`` runs with the decoder's (GenAI's
+        default): its new block starts from those, so giving it its own entries changes nothing else.
+        """
+        cfg = self.config
+        model = cfg.model
+        decoder, mtp = model.decoder, model.mtp
+        if "decoder" in entries:
+            so = _session_with(decoder.session_options, entries["decoder"], drop_prefix, provider_options)
+            decoder = dataclasses.replace(decoder, session_options=so)
+        if mtp is not None and "mtp" in entries:
+            base = mtp.session_options if mtp.session_options is not None else model.decoder.session_options
+            mtp = dataclasses.replace(mtp, session_options=_session_with(base, entries["mtp"], drop_prefix,
+                                                                         provider_options))  # fmt: skip
+        edited = dataclasses.replace(cfg, model=dataclasses.replace(model, decoder=decoder, mtp=mtp))
+        # The strict parse GenAI 0.18.0 runs (or the research builder's surface, as the source was).
+        out = parse_genai_config(genai_config_to_dict(edited), source=source, research=bool(cfg.og_refusal))
+        by_file = {
+            section.filename: dict(section.session_options.config_entries)
+            for section in out.graph_sections.values()
+            if section.filename and section.session_options is not None
+        }
+        return EditedConfig(out, dumps_genai_config(out), by_file)
 
     def tokenizer_files(self) -> list[str]:
         """The tokenizer / processor files present at the top level (relative names)."""

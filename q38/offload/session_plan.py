@@ -1,6 +1,7 @@
-"""``q38 offload`` of a package the onnxruntime-genai builder wrote (the genai surface).
+"""The offload plan of a package whose graphs each run in their own session (the genai surface, or any reader
+with ``edit_sessions``): phase 1 of :func:`q38.offload.convert.convert_package`.
 
-The output is again a builder package — ``genai_config.json`` as onnxruntime-genai 0.18.0 parses
+For an onnxruntime-genai builder package the output is again a builder package — ``genai_config.json`` as onnxruntime-genai 0.18.0 parses
 it (re-parsed strictly before anything is written), the same graph files, data files, tokenizer
 files — plus what only q38 reads, which GenAI ignores:
 
@@ -25,19 +26,17 @@ them: the public builder writes none); every other file is placed unchanged, nev
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import onnx_ir as ir
 
-from q38 import __version__
 from q38.errors import OffloadError
-from q38.offload.eligibility import EligibilityCheck, resolve_eligibility, split_verdicts
+from q38.offload.eligibility import EligibilityCheck, split_verdicts
 from q38.offload.hitrate import HitReport, hit_report
 from q38.offload.multidraft import DRAFT_ROWS, multidraft_filenames, verify_graph
 from q38.offload.options import (
@@ -47,42 +46,18 @@ from q38.offload.options import (
     offload_config_entries,
     parse_node_overrides,
 )
-from q38.offload.package_io import (
-    place_unchanged,
-    read_expert_profile,
-    serialize_graph,
-    source_files,
-)
+from q38.offload.package_io import serialize_graph, source_files
+from q38.offload.plan import OffloadPlan
 from q38.offload.report import OffloadReport
 from q38.offload.router import clear_router_weights, qmoe_nodes, refuse_qmoe_offload
 from q38.offload.rows import ProfileRows, Site, match_profile, qmoe_sites
 from q38.offload.slot_plan import SlotPlan, check_emitted, plan_caps
-from q38.package import (
-    CONFIG_FILENAME,
-    MANIFEST_FILENAME,
-    ExpertProfile,
-    FileRecord,
-    LinkPolicy,
-    Manifest,
-    PackageWriter,
-    Placer,
-    encode_profile,
-    written_record,
-)
-from q38.package.genai_config import (
-    GenaiConfig,
-    GenaiProvider,
-    GenaiSessionOptions,
-    dumps_genai_config,
-    genai_config_to_dict,
-    parse_genai_config,
-)
-from q38.package.genai_package import GenaiPackage, open_genai_package
+from q38.package import CONFIG_FILENAME, MANIFEST_FILENAME, ExpertProfile, encode_profile
 
-__all__ = ["MTP_PROFILE_FILENAME", "GenaiOffloadPlan", "plan_genai_offload", "write_genai_offload"]
+__all__ = ["MTP_PROFILE_FILENAME", "plan_session_offload"]
 
 MTP_PROFILE_FILENAME: Final = "mtp.expert-profile.bin"
-_CUDA_ARENA: Final = {"arena_extend_strategy": "kSameAsRequested"}
+_CUDA_ARENA: Final = {"cuda": {"arena_extend_strategy": "kSameAsRequested"}}
 
 
 @dataclass(frozen=True)
@@ -97,17 +72,7 @@ class _Graph:
     kept: tuple[tuple[ir.Node, str], ...]
 
 
-@dataclass
-class GenaiOffloadPlan:
-    package: GenaiPackage
-    options: OffloadOptions
-    config: GenaiConfig
-    graphs: dict[str, bytes]  # package-relative file -> serialized graph
-    profiles: dict[str, bytes]  # package-relative file -> STRP bytes
-    report: OffloadReport
-
-
-def _load(pkg: GenaiPackage, role: str, check: EligibilityCheck, mode: str) -> _Graph:
+def _load(pkg: Any, role: str, check: EligibilityCheck, mode: str) -> _Graph:
     ref = pkg.graph(role)
     where = str(ref.path)
     model = pkg.load(role)
@@ -117,7 +82,7 @@ def _load(pkg: GenaiPackage, role: str, check: EligibilityCheck, mode: str) -> _
     return _Graph(role, ref.rel, model, cleared, tuple(offloaded), tuple(kept))
 
 
-def _sessions(pkg: GenaiPackage) -> tuple[list[str], list[str]]:
+def _sessions(pkg: Any) -> tuple[list[str], list[str]]:
     """(roles offload converts, other roles) of the graphs the config names."""
     refs = pkg.graphs()
     decoder_files = {r.rel for r in refs if r.role == "decoder"}
@@ -132,17 +97,6 @@ def _sessions(pkg: GenaiPackage) -> tuple[list[str], list[str]]:
     return convert, other
 
 
-def _session_with(so: GenaiSessionOptions | None, entries: Mapping[str, str]) -> GenaiSessionOptions:
-    """``so`` with the offload entries (older ones replaced) and the CUDA arena option."""
-    so = so or GenaiSessionOptions()
-    kept = {k: v for k, v in so.config_entries.items() if not k.startswith(OFFLOAD_PREFIX)}
-    providers = tuple(
-        GenaiProvider(p.name, {**p.options, **_CUDA_ARENA}, p.device_filtering_options) if p.canonical == "cuda" else p
-        for p in so.providers
-    )
-    return dataclasses.replace(so, config_entries={**kept, **dict(sorted(entries.items()))}, providers=providers)
-
-
 def _split_profile(rows: ProfileRows, graph: str) -> ExpertProfile | None:
     picked = [r for site, r in zip(rows.sites, rows.rows) if site.graph == graph and r is not None]
     if not picked:
@@ -150,18 +104,15 @@ def _split_profile(rows: ProfileRows, graph: str) -> ExpertProfile | None:
     return ExpertProfile(np.ascontiguousarray(rows.profile.counts[picked]))
 
 
-def plan_genai_offload(
-    src: Path,
+def plan_session_offload(
+    pkg: Any,
     options: OffloadOptions,
     *,
     out: Path,
-    eligibility: EligibilityCheck | None = None,
-    profile: ExpertProfile | None = None,
-) -> GenaiOffloadPlan:
-    """Phase 1 for a builder package: every refusal happens here; nothing is written."""
-    check = resolve_eligibility(eligibility)
-    profile = profile if profile is not None else read_expert_profile(options)
-    pkg = open_genai_package(src)
+    check: EligibilityCheck,
+    profile: ExpertProfile | None,
+) -> OffloadPlan:
+    """Phase 1 for a package of per-graph sessions: every refusal happens here; nothing is written."""
     convert, other = _sessions(pkg)
     for role in other:  # copied unchanged: parsed, and refused if they hold the old operator
         model = pkg.load(role)
@@ -219,35 +170,36 @@ def plan_genai_offload(
             verify[f"s{rows_n}"] = name
     else:
         notes.append(f"{pkg.config_path}: no model.mtp graph: no verify graphs (model_s2/s3/s4) written")
-    config = _converted_config(pkg, session_entries, str(out / CONFIG_FILENAME))
+    edited = pkg.edit_sessions(session_entries, drop_prefix=OFFLOAD_PREFIX, provider_options=_CUDA_ARENA,
+                               source=str(out / CONFIG_FILENAME))  # fmt: skip
     kept_named = [(n.name or "", r) for g in graphs if g.role in ("decoder", "mtp") for n, r in g.kept]
     report = OffloadReport(
         out=str(out),
-        surface="genai",
+        surface=pkg.surface,
         layout="flat",
         router_weights_cleared=sum(g.cleared for g in graphs),
         offloaded=[f"{g.rel}:{n.name}" for g in (decoder, mtp) if g is not None for n in g.offloaded],
         kept_resident=[(f"{g.rel}:{n.name}", r) for g in (decoder, mtp) if g is not None for n, r in g.kept],
-        resident_slots=_flat_caps(config, sites),
+        resident_slots=_flat_caps(edited.entries_by_file, sites),
         graphs=verify,
         pool={},
-        hit_rates=_hit_reports(rows, config, plan, sites),
+        hit_rates=_hit_reports(rows, edited.entries_by_file, plan),
         notes=notes + [f"kept resident: {n}: {r}" for n, r in kept_named],
     )
-    return GenaiOffloadPlan(pkg, options, config, files, profiles, report)
+    regenerated = {*files, *profiles, CONFIG_FILENAME, MANIFEST_FILENAME}
+    return OffloadPlan(
+        package=pkg,
+        options=options,
+        report=report,
+        unchanged=[(pkg.root / rel, rel) for rel in source_files(pkg.root) if rel not in regenerated],
+        blobs={**files, **profiles},
+        texts={CONFIG_FILENAME: edited.text},
+        manifest_extra={"surface": pkg.surface, "verify_graphs": dict(report.graphs)},
+    )
 
 
-def _role_entries(config: GenaiConfig) -> dict[str, dict[str, str]]:
-    out = {}
-    for section in config.graph_sections.values():
-        if section.filename and section.session_options is not None:
-            out[section.filename] = dict(section.session_options.config_entries)
-    return out
-
-
-def _flat_caps(config: GenaiConfig, sites: Sequence[Site]) -> dict[str, int]:
+def _flat_caps(written: Mapping[str, Mapping[str, str]], sites: Sequence[Site]) -> dict[str, int]:
     """``graph:node -> cap`` as the written config carries them (what every emitted graph holds)."""
-    written = _role_entries(config)
     out = {}
     for graph, entries in written.items():
         caps = parse_node_overrides(entries.get(OFFLOAD_PREFIX + "node_overrides", ""))
@@ -257,67 +209,12 @@ def _flat_caps(config: GenaiConfig, sites: Sequence[Site]) -> dict[str, int]:
     return out
 
 
-def _hit_reports(rows: ProfileRows | None, config: GenaiConfig, plan: SlotPlan, sites: Sequence[Site]) -> list[HitReport]:
+def _hit_reports(rows: ProfileRows | None, written: Mapping[str, Mapping[str, str]], plan: SlotPlan) -> list[HitReport]:
+    """The one tier's hit report (every session's own options), read from the written node_overrides."""
     if rows is None:
         return []
     caps = {}
-    for graph, entries in _role_entries(config).items():
+    for graph, entries in written.items():
         for name, cap in parse_node_overrides(entries.get(OFFLOAD_PREFIX + "node_overrides", "")).items():
             caps[(graph, name)] = cap
     return [hit_report("session_options", rows, caps, plan.kept)]
-
-
-def _converted_config(pkg: GenaiPackage, entries: Mapping[str, Mapping[str, str]], source: str) -> GenaiConfig:
-    cfg = pkg.config
-    model = cfg.model
-    decoder = dataclasses.replace(
-        model.decoder, session_options=_session_with(model.decoder.session_options, entries["decoder"])
-    )
-    mtp = model.mtp
-    if mtp is not None and "mtp" in entries:
-        # Without its own session_options the MTP graph runs with the decoder's (GenAI's default):
-        # start from those, so giving it its own offload entries changes nothing else.
-        base = mtp.session_options if mtp.session_options is not None else model.decoder.session_options
-        mtp = dataclasses.replace(mtp, session_options=_session_with(base, entries["mtp"]))
-    out = dataclasses.replace(cfg, model=dataclasses.replace(model, decoder=decoder, mtp=mtp))
-    # The strict parse GenAI 0.18.0 runs (or the research builder's surface, as the source was).
-    return parse_genai_config(genai_config_to_dict(out), source=source, research=bool(cfg.og_refusal))
-
-
-def write_genai_offload(
-    plan: GenaiOffloadPlan, out: Path, *, link: LinkPolicy = LinkPolicy.AUTO, digest: bool = False
-) -> OffloadReport:
-    """Phase 2: write the planned builder package at ``out`` (staged, renamed into place)."""
-    pkg = plan.package
-    report = plan.report
-    regenerated = {*plan.graphs, *plan.profiles, CONFIG_FILENAME, MANIFEST_FILENAME}
-    files: dict[str, FileRecord] = {}
-    with PackageWriter(out, Placer(link, digest=digest)) as writer:
-        unchanged = [(pkg.root / rel, rel) for rel in source_files(pkg.root) if rel not in regenerated]
-        files.update(place_unchanged(writer, unchanged, "offload: placing files"))
-        for rel, data in (*plan.graphs.items(), *plan.profiles.items()):
-            files[rel] = written_record(writer.write_bytes(rel, data), hashlib.sha256(data).hexdigest())
-        writer.write_text(CONFIG_FILENAME, dumps_genai_config(plan.config))
-        files[CONFIG_FILENAME] = FileRecord("write")
-        manifest = Manifest(
-            command="offload",
-            q38_version=__version__,
-            sources=({"role": "source", "path": str(pkg.root)},),
-            files=files,
-            rewrites={"router_weights_cleared": report.router_weights_cleared,
-                      "multidraft_graphs": len(report.graphs)},
-            router_weights_cleared=report.router_weights_cleared,
-            resident_slots=dict(report.resident_slots),
-            notes=tuple(report.notes),
-            extra={
-                "surface": "genai",
-                "offload_mode": plan.options.mode,
-                "offloaded_nodes": len(report.offloaded),
-                "kept_resident": [{"node": n, "reason": r} for n, r in report.kept_resident],
-                "verify_graphs": dict(report.graphs),
-                **({"hit_rates": [h.to_dict() for h in report.hit_rates]}
-                   if report.hit_rates else {}),
-            },
-        )
-        writer.write_manifest(manifest)
-    return report

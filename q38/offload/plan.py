@@ -1,0 +1,43 @@
+"""What an offload conversion writes, computed before anything is written (either surface)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from q38.offload.options import OffloadOptions
+from q38.offload.report import OffloadReport
+
+__all__ = ["AlignedFile", "OffloadPlan"]
+
+
+@dataclass(frozen=True)
+class AlignedFile:
+    """A file filled kernel-side from byte ranges of the source (the aligned MTP-expert file)."""
+
+    rel: str  # output-relative name
+    moves: Any  # q38.offload.placement moves
+    src_root: Path  # the directory the moves' source files are relative to
+
+
+@dataclass
+class OffloadPlan:
+    """Phase 1's result: every refusal has happened; :func:`q38.offload.convert.write_offload` writes it.
+
+    ``package`` is the opened source (the package interface); ``unchanged`` the files placed as
+    they are (source path, output name); ``blobs`` the bytes written fresh (graphs, profiles), by
+    output name, in order; ``texts`` the text files written (config, pool); ``subdir`` where the
+    manifest goes (``target`` in a layered package); ``manifest_extra`` the surface's own
+    manifest entries beside the shared ones.
+    """
+
+    package: Any
+    options: OffloadOptions
+    report: OffloadReport
+    unchanged: list[tuple[Path, str]]
+    blobs: dict[str, bytes]
+    texts: dict[str, str]
+    subdir: str = ""
+    aligned: AlignedFile | None = None
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
