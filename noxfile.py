@@ -73,10 +73,11 @@ def contracts(session: nox.Session, ort: str) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy on q38/ and contracts/."""
+    """ruff and mypy on q38/ and contracts/; lint-imports: the layers and no import circles (pyproject.toml)."""
     session.install(*LINT_DEPS, "numpy>=1.26", "onnx>=1.23.2", "onnx-ir>=1.1.0")
     session.run("ruff", "check", "q38", "contracts", "noxfile.py")
     session.run("mypy", "q38", "contracts")
+    session.run("lint-imports")
 
 
 @nox.session(python=PYTHON, default=False)

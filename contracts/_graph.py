@@ -28,7 +28,6 @@ __all__ = [
     "is_constant_initializer",
     "iter_subgraph_owners",
     "node_label",
-    "nodes_of",
     "output_at",
     "per_node",
     "static_dims",
@@ -101,14 +100,6 @@ def per_node(nodes: Iterable[ir.Node], check: Callable[[ir.Node], Iterable[_T]])
         except AttributeKindError:
             continue
     return found
-
-
-def nodes_of(model: Any, domain: str, *op_types: str) -> list[ir.Node]:
-    """Every node (subgraphs included) of ``domain`` whose op type is one of ``op_types``."""
-    from contracts._facts import model_facts
-
-    facts = model_facts(as_ir_model(model))
-    return [node for op in op_types for node in facts.nodes(domain, op)]
 
 
 def input_at(node: ir.Node, index: int) -> ir.Value | None:

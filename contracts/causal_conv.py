@@ -23,12 +23,12 @@ from typing import Any
 
 import onnx_ir as ir
 
+from contracts._facts import nodes_of
 from contracts._graph import (
     attr_int,
     attr_str,
     input_at,
     node_label,
-    nodes_of,
     output_at,
     per_node,
 )

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contracts._graph import attr_int
-from contracts.shapes import Dim, Shape, ShapeContext, register
+from contracts.shape_types import Dim, Handler, Shape, ShapeContext, registrar
 from q38._ops import MS_DOMAIN
 
-__all__: list[str] = []
+__all__ = ["HANDLERS"]
+
+# (domain, op type) -> handler, filled by the @register decorators below as this module is defined.
+HANDLERS: dict[tuple[str, str], Handler] = {}
+register = registrar(HANDLERS)
 
 _SAME_AS_INPUT = (
     "BranchwiseRMSNorm", "GatedRMSNorm", "GatedAdd", "ScaledSiLU", "QMoE", "MoE", "RotaryEmbedding",

@@ -20,7 +20,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from contracts._graph import as_ir_model, attr_int, input_at, node_label, nodes_of, per_node
+from contracts._facts import nodes_of
+from contracts._graph import as_ir_model, attr_int, input_at, node_label, per_node
 from contracts._rule import Rule, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of

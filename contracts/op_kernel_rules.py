@@ -14,7 +14,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from contracts._graph import as_ir_model, node_label, nodes_of, per_node
+from contracts._facts import nodes_of
+from contracts._graph import as_ir_model, node_label, per_node
 from contracts._rule import Violation
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean

@@ -26,14 +26,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from contracts._facts import model_facts
+from contracts._facts import model_facts, nodes_of
 from contracts._graph import (
     as_ir_model,
     attr_int,
     attr_str,
     input_at,
     node_label,
-    nodes_of,
     per_node,
 )
 from contracts._rule import Violation, parse_version

@@ -15,6 +15,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from contracts._facts import nodes_of
 from contracts._graph import (
     attr_float,
     attr_int,
@@ -22,7 +23,6 @@ from contracts._graph import (
     has_attr,
     input_at,
     node_label,
-    nodes_of,
     output_at,
     per_node,
 )

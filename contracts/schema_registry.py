@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts._dtypes import dtype_of
 from contracts._rule import parse_version
 
 __all__ = [
@@ -92,8 +93,6 @@ class OpSchema:
     @functools.cached_property
     def output_fixed(self) -> tuple[Any, ...]:
         """Per output: its element type when the formal type allows exactly one, else None."""
-        from contracts._facts import dtype_of
-
         fixed = []
         for param in self.outputs:
             allowed = self.allowed(param.type_str) or frozenset()

@@ -22,118 +22,44 @@ or None when even the rank is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
+from contracts import contrib_shapes, standard_shapes
 from contracts._facts import ModelFacts, model_facts
-from contracts._graph import AttributeKindError, as_ir_model, attr_ints
+from contracts._graph import AttributeKindError, as_ir_model
+from contracts.shape_types import (
+    Dim,
+    Handler,
+    Shape,
+    ShapeContext,
+    ShapeInferenceError,
+    axes_of,
+    broadcast,
+    declared_shape,
+    merge,
+    normalize_axis,
+)
 
-__all__ = ["Dim", "Shape", "ShapeContext", "ShapeInferenceError", "Shapes", "broadcast", "shapes_of"]
+__all__ = [
+    "Dim",
+    "Shape",
+    "ShapeContext",
+    "ShapeInferenceError",
+    "Shapes",
+    "axes_of",
+    "broadcast",
+    "merge",
+    "normalize_axis",
+    "shapes_of",
+]
 
-Dim = int | str | None
-Shape = tuple[Dim, ...]
-Handler = Callable[["ShapeContext"], Sequence[Shape | None]]
 _CONST_LIMIT = 4096  # elements: larger constants are never shape-like inputs
-
-
-class ShapeInferenceError(Exception):
-    """A standard op's inference refuses its inputs, as onnx's inference function does.
-
-    ``kind`` is the bracketed tag of ORT's text (``ShapeInferenceError`` / ``TypeInferenceError``),
-    ``text`` what follows it; raised only where the dims involved are static.
-    """
-
-    def __init__(self, text: str, kind: str = "ShapeInferenceError") -> None:
-        super().__init__(text)
-        self.text, self.kind = text, kind
-
-
-def _declared(value: ir.Value) -> Shape | None:
-    shape = value.shape
-    if shape is None:
-        return None
-    dims: list[Dim] = []
-    for dim in shape:
-        if isinstance(dim, int):
-            dims.append(dim)
-        else:
-            name = getattr(dim, "value", None)
-            dims.append(name if isinstance(name, str) and name else None)
-    return tuple(dims)
-
-
-def merge(inferred: Shape | None, declared: Shape | None) -> Shape | None:
-    """The inferred shape, with dims it leaves unknown taken from the declared one."""
-    if inferred is None:
-        return declared
-    if declared is None or len(declared) != len(inferred):
-        return inferred
-    return tuple(d if isinstance(d, int) or (d is not None and not isinstance(e, int)) else e
-                 for d, e in zip(inferred, declared, strict=True))  # fmt: skip
-
-
-def broadcast(*shapes: Shape | None, strict: bool = False) -> Shape | None:
-    """onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank);
-    ``strict``: two different static dims, neither 1, are onnx's "Incompatible dimensions"."""
-    if any(s is None for s in shapes):
-        return None
-    known = [s for s in shapes if s is not None]
-    rank = max((len(s) for s in known), default=0)
-    out: list[Dim] = []
-    for axis in range(rank):
-        dims = [s[axis - rank + len(s)] for s in known if axis - rank + len(s) >= 0]
-        values = {d for d in dims if isinstance(d, int) and d != 1}
-        if values:
-            if len(values) > 1 and strict:
-                raise ShapeInferenceError("Incompatible dimensions")
-            out.append(values.pop() if len(values) == 1 else None)
-            continue
-        if all(d == 1 for d in dims):
-            out.append(1)
-            continue
-        symbols = {d for d in dims if d != 1}
-        out.append(symbols.pop() if len(symbols) == 1 and None not in symbols else None)
-    return tuple(out)
-
-
-class ShapeContext:
-    """What a shape handler reads: the node, its input shapes and constant inputs."""
-
-    def __init__(self, shapes: Shapes, node: ir.Node) -> None:
-        self.shapes = shapes
-        self.node = node
-
-    def shape(self, index: int) -> Shape | None:
-        value = self.node.inputs[index] if index < len(self.node.inputs) else None
-        return None if value is None else self.shapes.shape(value)
-
-    def present(self, index: int) -> bool:
-        return index < len(self.node.inputs) and self.node.inputs[index] is not None
-
-    def const(self, index: int) -> np.ndarray | None:
-        """The data of input ``index`` as onnx's inference reads it (ParseData): an initializer stored
-        in an external data file is refused, whatever its size (probed 1.32.0: Reshape, Expand,
-        Tile, Split, Slice, Unsqueeze, ReduceSum, TopK all fail the session)."""
-        value = self.node.inputs[index] if index < len(self.node.inputs) else None
-        if value is None:
-            return None
-        if value.producer() is None and isinstance(value.const_value, ir.ExternalTensor):
-            raise ShapeInferenceError("Cannot parse data from external tensors. Please load external data into raw "
-                                      f"data for tensor: {value.name}")  # fmt: skip
-        return self.shapes.const(value)
-
-    def ints(self, index: int) -> list[int] | None:
-        data = self.const(index)
-        if data is None or data.dtype.kind not in "iu":
-            return None
-        return [int(v) for v in data.reshape(-1)]
-
-    @property
-    def n_out(self) -> int:
-        return len(self.node.outputs)
+# Every shape handler, by (domain, op type): the two handler modules' tables, merged here explicitly.
+HANDLERS: dict[tuple[str, str], Handler] = {**contrib_shapes.HANDLERS, **standard_shapes.HANDLERS}
 
 
 class Shapes:
@@ -162,7 +88,7 @@ class Shapes:
         key = id(value)
         if key in self._shapes:
             return self._shapes[key]
-        found = _declared(value) if value.producer() is None else None
+        found = declared_shape(value) if value.producer() is None else None
         self._shapes[key] = found
         return found
 
@@ -230,7 +156,7 @@ class Shapes:
                 inferred = ()
         for index, out in enumerate(node.outputs):
             got = inferred[index] if index < len(inferred) else None
-            self._shapes[id(out)] = merge(got, _declared(out))
+            self._shapes[id(out)] = merge(got, declared_shape(out))
 
 
 _CONSTANT_NUMBERS = {ir.AttributeType.INT: np.int64, ir.AttributeType.INTS: np.int64,
@@ -272,22 +198,8 @@ def _const_data(value: ir.Value) -> np.ndarray | None:
         return None
 
 
-_HANDLERS: dict[tuple[str, str], Handler] = {}
-
-
-def register(domain: str, *ops: str) -> Callable[[Handler], Handler]:
-    def wrap(fn: Handler) -> Handler:
-        for op in ops:
-            _HANDLERS[(domain, op)] = fn
-        return fn
-
-    return wrap
-
-
 def _handler(node: ir.Node) -> Handler | None:
-    from contracts import contrib_shapes, standard_shapes  # noqa: F401  (they register handlers)
-
-    return _HANDLERS.get((node.domain, node.op_type))
+    return HANDLERS.get((node.domain, node.op_type))
 
 
 def shapes_of(model: Any) -> Shapes:
@@ -297,26 +209,3 @@ def shapes_of(model: Any) -> Shapes:
     if not isinstance(found, Shapes):
         found = facts.extra["shapes"] = Shapes(facts)
     return found
-
-
-def normalize_axis(axis: int, rank: int, error: str | None = None, kind: str = "ShapeInferenceError") -> int:
-    """``axis`` in [0, rank); out of range raises ShapeInferenceError(``error``) when given, else
-    ValueError (the dims are then left unknown)."""
-    if not -rank <= axis < max(rank, 1):
-        if error is not None:
-            raise ShapeInferenceError(error, kind)
-        raise ValueError(f"axis {axis} out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def axes_of(ctx: ShapeContext, *, input_index: int, attr_name: str = "axes") -> list[int] | None:
-    """Axes from an INTS attribute (older opsets) or a constant input (newer); None: not known."""
-    if attr_name in ctx.node.attributes:
-        found = attr_ints(ctx.node, attr_name, None)
-        return None if found is None else list(found)
-    if ctx.present(input_index):
-        return ctx.ints(input_index)
-    return []
-
-
-__all__ += ["axes_of", "merge", "normalize_axis", "register"]

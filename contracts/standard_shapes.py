@@ -12,18 +12,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts._graph import attr_int, attr_ints
-from contracts.shapes import (
+from contracts.shape_types import (
     Dim,
+    Handler,
     Shape,
     ShapeContext,
     ShapeInferenceError,
     axes_of,
     broadcast,
     normalize_axis,
-    register,
+    registrar,
 )
 
-__all__: list[str] = []
+__all__ = ["HANDLERS"]
+
+# (domain, op type) -> handler, filled by the @register decorators below as this module is defined.
+HANDLERS: dict[tuple[str, str], Handler] = {}
+register = registrar(HANDLERS)
 
 _UNARY = (
     "Abs", "Neg", "Sigmoid", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Relu", "Erf", "Softplus",

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from q38.commands.export_genai import DEFAULT_PROMPT
 from q38.errors import FlagError
+from q38.export_plan import DEFAULT_PROMPT
 from q38.progress import elapsed
 
 __all__ = ["MARKER", "Step", "prepare_workdir", "run_demo"]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 import onnx_ir as ir
 
 from q38.errors import ExportError, quote
-from q38.export_genai import ExportPlan
+from q38.export_plan import ExportPlan
 
 if TYPE_CHECKING:
     from q38.package.links import LinkPolicy

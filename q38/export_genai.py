@@ -21,14 +21,15 @@ nothing behind and the package is never modified.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
+from q38.export_plan import ExportPlan, write_export
 from q38.ort_kernels import cpu_kernels
-from q38.package.links import LinkPolicy, Placer
+from q38.package.links import LinkPolicy
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -170,23 +171,6 @@ def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[st
     }
 
 
-@dataclass(frozen=True)
-class ExportPlan:
-    """What an export writes, decided before anything is staged (every refusal comes first).
-
-    ``sources``: package-relative name -> (source file, never linked); ``config_text``: the
-    ``genai_config.json`` written (None: the source's config is among ``sources``, placed as it is).
-    """
-
-    graph: str
-    sources: dict[str, tuple[Path, bool]]
-    config_text: str | None
-    placer: Placer
-    states: dict[str, int] = field(default_factory=dict)
-    rewrites: tuple[str, ...] = ()
-    dropped: tuple[str, ...] = ()
-
-
 def export_genai(
     src: Path | str, out: Path | str, *, link: str = "auto", provider: str = "cpu", digest: bool = False
 ) -> ExportResult:
@@ -208,7 +192,7 @@ def export_genai(
     package = open_any(src)
     planners = {"v12b": _plan_v12b_export, "genai": plan_builder_export}  # one plan per surface
     plan = planners[package.surface](package, link=LinkPolicy(link), provider=provider, digest=digest)
-    files = _write_export(plan, out)
+    files = write_export(plan, out)
     return ExportResult(out, plan.graph, files, plan.states, plan.rewrites, plan.dropped)
 
 
@@ -249,29 +233,6 @@ def _plan_v12b_export(opened: Any, *, link: LinkPolicy, provider: str, digest: b
         for rel in [graph_rel, *(str(graph_parent / loc) for loc in locations)]
     }
     return ExportPlan(graph_rel, sources, text, opened.placer(link, digest=digest), states=states)
-
-
-def _write_export(plan: ExportPlan, out: Path) -> dict[str, str]:
-    """Stage the planned files and config at ``out`` (renamed into place; nothing left on failure)."""
-    from q38.package import StagedDirectory
-
-    files: dict[str, str] = {}
-    placer = plan.placer
-    try:
-        with StagedDirectory(out) as staged:
-            with placer.progress([path for path, _ in plan.sources.values()], "export-genai: placing files"):
-                for rel, (source, outside) in plan.sources.items():
-                    target = staged.path / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    files[rel] = str(placer.place(source, target, outside=outside).mode)
-            if plan.config_text is not None:
-                with open(staged.path / "genai_config.json", "x", encoding="utf-8", newline="\n") as fh:
-                    fh.write(plan.config_text)
-                files["genai_config.json"] = "write"
-            staged.commit()
-    except OSError as exc:
-        raise ExportError(f"{out}: cannot write the export: {exc.strerror or exc}") from None
-    return files
 
 
 def generate_tokens(model_dir: Path | str, prompt: list[int], new_tokens: int) -> list[int]:

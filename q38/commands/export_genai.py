@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 from q38.commands._placement import add_placement_arguments, placement_options
+from q38.export_plan import DEFAULT_PROMPT
 
 __all__ = ["DEFAULT_PROMPT", "register", "run"]
-
-DEFAULT_PROMPT = "1,5,9,17"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]

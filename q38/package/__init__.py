@@ -38,6 +38,7 @@ from q38.package.graphs import (
     save_graph,
 )
 from q38.package.hashing import FileIdentity, KnownDigests, sha256_file
+from q38.package.interface import AnyPackage
 from q38.package.links import LinkMode, LinkPolicy, Placed, Placer, copy_file, place, place_file
 from q38.package.manifest import (
     MANIFEST_FILENAME,
@@ -68,7 +69,7 @@ from q38.package.profile import (
 )
 from q38.package.readers.v12b import V12bPackage
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
-from q38.package.surface import AnyPackage, detect_surface, open_any, require_surface
+from q38.package.surface import detect_surface, open_any, require_surface
 
 if TYPE_CHECKING:
     from q38.package.genai_config import (

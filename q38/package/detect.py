@@ -24,6 +24,7 @@ __all__ = [
     "V12B_MODEL_TYPES",
     "SurfaceName",
     "detect_surface",
+    "document_surface",
     "inside_package",
     "is_genai_document",
     "read_raw_config",
@@ -80,11 +81,16 @@ def is_genai_document(data: object) -> bool:
     return isinstance(mtype, str) and mtype not in V12B_MODEL_TYPES
 
 
+def document_surface(doc: Mapping[str, Any]) -> SurfaceName:
+    """The surface a config document alone says (every other decision here ends in this one)."""
+    return "genai" if is_genai_document(doc) else "v12b"
+
+
 def surface_of_document(config_path: Path, root: Path, doc: Mapping[str, Any]) -> SurfaceName:
-    """``v12b`` for q38's own configs (and any layered package), ``genai`` for builder configs."""
+    """``v12b`` for q38's own configs (and any layered package), else what the document says."""
     if config_path.parent != root:
         return "v12b"
-    return "genai" if is_genai_document(doc) else "v12b"
+    return document_surface(doc)
 
 
 def detect_surface(path: Path | str) -> SurfaceName:

@@ -16,27 +16,17 @@ graph of a broken package). :func:`open_any` and :func:`list_graphs` pick the re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import PackageError
-from q38.package.detect import (
-    CONFIG_FILENAME,
-    SURFACES,
-    SurfaceName,
-    detect_surface,
-    is_genai_document,
-    read_raw_config,
-    surface_of_document,
-)
+from q38.package import detect
+from q38.package.detect import CONFIG_FILENAME, SURFACES, SurfaceName, read_raw_config
 from q38.package.graph_ref import GraphRef
-from q38.package.links import LinkPolicy, Placer
+from q38.package.interface import AnyPackage, SurfaceReader
 from q38.package.readers import reader_for
-from q38.package.step_graphs import DecodeGraphs
 
 if TYPE_CHECKING:
     from q38.package.config import Config
@@ -57,72 +47,19 @@ __all__ = [
 ]
 
 
-class AnyPackage(Protocol):
-    """An opened, validated package of either surface: what every command may rely on."""
-
-    @property
-    def surface(self) -> str:
-        """The surface's name (``v12b``, ``genai``), for reports and manifests only."""
-
-    @property
-    def root(self) -> Path:
-        """The package directory."""
-
-    @property
-    def config_path(self) -> Path:
-        """The config file."""
-
-    def graphs(self) -> list[GraphRef]:
-        """Every graph the config names, with its role, session options and providers."""
-
-    def load(self, role: str) -> ir.Model:
-        """One graph by role, without its external weights."""
-
-    def placer(self, link: LinkPolicy, *, digest: bool) -> Placer:
-        """How a command that writes a new package places this package's unchanged files."""
-
-    def preferred_target(self) -> tuple[str, str]:
-        """The runtime the package runs on (``cpu`` / ``cuda``) and why."""
-
-    def decode_graphs(self) -> DecodeGraphs:
-        """The graphs one decode step runs (decoder first), for ``q38 profile``."""
-
-
-class SurfaceReader(Protocol):
-    """A surface's answers about a config document that may be broken (``q38 check``, listings)."""
-
-    @property
-    def name(self) -> str:
-        """The surface's name."""
-
-    def graph_refs(self, root: Path, config_dir: Path, document: Mapping[str, Any]) -> list[GraphRef]:
-        """Every graph the document names (tolerant: a broken value names no graph)."""
-
-    def open(self, path: Path | str) -> AnyPackage:
-        """The strict reader: the opened package, or one PackageError line."""
-
-    def config_problem(self, document: Mapping[str, Any]) -> tuple[str, str] | None:
-        """(``error`` / ``warning``, message) when the surface's strict parser objects, else None."""
-
-    def graph_eps(self, document: Mapping[str, Any], providers: tuple[str, ...]) -> frozenset[str]:
-        """The execution providers the kernel rules of a graph with these providers concern."""
-
-    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
-        """(JSON path, block) of session-option blocks beyond the decoder / head / overlays."""
-
-    def rule_context(self, document: Mapping[str, Any], config_path: Path,
-                     models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip
-        """Surface facts the package rules read (``PackageView.extra``)."""
+def detect_surface(path: Path | str) -> SurfaceName:
+    """Which surface the package at ``path`` is (:func:`q38.package.detect.detect_surface`)."""
+    return detect.detect_surface(path)
 
 
 def open_any(path: Path | str) -> AnyPackage:
     """Open a package of either surface, validated by that surface's reader."""
-    return reader_for(detect_surface(path)).open(path)
+    return reader_for(detect.detect_surface(path)).open(path)
 
 
 def document_reader(document: Mapping[str, Any]) -> SurfaceReader:
     """The reader of a config document on its own (no directory: a layered package is not known)."""
-    return reader_for("genai" if is_genai_document(document) else "v12b")
+    return reader_for(detect.document_surface(document))
 
 
 def exporter_config(directory: Path) -> Config | GenaiConfig:
@@ -134,7 +71,7 @@ def exporter_config(directory: Path) -> Config | GenaiConfig:
     from q38.package.genai_config import read_genai_config
 
     path = directory / CONFIG_FILENAME
-    return read_genai_config(path) if detect_surface(directory) == "genai" else read_config(path)
+    return read_genai_config(path) if detect.detect_surface(directory) == "genai" else read_config(path)
 
 
 @dataclass(frozen=True)
@@ -162,7 +99,7 @@ def list_graphs(path: Path | str) -> GraphListing:
     """Read the config of the package at ``path`` (safely) and list the graphs it names."""
     root = Path(path)
     config_path, doc = read_raw_config(root)
-    surface = surface_of_document(config_path, root, doc)
+    surface = detect.surface_of_document(config_path, root, doc)
     refs = reader_for(surface).graph_refs(root, config_path.parent, doc)
     return GraphListing(surface, root, config_path, doc, refs)
 
@@ -177,7 +114,7 @@ def require_surface(
     path: Path | str, accepted: tuple[SurfaceName, ...], *, command: str, reason: str = ""
 ) -> SurfaceName:
     """The surface of ``path`` if ``command`` takes it; otherwise one PackageError line saying why."""
-    surface = detect_surface(path)
+    surface = detect.detect_surface(path)
     if surface not in accepted:
         takes = " or ".join(_WHY[s] for s in accepted)
         raise PackageError(

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from q38.package.surface import SurfaceReader
+    from q38.package.interface import SurfaceReader
 
 __all__ = ["READER_MODULES", "reader_for"]
 

@@ -2,7 +2,7 @@
 
 The typed config is :mod:`q38.package.genai_config`, the strict reader and the tolerant graph
 listing :mod:`q38.package.genai_package`; this module answers what ``q38 check`` asks of any
-surface (:class:`q38.package.surface.SurfaceReader`) for a builder config document.
+surface (:class:`q38.package.interface.SurfaceReader`) for a builder config document.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The typed config is :mod:`q38.package.config`, the strict reader :func:`q38.package.package.open_package`
 (flat or layered, weights pool, manifest); this module adds what every command and ``q38 check``
-ask of any surface (:class:`q38.package.surface.AnyPackage`, :class:`q38.package.surface.SurfaceReader`):
+ask of any surface (:class:`q38.package.interface.AnyPackage`, :class:`q38.package.interface.SurfaceReader`):
 the graphs a (possibly broken) config document names, the EPs its graphs run on, its strict
 config verdict, and the package's decode graphs for ``q38 profile``.
 """

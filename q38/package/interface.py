@@ -1,0 +1,78 @@
+"""The package interface: what every command, converter and ``q38 check`` may ask of a package.
+
+:class:`AnyPackage` is an opened, validated package of any surface; :class:`SurfaceReader` is what
+a surface answers about a config *document* that may be broken. Each reader
+(:mod:`q38.package.readers`) implements both; docs/architecture.md says how to add one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import onnx_ir as ir
+
+from q38.package.graph_ref import GraphRef
+from q38.package.links import LinkPolicy, Placer
+from q38.package.step_graphs import DecodeGraphs
+
+__all__ = ["AnyPackage", "SurfaceReader"]
+
+
+class AnyPackage(Protocol):
+    """An opened, validated package of either surface: what every command may rely on."""
+
+    @property
+    def surface(self) -> str:
+        """The surface's name (``v12b``, ``genai``), for reports and manifests only."""
+
+    @property
+    def root(self) -> Path:
+        """The package directory."""
+
+    @property
+    def config_path(self) -> Path:
+        """The config file."""
+
+    def graphs(self) -> list[GraphRef]:
+        """Every graph the config names, with its role, session options and providers."""
+
+    def load(self, role: str) -> ir.Model:
+        """One graph by role, without its external weights."""
+
+    def placer(self, link: LinkPolicy, *, digest: bool) -> Placer:
+        """How a command that writes a new package places this package's unchanged files."""
+
+    def preferred_target(self) -> tuple[str, str]:
+        """The runtime the package runs on (``cpu`` / ``cuda``) and why."""
+
+    def decode_graphs(self) -> DecodeGraphs:
+        """The graphs one decode step runs (decoder first), for ``q38 profile``."""
+
+
+class SurfaceReader(Protocol):
+    """A surface's answers about a config document that may be broken (``q38 check``, listings)."""
+
+    @property
+    def name(self) -> str:
+        """The surface's name."""
+
+    def graph_refs(self, root: Path, config_dir: Path, document: Mapping[str, Any]) -> list[GraphRef]:
+        """Every graph the document names (tolerant: a broken value names no graph)."""
+
+    def open(self, path: Path | str) -> AnyPackage:
+        """The strict reader: the opened package, or one PackageError line."""
+
+    def config_problem(self, document: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(``error`` / ``warning``, message) when the surface's strict parser objects, else None."""
+
+    def graph_eps(self, document: Mapping[str, Any], providers: tuple[str, ...]) -> frozenset[str]:
+        """The execution providers the kernel rules of a graph with these providers concern."""
+
+    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
+        """(JSON path, block) of session-option blocks beyond the decoder / head / overlays."""
+
+    def rule_context(self, document: Mapping[str, Any], config_path: Path,
+                     models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip
+        """Surface facts the package rules read (``PackageView.extra``)."""
