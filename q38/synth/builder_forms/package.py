@@ -11,8 +11,8 @@ import onnx
 
 from q38.package.genai_config import dumps_genai_config, parse_genai_config
 from q38.synth.builder_forms import config as cfg
+from q38.synth.builder_forms.assembly import SHARED_WITH_MTP, build_decoder, build_engram, build_mtp
 from q38.synth.builder_forms.forms import BF16, FP16
-from q38.synth.builder_forms.graphs import SHARED_WITH_MTP, build_decoder, build_engram, build_mtp
 from q38.synth.builder_forms.tokenizer import tokenizer_files
 from q38.synth.graph import DataFile
 from q38.synth.package_files import LIB_QSA
