@@ -116,7 +116,7 @@ def _graph_rules(provider: str) -> int:
     """Every graph rule of the registry that applies to the installed onnxruntime and the provider."""
     ep = "cuda" if provider == "cuda" else "cpu"
     version = installed_ort_version()
-    return len([r for r in ALL_RULES if r.surface == "graph" and r.ep in ("any", ep) and r.applies(version)])
+    return len([r for r in ALL_RULES if r.kind == "graph" and r.ep in ("any", ep) and r.applies(version)])
 
 
 def _sessions(report: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -132,8 +132,8 @@ def fixture_copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_the_table_covers_every_committed_fixture() -> None:
     assert sorted(EXPECTED) == sorted(p.parent.name for p in FIXTURES.glob("*/genai_config.json"))
-    cuda_only = {r.rule_id for r in ALL_RULES if r.surface == "graph" and r.ep == "cuda"}
-    cpu_only = {r.rule_id for r in ALL_RULES if r.surface == "graph" and r.ep == "cpu"}
+    cuda_only = {r.rule_id for r in ALL_RULES if r.kind == "graph" and r.ep == "cuda"}
+    cpu_only = {r.rule_id for r in ALL_RULES if r.kind == "graph" and r.ep == "cpu"}
     assert cuda_only and cpu_only, "each provider's graph gets its own kernel rules on top of the common ones"
 
 
