@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from q38 import __version__
+from q38.errors import OffloadError
 from q38.offload.eligibility import EligibilityCheck, resolve_eligibility
 from q38.offload.options import OffloadOptions
 from q38.offload.package_io import place_unchanged, read_expert_profile
@@ -51,7 +52,7 @@ _LOG = logging.getLogger("q38.offload")
 Planner = Callable[..., OffloadPlan]
 # How each surface's offload options reach the runtime: the v12b weights pool and runtime-profile
 # tiers, else one session per graph (the default for a reader not named here).
-_PLANNERS: dict[str, Planner] = {"v12b": plan_pool_offload}
+_PLANNERS: dict[str, Planner] = {"v12b": plan_pool_offload, "genai": plan_session_offload}
 
 
 def plan_offload(
@@ -69,7 +70,11 @@ def plan_offload(
     check = resolve_eligibility(eligibility)
     profile = profile if profile is not None else read_expert_profile(options)
     package = open_any(src)
-    planner = _PLANNERS.get(package.surface, plan_session_offload)
+    planner = _PLANNERS.get(package.surface)
+    if planner is None:  # one session per graph: the package edits its own config
+        if not callable(getattr(package, "edit_sessions", None)):
+            raise OffloadError(f"{src}: a {package.surface} package; its reader cannot write offload options into its config")
+        planner = plan_session_offload
     return planner(package, options, out=out, check=check, profile=profile)
 
 

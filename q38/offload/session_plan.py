@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import onnx_ir as ir
@@ -53,6 +53,7 @@ from q38.offload.router import clear_router_weights, qmoe_nodes, refuse_qmoe_off
 from q38.offload.rows import ProfileRows, Site, match_profile, qmoe_sites
 from q38.offload.slot_plan import SlotPlan, check_emitted, plan_caps
 from q38.package import CONFIG_FILENAME, MANIFEST_FILENAME, ExpertProfile, encode_profile
+from q38.package.interface import SessionPackage
 
 __all__ = ["MTP_PROFILE_FILENAME", "plan_session_offload"]
 
@@ -72,7 +73,7 @@ class _Graph:
     kept: tuple[tuple[ir.Node, str], ...]
 
 
-def _load(pkg: Any, role: str, check: EligibilityCheck, mode: str) -> _Graph:
+def _load(pkg: SessionPackage, role: str, check: EligibilityCheck, mode: str) -> _Graph:
     ref = pkg.graph(role)
     where = str(ref.path)
     model = pkg.load(role)
@@ -82,7 +83,7 @@ def _load(pkg: Any, role: str, check: EligibilityCheck, mode: str) -> _Graph:
     return _Graph(role, ref.rel, model, cleared, tuple(offloaded), tuple(kept))
 
 
-def _sessions(pkg: Any) -> tuple[list[str], list[str]]:
+def _sessions(pkg: SessionPackage) -> tuple[list[str], list[str]]:
     """(roles offload converts, other roles) of the graphs the config names."""
     refs = pkg.graphs()
     decoder_files = {r.rel for r in refs if r.role == "decoder"}
@@ -105,7 +106,7 @@ def _split_profile(rows: ProfileRows, graph: str) -> ExpertProfile | None:
 
 
 def plan_session_offload(
-    pkg: Any,
+    pkg: SessionPackage,
     options: OffloadOptions,
     *,
     out: Path,

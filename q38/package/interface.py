@@ -17,7 +17,7 @@ from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
 from q38.package.step_graphs import DecodeGraphs
 
-__all__ = ["AnyPackage", "SurfaceReader"]
+__all__ = ["AnyPackage", "EditedSessions", "SessionPackage", "SurfaceReader"]
 
 
 class AnyPackage(Protocol):
@@ -76,3 +76,34 @@ class SurfaceReader(Protocol):
     def rule_context(self, document: Mapping[str, Any], config_path: Path,
                      models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip
         """Surface facts the package rules read (``PackageView.extra``)."""
+
+
+class EditedSessions(Protocol):
+    """A config edited by :meth:`SessionPackage.edit_sessions`: its text and each graph file's entries."""
+
+    @property
+    def text(self) -> str:
+        """The config file's new text (strictly re-parsed by the surface before it is returned)."""
+
+    @property
+    def entries_by_file(self) -> Mapping[str, Mapping[str, str]]:
+        """Graph file -> the session config entries it runs with under the edited config."""
+
+
+class SessionPackage(AnyPackage, Protocol):
+    """A package whose graphs each run in their own session: what ``q38 offload`` edits in its config."""
+
+    def graph(self, role: str) -> GraphRef:
+        """The graph of ``role`` (one PackageError line when the config names none)."""
+
+    def edit_sessions(
+        self,
+        entries: Mapping[str, Mapping[str, str]],
+        *,
+        drop_prefix: str,
+        provider_options: Mapping[str, Mapping[str, str]],
+        source: str,
+    ) -> EditedSessions:
+        """The config with ``entries`` set per graph role (older ones under ``drop_prefix`` replaced)
+        and ``provider_options`` merged into the providers the sessions name."""
+
