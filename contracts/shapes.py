@@ -32,30 +32,18 @@ from contracts import contrib_shapes, standard_shapes
 from contracts._facts import ModelFacts, model_facts
 from contracts._graph import AttributeKindError, as_ir_model
 from contracts.shape_types import (
-    Dim,
     Handler,
     Shape,
     ShapeContext,
     ShapeInferenceError,
-    axes_of,
     broadcast,
     declared_shape,
     merge,
-    normalize_axis,
 )
 
-__all__ = [
-    "Dim",
-    "Shape",
-    "ShapeContext",
-    "ShapeInferenceError",
-    "Shapes",
-    "axes_of",
-    "broadcast",
-    "merge",
-    "normalize_axis",
-    "shapes_of",
-]
+# The vocabulary (Dim, Shape, ShapeContext, broadcast, ...) is contracts.shape_types'; Shape and
+# broadcast are re-exported for the rule modules that read shapes.
+__all__ = ["Shape", "ShapeInferenceError", "Shapes", "broadcast", "shapes_of"]
 
 _CONST_LIMIT = 4096  # elements: larger constants are never shape-like inputs
 # Every shape handler, by (domain, op type): the two handler modules' tables, merged here explicitly.
