@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Protocol
 
 from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
 from q38.package.step_graphs import DecodeGraphs
+
+if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
+    import onnx_ir as ir
 
 __all__ = ["AnyPackage", "EditedSessions", "SessionPackage", "SurfaceReader"]
 

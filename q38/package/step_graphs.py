@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx_ir as ir
+if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
+    import onnx_ir as ir
 
 __all__ = ["DecodeGraphs", "StepGraph"]
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import ConfigError
 from q38.package.genai_config import parse_genai_config
 from q38.package.genai_package import GenaiPackage, genai_graph_refs, open_genai_package
 from q38.package.graph_ref import GraphRef
+
+if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
+    import onnx_ir as ir
 
 __all__ = ["READER", "GenaiReader"]
 

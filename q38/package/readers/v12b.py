@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import ConfigError
 from q38.package.config import config_to_dict, parse_config
@@ -23,6 +21,9 @@ from q38.package.links import LinkPolicy, Placer
 from q38.package.package import Package, open_package, source_placer
 from q38.package.session_options import provider_names, session_entries
 from q38.package.step_graphs import DecodeGraphs, StepGraph
+
+if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
+    import onnx_ir as ir
 
 __all__ = ["READER", "V12bPackage", "V12bReader", "v12b_graph_refs"]
 
