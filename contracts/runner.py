@@ -111,6 +111,8 @@ class CheckReport:
     package: str
     ort_version: str
     surface: str = "v12b"
+    # The config file, relative to the package (where config violations point in SARIF).
+    config_file: str = "genai_config.json"
     rules_checked: list[str] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
     graph_checks: list[GraphCheck] = field(default_factory=list)
@@ -269,6 +271,7 @@ def check_package(
     rules = _applicable(version)
     report = CheckReport(package=str(root), ort_version=version, surface=listing.surface,
                          rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
+    report.config_file = os.path.relpath(listing.config_path, root).replace(os.sep, "/")
     report.violations.extend(config_surface.check_genai_config(raw))
     for block_path, so in _session_blocks(listing):
         report.violations.extend(v.at(graph=block_path) for v in check_session_config(_entries_of(so), ort_version=version))
