@@ -167,7 +167,8 @@ def build_catalogue(rules: Iterable[Rule], docs: Any) -> tuple[RuleEntry, ...]:
                 raise ValueError(f"{rule_id}: documentation has no {field_name}")
         since, until = _span(records)
         out.append(RuleEntry(
-            rule_id=rule_id, name=_name(rule_id), summary=first.summary, source=first.source,
+            rule_id=rule_id, name=_name(rule_id), summary=first.summary,
+            source="; ".join(dict.fromkeys(r.source for r in records)),
             enforced=first.enforced, surface=first.surface, ep=first.ep, severity=doc.severity,
             families=_tags(family_of(rule_id), first.enforced, first.ep), since=since, until=until,
             explanation=doc.explanation, example=doc.example, fix=doc.fix,

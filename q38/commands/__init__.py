@@ -15,6 +15,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "offload",
     "profile",
     "check",
+    "rules",
+    "explain",
     "export_genai",
     "diff",
     "demo",

@@ -34,6 +34,8 @@ def render_github(results: CheckResults) -> str:
         v = r.violation
         where = locate(report, v)
         at = f"{v.graph} node {v.node}: " if v.node and v.graph else f"{where.logical}: " if where.logical else ""
+        if where.logical and v.message.startswith(where.logical):
+            at = ""  # the message names its key path already
         props = f"file={escape_property(prefix + where.file)},title={escape_property(v.rule_id)}"
         lines.append(f"::{r.level} {props}::{escape_data(at + v.message)}")
     for s in report.sessions:

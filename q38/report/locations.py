@@ -5,8 +5,8 @@
 * a config violation: ``genai_config.json`` (the package's config file) and the key path the
   violation names (its ``graph`` field for a session_options block, or the dotted path that
   starts its message);
-* a file-layout violation whose message starts with a package file (``libs/x.so: ...``): that
-  file.
+* a file-layout violation whose message starts with a package file (``libs/x.so: ...``,
+  ``model.onnx.data: ...``): that file (and its graph as the logical location).
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def locate(report: Any, v: Violation) -> Location:
     """The :class:`Location` of ``v`` in ``report``'s package."""
     config = str(getattr(report, "config_file", "") or "genai_config.json")
     files = _graph_files(report)
-    if v.graph in files:
-        if v.node:
-            return Location(files[v.graph], f"{v.graph}/{v.node}", "element")
-        return Location(files[v.graph], v.graph, "module")
+    if v.graph in files and v.node:
+        return Location(files[v.graph], f"{v.graph}/{v.node}", "element")
     head = _FILE_PREFIX.match(v.message)
-    if head and not head.group(1).startswith("model.") and os.path.lexists(Path(report.package) / head.group(1)):
-        return Location(head.group(1))
+    if head and os.path.lexists(Path(report.package) / head.group(1)):
+        return Location(head.group(1), v.graph, "module") if v.graph in files else Location(head.group(1))
+    if v.graph in files:
+        return Location(files[v.graph], v.graph, "module")
     key = _KEY_PATH.match(v.message)
     if key and not key.group(1).endswith(".json"):
         return Location(config, key.group(1), "property")
