@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     def para(text: str) -> str:
-        return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="  ")
+        return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="  ",
+                             break_long_words=False, break_on_hyphens=False)
 
     print(f"{e.rule_id} ({e.name}): {e.summary}")
     print(f"  severity: {e.severity}; families: {', '.join(e.families)}; surface: {e.surface}; EP: {e.ep}")
