@@ -48,16 +48,18 @@ def _register_report_options(p: argparse.ArgumentParser) -> None:
                    help="text (grouped, for a terminal), json, sarif (SARIF 2.1.0 for code scanning), "
                    "github (workflow annotations), junit (JUnit XML); --json is --format json")
     p.add_argument("--output", metavar="FILE", default=None,
-                   help="write the report to FILE (atomically) instead of stdout")
+                   help="write the report to FILE (atomically; default: stdout)")
     p.add_argument("--select", metavar="IDS", type=comma_list(), action="append", default=[],
                    help="report only these rules: ids or id prefixes (ORT-SCHEMA, QSA-), comma-separated")
     p.add_argument("--ignore", metavar="IDS", type=comma_list(), action="append", default=[],
                    help="do not report these rules: ids or id prefixes, comma-separated")
     p.add_argument("--warnings-as-errors", action="store_true", help="a warning fails the check like an error")
     p.add_argument("--baseline", metavar="FILE", default=None,
-                   help="suppress the results recorded in FILE: only new violations fail the check")
+                   help="suppress the results recorded in FILE: only new violations fail the check "
+                   "(default: none, every result counts)")
     p.add_argument("--write-baseline", metavar="FILE", default=None,
-                   help="record every reported result in FILE as the baseline (the check then passes)")
+                   help="record every reported result in FILE as the baseline; the check then passes "
+                   "(default: none written)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +67,14 @@ def run(args: argparse.Namespace) -> int:
     from q38.errors import FlagError, bound_line
     from q38.progress import elapsed
     from q38.report import render
-    from q38.report.results import Selection, check_selectors, classify, read_baseline, write_atomic, write_baseline
+    from q38.report.results import (
+        Selection,
+        check_selectors,
+        classify,
+        read_baseline,
+        write_atomic,
+        write_baseline,
+    )
 
     if args.require_sessions and not args.ort:
         raise FlagError("--require-sessions needs --ort (no session is created without it)")

@@ -22,7 +22,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--family", metavar="FAMILY", default=None,
                    help="only the rules of this family (schema, qsa, causal-conv, offload, layout, config, "
-                   "cuda, cpu-kernel, run-time, ...)")
+                   "cuda, cpu-kernel, run-time, ...; default: every rule)")
     p.set_defaults(run=run)
 
 

@@ -126,8 +126,8 @@ def fingerprint(violation: Violation, package: str = "") -> str:
     """A stable id of ``violation``: rule, graph, node and message, the package path taken out."""
     message = violation.message
     if package:
-        spellings = {os.path.normpath(package), os.path.abspath(package), os.path.realpath(package)}
-        for prefix in sorted(spellings - {".", "/"}, key=len, reverse=True):  # longest first
+        spellings = {package.rstrip("/"), os.path.normpath(package), os.path.abspath(package), os.path.realpath(package)}
+        for prefix in sorted(spellings - {".", "/", ""}, key=len, reverse=True):  # longest first
             message = message.replace(prefix + "/", "")  # a path inside the package, package-relative
     text = "\0".join((violation.rule_id, violation.graph, violation.node, message))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]

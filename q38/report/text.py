@@ -78,10 +78,8 @@ def _rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
 def render_text(results: CheckResults) -> str:
     """The text report (see the module docstring)."""
     report = results.report
-    lines = [
-        f"q38 check {report.package}: onnxruntime {report.ort_version}, {len(report.rules_checked)} rules, "
-        f"graphs: {', '.join(report.graphs) or '-'}"
-    ]
+    graphs = ", ".join(report.graphs) or "-"
+    lines = [f"q38 check {report.package}: onnxruntime {report.ort_version}, {len(report.rules_checked)} rules, graphs: {graphs}"]
     active = results.active
     if active:
         lines.extend(_table(_rows(active)))

@@ -37,7 +37,7 @@ import onnx
 import pytest
 from junitparser import Failure, JUnitXml
 
-from contracts.catalogue import catalogue, family_of
+from contracts.catalogue import catalogue
 from contracts.runner import check_package
 from q38 import __version__
 from q38.cli import main
@@ -343,3 +343,22 @@ def test_a_bad_baseline_or_output_is_one_line_and_writes_nothing(broken_real: Pa
     assert code == 2 and out == "" and err.count("\n") == 1
     assert not Path("report.sarif").exists() and not Path("b.json").exists()
     assert sorted(p.name for p in Path.cwd().iterdir()) == ["data.link", "notjson.json", "other.json", "real"]
+
+
+def test_a_fingerprint_ignores_how_the_package_path_is_spelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contracts._rule import Violation
+    from q38.report.results import fingerprint
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    def at(path: str) -> Violation:
+        return Violation("PKG-LIB-001", f"{path}/libs/x.so: library 'libs/x.so' does not exist; v1.2", "decoder", "n.1")
+
+    spellings = [fingerprint(at(str(pkg)), str(pkg)), fingerprint(at("pkg"), "pkg"), fingerprint(at("./pkg"), "./pkg")]
+    assert len(set(spellings)) == 1
+    monkeypatch.chdir(pkg)
+    assert fingerprint(at(str(pkg)), ".") == spellings[0]  # '.' is not stripped from the message's dots
+    assert fingerprint(Violation("PKG-LIB-001", "libs/x.so: library 'libs/x.so' does not exist; v1.2", "decoder", "n.1"), ".") == spellings[0]
+    assert fingerprint(at("pkg"), "pkg") != fingerprint(Violation("PKG-LIB-001", "other", "decoder", "n.1"), "pkg")
