@@ -15,6 +15,7 @@ entries are counted, so a second identical violation is new.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -133,6 +134,11 @@ def fingerprint(violation: Violation, package: str = "") -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters and lone surrogates escaped (``\\x00``, ``\\ud800``)."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def _matches(rule_id: str, selectors: Iterable[str]) -> bool:
     from contracts.catalogue import matches
 
@@ -148,6 +154,8 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
     out = CheckResults(report, require_sessions=require_sessions, baseline_path=baseline_path,
                        ort_sessions=ort_sessions)
     for v in report.violations:
+        if not (v.graph.isprintable() and v.node.isprintable()):  # a hostile node name: one safe line / XML
+            v = dataclasses.replace(v, graph=_printable(v.graph), node=_printable(v.node))
         level: Severity = "error" if selection.warnings_as_errors else v.severity
         fp = fingerprint(v, report.package)
         why: Suppression | None = None

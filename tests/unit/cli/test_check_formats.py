@@ -362,3 +362,19 @@ def test_a_fingerprint_ignores_how_the_package_path_is_spelled(tmp_path: Path, m
     assert fingerprint(at(str(pkg)), ".") == spellings[0]  # '.' is not stripped from the message's dots
     assert fingerprint(Violation("PKG-LIB-001", "libs/x.so: library 'libs/x.so' does not exist; v1.2", "decoder", "n.1"), ".") == spellings[0]
     assert fingerprint(at("pkg"), "pkg") != fingerprint(Violation("PKG-LIB-001", "other", "decoder", "n.1"), "pkg")
+
+
+def test_a_hostile_node_name_stays_one_line_and_valid_xml(broken_real: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = onnx.load(broken_real / "model.onnx", load_external_data=False)
+    gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
+    gqa.name = "gqa\x01\n::error title=x::injected\x1b[31m"
+    (broken_real / "model.onnx").write_bytes(model.SerializeToString())
+    code, out, _ = _run(capsys, str(broken_real), "--format", "github")
+    assert code == 1 and len(out.splitlines()) == 3 and all(_ANNOTATION.match(line) for line in out.splitlines())
+    assert "node gqa\\x01\\n::error title=x::injected\\x1b[31m: Unrecognized attribute" in out
+    code, out, _ = _run(capsys, str(broken_real), "--format", "junit", "--output", "r.xml")
+    assert code == 1 and JUnitXml.fromfile("r.xml").failures == 2
+    code, out, _ = _run(capsys, str(broken_real))
+    assert code == 1 and len(out.splitlines()) == 6
+    code, out, _ = _run(capsys, str(broken_real), "--format", "sarif")
+    jsonschema.Draft4Validator(_SCHEMA).validate(json.loads(out))
