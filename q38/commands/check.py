@@ -63,6 +63,8 @@ def _register_report_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the package, classify its violations (selection, baseline) and print or write the
+    report in the chosen format; 0 when no active error (and no failed session), else 1."""
     from contracts.runner import check_package
     from q38.errors import FlagError, bound_line
     from q38.progress import elapsed
@@ -86,12 +88,13 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError("--baseline and --write-baseline: give one (write a baseline, or gate on one)")
     selection = Selection(tuple(s for group in args.select for s in group), tuple(s for group in args.ignore for s in group),
                           args.warnings_as_errors)  # fmt: skip
-    check_selectors("--select", selection.select)
-    check_selectors("--ignore", selection.ignore)
     baseline = read_baseline(args.baseline) if args.baseline else []
     label = f"q38 check {args.package}: contracts" + (" and ORT sessions" if args.ort else "")
     with elapsed(label):
         report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
+    found = {v.rule_id for v in report.violations}
+    check_selectors("--select", selection.select, found)
+    check_selectors("--ignore", selection.ignore, found)
     # A hostile value quoted in a violation message stays one bounded line.
     report.violations[:] = [dataclasses.replace(v, message=bound_line(v.message)) for v in report.violations]
     options = {"require_sessions": args.require_sessions, "ort_sessions": args.ort}

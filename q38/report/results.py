@@ -170,12 +170,14 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
     return out
 
 
-def check_selectors(flag: str, selectors: Iterable[str]) -> None:
-    """Refuse (FlagError) a selector that selects no registered rule: a typo must not pass."""
+def check_selectors(flag: str, selectors: Iterable[str], found: Iterable[str] = ()) -> None:
+    """Refuse (FlagError) a selector that selects no registered rule and none of the ``found``
+    result ids (a result id without a catalogue entry, e.g. CFG-SURFACE-002): a typo must not
+    silently disable a gate."""
     from contracts.catalogue import catalogue, matches
     from q38.errors import FlagError, quote
 
-    ids = [e.rule_id for e in catalogue()]
+    ids = [e.rule_id for e in catalogue()] + list(found)
     for sel in selectors:
         if not any(matches(rid, [sel]) for rid in ids):
             raise FlagError(f"{flag} {quote(sel)} matches no rule (q38 rules lists them)")
