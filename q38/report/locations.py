@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contracts._rule import Violation
 
-__all__ = ["Location", "locate", "package_prefix"]
+__all__ = ["Location", "artifact_uri", "locate", "package_prefix"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,12 @@ def package_prefix(package: str) -> str:
     except ValueError:
         return root.as_posix() + "/"
     return "" if rel == "." else rel + "/"
+
+
+def artifact_uri(prefix: str, file: str) -> str:
+    """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`): a
+    percent-encoded relative reference, or a ``file://`` URI when the path is absolute."""
+    path = prefix + file
+    if path.startswith("/"):
+        return Path(path).as_uri()
+    return urllib.parse.quote(path)

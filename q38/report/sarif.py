@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from q38 import __version__
-from q38.report.locations import locate, package_prefix
+from q38.report.locations import artifact_uri, locate, package_prefix
 from q38.report.results import CheckResults, Result
 
 __all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "render_sarif", "sarif_log"]
@@ -53,7 +53,7 @@ def _descriptor(entry: Any) -> dict[str, Any]:
 def _result(r: Result, report: Any, prefix: str, index: dict[str, int], why: dict[str, str]) -> dict[str, Any]:
     v = r.violation
     where = locate(report, v)
-    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": prefix + where.file}}}
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(prefix, where.file)}}}
     if where.logical:
         name = v.node if where.kind == "element" else where.logical.rsplit(".", 1)[-1]
         location["logicalLocations"] = [{"name": name or where.logical, "fullyQualifiedName": where.logical,

@@ -390,3 +390,16 @@ def test_a_selector_may_name_a_result_id_the_catalogue_lacks() -> None:
     check_selectors("--select", ["ort-schema", "QSA-DSA-001"])
     with pytest.raises(FlagError, match="--ignore 'CFG-SURFACE-002' matches no rule"):
         check_selectors("--ignore", ["CFG-SURFACE-002"], {"ORT-SCHEMA-001"})
+
+
+def test_sarif_uris_outside_the_working_directory_are_file_uris(broken_real: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _, out, _ = _run(capsys, str(broken_real), "--format", "sarif")
+    log = json.loads(out)
+    jsonschema.Draft4Validator(_SCHEMA).validate(log)
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]}
+    assert uris == {(broken_real / name).resolve().as_uri() for name in ("genai_config.json", "model.onnx", "model.onnx.data")}
