@@ -23,7 +23,7 @@ from typing import Any
 
 from contracts._rule import Enforced, Ep, Rule, Severity, Surface, parse_version
 
-__all__ = ["FAMILIES", "RuleEntry", "catalogue", "entry", "family_of", "matches"]
+__all__ = ["FAMILIES", "RuleEntry", "build_catalogue", "catalogue", "entry", "family_of", "matches"]
 
 # Rule-id prefix -> family (the longest matching prefix wins). A family groups the rules of one
 # surface of ORT (an op, a config section, the file layout); JUnit has one test case per
