@@ -107,5 +107,6 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_atomic(args.output, text)
     else:
-        sys.stdout.write(text)
+        encoding = sys.stdout.encoding or "utf-8"
+        sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))  # '…' on an ASCII stdout
     return 0 if results.ok else 1
