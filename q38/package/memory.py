@@ -271,6 +271,7 @@ class ProfileFacts:
     entries: Mapping[str, str]  # the decoder's session entries with the overlay applied
     gpu_mem_limit: int | None
     context: int  # its context tier (the overlay's search.max_length, else the model's context_length)
+    arena_strategy: str | None = None  # the CUDA arena's arena_extend_strategy
 
     @property
     def device_budget(self) -> int:
@@ -289,13 +290,16 @@ class PackageFacts:
     decoder: str  # the default decoder graph (relative to root)
     companions: tuple[str, ...]  # graphs loaded beside the decoder (head, prefill, mtp ...)
     state_graphs: tuple[str, ...]  # companions whose present.* outputs are state of their own
-    mtp_graphs: tuple[str, ...] = ()  # companions that are an MTP draft (their dense tensors count as mtp)
     entries: Mapping[str, str]  # the decoder's session entries
     gpu_mem_limit: int | None
     context_length: int
     head_size: int
+    mtp_graphs: tuple[str, ...] = ()  # companions that are an MTP draft (their dense tensors count as mtp)
+    hidden_size: int = 0
+    vocab_size: int = 0
     placements: Mapping[tuple[str, int], str] = field(default_factory=dict)  # (file, offset) -> placement
     profiles: tuple[ProfileFacts, ...] = ()
+    arena_strategy: str | None = None  # the decoder's CUDA arena_extend_strategy
 
     def path(self, rel: str) -> Path:
         """The absolute path of a graph named relative to the root."""
@@ -312,16 +316,21 @@ def _str_entries(so: object) -> dict[str, str]:
     }
 
 
-def _mem_limit(so: object) -> int | None:
+def _cuda_option(so: object, key: str) -> object:
     for entry in _obj(so).get("provider_options") or []:
         for name, options in _obj(entry).items():
-            if str(name).lower() == "cuda":
-                value = _obj(options).get("gpu_mem_limit")
-                if isinstance(value, str) and value.isdigit():
-                    return int(value)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    return value
+            if str(name).lower() == "cuda" and key in _obj(options):
+                return _obj(options)[key]
     return None
+
+
+def _mem_limit(so: object) -> int | None:
+    return _int(_cuda_option(so, "gpu_mem_limit"), None)
+
+
+def _strategy(so: object) -> str | None:
+    value = _cuda_option(so, "arena_extend_strategy")
+    return value if isinstance(value, str) else None
 
 
 def _int(value: object, default: int | None) -> int | None:
@@ -395,12 +404,15 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
             entries={**entries, **_str_entries(over_so)},
             gpu_mem_limit=limit if limit is not None else _mem_limit(so),
             context=tier,
+            arena_strategy=_strategy(over_so) or _strategy(so),
         ))  # fmt: skip
     return PackageFacts(
         root=root, surface=listing.surface, decoder=decoder_rel, companions=companions,
         state_graphs=state_graphs, mtp_graphs=mtp_graphs, entries=entries, gpu_mem_limit=_mem_limit(so), context_length=context,
-        head_size=_int(decoder.get("head_size"), 0) or 0,
+        head_size=_int(decoder.get("head_size"), 0) or 0, hidden_size=_int(decoder.get("hidden_size"), 0) or 0,
+        vocab_size=_int(model.get("vocab_size"), 0) or 0,
         placements=dict(placements) if placements is not None else pool, profiles=tuple(profiles),
+        arena_strategy=_strategy(so),
     )  # fmt: skip
 
 
