@@ -8,11 +8,14 @@ device, ``c`` the plan's resident slots of that row, and serves the trace's requ
 * ``static``: q38's plan — the ``c`` most selected experts of the row (ties: lower index), never
   changed; a miss is served from the host. Its hits equal the plan's expected hit count when the
   plan's profile was measured on the same trace.
-* ``lru`` / ``lfu``: demand caches of ``c`` experts; a miss loads the expert, evicting the least
+* ``lru`` / ``lfu``: demand caches of ``c`` experts, started warm with the plan's resident set (as
+  a runtime with the popularity file starts); a miss loads the expert, evicting the least
   recently / least frequently (so far; ties: least recently) used one.
-* ``belady``: the offline optimum with bypass (MIN): on a miss, the expert whose next use is
-  farthest — the requested one included, which is then not loaded — leaves. Every other policy
-  here is a feasible schedule of the same cache, so Belady's hits are the ceiling.
+* ``belady``: the offline optimum with bypass (MIN), preloaded for free with the first ``c``
+  distinct experts requested: on a miss, the expert whose next use is farthest — the requested
+  one included, which is then not loaded — leaves. Every other policy here is a feasible schedule
+  of the same cache from some preload, so Belady's hits are the ceiling (a test checks it
+  against an exhaustive search over every schedule and preload).
 
 Host-to-device bytes per token: a demand policy's loads, and for ``static`` (and Belady's
 bypasses) the misses served from the host, times the row's bytes per expert, over the tokens the
@@ -113,27 +116,34 @@ def _static(seq: np.ndarray, capacity: int, counts: np.ndarray) -> PolicyResult:
     return PolicyResult(hits, len(seq) - hits)
 
 
-def _lru(seq: np.ndarray, capacity: int) -> PolicyResult:
-    cache: OrderedDict[int, None] = OrderedDict()
+def _warm(counts: np.ndarray, capacity: int) -> list[int]:
+    """The plan's resident set, least popular first (the start of a warm LRU / LFU)."""
+    from q38.offload.hitrate import resident_experts
+
+    chosen = [int(e) for e in resident_experts(counts, capacity)]
+    return sorted(chosen, key=lambda e: (int(counts[e]), -e))
+
+
+def _lru(seq: np.ndarray, capacity: int, warm: Sequence[int]) -> PolicyResult:
+    cache: OrderedDict[int, None] = OrderedDict((e, None) for e in warm)
     hits = loads = 0
     for e in map(int, seq):
         if e in cache:
             hits += 1
             cache.move_to_end(e)
-        elif capacity > 0:
-            loads += 1
+            continue
+        loads += 1
+        if capacity > 0:
             if len(cache) >= capacity:
                 cache.popitem(last=False)
             cache[e] = None
-        else:
-            loads += 1
     return PolicyResult(hits, loads)
 
 
-def _lfu(seq: np.ndarray, capacity: int) -> PolicyResult:
+def _lfu(seq: np.ndarray, capacity: int, warm: Sequence[int]) -> PolicyResult:
     freq: dict[int, int] = {}
-    last: dict[int, int] = {}
-    cache: set[int] = set()
+    last: dict[int, int] = {e: -len(warm) + i for i, e in enumerate(warm)}
+    cache: set[int] = set(warm)
     hits = loads = 0
     for t, e in enumerate(map(int, seq)):
         freq[e] = freq.get(e, 0) + 1
@@ -143,7 +153,7 @@ def _lfu(seq: np.ndarray, capacity: int) -> PolicyResult:
             loads += 1
             if capacity > 0:
                 if len(cache) >= capacity:
-                    cache.remove(min(cache, key=lambda x: (freq[x], last[x])))
+                    cache.remove(min(cache, key=lambda x: (freq.get(x, 0), last[x])))
                 cache.add(e)
         last[e] = t
     return PolicyResult(hits, loads)
@@ -158,6 +168,10 @@ def _belady(seq: np.ndarray, capacity: int) -> PolicyResult:
         next_use[t] = seen.get(items[t], n + t + 1)  # never again: farther than any real use
         seen[items[t]] = t
     cache: dict[int, int] = {}  # expert -> its next use
+    for t, e in enumerate(items):  # free preload: the first `capacity` distinct experts requested
+        if len(cache) >= capacity:
+            break
+        cache.setdefault(e, t)
     hits = transfers = 0
     for t, e in enumerate(items):
         if e in cache:
@@ -180,8 +194,9 @@ def _belady(seq: np.ndarray, capacity: int) -> PolicyResult:
 def replay_row(seq: np.ndarray, capacity: int, counts: np.ndarray) -> dict[str, PolicyResult]:
     """Every policy on one row's flat request sequence (``seq``: expert ids in order)."""
     flat = np.asarray(seq).reshape(-1)
-    return {"static": _static(flat, capacity, counts), "lru": _lru(flat, capacity), "lfu": _lfu(flat, capacity),
-            "belady": _belady(flat, capacity)}  # fmt: skip
+    warm = _warm(counts, capacity)
+    return {"static": _static(flat, capacity, counts), "lru": _lru(flat, capacity, warm),
+            "lfu": _lfu(flat, capacity, warm), "belady": _belady(flat, capacity)}  # fmt: skip
 
 
 def coverage_curve(counts: np.ndarray, bytes_per_expert: Sequence[int], points: int = 20) -> tuple[tuple[float, float], ...]:
