@@ -72,12 +72,22 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     # issue 29: the selection trace and its replay against LRU, LFU and Belady (q38/profile/replay.py)
     plan.add_argument("--trace-out", metavar="FILE", help="write the measured selection trace here (JSON; docs/offload.md)")
     plan.add_argument("--trace", metavar="FILE", help="with --expert-profile: replay this selection trace")
+    ort = p.add_argument_group("onnxruntime's expert counter state (session.moe_expert_counter_state_file)")
+    ort.add_argument("--ort-state", metavar="FILE", help="also write the measured counts as ORT's state file (moe_expert_state 1)")
+    ort.add_argument("--from-ort-state", metavar="FILE",
+                     help="convert ORT's state file for PKG's decoder into the -o STRP v1 profile (runs no workload)")
     plan.add_argument("--coverage", metavar="STEM", help="with --plan and a trace: write STEM.json and STEM.png (coverage curve)")
     p.set_defaults(run=run)
 
 
 def _check_args(args: argparse.Namespace) -> None:
     from q38.errors import FlagError
+
+    if args.from_ort_state is not None and (args.output is None or args.plan or args.ort_state is not None):
+        raise FlagError("--from-ort-state FILE writes -o FILE only (no --plan, no --ort-state)")
+    if args.ort_state is not None and (args.expert_profile is not None or os.path.lexists(args.ort_state)):
+        raise FlagError(f"--ort-state {args.ort_state}: exists, or there is no measured profile to write"
+                        if args.expert_profile is None else "--ort-state writes measured counts: not with --expert-profile")
 
     if args.output is None and not args.plan:
         raise FlagError("-o FILE is required (or --plan to print a plan only)")
@@ -137,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
     _check_args(args)
     measured = None
+    if args.from_ort_state is not None:
+        return _from_ort_state(args)
     if args.expert_profile is not None:
         profile = read_profile(Path(args.expert_profile), what="--expert-profile")
     else:
@@ -151,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
     replayed = _replay(args, profile, measured, plan) if plan is not None else None
     if measured is not None and args.trace_out is not None:
         _write_trace(args.trace_out, measured)
+    if measured is not None and args.ort_state is not None:
+        _write_ort_state(args, measured)
     if args.json:
         doc: dict[str, Any] = {"output": args.output}
         if measured is not None:
@@ -244,3 +258,44 @@ def _plan(args: argparse.Namespace, profile: Any) -> Any:
         min_slots_per_layer=args.min_slots_per_layer,
     )
     return preview_offload(Path(args.package), options, profile=profile)
+
+
+def _write_ort_state(args: argparse.Namespace, measured: Any) -> None:
+    """The measured counts of the decoder's rows as onnxruntime's expert counter state file."""
+    from q38.errors import ProfileError
+    from q38.profile.ort_state import decoder_nodes, encode_state
+
+    nodes, _experts = decoder_nodes(Path(args.package))
+    names = [s.name for s in measured.sites]
+    rows = [names.index(n.name) for n in nodes if n.name in names]
+    if len(rows) != len(nodes):
+        raise ProfileError(f"{args.package}: the profile's rows do not name every QMoE node of the decoder")
+    try:
+        _write_atomic(Path(args.ort_state), encode_state(nodes, measured.counts[rows]))
+    except OSError as exc:
+        raise ProfileError(f"--ort-state {args.ort_state}: cannot write it: {exc.strerror or exc}") from None
+
+
+def _from_ort_state(args: argparse.Namespace) -> int:
+    """``--from-ort-state FILE PKG -o OUT``: onnxruntime's state file as an STRP v1 profile."""
+    from q38.errors import ProfileError
+    from q38.package.files import read_text_bounded
+    from q38.package.profile import ExpertProfile, encode_profile
+    from q38.profile.ort_state import decoder_nodes, parse_state, state_to_counts
+
+    source = f"--from-ort-state {args.from_ort_state}"
+    text = read_text_bounded(Path(args.from_ort_state), what="--from-ort-state", limit=1 << 28, error=ProfileError)
+    state = parse_state(text, source=source)
+    nodes, experts = decoder_nodes(Path(args.package))
+    counts = state_to_counts(state, nodes, experts, source=source)
+    try:
+        _write_atomic(Path(args.output), encode_profile(ExpertProfile(counts)))
+    except OSError as exc:
+        raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps({"output": args.output, "rows": len(nodes), "experts": experts,
+                          "selections": int(counts.sum())}, indent=2, sort_keys=True))  # fmt: skip
+    else:
+        print(f"q38 profile: wrote {args.output}: {len(nodes)} rows x {experts} experts from {args.from_ort_state} "
+              f"({int(counts.sum())} selections)")  # fmt: skip
+    return 0
