@@ -59,6 +59,14 @@ from q38.package.profile import (
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
 
 if TYPE_CHECKING:
+    from q38.package.genai_config import (
+        GenaiConfig,
+        dumps_genai_config,
+        genai_config_to_dict,
+        parse_genai_config,
+        read_genai_config,
+    )
+    from q38.package.genai_package import GenaiPackage, open_genai_package
     from q38.package.graphs import (
         ExternalRef,
         all_graphs,
@@ -70,14 +78,6 @@ if TYPE_CHECKING:
     )
     from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
     from q38.package.surface import V12bPackage, detect_surface, open_any, require_surface
-    from q38.package.genai_config import (
-        GenaiConfig,
-        dumps_genai_config,
-        genai_config_to_dict,
-        parse_genai_config,
-        read_genai_config,
-    )
-    from q38.package.genai_package import GenaiPackage, open_genai_package
 
 # The genai surface's schema and reader load on first use (PEP 562): a v12b command never pays
 # for them (they were a tenth of a second of CPU at every start-up).

@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 
 __all__ = [
     "EXPERT_INPUTS",
+    "ExpertNode",
     "GraphMemory",
     "MemoryBreakdown",
     "PackageFacts",
@@ -42,16 +43,15 @@ __all__ = [
     "StateTensor",
     "TensorBytes",
     "breakdown",
+    "dtype_bits",
     "graph_memory",
+    "load_graph_header",
     "load_memory",
     "parse_caps",
     "pool_placements",
     "profile_breakdowns",
-    "tensor_nbytes",
-    "dtype_bits",
-    "load_graph_header",
-    "ExpertNode",
     "read_package_facts",
+    "tensor_nbytes",
 ]
 
 GIB: Final = 1 << 30

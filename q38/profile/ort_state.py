@@ -176,7 +176,7 @@ def state_to_counts(state: Mapping[tuple[str, int, str], Mapping[int, float]], n
         for expert, value in row.items():
             if expert >= experts:
                 raise ProfileError(f"{source}: node {key[1]}: expert {expert} outside 0..{experts - 1}")
-            counts[known[key], expert] = int(round(value * SCALE)) if fractional else int(value)
+            counts[known[key], expert] = round(value * SCALE) if fractional else int(value)
     return counts
 
 

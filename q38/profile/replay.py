@@ -111,7 +111,7 @@ class ReplayReport:
 def _static(seq: np.ndarray, capacity: int, counts: np.ndarray) -> PolicyResult:
     from q38.offload.hitrate import resident_experts
 
-    resident = set(int(e) for e in resident_experts(counts, capacity))
+    resident = {int(e) for e in resident_experts(counts, capacity)}
     hits = sum(1 for e in seq if int(e) in resident)
     return PolicyResult(hits, len(seq) - hits)
 
