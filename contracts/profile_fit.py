@@ -101,14 +101,22 @@ def _check(view: PackageView) -> list[Violation]:
         return []
 
 
+def _only(rule_id: str) -> Any:
+    def check(view: PackageView) -> list[Violation]:
+        return [v for v in _check(view) if v.rule_id == rule_id]
+
+    return check
+
+
 RULES: tuple[Rule, ...] = (
     Rule("PKG-FIT-001", "a runtime profile's exact device bytes (device weights, resident expert slots, "
-         "decoder state at its context tier) fit its device budget", _SRC, "run-time", "package", _check),
+         "decoder state at its context tier) fit its device budget", _SRC, "run-time", "package",
+         _only("PKG-FIT-001")),
     Rule("PKG-FIT-002", "a runtime profile's host bytes fit its maximum_effective_host_memory_bytes", _SRC,
-         "run-time", "package", lambda view: []),  # reported by PKG-FIT-001's check (one pass)
+         "run-time", "package", _only("PKG-FIT-002")),
 )  # fmt: skip
 
 
 def check_profile_fit(view: PackageView) -> list[Violation]:
-    """Every profile-fit violation of the package (none without runtime profiles)."""
+    """Every profile-fit violation of the package (none without runtime profiles), in one pass."""
     return _check(view)
