@@ -44,7 +44,7 @@ def plot_report(report: FitReport, path: Path) -> None:
     for x, r in zip(xs, rows, strict=True):
         if r.budget is not None:
             ax.hlines(r.budget / GIB, x - 0.4, x + 0.4, colors="black", linewidth=2,
-                      label=None if budget_drawn else "device budget")  # fmt: skip
+                      label="_nolegend_" if budget_drawn else "device budget")  # fmt: skip
             budget_drawn = True
             ax.annotate(r.verdict, (x, r.budget / GIB), textcoords="offset points", xytext=(0, 4), ha="center",
                         fontsize=8)  # fmt: skip

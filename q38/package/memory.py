@@ -131,7 +131,7 @@ class StateTensor:
         """Bytes at ``context`` tokens for ``batch`` sequences."""
         count = 1
         for d in self.dims:
-            count *= {"B": batch, "T": context, "BT": batch * context}.get(d, d) if isinstance(d, str) else d
+            count *= {"B": batch, "T": context, "BT": batch * context}.get(d, 1) if isinstance(d, str) else d
         return (count * self.bits + 7) // 8
 
 

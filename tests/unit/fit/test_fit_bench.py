@@ -47,6 +47,8 @@ def large_cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["full_cpu_package", "large_cpu_package"])
 def test_fit_cpu_time_next_to_onnx_load(which: str, request: pytest.FixtureRequest, benchmark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    if which == "large_cpu_package" and benchmark.disabled:
+        pytest.skip("the large preset is synthesized under nox -s bench only (--benchmark-enable)")
     root: Path = request.getfixturevalue(which)
     fit = [sys.executable, "-m", "q38", "fit", str(root), "--json"]
     load = [sys.executable, "-c", _LOAD, *_graphs(root)]
