@@ -33,6 +33,7 @@ from contracts import (
     offload_nodes,
     package_layout,
     path_fields,
+    profile_fit,
     qmoe,
     qsa,
     schema_rules,
@@ -69,6 +70,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *path_fields.RULES,
     *shared_initializers.RULES,
     *config_graphs.RULES,
+    *profile_fit.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
@@ -312,6 +314,7 @@ def check_package(
     report.violations.extend(package_layout.check_package_layout(view))
     report.violations.extend(shared_initializers.check_shared_initializers(view))
     report.violations.extend(config_graphs.check_config_graphs(view))
+    report.violations.extend(profile_fit.check_profile_fit(view))
     _open_strictly(listing.surface, root, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))

@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "optimize",
     "offload",
     "profile",
+    "fit",
     "check",
     "rules",
     "explain",

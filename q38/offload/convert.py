@@ -30,6 +30,7 @@ import onnx_ir as ir
 from q38 import __version__
 from q38.errors import OffloadError
 from q38.offload.eligibility import Eligibility, resolve_eligibility, split_verdicts
+from q38.offload.fit_guard import refuse_unfit_profiles
 from q38.offload.hitrate import HitReport, hit_report
 from q38.offload.multidraft import grow_multidraft, has_draft, multidraft_filenames
 from q38.offload.options import (
@@ -320,6 +321,7 @@ def convert_package(
         _log_plan(genai_plan.report)
         return write_genai_offload(genai_plan, out, link=link, digest=digest)
     plan = plan_offload(src, options, out=out, eligibility=eligibility)
+    refuse_unfit_profiles(src, plan.config, plan.pool_plan.pool)  # issue 29: before anything is written
     _log_plan(plan.report)
     return write_offload(plan, out, link=link, digest=digest)
 

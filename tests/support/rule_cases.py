@@ -314,7 +314,22 @@ def _package_cases() -> list[RuleCase]:
 
         return write
 
+    def runtime_profile(device: int, host: int | None = None) -> Callable[[Path], None]:
+        def write(pkg: Path) -> None:
+            eligibility: dict[str, int] = {"minimum_total_device_memory_bytes": device}
+            if host is not None:
+                eligibility["maximum_effective_host_memory_bytes"] = host
+            profile = {"id": "p", "eligibility": eligibility, "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}
+            _write_config(pkg, lambda d: d.update({"runtime_profiles": [profile]}))
+
+        return write
+
     return [
+        RuleCase("PKG-FIT-001", "package", runtime_profile(1 << 30), runtime_profile(1 << 20)),
+        # host bytes: the tiny package's dense weights are all device-placed, so only the experts'
+        # host share counts: 0 bytes without offload entries; a maximum of 0 passes, and a pool
+        # entry made host_mapped (64 KiB of embedding) goes over it
+        RuleCase("PKG-FIT-002", "package", runtime_profile(1 << 30, 0), _host_over(runtime_profile(1 << 30, 0))),
         RuleCase("CFG-GRAPH-001", "package", _noop, undeclared_state, base="faithful"),
         RuleCase("CFG-GRAPH-002", "package", profile(9), profile(3)),
         RuleCase("CFG-GRAPH-003", "package", _noop, _swap_drafts, base="multidraft"),
@@ -330,6 +345,22 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
         RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
     ]
+
+
+def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
+    """``first``, then the pool's first entry host_mapped (its bytes leave the device for the host)."""
+
+    def write(pkg: Path) -> None:
+        first(pkg)
+        pool = pkg / "weights_pool.txt"
+        lines = pool.read_text().splitlines()
+        index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+        fields = lines[index].split(" ")
+        fields[6] = "host_mapped"
+        lines[index] = " ".join(fields)
+        pool.write_text("\n".join(lines) + "\n")
+
+    return write
 
 
 CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_GRAPH_CASES, *_config_cases(), *_package_cases()]}
