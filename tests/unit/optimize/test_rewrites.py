@@ -135,8 +135,11 @@ def test_shared_expert_projections_fuse_into_one_matmul_and_split(commuted: bool
 def test_shared_expert_declines_non_constant_weight() -> None:
     proto = G.shared_expert_model(up_weight="wu_in")
     proto.graph.input.append(helper.make_tensor_value_info("wu_in", G.F16, [16, 8]))
-    _, p = apply(FuseSharedExpertPass, proto)
+    model, p = apply(FuseSharedExpertPass, proto)
     assert reasons(p) == ["up weight 'wu_in' is not a constant initializer"]
+    # The behaviour, not only the text: nothing fused, the up projection still reads the input.
+    assert p.count == 0 and ops(model) == {("", "MatMul"): 4, ("", "Sigmoid"): 2, ("", "Mul"): 3}
+    assert any(n.op_type == "MatMul" and n.inputs[1] is not None and n.inputs[1].name == "wu_in" for n in model.graph)
 
 
 # -- CausalConvWithState -----------------------------------------------------------------------------
