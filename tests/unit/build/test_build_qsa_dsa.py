@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from support.build_bundles import EPS, make_bundles
 
 from q38._ops import DYNAMIC_SPARSE_ATTENTION
 from q38.build import BuildRequest, build_package
-from support.build_bundles import EPS, make_bundles
 
 QK_EPS = 3.5e-6  # differs from the norm chain's EPS (1e-6), the scale and every default
 SCALE = 0.125
