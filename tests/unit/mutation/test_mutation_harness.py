@@ -136,7 +136,7 @@ def test_a_workdir_resumes_only_over_the_inputs_it_was_prepared_from(tmp_path: P
     assert digest != mutate.inputs_digest("q38/build", ("tests/unit/package",))
     assert not mutate.resumable(tmp_path, digest)  # nothing prepared
     (tmp_path / "mutants").mkdir()
-    (tmp_path / mutate.RUN_STATE).write_text('{"inputs": "%s"}' % digest, "utf-8")
+    (tmp_path / mutate.RUN_STATE).write_text(json.dumps({"inputs": digest}), "utf-8")
     assert mutate.resumable(tmp_path, digest)
     assert not mutate.resumable(tmp_path, "0" * 64)  # other inputs: start over
     (tmp_path / mutate.RUN_STATE).write_text('{"inputs": ', "utf-8")  # a torn state file
