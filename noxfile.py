@@ -94,14 +94,16 @@ def properties(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """mutmut over q38/optimize and contracts (or the packages given), targeted tests per function.
+    """mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
+    q38/offload, q38/build, q38/package, contracts) or those given, targeted tests per function.
 
-    By default a fixed-seed uniform sample of 300 mutants per package (seed 0), scored with its 95 %
-    Wilson interval -- every mutant of both packages takes hours on 2 cores, the samples under an
-    hour; `--all` judges every mutant, `--sample N --seed S` another sample. Prints per package the
-    score (and per module), the allowlisted equivalents with their reasons and every survivor with
-    its diff. `nox -s mutation -- q38/optimize --fail-under 85`; see tests/mutation/mutate.py for
-    the other options (--mutants GLOB, --keep, --no-run).
+    By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson
+    interval of at most +-4 points), each package's score with its interval, per module, the
+    allowlisted equivalents with their reasons and every survivor with its diff. Resumable: a rerun
+    over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops
+    between chunks (exit 3, rerun to continue), `--fresh` starts over. `nox -s mutation --
+    q38/build --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
+    --mutants GLOB, --keep, --no-run, --fail-under.
     """
     _install(session, *MUTATION_DEPS)
     session.run("python", "tests/mutation/mutate.py", *session.posargs)

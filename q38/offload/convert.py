@@ -47,7 +47,7 @@ from q38.offload.package_io import (
     source_files,
 )
 from q38.offload.placement import ALIGNED_FILE, PoolPlan, plan_pool, retarget_graph, write_moves
-from q38.offload.profiles import apply_offload_config, check_prefill_chunk
+from q38.offload.profiles import apply_offload_config
 from q38.offload.report import OffloadReport
 from q38.offload.router import clear_router_weights, qmoe_nodes, refuse_qmoe_offload
 from q38.offload.rows import ProfileRows, match_profile, qmoe_sites
@@ -127,7 +127,7 @@ def plan_offload(
     profile = profile if profile is not None else read_expert_profile(options)
     package = open_package(src)
     cfg = package.config
-    check_prefill_chunk(cfg, source=str(package.target_dir / CONFIG_FILENAME))
+    # prefill.chunk <= kv_capacity: refused by the config parser (open_package) before this point.
     graph_cfg = cfg.model.qwen38_graph
     # A source converted before carries its prepared target as model_s2: regenerate from it.
     base_role = "s2" if "s2" in package.roles() else "target"
