@@ -33,7 +33,7 @@ def installed_version(module: str = "onnxruntime") -> str | None:
         if not name.startswith((module.replace("_", "-"), "ort-")):
             continue
         files = dist.files or []
-        if any(str(f).replace(os.sep, "/") == init and os.path.realpath(dist.locate_file(f)) == origin for f in files):
+        if any(str(f).replace(os.sep, "/") == init and os.path.realpath(str(dist.locate_file(f))) == origin for f in files):
             return str(dist.version)
     try:
         imported = importlib.import_module(module)

@@ -58,7 +58,7 @@ class DeferredModule(types.ModuleType):
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
     """The spec of ``name`` without importing it (nor, for a submodule, its package)."""
-    parent, _, child = name.rpartition(".")
+    parent = name.rpartition(".")[0]
     if not parent:
         return importlib.util.find_spec(name)
     package = importlib.util.find_spec(parent)
