@@ -76,12 +76,13 @@ _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
 def installed_ort_version() -> str:
-    """The installed onnxruntime version, or 1.32.0 (the reference) when it is not installed."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return "1.32.0"
-    return str(onnxruntime.__version__)
+    """The installed onnxruntime version, or 1.32.0 (the reference) when it is not installed.
+
+    Read without importing onnxruntime (:mod:`contracts._installed`): only ORT sessions need it.
+    """
+    from contracts._installed import installed_version
+
+    return installed_version("onnxruntime") or "1.32.0"
 
 
 @dataclass(frozen=True)

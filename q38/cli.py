@@ -269,7 +269,10 @@ def _say_interrupted(command: str) -> None:
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
+    from q38._deferred import defer_sympy  # stdlib-only module
     from q38.errors import Q38Error  # stdlib-only module
+
+    defer_sympy()  # onnx-ir imports sympy eagerly; a command pays for it only if it uses it
 
     try:
         code = int(args.run(args))
