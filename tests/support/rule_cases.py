@@ -279,6 +279,9 @@ def _package_cases() -> list[RuleCase]:
     def hard_link(pkg: Path) -> None:
         os.link(pkg / "model.onnx.data", pkg.parent / "second-name.data")
 
+    def unreadable_data(pkg: Path) -> None:
+        os.chmod(pkg / "model.onnx.data", 0o200)  # the owner may write it, not read it
+
     def missing_library(pkg: Path) -> None:
         _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
 
@@ -338,6 +341,7 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PKG-SYMLINK-001", "package", _noop, escaping_link),
         RuleCase("PKG-HARDLINK-001", "package", _noop, hard_link),
         RuleCase("PKG-LIB-001", "package", _noop, missing_library),
+        RuleCase("PKG-READ-001", "package", _noop, unreadable_data),
         RuleCase("PATH-FIELD-001", "package", _noop, absolute_profile),
         RuleCase("PATH-FIELD-002", "package", _noop, linked_profile),
         RuleCase("PATH-FIELD-003", "package", _noop, directory_profile),
