@@ -29,6 +29,7 @@ from contracts import (
     config_surface,
     gated_delta_net,
     hyper_connection,
+    model_load,
     offload_config,
     offload_nodes,
     package_layout,
@@ -59,6 +60,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
     *offload_nodes.RULES,
     *schema_rules.RULES,
+    *model_load.RULES,
     *qsa.RULES,
     *causal_conv.RULES,
     *gated_delta_net.RULES,
@@ -310,9 +312,11 @@ def check_package(
         graphs=tuple(GraphFile(g.label, g.path, root, g.refs, g.load_error) for g in graphs),
         libraries=tuple(_library_rel(root, tdir, p, rel) for p, rel in config_surface.library_paths(raw)),
         extra={**_genai_extra(listing, graphs), "document": raw, "config_dir": tdir,
-               "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error}},
+               "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error},
+               "model_headers": {g.label: model_load.read_header(g.path) for g in graphs}},
     )
     report.violations.extend(package_layout.check_package_layout(view))
+    report.violations.extend(model_load.check_model_headers(view))
     report.violations.extend(shared_initializers.check_shared_initializers(view))
     report.violations.extend(config_graphs.check_config_graphs(view))
     report.violations.extend(profile_fit.check_profile_fit(view))

@@ -8,6 +8,7 @@ input differs from the rejected one in the one thing the rule is about.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,16 @@ def _unknown_import() -> onnx.ModelProto:
     return model
 
 
+def _ir(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    model.ir_version = version
+    return model
+
+
+def _dup_input(model: onnx.ModelProto) -> onnx.ModelProto:
+    model.graph.input.append(copy.deepcopy(model.graph.input[0]))
+    return model
+
+
 def _with_opset(model: onnx.ModelProto, domain: str, version: int) -> onnx.ModelProto:
     for opset in model.opset_import:
         if opset.domain == domain:
@@ -152,6 +163,8 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
+    RuleCase("ORT-MODEL-001", "graph", lambda: _graph(_ir(_gated_add(), 14)), lambda: _graph(_ir(_gated_add(), 15))),
+    RuleCase("ORT-MODEL-003", "graph", lambda: _graph(_gated_add()), lambda: _graph(_dup_input(_gated_add()))),
     RuleCase("ORT-OPSET-001", "graph", lambda: _graph(_gated_add()), lambda: _graph(_with_opset(_gated_add(), "", 10000))),
     RuleCase("ORT-OPSET-002", "graph", lambda: _graph(_gated_add()), lambda: _graph(_unknown_import())),
     RuleCase("ORT-SCHEMA-001", "graph", lambda: _graph(_one("Relu")), lambda: _graph(_one("Bogus", domain=MS))),
@@ -305,6 +318,17 @@ def _package_cases() -> list[RuleCase]:
     def shared_shape(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"]["shared_initializers"][0].update({"shape": [512, 65]}))
 
+    def no_ir_version(pkg: Path) -> None:
+        model = onnx.load(pkg / "model.onnx", load_external_data=False)
+        model.ClearField("ir_version")
+        onnx.save(model, pkg / "model.onnx")
+
+    def unknown_data_key(pkg: Path) -> None:
+        model = onnx.load(pkg / "model.onnx", load_external_data=False)
+        tensor = next(t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+        tensor.external_data.add(key="basepath", value=".")
+        onnx.save(model, pkg / "model.onnx")
+
     def undeclared_state(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"]["inputs"].pop("past_conv_names"))
 
@@ -337,6 +361,8 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("CFG-GRAPH-002", "package", profile(9), profile(3)),
         RuleCase("CFG-GRAPH-003", "package", _noop, _swap_drafts, base="multidraft"),
         RuleCase("PKG-GRAPH-001", "package", _noop, truncate),
+        RuleCase("ORT-MODEL-002", "package", _noop, no_ir_version),
+        RuleCase("ORT-MODEL-004", "package", _noop, unknown_data_key),
         RuleCase("PKG-EXTDATA-001", "package", _noop, escaping_data),
         RuleCase("PKG-SYMLINK-001", "package", _noop, escaping_link),
         RuleCase("PKG-HARDLINK-001", "package", _noop, hard_link),
