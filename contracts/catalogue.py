@@ -31,6 +31,7 @@ __all__ = ["FAMILIES", "RuleEntry", "build_catalogue", "catalogue", "entry", "fa
 _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("SESSION-CFG-", "session-config"),
     ("OFFLOAD-", "offload"),
+    ("ORT-MODEL-", "model-load"),
     ("ORT-OPSET-", "schema"),
     ("ORT-SCHEMA-", "schema"),
     ("ORT-SHAPE-", "schema"),
@@ -43,6 +44,7 @@ _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("QMOE-", "qmoe"),
     ("CFG-GRAPH-", "config-graphs"),
     ("CFG-", "config"),
+    ("PKG-FIT-", "fit"),
     ("PKG-", "layout"),
     ("PATH-", "layout"),
 )

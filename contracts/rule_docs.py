@@ -482,4 +482,59 @@ DOCS: dict[str, RuleDoc] = {
         "model_s3.onnx with input_ids [B, 2] (needs 3 rows)",
         "Regenerate the multi-draft graphs with q38 offload.",
     ),
+    "ORT-MODEL-001": RuleDoc(
+        "When onnxruntime reads a model (Model::Load, core/graph/model.cc) it compares the model's "
+        "ir_version with the newest IR version its onnx build knows and refuses a newer one before "
+        "any node is looked at: 'Unsupported model IR version: N, max supported IR version: M' "
+        "(onnxruntime 1.31.1 reads up to 13, 1.32.0 up to 14).",
+        "model.onnx with ir_version: 99",
+        "Save the graph with an IR version the target onnxruntime reads (q38 synth --target-ort; "
+        "onnx.helper.make_model(..., ir_version=13) for 1.31.1).",
+    ),
+    "ORT-MODEL-002": RuleDoc(
+        "A ModelProto without an ir_version field is refused by onnxruntime's loader with "
+        "'Missing model IR version.' before the graph is resolved.",
+        "model.onnx whose ModelProto has no ir_version (field 1 absent)",
+        "Write the model with onnx.save / onnx_ir.save, which always set ir_version.",
+    ),
+    "ORT-MODEL-003": RuleDoc(
+        "Graph resolution defines each graph input once; a second input of the same name fails "
+        "with 'Duplicate definition-site for (NAME).' when the session is created.",
+        "graph inputs: input_ids, attention_mask, input_ids",
+        "Rename or remove the duplicate graph input.",
+    ),
+    "ORT-MODEL-004": RuleDoc(
+        "An initializer stored as external data carries location / offset / length fields; "
+        "onnxruntime refuses unknown keys, an empty or absolute location, one that leaves the "
+        "model's directory ('..'), a missing file, offsets and lengths that are not int64, a length "
+        "other than the tensor's byte size, and a range past the end of the file.",
+        'external_data { key: "location" value: "../weights.bin" }',
+        "Keep data files next to the graph with relative locations; re-save with "
+        "onnx.save(..., save_as_external_data=True) so offsets and lengths match the file.",
+    ),
+    "PKG-READ-001": RuleDoc(
+        "A session opens every graph, external-data file and custom-op library it is given; a file "
+        "the current user cannot read makes session creation fail with a permission error. q38 "
+        "checks access (os.access R_OK) without reading any byte.",
+        "model.onnx.data with mode 0000 (or owned by another user, mode 0600)",
+        "Give the user running onnxruntime read permission on every file of the package (chmod a+r).",
+    ),
+    "PKG-FIT-001": RuleDoc(
+        "A runtime profile is chosen for GPUs whose device memory covers what the decoder needs "
+        "at that profile's context tier: the device-placed weights, the resident expert slots and "
+        "the decoder state (KV caches, GDN recurrent and conv state, indexer caches) at the tier. "
+        "Exact bytes from shapes and dtypes (q38 fit); a profile whose sum exceeds its budget "
+        "fails when the session allocates (CUDA out of memory).",
+        "runtime_profiles[0] for 20 GiB at 32K context whose resident slots alone take 19 GiB",
+        "Lower the profile's resident slots (--total-resident-slots / --target-resident-slots) or "
+        "its context tier, as the message says; q38 fit shows the breakdown.",
+    ),
+    "PKG-FIT-002": RuleDoc(
+        "The experts that are not resident stay in host memory (cpu_mmap / host_mapped); a profile "
+        "whose host bytes exceed its maximum_effective_host_memory_bytes selects a machine that "
+        "cannot hold them.",
+        "a profile with maximum_effective_host_memory_bytes 32 GiB and 60 GiB of host-placed experts",
+        "Keep more experts resident, or raise maximum_effective_host_memory_bytes to what the "
+        "package needs (q38 fit prints the host total).",
+    ),
 }
