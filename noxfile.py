@@ -95,14 +95,16 @@ def properties(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """mutmut over q38/optimize and contracts (or the packages given), targeted tests per function.
+    """mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
+    q38/offload, q38/build, q38/package, contracts) or those given, targeted tests per function.
 
-    By default a fixed-seed uniform sample of 300 mutants per package (seed 0), scored with its 95 %
-    Wilson interval -- every mutant of both packages takes hours on 2 cores, the samples under an
-    hour; `--all` judges every mutant, `--sample N --seed S` another sample. Prints per package the
-    score (and per module), the allowlisted equivalents with their reasons and every survivor with
-    its diff. `nox -s mutation -- q38/optimize --fail-under 85`; see tests/mutation/mutate.py for
-    the other options (--mutants GLOB, --keep, --no-run).
+    By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson
+    interval of at most +-4 points), each package's score with its interval, per module, the
+    allowlisted equivalents with their reasons and every survivor with its diff. Resumable: a rerun
+    over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops
+    between chunks (exit 3, rerun to continue), `--fresh` starts over. `nox -s mutation --
+    q38/build --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
+    --mutants GLOB, --keep, --no-run, --fail-under.
     """
     _install(session, *MUTATION_DEPS)
     session.run("python", "tests/mutation/mutate.py", *session.posargs)
@@ -221,11 +223,20 @@ def bench(session: nox.Session) -> None:
         pytest_args = ["tests/unit", "-o", "python_files=test_*_bench.py", "--ignore=tests/unit/scale"]
     # The gate compares base and head on the small placement sizes; the large ones run once below.
     # Whole-process benchmarks next to the pytest (call) benchmarks: what a user waits for.
+    # check-tiny (issue 27): what a tiny `q38 check` costs, mostly imports; import-onnx is its floor.
+    tiny = os.path.abspath(os.path.join(".benchmarks", "startup-tiny"))
+    shutil.rmtree(tiny, ignore_errors=True)
+    session.run("python", "-m", "q38", "synth", tiny, "--preset", "tiny", "--json", silent=True)
+    check_tiny, import_onnx = f"{{python}} -m q38 check {tiny}", "{python} -c 'import onnx'"
     processes = ["--process", "synth-full={python} -m q38 synth {tmp}/pkg --preset full",
-                 "cli-startup={python} -m q38 --help"]
+                 "--process", "cli-startup={python} -m q38 --help",
+                 "--process", f"check-tiny={check_tiny}", "--process", f"import-onnx={import_onnx}"]
     session.run("python", "-m", "q38.benchgate", "run", "--out", os.path.join(".benchmarks", "gate"),
                 *processes, *gate_args, "--", *pytest_args,
                 env={"Q38_BENCH_SIZES": os.environ.get("Q38_BENCH_SIZES", "tiny,full")})
+    # The head against the floor: a tiny check within 1.5x of `import onnx` (CPU, fastest of 7 each).
+    session.run("python", "-m", "q38.benchgate.floor", "--name", "check-tiny", "--command", check_tiny,
+                "--floor-name", "import-onnx", "--floor", import_onnx, "--max-ratio", "1.5")
     # Placement on large packages (issue 14): build link / copy, offload's copy and check next to
     # cp -rl / cp -r / cp -r --reflink=auto in the same run, and memory 1 GB vs 8 GB. Needs ~35 GB
     # of disk for 8 GB; Q38_PLACEMENT_SIZES=0 skips it.

@@ -82,10 +82,10 @@ class Typing:
         """The version a node of ``domain`` resolves at: the import, else ORT's default."""
         imports = self.facts.model.opset_imports
         if domain == "":
-            if "" in imports:
-                return int(imports[""])
-            if "ai.onnx" in imports:
-                return int(imports["ai.onnx"])
+            # ORT maps "ai.onnx" to "" and the later import of the two wins (model.cc)
+            onnx = [v for d, v in imports.items() if d in {"", "ai.onnx"}]
+            if onnx:
+                return int(onnx[-1])
         elif domain in imports:
             return int(imports[domain])
         return self.registry.default_version(domain)

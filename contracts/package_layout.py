@@ -146,6 +146,51 @@ def _check_libraries(view: PackageView) -> list[Violation]:
     return found
 
 
+def _opened_files(view: PackageView) -> list[tuple[str, Path, str]]:
+    """(label, path, what) of every file a session over ``view`` opens, each once, in order."""
+    out: list[tuple[str, Path, str]] = []
+    seen: set[Path] = set()
+
+    def add(label: str, path: Path, what: str) -> None:
+        if path not in seen:
+            seen.add(path)
+            out.append((label, path, what))
+
+    for graph in view.graphs:
+        add(graph.label, graph.path, "graph")
+        for name, location in graph.refs:
+            if _location_problem(graph, location) is None:  # a bad location is PKG-EXTDATA-001's
+                add(graph.label, graph.path.parent / location, f"external data of {name!r}")
+    for _path, rel in view.libraries:
+        pure = PurePosixPath(rel)
+        if rel and not pure.is_absolute() and ".." not in pure.parts:
+            add("", view.root / rel, "custom-op library")
+    return out
+
+
+def _check_readable(view: PackageView) -> list[Violation]:
+    """Every file a session opens is readable by the current user: an access check, no byte read.
+
+    ORT opens the graph, each external-data file and each custom-op library when the session is
+    created; one the user cannot read fails that load, on whichever machine runs it.
+    """
+    found = []
+    for label, path, what in _opened_files(view):
+        try:
+            if not os.path.exists(path) or os.access(path, os.R_OK):
+                continue  # a missing file is another rule's
+        except (OSError, ValueError):
+            continue
+        rel = os.path.relpath(path, view.root) if _inside(view.root, path) else os.fspath(path)
+        found.append(Violation(
+            "PKG-READ-001",
+            f"{rel}: {what} is not readable by the current user (permission denied); onnxruntime "
+            "cannot open it when the session is created",
+            graph=label,
+        ))  # fmt: skip
+    return found
+
+
 def _check_graph_loads(view: PackageView) -> list[Violation]:
     """The graph reader's own refusal (external data out of range, malformed protobuf or graph,
     duplicate names, undefined inputs), which no ORT-facing rule above names."""
@@ -164,6 +209,9 @@ RULES: tuple[Rule, ...] = (
          "consumers refuse it", _SRC, "run-time", "package", _check_hard_links),
     Rule("PKG-LIB-001", "custom-op libraries exist inside the package", _SRC, "cpu-session",
          "package", _check_libraries),
+    Rule("PKG-READ-001", "every file a session opens (graphs, external data, custom-op libraries) "
+         "is readable by the current user (os.access, no bytes read)", _SRC, "cpu-session",
+         "package", _check_readable),
 )  # fmt: skip
 
 

@@ -29,10 +29,12 @@ from contracts import (
     config_surface,
     gated_delta_net,
     hyper_connection,
+    model_load,
     offload_config,
     offload_nodes,
     package_layout,
     path_fields,
+    profile_fit,
     qmoe,
     qsa,
     schema_rules,
@@ -62,6 +64,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
     *offload_nodes.RULES,
     *schema_rules.RULES,
+    *model_load.RULES,
     *qsa.RULES,
     *causal_conv.RULES,
     *gated_delta_net.RULES,
@@ -73,17 +76,19 @@ ALL_RULES: tuple[Rule, ...] = (
     *path_fields.RULES,
     *shared_initializers.RULES,
     *config_graphs.RULES,
+    *profile_fit.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
 def installed_ort_version() -> str:
-    """The installed onnxruntime version, or the reference version when it is not installed."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return REFERENCE_ORT_VERSION
-    return str(onnxruntime.__version__)
+    """The installed onnxruntime version, or the reference version when it is not installed.
+
+    Read without importing onnxruntime (:mod:`contracts._installed`): only ORT sessions need it.
+    """
+    from contracts._installed import installed_version
+
+    return installed_version("onnxruntime") or REFERENCE_ORT_VERSION
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class CheckReport:
     package: str
     ort_version: str
     surface: str = "v12b"
+    # The config file, relative to the package (where config violations point in SARIF).
+    config_file: str = "genai_config.json"
     rules_checked: list[str] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
     graph_checks: list[GraphCheck] = field(default_factory=list)
@@ -264,6 +271,7 @@ def check_package(
     rules = _applicable(version)
     report = CheckReport(package=str(root), ort_version=version, surface=listing.surface,
                          rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
+    report.config_file = os.path.relpath(listing.config_path, root).replace(os.sep, "/")
     report.violations.extend(config_surface.check_genai_config(raw))
     for block_path, so in _session_blocks(listing):
         report.violations.extend(v.at(graph=block_path) for v in check_session_config(session_entries(so), ort_version=version))
@@ -300,11 +308,14 @@ def check_package(
         extra={**listing.reader.rule_context(raw, listing.config_path,
                                              {g.label: g.model for g in graphs if g.model is not None and not g.load_error}),
                "document": raw, "config_dir": tdir,
-               "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error}},
+               "graph_models": {g.label: g.model for g in graphs if g.model is not None and not g.load_error},
+               "model_headers": {g.label: model_load.read_header(g.path) for g in graphs}},
     )
     report.violations.extend(package_layout.check_package_layout(view))
+    report.violations.extend(model_load.check_model_headers(view))
     report.violations.extend(shared_initializers.check_shared_initializers(view))
     report.violations.extend(config_graphs.check_config_graphs(view))
+    report.violations.extend(profile_fit.check_profile_fit(view))
     _open_strictly(listing, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))

@@ -35,7 +35,7 @@ def entry() -> int:
     """The console script: a Ctrl-C while the CLI itself is still being imported is one line too."""
     gc.set_threshold(*GC_THRESHOLDS)
     try:
-        from q38.cli import interrupted, main
+        from q38.cli import interrupt_exit_code, interrupted, main
     except KeyboardInterrupt:
         sys.stderr.write("q38: interrupted\n")
         _leave(130)
@@ -43,7 +43,7 @@ def entry() -> int:
     gc.freeze()
     code = main()
     if interrupted():
-        _leave(code)
+        _leave(interrupt_exit_code())
     return code
 
 

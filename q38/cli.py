@@ -1,12 +1,15 @@
 """The ``q38`` console script: argument parsing and error reporting only.
 
 Exit codes: 0 success; 1 ``q38 check`` found contract violations; 2 a user error (one line on
-stderr naming the file, node, rule or flag at fault, never a traceback); 130 interrupted.
+stderr naming the file, node, rule or flag at fault, never a traceback); 128+n ended by signal n
+(130 Ctrl-C / SIGINT, 143 SIGTERM, 129 SIGHUP).
 
 Errors: a :class:`q38.errors.Q38Error` is its own bounded line; any ``OSError`` that reaches the
 CLI is a user error too (the path and the errno text), never an ``internal error``, which is
 left for genuine bugs.
 
+Signals: SIGTERM (CI runners, ``timeout``, container stops) and SIGHUP (a closed terminal) are
+handled exactly as SIGINT, with exit 128+n and the line ``q38 CMD: interrupted by SIGTERM``.
 SIGINT: the first Ctrl-C records that the run was interrupted and raises ``KeyboardInterrupt``;
 a second one during the clean-up (staged outputs being removed) is ignored so the clean-up
 finishes. Whatever exception the interruption turns into - a ``KeyboardInterrupt``, or the
@@ -28,41 +31,75 @@ from typing import Any, Final, NoReturn
 from q38 import __version__
 from q38.commands import COMMAND_MODULES
 
-__all__ = ["build_parser", "configure_logging", "interrupted", "main", "verbosity"]
+__all__ = ["HANDLED_SIGNALS", "build_parser", "configure_logging", "interrupt_exit_code", "interrupted", "main", "verbosity"]
 
 _LOG = logging.getLogger("q38")
 _INTERRUPTED = False
+_SIGNUM = int(signal.SIGINT)
+
+HANDLED_SIGNALS: Final = tuple(
+    s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None
+)
+"""The signals that end a run as Ctrl-C does: one line, exit 128+n, staged output removed."""
 
 
-def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    global _INTERRUPTED
-    if _INTERRUPTED:  # a second Ctrl-C while cleaning up: let the clean-up finish
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    global _INTERRUPTED, _SIGNUM
+    if _INTERRUPTED:  # a second signal while cleaning up: let the clean-up finish
         return
     _INTERRUPTED = True
+    _SIGNUM = signum
     raise KeyboardInterrupt
 
 
 def _install_sigint() -> object:
-    """Install q38's SIGINT handler for one run; returns the handler to restore afterwards."""
-    global _INTERRUPTED
+    """Install q38's handler of SIGINT, SIGTERM and SIGHUP for one run; returns what to restore.
+
+    A signal the caller set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
+    """
+    global _INTERRUPTED, _SIGNUM
     _INTERRUPTED = False
+    _SIGNUM = int(signal.SIGINT)
+    previous: dict[int, object] = {}
     try:
-        return signal.signal(signal.SIGINT, _on_sigint)
-    except ValueError:  # not the main thread (main() called from a worker): leave it alone
+        for signum in HANDLED_SIGNALS:
+            current = signal.getsignal(signum)
+            if signum != signal.SIGINT and current == signal.SIG_IGN:
+                continue
+            previous[signum] = signal.signal(signum, _on_signal)
+    except ValueError:  # not the main thread (main() called from a worker): leave them alone
         return None
+    return previous
 
 
 def _restore_sigint(previous: object) -> None:
-    if previous is not None:
+    if not isinstance(previous, dict):
+        return
+    for signum, handler in previous.items():
         try:
-            signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
+            signal.signal(signum, handler)
         except (ValueError, TypeError):
             pass
 
 
 def interrupted() -> bool:
-    """Whether this run received SIGINT (whatever exception it turned into)."""
+    """Whether this run received SIGINT, SIGTERM or SIGHUP (whatever exception it turned into)."""
     return _INTERRUPTED
+
+
+def interrupt_exit_code() -> int:
+    """128 + the number of the signal that ended the run (130 for Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    return 128 + _SIGNUM
+
+
+def _interrupt_text() -> str:
+    if _SIGNUM == signal.SIGINT:
+        return "interrupted"
+    try:
+        name = signal.Signals(_SIGNUM).name
+    except ValueError:
+        name = f"signal {_SIGNUM}"
+    return f"interrupted by {name}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -248,11 +285,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return _run(args, command)
     except KeyboardInterrupt:
         _say_interrupted(command)
-        return 130
+        return interrupt_exit_code()
     except BaseException as exc:  # an interruption that surfaced as another exception
         if _INTERRUPTED and not isinstance(exc, SystemExit):
             _say_interrupted(command)
-            return 130
+            return interrupt_exit_code()
         raise
 
 
@@ -261,15 +298,18 @@ def _say_interrupted(command: str) -> None:
     _INTERRUPTED = True  # also when KeyboardInterrupt came from elsewhere (a test, a signal sent by hand)
     if command == "?":  # before the command line was parsed
         try:
-            sys.stderr.write("q38: interrupted\n")
+            sys.stderr.write(f"q38: {_interrupt_text()}\n")
         except (OSError, ValueError):
             pass
     else:
-        _say(command, "interrupted")
+        _say(command, _interrupt_text())
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
+    from q38._deferred import defer_sympy  # stdlib-only module
     from q38.errors import Q38Error  # stdlib-only module
+
+    defer_sympy()  # onnx-ir imports sympy eagerly; a command pays for it only if it uses it
 
     try:
         code = int(args.run(args))

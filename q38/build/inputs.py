@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Final
 
 from q38.errors import BuildError, FlagError, quote
+from q38.package.elf import shared_object_problem
+from q38.package.files import os_problem
 from q38.package.paths import is_inside
 
 __all__ = [
@@ -96,6 +98,13 @@ def check_libraries(items: list[tuple[str, str]]) -> list[Library]:
             raise BuildError(f"{flag} {raw}: {RESERVED_LIBRARY} is reserved for the runtime plane")
         if not real.is_file():
             raise BuildError(f"{flag} {raw}: not a file (or a dangling symlink)")
+        try:
+            problem = shared_object_problem(real)
+        except OSError as exc:
+            raise BuildError(f"{flag} {raw}: cannot read it: {os_problem(exc)}") from None
+        if problem is not None:
+            shown = raw if str(real) == os.path.abspath(raw) else f"{raw} (-> {real})"
+            raise BuildError(f"{flag} {shown}: {problem}; a library must be a shared object for this platform")
         lib = Library(name, given, real, basename)
         if name in libs and libs[name].real != real:
             raise FlagError(f"{flag}: given twice with different files ({libs[name].given}, {raw})")

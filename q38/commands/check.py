@@ -1,14 +1,15 @@
-"""``q38 check PKG [--ort] [--json]``: run every contract on a package.
+"""``q38 check PKG [--ort] [--format FMT] [--select/--ignore IDS] [--baseline FILE]``: run every
+contract on a package and report the results (text, json, sarif, github, junit; q38.report).
 
-Exit codes: 0 no errors (warnings do not fail), 1 contract violations (or a failed ``--ort``
-session), 2 unreadable input (one line on stderr).
+Exit codes: 0 no errors (warnings do not fail unless --warnings-as-errors; results suppressed by
+--ignore / --select / the baseline do not count), 1 contract violations (or a failed ``--ort``
+session), 2 unreadable input or a bad flag / baseline (one line on stderr, nothing written).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from typing import Any
 
@@ -34,58 +35,78 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--require-sessions", action="store_true",
                    help="with --ort: a SKIPPED session fails the check (exit 1) instead of passing")
     p.add_argument("--ort-version", default=None, help="mirror this onnxruntime version (default: the installed one)")
+    _register_report_options(p)
     p.set_defaults(run=run)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
-    header = ("RULE", "SEVERITY", "GRAPH", "NODE", "MESSAGE")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = []
-    for row in [header, *rows]:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
-    return "\n".join(lines)
+def _register_report_options(p: argparse.ArgumentParser) -> None:
+    """--format / --output, rule selection and baselines (rendered by q38.report)."""
+    from q38.commands._options import comma_list
+
+    p.add_argument("--format", dest="output_format", default="text",
+                   choices=("text", "json", "sarif", "github", "junit"), metavar="FORMAT",
+                   help="text (grouped, for a terminal), json, sarif (SARIF 2.1.0 for code scanning), "
+                   "github (workflow annotations), junit (JUnit XML); --json is --format json")
+    p.add_argument("--output", metavar="FILE", default=None,
+                   help="write the report to FILE (atomically; default: stdout)")
+    p.add_argument("--select", metavar="IDS", type=comma_list(), action="append", default=[],
+                   help="report only these rules: ids or id prefixes (ORT-SCHEMA, QSA-), comma-separated")
+    p.add_argument("--ignore", metavar="IDS", type=comma_list(), action="append", default=[],
+                   help="do not report these rules: ids or id prefixes, comma-separated")
+    p.add_argument("--warnings-as-errors", action="store_true", help="a warning fails the check like an error")
+    p.add_argument("--baseline", metavar="FILE", default=None,
+                   help="suppress the results recorded in FILE: only new violations fail the check "
+                   "(default: none, every result counts)")
+    p.add_argument("--write-baseline", metavar="FILE", default=None,
+                   help="record every reported result in FILE as the baseline; the check then passes "
+                   "(default: none written)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the package, classify its violations (selection, baseline) and print or write the
+    report in the chosen format; 0 when no active error (and no failed session), else 1."""
     from contracts.runner import check_package
     from q38.errors import FlagError, bound_line
     from q38.progress import elapsed
+    from q38.report import render
+    from q38.report.results import (
+        Selection,
+        check_selectors,
+        classify,
+        read_baseline,
+        write_atomic,
+        write_baseline,
+    )
 
     if args.require_sessions and not args.ort:
         raise FlagError("--require-sessions needs --ort (no session is created without it)")
+    fmt = args.output_format
+    if args.json and fmt not in ("text", "json"):
+        raise FlagError(f"--json and --format {fmt} ask for two formats; give one")
+    fmt = "json" if args.json else fmt
+    if args.baseline and args.write_baseline:
+        raise FlagError("--baseline and --write-baseline: give one (write a baseline, or gate on one)")
+    selection = Selection(tuple(s for group in args.select for s in group), tuple(s for group in args.ignore for s in group),
+                          args.warnings_as_errors)  # fmt: skip
+    baseline = read_baseline(args.baseline) if args.baseline else []
     label = f"q38 check {args.package}: contracts" + (" and ORT sessions" if args.ort else "")
     with elapsed(label):
         report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
-    skipped = [s for s in report.sessions if s.status == "skipped"]
-    ok = report.ok and not (args.require_sessions and skipped)
+    found = {v.rule_id for v in report.violations}
+    check_selectors("--select", selection.select, found)
+    check_selectors("--ignore", selection.ignore, found)
     # A hostile value quoted in a violation message stays one bounded line.
     report.violations[:] = [dataclasses.replace(v, message=bound_line(v.message)) for v in report.violations]
-    if args.json:
-        doc = report.to_dict()
-        doc["ok"] = ok
-        print(json.dumps(doc, indent=2, sort_keys=True))
-        return 0 if ok else 1
-    out = sys.stdout
-    print(
-        f"q38 check {report.package}: onnxruntime {report.ort_version}, {len(report.rules_checked)} rules, "
-        f"graphs: {', '.join(report.graphs) or '-'}",
-        file=out,
-    )
-    if report.violations:
-        rows: list[tuple[str, ...]] = [(v.rule_id, v.severity, v.graph or "-", v.node or "-", v.message) for v in report.violations]
-        print(_table(rows), file=out)
-    for s in report.sessions:
-        status = s.status.upper() if s.status != "ok" else "ok"
-        print(f"session {s.graph}: {status}{': ' + s.message if s.message else ''}", file=out)
-    errors, warnings = len(report.errors), len(report.violations) - len(report.errors)
-    summary = f"{'OK' if ok else 'FAIL'}: {errors} error(s), {warnings} warning(s)"
-    if args.ort:
-        failed = sum(s.status == "failed" for s in report.sessions)
-        opened = sum(s.status == "ok" for s in report.sessions)
-        summary += f", sessions: {opened} ok, {failed} failed, {len(skipped)} SKIPPED"
-        if skipped and not args.require_sessions:
-            summary += " (not run here; --require-sessions makes a skip fail)"
-        elif skipped:
-            summary += " (--require-sessions: a skip fails)"
-    print(summary, file=out)
-    return 0 if ok else 1
+    options = {"require_sessions": args.require_sessions, "ort_sessions": args.ort}
+    results = classify(report, selection, baseline=baseline, baseline_path=args.baseline or "", **options)
+    if args.write_baseline:
+        write_baseline(args.write_baseline, results)
+        results = classify(report, selection, baseline=[r.fingerprint for r in results.active],
+                           baseline_path=args.write_baseline, **options)  # fmt: skip
+    text = render(fmt, results)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        encoding = sys.stdout.encoding or "utf-8"
+        sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))  # '…' on an ASCII stdout
+    return 0 if results.ok else 1

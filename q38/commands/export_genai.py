@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from q38.commands._placement import add_placement_arguments, placement_options
+from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
 from q38.export_plan import DEFAULT_PROMPT
 
 __all__ = ["DEFAULT_PROMPT", "register", "run"]
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("--prompt", default=None, metavar="IDS",
                    help=f"prompt token ids for --generate, comma-separated (default: {DEFAULT_PROMPT})")
+    add_allow_flag(p)
     p.set_defaults(run=run)
 
 
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise FlagError(f"--prompt {quote(text)}: expected comma-separated token ids") from None
     tokens: list[int] | None = None
+    refuse_invalid_source(args.pkg, args)
     if not args.generate:
         result = export_genai(args.pkg, args.out, link=link.value, provider=args.provider, digest=digest)
     else:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from q38.commands._placement import add_placement_arguments, placement_options
+from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
 from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
 
 __all__ = ["register", "run"]
@@ -69,6 +70,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--mtp-moe-placement", choices=("cpu_mmap", "host_mapped"), default="cpu_mmap",
                    help="pool placement of the MTP draft's experts (host_mapped moves unaligned ones to an aligned file)")
     add_placement_arguments(p)
+    add_allow_flag(p)
     for flag in LEGACY_FLAGS:
         p.add_argument(flag, nargs="?", action=_LegacyFlag, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
@@ -92,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         mtp_moe_placement=args.mtp_moe_placement,
     )
     link, digest = placement_options(args)
+    refuse_invalid_source(args.src, args)
     report = convert_package(args.src, args.out, options, link=link, digest=digest)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))

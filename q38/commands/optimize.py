@@ -11,6 +11,7 @@ from typing import Literal
 
 from q38.commands._options import comma_list
 from q38.commands._placement import add_placement_arguments, placement_options
+from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
 
 __all__ = ["default_target", "register", "run"]
 
@@ -43,6 +44,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="skip these passes, comma-separated (default: none)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
     add_placement_arguments(p)
+    add_allow_flag(p)
     p.set_defaults(run=run)
 
 
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     target, why = (args.target, "--target") if args.target else default_target(args.src)
     _LOG.info("target %s (%s)", target, why)
     link, digest = placement_options(args)
+    refuse_invalid_source(args.src, args)
     result, counts = optimize_package(
         args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
     )

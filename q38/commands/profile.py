@@ -69,11 +69,25 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
     plan.add_argument("--offload-mode", choices=("auto", "required"), default="auto",
                       help="how ineligible nodes are treated (auto: kept on the GPU, all their selections hit)")
+    # issue 29: the selection trace and its replay against LRU, LFU and Belady (q38/profile/replay.py)
+    plan.add_argument("--trace-out", metavar="FILE", help="write the measured selection trace here (JSON; docs/offload.md)")
+    plan.add_argument("--trace", metavar="FILE", help="with --expert-profile: replay this selection trace")
+    ort = p.add_argument_group("onnxruntime's expert counter state (session.moe_expert_counter_state_file)")
+    ort.add_argument("--ort-state", metavar="FILE", help="also write the measured counts as ORT's state file (moe_expert_state 1)")
+    ort.add_argument("--from-ort-state", metavar="FILE",
+                     help="convert ORT's state file for PKG's decoder into the -o STRP v1 profile (runs no workload)")
+    plan.add_argument("--coverage", metavar="STEM", help="with --plan and a trace: write STEM.json and STEM.png (coverage curve)")
     p.set_defaults(run=run)
 
 
 def _check_args(args: argparse.Namespace) -> None:
     from q38.errors import FlagError
+
+    if args.from_ort_state is not None and (args.output is None or args.plan or args.ort_state is not None):
+        raise FlagError("--from-ort-state FILE writes -o FILE only (no --plan, no --ort-state)")
+    if args.ort_state is not None and (args.expert_profile is not None or os.path.lexists(args.ort_state)):
+        raise FlagError(f"--ort-state {args.ort_state}: exists, or there is no measured profile to write"
+                        if args.expert_profile is None else "--ort-state writes measured counts: not with --expert-profile")
 
     if args.output is None and not args.plan:
         raise FlagError("-o FILE is required (or --plan to print a plan only)")
@@ -87,6 +101,21 @@ def _check_args(args: argparse.Namespace) -> None:
         raise FlagError("--total-resident-slots, --uniform-profile-slots and --min-slots-per-layer need --plan")
     if args.output is not None and os.path.lexists(args.output):
         raise FlagError(f"-o {args.output}: exists (q38 never replaces a file)")
+    _check_trace_args(args)
+
+
+def _check_trace_args(args: argparse.Namespace) -> None:
+    from q38.errors import FlagError
+
+    if args.trace is not None and args.expert_profile is None:
+        raise FlagError("--trace is replayed with --plan --expert-profile (a measuring run has its own trace)")
+    if args.trace_out is not None and args.expert_profile is not None:
+        raise FlagError("--trace-out writes a measured trace: it cannot go with --expert-profile")
+    if args.coverage is not None and (not args.plan or (args.expert_profile is not None and args.trace is None)):
+        raise FlagError("--coverage needs --plan and a trace (a measuring run, or --trace FILE)")
+    for path in [args.trace_out, *((f"{args.coverage}.json", f"{args.coverage}.png") if args.coverage else ())]:
+        if path is not None and os.path.lexists(path):
+            raise FlagError(f"{path}: exists (q38 never replaces a file)")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -118,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
     _check_args(args)
     measured = None
+    if args.from_ort_state is not None:
+        return _from_ort_state(args)
     if args.expert_profile is not None:
         profile = read_profile(Path(args.expert_profile), what="--expert-profile")
     else:
@@ -129,12 +160,19 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
     plan = _plan(args, profile) if args.plan else None
+    replayed = _replay(args, profile, measured, plan) if plan is not None else None
+    if measured is not None and args.trace_out is not None:
+        _write_trace(args.trace_out, measured)
+    if measured is not None and args.ort_state is not None:
+        _write_ort_state(args, measured)
     if args.json:
         doc: dict[str, Any] = {"output": args.output}
         if measured is not None:
             doc["profile"] = measured.to_dict()
         if plan is not None:
             doc["plan"] = {"resident_slots": plan.resident_slots, "hit_rates": [h.to_dict() for h in plan.hit_rates]}
+            if replayed is not None:
+                doc["plan"]["replay"] = replayed.to_dict()
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
     if measured is not None:
@@ -147,7 +185,46 @@ def run(args: argparse.Namespace) -> int:
         from q38.offload.hitrate import format_reports
 
         print("\n".join(format_reports(plan.hit_rates)))
+        if replayed is not None:
+            print("\n".join(replayed.lines()))
     return 0
+
+
+def _replay(args: argparse.Namespace, profile: Any, measured: Any, plan: Any) -> Any:
+    """The plan's first tier replayed against LRU, LFU and Belady over the trace (None without one)."""
+    import numpy as np
+
+    from q38.profile.replay import plot_coverage, read_trace, replay_plan
+
+    counts = np.asarray(profile.counts)
+    if measured is not None:
+        trace = list(measured.trace)
+        tokens = [measured.rows_processed[s.graph] for s in measured.sites]
+    elif args.trace is not None:
+        trace, tokens = read_trace(Path(args.trace), rows=counts.shape[0], experts=counts.shape[1])
+    else:
+        return None
+    if not plan.hit_rates:
+        return None
+    report = replay_plan(Path(args.package), plan.hit_rates[0], counts, trace, tokens)
+    if args.coverage is not None:
+        doc = {"coverage": report.to_dict()["coverage"], "overall": report.to_dict()["overall"]}
+        _write_atomic(Path(f"{args.coverage}.json"), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        plot_coverage(report, Path(f"{args.coverage}.png"), f"coverage: {Path(args.package).name}")
+    return report
+
+
+def _write_trace(path: str, measured: Any) -> None:
+    from q38.errors import ProfileError
+    from q38.profile.replay import trace_bytes, trace_document
+
+    labels = [s.label for s in measured.sites]
+    tokens = [measured.rows_processed[s.graph] for s in measured.sites]
+    doc = trace_document(measured.trace, labels, tokens, int(measured.counts.shape[1]))
+    try:
+        _write_atomic(Path(path), trace_bytes(doc))
+    except OSError as exc:
+        raise ProfileError(f"--trace-out {path}: cannot write it: {exc.strerror or exc}") from None
 
 
 def _measure(args: argparse.Namespace) -> Any:
@@ -181,3 +258,44 @@ def _plan(args: argparse.Namespace, profile: Any) -> Any:
         min_slots_per_layer=args.min_slots_per_layer,
     )
     return preview_offload(Path(args.package), options, profile=profile)
+
+
+def _write_ort_state(args: argparse.Namespace, measured: Any) -> None:
+    """The measured counts of the decoder's rows as onnxruntime's expert counter state file."""
+    from q38.errors import ProfileError
+    from q38.profile.ort_state import decoder_nodes, encode_state
+
+    nodes, _experts = decoder_nodes(Path(args.package))
+    names = [s.name for s in measured.sites]
+    rows = [names.index(n.name) for n in nodes if n.name in names]
+    if len(rows) != len(nodes):
+        raise ProfileError(f"{args.package}: the profile's rows do not name every QMoE node of the decoder")
+    try:
+        _write_atomic(Path(args.ort_state), encode_state(nodes, measured.counts[rows]))
+    except OSError as exc:
+        raise ProfileError(f"--ort-state {args.ort_state}: cannot write it: {exc.strerror or exc}") from None
+
+
+def _from_ort_state(args: argparse.Namespace) -> int:
+    """``--from-ort-state FILE PKG -o OUT``: onnxruntime's state file as an STRP v1 profile."""
+    from q38.errors import ProfileError
+    from q38.package.files import read_text_bounded
+    from q38.package.profile import ExpertProfile, encode_profile
+    from q38.profile.ort_state import decoder_nodes, parse_state, state_to_counts
+
+    source = f"--from-ort-state {args.from_ort_state}"
+    text = read_text_bounded(Path(args.from_ort_state), what="--from-ort-state", limit=1 << 28, error=ProfileError)
+    state = parse_state(text, source=source)
+    nodes, experts = decoder_nodes(Path(args.package))
+    counts = state_to_counts(state, nodes, experts, source=source)
+    try:
+        _write_atomic(Path(args.output), encode_profile(ExpertProfile(counts)))
+    except OSError as exc:
+        raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps({"output": args.output, "rows": len(nodes), "experts": experts,
+                          "selections": int(counts.sum())}, indent=2, sort_keys=True))  # fmt: skip
+    else:
+        print(f"q38 profile: wrote {args.output}: {len(nodes)} rows x {experts} experts from {args.from_ort_state} "
+              f"({int(counts.sum())} selections)")  # fmt: skip
+    return 0

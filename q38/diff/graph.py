@@ -2,7 +2,9 @@
 
 Nodes are matched by name where a name is unique in its graph, else by their first output
 (value names are unique in ONNX), so a changed attribute is one difference naming the node and
-the attribute, not a removed and an added node. Initializers and inputs / outputs / value_info
+the attribute, not a removed and an added node. Node inputs and outputs are compared as ONNX
+reads them: trailing empty names are absent (a QMoE whose optional tail was dropped is the same
+node), and a changed list is shown by position (``input[3]: "a" -> "b"``), never as two lists. Initializers and inputs / outputs / value_info
 are matched by name. Subgraph attributes (If / Loop / Scan bodies) are compared recursively,
 their differences prefixed by the node and attribute that hold them.
 """
@@ -13,10 +15,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from q38.diff.model import Difference, short_value
+from q38.diff.model import ABSENT, Difference, short_value
 from q38.diff.tree import diff_tree, same
 
-__all__ = ["diff_graph", "node_keys", "node_label"]
+__all__ = ["diff_graph", "node_keys", "node_label", "present_names"]
 
 _HEADER_FIELDS: Final = ("ir_version", "producer_name", "producer_version", "name")
 _IO_SECTIONS: Final = (("inputs", "input"), ("outputs", "output"), ("value_info", "value_info"))
@@ -49,13 +51,33 @@ def _node_summary(node: Mapping[str, Any]) -> str:
     return f"{short_value(node.get('inputs', []))} -> {short_value(node.get('outputs', []))}"
 
 
-def _diff_list_field(file: str, where: str, what: str, a: list[Any], b: list[Any], facts: dict[str, Any]) -> Iterator[Difference]:
-    if len(a) != len(b):
-        yield Difference(file, "changed", f"{where} {what}s", a=a, b=b, facts={**facts, "field": what + "s"})
-        return
-    for i, (x, y) in enumerate(zip(a, b)):
+def present_names(names: Sequence[str]) -> list[str]:
+    """``names`` without its trailing empty names: ONNX defines a trailing optional input or
+    output given as ``''`` to be the same as one left out (the list may simply stop)."""
+    end = len(names)
+    while end and not names[end - 1]:
+        end -= 1
+    return list(names[:end])
+
+
+def _semantic(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` as ONNX reads it: trailing empty inputs / outputs dropped."""
+    return {**node, "inputs": present_names(node.get("inputs", [])), "outputs": present_names(node.get("outputs", []))}
+
+
+def _diff_names(file: str, where: str, what: str, a: Sequence[str], b: Sequence[str], facts: dict[str, Any]) -> Iterator[Difference]:
+    """One difference per position whose name differs, ``''`` and past-the-end alike meaning left out.
+
+    Each side shows its own spelling at that position: the name, ``""``, or ``absent`` (the list
+    ended before it), so ``input[14]: "router_probs" -> absent`` reads as what changed.
+    """
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else ""
+        y = b[i] if i < len(b) else ""
         if x != y:
-            yield Difference(file, "changed", f"{where} {what} {i}", a=x, b=y, facts={**facts, "field": what, "index": i})
+            x_shown = x if i < len(a) else ABSENT
+            y_shown = y if i < len(b) else ABSENT
+            yield Difference(file, "changed", f"{where} {what}[{i}]", a=x_shown, b=y_shown, facts={**facts, "field": what, "index": i})
 
 
 def _diff_mapping(
@@ -101,8 +123,8 @@ def _diff_node(file: str, prefix: str, a: Mapping[str, Any], b: Mapping[str, Any
         lambda name: {**f, "field": "attribute", "attribute": name},
         lambda name, x, y: _diff_attribute(file, where, name, x, y, f),
     )
-    yield from _diff_list_field(file, where, "input", list(a["inputs"]), list(b["inputs"]), f)
-    yield from _diff_list_field(file, where, "output", list(a["outputs"]), list(b["outputs"]), f)
+    yield from _diff_names(file, where, "input", a["inputs"], b["inputs"], f)
+    yield from _diff_names(file, where, "output", a["outputs"], b["outputs"], f)
 
 
 def _diff_nodes(file: str, prefix: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], facts: dict[str, Any]) -> Iterator[Difference]:
@@ -114,7 +136,7 @@ def _diff_nodes(file: str, prefix: str, a: Sequence[Mapping[str, Any]], b: Seque
         if other is None:
             yield Difference(file, "removed", prefix + node_label(node), a=node,
                              facts={**f, "node": node.get("name") or None, "summary": _node_summary(node)})
-        elif other != node:
+        elif _semantic(other) != _semantic(node):
             yield from _diff_node(file, prefix, node, other, facts)
     for key, node in zip(keys_b, b):
         if key not in by_a:

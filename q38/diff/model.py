@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 
 from q38.canonical.digests import TensorDigest
 
-__all__ = ["Change", "Difference", "short_value"]
+__all__ = ["ABSENT", "Change", "Difference", "short_value"]
 
 Change = Literal["added", "removed", "changed"]
 SYMBOLS: Final = {"added": "+", "removed": "-", "changed": "~"}
@@ -18,8 +18,21 @@ VALUE_CHARS: Final = 100
 DIGEST_CHARS: Final = 12
 
 
+class _Absent:
+    """The value on the side that has no such position (a node input list that ends before it)."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+ABSENT: Final = _Absent()
+"""Shown as ``absent`` in a line and as ``null`` in JSON."""
+
+
 def _plain(value: Any) -> Any:
     """``value`` with lazy digests resolved, for JSON."""
+    if value is ABSENT:
+        return None
     if isinstance(value, TensorDigest):
         return value.hexdigest()
     if isinstance(value, Mapping):
@@ -31,6 +44,8 @@ def _plain(value: Any) -> Any:
 
 def short_value(value: Any) -> str:
     """A value as compact JSON for one line: digests shortened, long values cut with their length."""
+    if value is ABSENT:
+        return "absent"
     if isinstance(value, TensorDigest):
         value = value.hexdigest()
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):

@@ -44,6 +44,7 @@ from q38.package import (
     open_any,
     written_record,
 )
+from q38.package.interface import SessionPackage
 
 __all__ = ["OffloadPlan", "OffloadReport", "convert_package", "plan_offload", "preview_offload", "write_offload"]
 
@@ -71,11 +72,11 @@ def plan_offload(
     profile = profile if profile is not None else read_expert_profile(options)
     package = open_any(src)
     planner = _PLANNERS.get(package.surface)
-    if planner is None:  # one session per graph: the package edits its own config
-        if not callable(getattr(package, "edit_sessions", None)):
-            raise OffloadError(f"{src}: a {package.surface} package; its reader cannot write offload options into its config")
-        planner = plan_session_offload
-    return planner(package, options, out=out, check=check, profile=profile)
+    if planner is not None:
+        return planner(package, options, out=out, check=check, profile=profile)
+    if not isinstance(package, SessionPackage):  # one session per graph: the package edits its own config
+        raise OffloadError(f"{src}: a {package.surface} package; its reader cannot write offload options into its config")
+    return plan_session_offload(package, options, out=out, check=check, profile=profile)
 
 
 def write_offload(
@@ -133,6 +134,8 @@ def convert_package(
     src, out = Path(src), Path(out)
     check_output_outside(out, [src])
     plan = plan_offload(src, options, out=out, eligibility=eligibility)
+    for check in plan.before_write:  # refusals of a conversion, not of a preview (issue 29: profile fit)
+        check()
     _log_plan(plan.report)
     return write_offload(plan, out, link=link, digest=digest)
 

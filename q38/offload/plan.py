@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,3 +42,4 @@ class OffloadPlan:
     subdir: str = ""
     aligned: AlignedFile | None = None
     manifest_extra: dict[str, Any] = field(default_factory=dict)
+    before_write: tuple[Callable[[], None], ...] = ()  # refusals of a conversion, not of a preview

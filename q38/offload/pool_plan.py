@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from q38.errors import OffloadError
 from q38.offload.eligibility import EligibilityCheck, split_verdicts
+from q38.offload.fit_guard import refuse_unfit_profiles
 from q38.offload.hitrate import HitReport, hit_report
 from q38.offload.multidraft import grow_multidraft, has_draft, multidraft_filenames
 from q38.offload.options import (
@@ -33,7 +34,7 @@ from q38.offload.options import (
 from q38.offload.package_io import serialize_graph, source_files
 from q38.offload.placement import ALIGNED_FILE, plan_pool, retarget_graph
 from q38.offload.plan import AlignedFile, OffloadPlan
-from q38.offload.profiles import apply_offload_config, check_prefill_chunk
+from q38.offload.profiles import apply_offload_config
 from q38.offload.report import OffloadReport
 from q38.offload.router import clear_router_weights, qmoe_nodes, refuse_qmoe_offload
 from q38.offload.rows import ProfileRows, match_profile, qmoe_sites
@@ -87,7 +88,7 @@ def plan_pool_offload(
     """Phase 1 for a q38 package: compute the whole conversion; raises before anything is written."""
     package: Package = opened.package
     cfg = package.config
-    check_prefill_chunk(cfg, source=str(package.target_dir / CONFIG_FILENAME))
+    # prefill.chunk <= kv_capacity: refused by the config parser (open_package) before this point.
     graph_cfg = cfg.model.qwen38_graph
     # A source converted before carries its prepared target as model_s2: regenerate from it.
     base_role = "s2" if "s2" in package.roles() else "target"
@@ -207,4 +208,6 @@ def plan_pool_offload(
         subdir=sub,
         aligned=AlignedFile(prefix + ALIGNED_FILE, pool_plan.moves, tdir) if pool_plan.moves else None,
         manifest_extra={"pool_placements": dict(report.pool)},
+        # the planned runtime profiles fit their tiers (issue 29): before anything is written
+        before_write=(lambda: refuse_unfit_profiles(package.root, new_cfg, pool_plan.pool),),
     )

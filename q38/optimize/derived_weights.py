@@ -16,7 +16,6 @@ graph reads any more (a weight every user replaced by its derived form) is dropp
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from q38.package import ExternalRef, Placement, PoolEntry, WeightsPool, external_refs
-from q38.package.graphs import is_external
+from q38.package.graphs import is_external, tensor_digest
 
 __all__ = ["DerivedStore", "SourceIdentity", "reconcile_pool", "source_identities", "tensor_refs"]
 
@@ -55,7 +54,7 @@ def source_identities(
         tensor = value.const_value
         if name in ids or tensor is None or is_external(tensor):
             continue
-        digest = hashlib.sha256(tensor.tobytes()).hexdigest()
+        digest = tensor_digest(tensor)
         ids[name] = ("inline", tensor.dtype, tuple(int(d) for d in tensor.shape.numpy()), digest)
     return ids
 
@@ -129,7 +128,7 @@ class DerivedStore:
                 origins.get(name, ""),
                 tensor.dtype,
                 tuple(int(d) for d in tensor.shape.numpy()),
-                hashlib.sha256(tensor.tobytes()).hexdigest(),
+                tensor_digest(tensor),
                 tuple(sources.get(s, ("graph", role, s)) for s in src_names),
             )
             hit = self._by_key.get(key)

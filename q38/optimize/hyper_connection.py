@@ -30,6 +30,7 @@ from q38._ops import (
     HC_LOW_RANK_MIX,
     HC_POST_MIX,
     HC_PRE_MIX,
+    MATMUL_NBITS,
     MS_DOMAIN,
     SCALED_SILU,
 )
@@ -207,6 +208,10 @@ class FuseHyperConnectionPass(RewritePass):
         if norm is None or hn is None:
             return Decline("PreMix streams input is not a BranchwiseRMSNorm output")
         sig = producer_of(gate, "Sigmoid")
+        if sig is not None and producer_of(inp(sig, 0), MATMUL_NBITS, domain=MS_DOMAIN) is not None:
+            # The builder's int4 exports (-p int4) quantize every dense projection.
+            return Decline("PreMix gate projection is already quantized (MatMulNBits); LowRankMix takes "
+                           "float down / up / inject weights; kept as exported")
         up_mm = producer_of(inp(sig, 0), "MatMul") if sig else None
         if sig is None or up_mm is None:
             return Decline("PreMix gate is not Sigmoid(MatMul(...))")

@@ -28,15 +28,6 @@ from q38.package.config import (
     read_config,
 )
 from q38.package.graph_ref import GraphRef
-from q38.package.graphs import (
-    ExternalRef,
-    all_graphs,
-    external_refs,
-    iter_tensors,
-    load_graph,
-    read_tensor,
-    save_graph,
-)
 from q38.package.hashing import FileIdentity, KnownDigests, sha256_file
 from q38.package.interface import AnyPackage
 from q38.package.links import LinkMode, LinkPolicy, Placed, Placer, copy_file, place, place_file
@@ -49,7 +40,6 @@ from q38.package.manifest import (
     read_manifest,
     written_record,
 )
-from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
 from q38.package.paths import is_inside, resolve_inside, safe_relpath
 from q38.package.pool import (
     POOL_FILENAME,
@@ -67,9 +57,7 @@ from q38.package.profile import (
     parse_profile,
     read_profile,
 )
-from q38.package.readers.v12b import V12bPackage
 from q38.package.staging import StagedDirectory, check_destination, check_output_outside
-from q38.package.surface import detect_surface, open_any, require_surface
 
 if TYPE_CHECKING:
     from q38.package.genai_config import (
@@ -80,6 +68,18 @@ if TYPE_CHECKING:
         read_genai_config,
     )
     from q38.package.genai_package import GenaiPackage, open_genai_package
+    from q38.package.graphs import (
+        ExternalRef,
+        all_graphs,
+        external_refs,
+        iter_tensors,
+        load_graph,
+        read_tensor,
+        save_graph,
+    )
+    from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
+    from q38.package.readers.v12b import V12bPackage
+    from q38.package.surface import detect_surface, open_any, require_surface
 
 # The genai surface's schema and reader load on first use (PEP 562): a v12b command never pays
 # for them (they were a tenth of a second of CPU at every start-up).
@@ -91,6 +91,24 @@ _LAZY: Final = {
     "read_genai_config": "q38.package.genai_config",
     "GenaiPackage": "q38.package.genai_package",
     "open_genai_package": "q38.package.genai_package",
+    # The graph readers (onnx_ir, and through it sympy and ml_dtypes: seconds of CPU) load on first
+    # use too: `q38 fit` reads graphs with onnx alone (issue 29).
+    "ExternalRef": "q38.package.graphs",
+    "all_graphs": "q38.package.graphs",
+    "external_refs": "q38.package.graphs",
+    "iter_tensors": "q38.package.graphs",
+    "load_graph": "q38.package.graphs",
+    "read_tensor": "q38.package.graphs",
+    "save_graph": "q38.package.graphs",
+    "GRAPH_ROLES": "q38.package.package",
+    "Package": "q38.package.package",
+    "PackageWriter": "q38.package.package",
+    "open_package": "q38.package.package",
+    "source_placer": "q38.package.package",
+    "V12bPackage": "q38.package.readers.v12b",
+    "detect_surface": "q38.package.surface",
+    "open_any": "q38.package.surface",
+    "require_surface": "q38.package.surface",
 }
 
 

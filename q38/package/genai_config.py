@@ -20,6 +20,7 @@ indent 2, raw UTF-8 (GenAI's JSON reader refuses ``\\u`` escapes), trailing newl
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from q38.errors import ConfigError
 from q38.package import genai_surface as gs
 from q38.package.detect import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
 from q38.package.genai_checks import check_document
+from q38.package.json_forms import keep_source_forms
 
 __all__ = [
     "BUILDER_MODEL_TYPES",
@@ -239,8 +241,22 @@ class GenaiModel:
 
 
 @dataclass(frozen=True)
+class SourceForms:
+    """The document a config was parsed from and its canonical form, to write untouched values
+    back in the form they were read (``"eos_token_id": 2`` stays ``2``; see
+    :mod:`q38.package.json_forms`)."""
+
+    document: Mapping[str, Any]
+    canonical: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class GenaiConfig:
-    """A parsed genai_config.json; ``og_refusal`` is 0.18.0's refusal of a research config ("")."""
+    """A parsed genai_config.json; ``og_refusal`` is 0.18.0's refusal of a research config ("").
+
+    ``source_forms`` (set by :func:`parse_genai_config`, kept by ``dataclasses.replace``) makes
+    :func:`genai_config_to_dict` write every value a rewrite did not change as it was read.
+    """
 
     model: GenaiModel
     search: dict[str, Any] = field(default_factory=dict)
@@ -249,6 +265,7 @@ class GenaiConfig:
     runtime_profiles: tuple[dict[str, Any], ...] = ()
     ignored: dict[str, Any] = field(default_factory=dict)  # top-level scalars: GenAI skips them
     og_refusal: str = ""
+    source_forms: SourceForms | None = field(default=None, compare=False, repr=False)
 
     @property
     def graph_sections(self) -> dict[str, GenaiGraphSection]:
@@ -386,7 +403,7 @@ def parse_genai_config(data: object, *, source: str = "genai_config.json", resea
     check_document(data, source=source)
     roots = {"model", "search", "speculative", "engine", "runtime_profiles"}
     profiles = data.get("runtime_profiles")
-    return GenaiConfig(
+    cfg = GenaiConfig(
         model=_model(data["model"]),
         search=dict(data.get("search", {})) if isinstance(data.get("search"), dict) else {},
         speculative=dict(data["speculative"]) if isinstance(data.get("speculative"), dict) else {},
@@ -395,6 +412,7 @@ def parse_genai_config(data: object, *, source: str = "genai_config.json", resea
         ignored={k: v for k, v in data.items() if k not in roots or not isinstance(v, (dict, list))},
         og_refusal=og_refusal,
     )
+    return replace(cfg, source_forms=SourceForms(copy.deepcopy(data), _canonical_dict(cfg)))
 
 
 def _refuse_unicode_escapes(text: str, source: str) -> None:
@@ -461,7 +479,24 @@ def _section_dict(s: GenaiGraphSection, typed: dict[str, Any]) -> dict[str, Any]
 
 
 def genai_config_to_dict(cfg: GenaiConfig) -> dict[str, Any]:
-    """The JSON document of ``cfg`` (``parse_genai_config`` of it gives ``cfg`` back)."""
+    """The JSON document of ``cfg`` (``parse_genai_config`` of it gives ``cfg`` back).
+
+    A config parsed from a document keeps that document's form for every value its records
+    still hold unchanged (:class:`SourceForms`): writing back what was read changes nothing,
+    and a converter's output differs from its source only where it converted.
+    """
+    canonical = _canonical_dict(cfg)
+    forms = cfg.source_forms
+    if forms is None:
+        return canonical
+    kept = keep_source_forms(forms.document, forms.canonical, canonical)
+    if not isinstance(kept, dict):  # unreachable: both sides are objects
+        raise TypeError("genai_config.json: the document is not an object")
+    return copy.deepcopy(kept)  # the caller may edit it; the source document stays as read
+
+
+def _canonical_dict(cfg: GenaiConfig) -> dict[str, Any]:
+    """The document of ``cfg``'s records in q38's canonical form (``eos_token_id`` a list ...)."""
     m = cfg.model
     d = m.decoder
     model: dict[str, Any] = dict(m.extra)

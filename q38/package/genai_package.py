@@ -18,9 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import PackageError, clip, quote
 from q38.package.config import CONFIG_FILENAME
@@ -36,9 +34,11 @@ from q38.package.genai_config import (
     read_genai_config,
 )
 from q38.package.graph_ref import GraphRef
-from q38.package.graphs import load_graph
 from q38.package.links import LinkPolicy, Placer
 from q38.package.step_graphs import DecodeGraphs, StepGraph
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["TOKENIZER_FILES", "EditedConfig", "GenaiPackage", "genai_graph_refs", "open_genai_package"]
 
@@ -162,6 +162,8 @@ class GenaiPackage:
 
     def load(self, role: str) -> ir.Model:
         """Load one graph without its external weights (validated, hard-link tolerant)."""
+        from q38.package.graphs import load_graph  # onnx_ir loads when a graph does
+
         return load_graph(self.graph(role).path, root=self.root)
 
     def placer(self, link: LinkPolicy, *, digest: bool) -> Placer:

@@ -14,6 +14,7 @@ would make memory grow with weight bytes. Instead:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import stat
@@ -41,6 +42,7 @@ __all__ = [
     "quiet_deserializer",
     "read_tensor",
     "save_graph",
+    "tensor_digest",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -394,6 +396,25 @@ def read_tensor(
     return np.frombuffer(data, dtype=np_dtype).reshape(ref.shape).copy()
 
 
+def tensor_digest(tensor: ir.TensorProtocol) -> str:
+    """SHA-256 of an in-memory tensor's values, for every element type.
+
+    A string tensor has no byte buffer (``tobytes`` raises for it): its digest covers each
+    string's length and bytes, so ``["ab", "c"]`` and ``["a", "bc"]`` differ. Every other type
+    (sub-byte packed, float8, complex, bool, 0-d, empty) is hashed over ``tobytes``.
+    """
+    h = hashlib.sha256()
+    if tensor.dtype == ir.DataType.STRING:
+        strings = tensor.string_data() if hasattr(tensor, "string_data") else []
+        for item in strings:
+            data = item if isinstance(item, bytes) else str(item).encode("utf-8", "surrogateescape")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+        return "s" + h.hexdigest()
+    h.update(tensor.tobytes())
+    return h.hexdigest()
+
+
 def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> None:
     """Write ``model`` to ``path``; external tensors stay references.
 
@@ -410,7 +431,9 @@ def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> N
         for graph in all_graphs(model):
             for value in graph.initializers.values():
                 tensor = value.const_value
-                if tensor is None or is_external(tensor) or tensor.nbytes < _INLINE_LIMIT:
+                if tensor is None or is_external(tensor) or tensor.dtype == ir.DataType.STRING:
+                    continue  # string tensors stay inline: they have no byte buffer to place
+                if tensor.nbytes < _INLINE_LIMIT:
                     continue
                 if fh is None:
                     fh = stack.enter_context(open(data_path, "ab"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
@@ -91,6 +91,7 @@ class EditedSessions(Protocol):
         """Graph file -> the session config entries it runs with under the edited config."""
 
 
+@runtime_checkable
 class SessionPackage(AnyPackage, Protocol):
     """A package whose graphs each run in their own session: what ``q38 offload`` edits in its config."""
 

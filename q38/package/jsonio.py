@@ -6,12 +6,15 @@ show ``"filename": "model.onnx"`` to a reviewer and hide ``"../../etc/passwd"`` 
 integers of any length (``int()`` of 5,000 digits raises a bare ``ValueError``), NUL characters
 and unpaired surrogates in strings (``os.stat`` raises on both). :func:`loads_strict` refuses each
 with one line naming the key path; :func:`dumps_json` refuses to write any of them, so whatever
-q38 writes it can read back.
+q38 writes it can read back. One exception on reading: a string (or key) holding a NUL is read up
+to its first NUL, with a warning naming the key path, because that is what onnxruntime and
+onnxruntime-genai read (their config strings are C strings): the document stays readable.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -32,6 +35,7 @@ MAX_DEPTH: Final = 64
 _MAX_INT_DIGITS: Final = 20  # len(str(2**64 - 1))
 _BAD_CHARS: Final = re.compile("[\x00\ud800-\udfff]")
 _PLAIN_KEY: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_LOG = logging.getLogger(__name__)
 
 
 class _Bad:
@@ -95,7 +99,17 @@ def _string_problem(text: str) -> str | None:
     return "contains an unpaired UTF-16 surrogate (not valid Unicode)"
 
 
-def _finish(root: Any, fail: Callable[[str, str], Q38Error]) -> Any:
+def _c_string(text: str, path: str, label: str, what: str = "string") -> str:
+    """``text`` up to its first NUL, as a C string reads it; a warning names the key path."""
+    if "\x00" not in text:
+        return text
+    cut = text.split("\x00", 1)[0]
+    _LOG.warning("%s: %s: %s contains a NUL character; read up to it as onnxruntime does: %s",
+                 label, clip(path or "(top level)", 200), what, quote(cut))  # fmt: skip
+    return cut
+
+
+def _finish(root: Any, fail: Callable[[str, str], Q38Error], label: str = "") -> Any:
     """Check the parsed tree (document order) and turn every ``_Obj`` into a plain dict."""
     holder: list[Any] = [root]
     stack: list[tuple[Any, Any, str, int]] = [(holder, 0, "", 0)]
@@ -105,6 +119,7 @@ def _finish(root: Any, fail: Callable[[str, str], Q38Error]) -> Any:
         if isinstance(value, _Bad):
             raise fail(path, value.message)
         if isinstance(value, str):
+            value = parent[slot] = _c_string(value, path, label)
             problem = _string_problem(value)
             if problem is not None:
                 raise fail(path, f"string {problem}")
@@ -118,12 +133,16 @@ def _finish(root: Any, fail: Callable[[str, str], Q38Error]) -> Any:
             continue
         if isinstance(value, _Obj) and value.dup is not None:
             raise fail(_join(path, value.dup), f"duplicate key {quote(value.dup)} (JSON keys must be unique)")
-        plain = dict(value)
-        parent[slot] = plain
-        for key in plain:
+        plain: dict[str, Any] = {}
+        for raw_key, item in value.items():
+            key = _c_string(raw_key, path, label, f"key {quote(raw_key)}")
             problem = _string_problem(key)
             if problem is not None:
                 raise fail(path, f"key {quote(key)} {problem}")
+            if key in plain:
+                raise fail(_join(path, key), f"duplicate key {quote(key)} (JSON keys must be unique, read up to a NUL)")
+            plain[key] = item
+        parent[slot] = plain
         stack.extend((plain, key, _join(path, key), depth + 1) for key in reversed(list(plain)))
     return holder[0]
 
@@ -146,7 +165,8 @@ def loads_strict(
     Raises:
         error: one line: invalid JSON (line and column), over ``limit``, not UTF-8, nested too
             deeply, or - naming the key path - NaN / Infinity, a number out of double range, an
-            integer beyond 64 bits, a duplicate key, a NUL or unpaired surrogate in a string.
+            integer beyond 64 bits, a duplicate key, an unpaired surrogate in a string. A string
+            with a NUL is read up to it (a warning names the key path), as onnxruntime reads it.
     """
     label = clip(what)
 
@@ -170,7 +190,7 @@ def loads_strict(
         raise error(f"{label}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise error(f"{label}: invalid JSON: nested too deeply (arrays / objects)") from None
-    return _finish(parsed, fail)
+    return _finish(parsed, fail, label)
 
 
 def read_json(

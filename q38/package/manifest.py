@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -18,8 +19,10 @@ __all__ = [
     "FileRecord",
     "Manifest",
     "dumps_manifest",
+    "escaped_path",
     "parse_manifest",
     "read_manifest",
+    "recorded_path",
     "written_record",
 ]
 
@@ -29,6 +32,46 @@ LINK_MODES: Final = ("write", "reflink", "hardlink", "copy", "symlink")
 
 
 _IDENTITY_KEYS: Final = ("st_dev", "st_ino", "size", "mtime_ns")
+_HEX_SUFFIX: Final = "_bytes_hex"
+
+
+def escaped_path(text: str) -> tuple[str, str | None]:
+    """``(readable, hex)`` for a path as Python holds it (``os.fsdecode``: surrogate escapes).
+
+    Paths are bytes on Linux and need not be UTF-8; JSON strings must be. A UTF-8 path is
+    itself and ``hex`` is None; any other has a readable form with each undecodable byte as
+    ``\\xNN`` and ``hex``, the exact bytes, that :func:`recorded_path` turns back into the path.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        return raw.decode("utf-8", "backslashreplace"), raw.hex()
+    return text, None
+
+
+def recorded_path(entry: dict[str, str], key: str = "path") -> str:
+    """The path a manifest entry records under ``key``, exactly (round-trips :func:`escaped_path`)."""
+    raw = entry.get(f"{key}{_HEX_SUFFIX}")
+    if isinstance(raw, str):
+        try:
+            return os.fsdecode(bytes.fromhex(raw))
+        except ValueError:
+            pass
+    return entry[key]
+
+
+def _escaped_entry(entry: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in entry.items():
+        if isinstance(value, str) and not key.endswith(_HEX_SUFFIX):
+            readable, raw = escaped_path(value)
+            out[key] = readable
+            if raw is not None:
+                out[f"{key}{_HEX_SUFFIX}"] = raw
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -85,7 +128,7 @@ class Manifest:
             "manifest_version": MANIFEST_VERSION,
             "q38_version": self.q38_version,
             "command": self.command,
-            "sources": [dict(s) for s in self.sources],
+            "sources": [_escaped_entry(s) for s in self.sources],
             "files": files,
             "rewrites": dict(self.rewrites),
             "router_weights_cleared": self.router_weights_cleared,

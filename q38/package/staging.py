@@ -1,8 +1,18 @@
 """Staged output: build in a fresh directory next to the destination, rename into place.
 
-A failed or interrupted command leaves no destination and, after the next run, no debris:
-staging directories carry the writer's pid, and a staging directory whose pid is no longer
-alive is removed by the next :class:`StagedDirectory` for the same destination.
+A failed or interrupted command leaves no destination and, after the next run, no debris.
+A staging directory is ``.<dest name>.q38-staging-<pid>-<8 hex>/``; the first thing written in
+it is the marker file :data:`MARKER_NAME` that repeats the destination name, pid and token, and
+the output tree is built in its subdirectory ``tree/`` (so the marker never ends up in the
+output). :meth:`StagedDirectory.commit` renames ``tree/`` to the destination, then removes the
+(now empty but for the marker) staging directory.
+
+A process killed with SIGKILL (or a power cut) leaves its staging directory; the next
+:class:`StagedDirectory` in the same parent directory removes it - but only a directory it can
+prove q38 wrote: the name parses under a strict grammar (ASCII digits, bounded lengths, no
+leading zero), the directory and its marker are owned by the current user and are not symlinks,
+the marker's bytes are exactly what q38 writes for that name, and the writer's pid is dead. A
+name that merely looks similar is left alone and never crashes the command.
 """
 
 from __future__ import annotations
@@ -13,7 +23,9 @@ import ctypes.util
 import errno
 import logging
 import os
+import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -22,6 +34,7 @@ from typing import Any, Final
 from q38.errors import InternalError, PackageError
 
 __all__ = [
+    "MARKER_NAME",
     "STAGING_MARK",
     "StagedDirectory",
     "check_destination",
@@ -31,6 +44,14 @@ __all__ = [
 ]
 
 STAGING_MARK: Final = ".q38-staging-"
+MARKER_NAME: Final = ".q38-staging"
+"""The marker file written first inside every staging directory (never part of the output)."""
+TREE_NAME: Final = "tree"
+"""The subdirectory of a staging directory that becomes the destination on commit."""
+PID_MAX: Final = 4_194_304
+"""Linux's PID_MAX_LIMIT: a larger pid in a name cannot be a process q38 ran as."""
+_MARKER_MAX: Final = 4096
+_NAME = re.compile(r"\.(?P<dest>.+)\.q38-staging-(?P<pid>[1-9][0-9]{0,6})-(?P<token>[0-9a-f]{8})", re.ASCII | re.DOTALL)
 _AT_FDCWD: Final = -100
 _RENAME_NOREPLACE: Final = 1
 
@@ -96,21 +117,76 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process, or not a pid this platform can hold: never ours to sweep
     return True
 
 
+def marker_text(dest_name: str, pid: int, token: str) -> bytes:
+    """The marker's exact bytes for one staging directory (the destination name in hex: any bytes)."""
+    return f"q38-staging 1 {os.fsencode(dest_name).hex()} {pid} {token}\n".encode("ascii")
+
+
+def parse_staging_name(name: str) -> tuple[str, int, str] | None:
+    """``(dest name, pid, token)`` of a q38 staging directory name, or None for any other name.
+
+    Strict: ASCII digits only (``str.isdigit`` accepts '\u00b2', which ``int`` refuses), no
+    leading zero, a pid no larger than :data:`PID_MAX`, exactly 8 lowercase hex digits.
+    """
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    pid = int(m["pid"])
+    if pid > PID_MAX:
+        return None
+    return m["dest"], pid, m["token"]
+
+
+def _proven_stale(entry: Path) -> bool:
+    """Whether ``entry`` is a staging directory q38 wrote whose writer is gone (see the module doc)."""
+    parsed = parse_staging_name(entry.name)
+    if parsed is None:
+        return False
+    dest_name, pid, token = parsed
+    uid = os.geteuid()
+    st = os.lstat(entry)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        return False
+    marker = entry / MARKER_NAME
+    mst = os.lstat(marker)
+    if not stat.S_ISREG(mst.st_mode) or mst.st_uid != uid or mst.st_size > _MARKER_MAX:
+        return False
+    fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        data = os.read(fd, _MARKER_MAX + 1)
+    finally:
+        os.close(fd)
+    if data != marker_text(dest_name, pid, token):
+        return False
+    return pid != os.getpid() and not _pid_alive(pid)
+
+
 def _sweep_stale(dest: Path) -> None:
-    prefix = staging_prefix(dest)
-    with contextlib.suppress(OSError):
-        for entry in dest.parent.iterdir():
-            if not entry.name.startswith(prefix):
-                continue
-            pid_text = entry.name[len(prefix):].split("-", 1)[0]
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
-                _LOG.info("removing stale staging directory %s", entry)
-                shutil.rmtree(entry, ignore_errors=True)
+    """Remove the stale staging directories next to ``dest`` that q38 provably wrote.
+
+    Every staging directory in the parent is considered (a killed run into a sibling destination
+    is swept too); any name or entry that does not pass every check is left untouched, and no
+    name, however hostile, raises.
+    """
+    try:
+        entries = list(dest.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if STAGING_MARK not in entry.name:
+            continue
+        try:
+            stale = _proven_stale(entry)
+        except (OSError, ValueError, UnicodeError):
+            continue
+        if stale:
+            _LOG.info("removing stale staging directory %s", entry)
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 class StagedDirectory:
@@ -122,22 +198,40 @@ class StagedDirectory:
 
     def __init__(self, dest: Path) -> None:
         self.dest = Path(os.path.abspath(dest))
-        self.path: Path = self.dest  # replaced in __enter__
+        self.path: Path = self.dest  # replaced in __enter__: the tree that becomes dest
+        self.staging: Path | None = None
+        """The staging directory itself (holding the marker and ``tree/``), once entered."""
         self.committed = False
 
     def __enter__(self) -> StagedDirectory:
         check_destination(self.dest)
         _sweep_stale(self.dest)
-        name = f"{staging_prefix(self.dest)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.path = self.dest.parent / name
+        pid, token = os.getpid(), uuid.uuid4().hex[:8]
+        staging = self.dest.parent / f"{staging_prefix(self.dest)}{pid}-{token}"
         try:
-            self.path.mkdir(mode=0o755)
+            staging.mkdir(mode=0o755)
         except OSError as exc:
             raise PackageError(f"cannot create staging directory next to {self.dest}: {exc.strerror}") from None
+        self.staging = staging
+        try:
+            fd = os.open(staging / MARKER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, marker_text(self.dest.name, pid, token))
+            finally:
+                os.close(fd)
+            (staging / TREE_NAME).mkdir(mode=0o755)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            self.staging = None
+            if isinstance(exc, OSError):
+                raise PackageError(f"cannot create staging directory next to {self.dest}: {exc.strerror}") from None
+            raise
+        self.path = staging / TREE_NAME
         return self
 
     def commit(self) -> None:
-        if not self.path.is_dir() or self.path == self.dest:
+        """Rename the staged tree to ``dest`` (refusing an existing one), then remove the staging directory."""
+        if self.staging is None or not self.path.is_dir() or self.path == self.dest:
             raise InternalError("commit() outside the with block")
         try:
             rename_noreplace(self.path, self.dest)
@@ -146,6 +240,7 @@ class StagedDirectory:
         except OSError as exc:
             raise PackageError(f"cannot move the staged output into place at {self.dest}: {exc.strerror}") from None
         self.committed = True
+        shutil.rmtree(self.staging, ignore_errors=True)
         with contextlib.suppress(OSError):
             fd = os.open(self.dest.parent, os.O_RDONLY)
             try:
@@ -154,8 +249,9 @@ class StagedDirectory:
                 os.close(fd)
 
     def discard(self) -> None:
-        if not self.committed and self.path != self.dest:
-            shutil.rmtree(self.path, ignore_errors=True)
+        """Remove the staging directory (and the tree in it, unless it was committed)."""
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
     def __exit__(
         self,

@@ -54,6 +54,7 @@ class ProfileRun:
     generated: int
     seconds: float
     surface: str
+    trace: tuple[np.ndarray, ...] = ()  # per row: the experts picked, [selections in run order, k] (issue 29)
 
     @property
     def profile(self) -> ExpertProfile:
@@ -150,9 +151,12 @@ def _sites(pkg: RunnablePackage) -> list[Site]:
     return sites
 
 
-def _count(graph: TappedGraph, result: dict[str, np.ndarray], counts: np.ndarray, first_row: int) -> None:
+def _count(graph: TappedGraph, result: dict[str, np.ndarray], counts: np.ndarray, first_row: int,
+           trace: list[list[np.ndarray]] | None = None) -> None:  # fmt: skip
     for i, tap in enumerate(graph.taps):
         picked = select_experts(result[tap.output], tap.k)
+        if trace is not None:
+            trace[first_row + i].append(picked.astype(np.int32))
         counts[first_row + i] += np.bincount(picked.reshape(-1), minlength=tap.experts)[: tap.experts].astype(np.uint64)
 
 
@@ -191,6 +195,7 @@ def profile_package(
         steppers.append((rel, Stepper(tapped, pkg.names[role], pkg.dims), first))
         first += len(tapped.taps)
     counts = np.zeros((len(sites), sites[0].experts), dtype=np.uint64)
+    trace: list[list[np.ndarray]] = [[] for _ in sites]
     rows = {rel: 0 for rel, _s, _f in steppers}
     (dec_rel, decoder, _), *drafts = steppers
     logits = "logits"
@@ -202,7 +207,7 @@ def profile_package(
             for _rel, draft, _f in drafts:
                 draft.reset()
             for ids, out, token in _prompt_steps(prompt, workload.tokens, decoder, logits):
-                _count(decoder.graph, out, counts, 0)
+                _count(decoder.graph, out, counts, 0, trace)
                 rows[dec_rel] += ids.shape[1]
                 generated += 1
                 for rel, draft, row0 in drafts:  # the MTP on the same rows, with the tokens that follow them
@@ -210,10 +215,11 @@ def profile_package(
                     hidden = out.get(pkg.main_hidden)
                     if hidden is None:
                         raise ProfileError(f"{pkg.root / dec_rel}: no output {pkg.main_hidden!r} to feed {rel}")
-                    _count(draft.graph, draft.step(following, hidden), counts, row0)
+                    _count(draft.graph, draft.step(following, hidden), counts, row0, trace)
                     rows[rel] += ids.shape[1]
             bar.advance()
+    steps = tuple(np.concatenate(t) if t else np.zeros((0, s.k), np.int32) for t, s in zip(trace, sites))
     run = ProfileRun(counts, tuple(sites), rows, len(workload.prompts), generated,
-                     time.perf_counter() - start, pkg.surface)  # fmt: skip
+                     time.perf_counter() - start, pkg.surface, steps)  # fmt: skip
     run.check_sums()
     return run

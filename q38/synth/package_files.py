@@ -15,16 +15,16 @@ from q38.package import (
     format_pool,
     sha256_file,
 )
+from q38.package.elf import shared_object_header
 from q38.synth.graph import ExtRef
 from q38.synth.spec import PREFILL_CHUNK, Spec
 
 __all__ = ["LIB_HC", "LIB_QSA", "config_dict", "dumps_json", "manifest", "pool_text"]
 
-# Placeholder library bytes (not a loadable ELF): deterministic, distinct per role.
-LIB_QSA = b"\x7fELF q38 synthetic placeholder: qsa libcustom_ops (RegisterCustomOps)\n"
-LIB_HC = (
-    b"\x7fELF q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
-)
+# Placeholder library bytes (not loadable: an ELF shared-object header, no sections, then a
+# note): deterministic, distinct per role; they pass q38 build's --lib-NAME shared-object check.
+LIB_QSA = shared_object_header() + b"q38 synthetic placeholder: qsa libcustom_ops (RegisterCustomOps)\n"
+LIB_HC = shared_object_header() + b"q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
 
 
 def dumps_json(data: Any) -> str:

@@ -1,7 +1,8 @@
 """Mutation testing of one package with mutmut: targeted tests, a score, the survivors, an allowlist.
 
 ``python tests/mutation/mutate.py [PACKAGE ...]`` (``nox -s mutation -- [PACKAGE ...]``), where
-PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``contracts``; default both). For each:
+PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``q38/offload``, ``q38/build``,
+``q38/package``, ``contracts``; default all of them). For each:
 
 1. the repository's files (tracked and untracked-but-not-ignored, so uncommitted work counts) are
    copied into a fresh scratch directory (``.mutation/<slug>/`` by default) whose ``pyproject.toml``
@@ -25,13 +26,23 @@ PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``contracts``; default bo
 
 What is judged: by default a **fixed-seed uniform sample** of :data:`DEFAULT_SAMPLE` mutants per
 package (``--sample N``, ``--seed S``; default seed 0), reported with its 95 % Wilson interval:
+601 mutants make the interval at most +-4 points whatever the score (:func:`sample_for`).
 q38/optimize has about 5,300 mutants and contracts about 9,100, judged at 15-40 a minute on two
-loaded cores, so every mutant of both takes several hours; the samples of both finish in under an
-hour. ``--all`` judges every mutant. ``--mutants GLOB ...`` limits a run to mutants whose names
+loaded cores: a sample of every package takes a few hours, so it is meant to be spread over
+several runs (see "Resumable" below). ``--all`` judges every mutant. ``--mutants GLOB ...`` limits a run to mutants whose names
 match fnmatch patterns (one module's ``q38.optimize.fp8_head.*``, or survivors to recheck).
 ``--keep`` reuses the workdir: killed verdicts of unchanged functions stand, survivors are judged
 again against the current tests. ``--reuse`` runs in the existing workdir without copying.
 ``--no-run`` only reports the last run's verdicts.
+
+Resumable: a crash or a time limit loses nothing. The workdir records a digest of its inputs
+(``q38-run.json``: the package, its tests, every copied file); mutmut saves each verdict as the
+mutant finishes (``.meta``, written atomically by ``mutmut_cli.py``), and the mutants run in
+chunks (``--chunk``, default 40). A rerun of the same command over the same inputs continues: every
+saved verdict stands, the stats are loaded, the clean run is skipped, and only the mutants without a
+verdict are judged (a larger ``--sample`` of the same seed adds only the new ones: the sample is a
+prefix of one seeded shuffle). ``--time-limit SECONDS`` stops between chunks, reports the verdicts
+so far and exits 3; ``--fresh`` starts over. Changed inputs start over too, unless ``--keep``.
 
 An allowlist entry names the function (mutmut's mangled name without the ``__mutmut_N`` suffix,
 e.g. ``q38.optimize._common.xǁRewritePassǁcall``), the mutated line as mutmut writes it (the
@@ -40,7 +51,7 @@ change behaviour. Matching on the line rather than the mutant number keeps an en
 other mutants of the function come and go.
 
 Exit status: 0, or 1 when a score is below ``--fail-under`` (default 0: report only) or mutmut
-fails, 2 on a usage error.
+fails, 2 on a usage error, 3 when ``--time-limit`` stopped the run (rerun to continue).
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import hashlib
 import json
 import math
 import os
@@ -64,9 +76,14 @@ from ordering import module_of  # tests/mutation, this script's directory
 REPO = Path(__file__).resolve().parents[2]
 ALLOWLIST = Path(__file__).with_name("equivalent_mutants.toml")
 
-# Package -> the tests that exercise it (mutmut narrows these further, per function).
+# Package -> the tests that exercise it (mutmut narrows these further, per function). The one list
+# of mutated packages: the command line, the default run, the report, the allowlist check
+# (tests/unit/mutation) and `nox -s mutation` all read it -- a renamed package is renamed here.
 TARGETS: dict[str, tuple[str, ...]] = {
     "q38/optimize": ("tests/unit/optimize", "tests/unit/properties/test_optimizer_properties.py"),
+    "q38/offload": ("tests/unit/offload",),
+    "q38/build": ("tests/unit/build",),
+    "q38/package": ("tests/unit/package", "tests/unit/build/test_links.py", "tests/unit/build/test_link_policy.py"),
     "contracts": ("tests/unit/contracts",),
 }
 # Directories the tests read besides the code and themselves.
@@ -74,8 +91,24 @@ ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
 
 
 # The default run judges a seeded uniform sample of this many mutants per package (``--all``: every
-# mutant): sized so that both packages finish in under an hour on 2 cores (see the docstring).
-DEFAULT_SAMPLE = 300
+# mutant): the smallest n whose 95 % interval is at most +-4 points whatever the score
+# (1.96 * sqrt(0.25 / n) <= 0.04 at the worst case, a score of 50 %; :func:`sample_for`).
+HALF_WIDTH = 4.0
+
+
+def sample_for(half_width: float = HALF_WIDTH, z: float = 1.96) -> int:
+    """The sample size whose normal-approximation 95 % interval is +-``half_width`` points at any score."""
+    return math.ceil((z * 50.0 / half_width) ** 2)
+
+
+DEFAULT_SAMPLE = sample_for()  # 601
+
+# A resumable run: the workdir records what it was prepared from (RUN_STATE); a rerun over the same
+# inputs keeps every verdict mutmut saved (one ``.meta`` write per judged mutant) and judges only
+# the rest, CHUNK mutants per mutmut invocation, stopping between chunks at ``--time-limit``.
+RUN_STATE = "q38-run.json"
+CHUNK = 40
+INCOMPLETE = 3  # exit status: the time limit stopped the run; rerun the same command to continue
 
 # tests/mutation/mutmut_cli.py's batch command: the diffs of many mutants, one JSON line after the marker.
 DIFFS_COMMAND = "q38-diffs"
@@ -235,10 +268,16 @@ def _codes(workdir: Path, package: str) -> dict[str, int | None]:
 
 
 def select(names: list[str], *, only: list[str] | None, sample: int | None, seed: int) -> list[str]:
-    """The mutants a run judges: those matching ``only`` (all when None), then a seeded sample."""
+    """The mutants a run judges: those matching ``only`` (all when None), then a seeded sample.
+
+    The sample is a prefix of one seeded shuffle of the sorted names, so a larger sample of the same
+    seed holds every mutant of a smaller one: a run can be grown without judging anything twice.
+    """
     chosen = sorted(n for n in names if only is None or any(fnmatch.fnmatchcase(n, p) for p in only))
     if sample is not None and sample < len(chosen):
-        chosen = sorted(random.Random(seed).sample(chosen, sample))
+        order = chosen[:]
+        random.Random(seed).shuffle(order)
+        chosen = sorted(order[:sample])
     return chosen
 
 
@@ -344,8 +383,12 @@ def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, scope: Scop
         k = sum(1 for n in v.killed if _module(n) == module)
         s = sum(1 for n in v.survived if _module(n) == module)
         print(f"   {module}: {100.0 * k / (k + s):.1f}% (killed {k}, survived {s})")
+    pending = sum(1 for _, code in v.other if code is None)
+    if pending:
+        print(f"   not judged yet: {pending} (a resumed run judges them)")
     for name, code in v.other:
-        print(f"   unjudged (exit {code}): {name}")
+        if code is not None:
+            print(f"   unjudged (exit {code}): {name}")
     for name, reason in v.equivalent:
         print(f"-- excluded as equivalent ({ALLOWLIST.name}): {name}: {reason}")
     for name in v.survived:
@@ -355,13 +398,50 @@ def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, scope: Scop
             print("\n".join(f"   {ln}" for ln in body))
 
 
-def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[str]:
-    """Prepare, collect stats, judge the selected mutants; returns the selection."""
+def inputs_digest(package: str, tests: tuple[str, ...]) -> str:
+    """sha256 over what a run's verdicts depend on: the package, its tests and every copied file."""
+    h = hashlib.sha256(json.dumps([package, list(tests)]).encode())
+    for rel in sorted(_repo_files()):
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256((REPO / rel).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def resumable(workdir: Path, digest: str) -> bool:
+    """Whether ``workdir`` holds a run prepared from the same inputs (its verdicts all stand)."""
+    try:
+        state = json.loads((workdir / RUN_STATE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and state.get("inputs") == digest and (workdir / "mutants").is_dir()
+
+
+def to_judge(names: list[str], codes: dict[str, int | None], *, resume: bool, rerun_survivors: bool) -> list[str]:
+    """The selected mutants a run still judges.
+
+    Resumed over the same inputs, every verdict stands: only mutants without one are judged. In a
+    kept workdir whose inputs changed, killed verdicts stand (mutmut resets the mutants of changed
+    functions) and survivors are judged again against the current tests; ``rerun_survivors``
+    (``--mutants``) judges every named mutant again.
+    """
+    if resume and not rerun_survivors:
+        return [n for n in names if codes.get(n) is None]
+    return [n for n in names if codes.get(n) not in KILLED or rerun_survivors]
+
+
+def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[str] | None:
+    """Prepare, collect stats, judge the selected mutants; returns the selection, or None when
+    ``--time-limit`` stopped the run before every selected mutant was judged."""
     tests = tuple(args.tests) if args.tests else TARGETS[package]
     sample = None if args.all else args.sample
     started = time.monotonic()
+    digest = inputs_digest(package, tests)
+    resume = not args.fresh and resumable(workdir, digest)
     if not args.reuse:
-        prepare(package, workdir, tests, keep=args.keep)
+        prepare(package, workdir, tests, keep=args.keep or resume)
+    (workdir / RUN_STATE).write_text(json.dumps({"package": package, "tests": list(tests), "inputs": digest}), "utf-8")
+    if resume:
+        print(f"   {package}: resuming the run in {workdir} (same inputs: every saved verdict stands)")
     before = _stats_time(workdir)
     # Phase 1: generate the mutants and collect (or load and extend) the stats, then stop.
     proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), Q38_MUTATE_STATS_ONLY="1")
@@ -376,20 +456,29 @@ def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[
     codes = _codes(workdir, package)
     names = select(list(codes), only=args.mutants, sample=sample, seed=args.seed)
     (workdir / "mutmut-selection.txt").write_text("\n".join(names) + "\n", "utf-8")
-    # Killed verdicts of a kept workdir stand (mutmut resets the mutants of changed functions);
-    # survivors and unjudged mutants are judged (again) against the current tests.
-    todo = [n for n in names if codes[n] not in KILLED or args.mutants is not None]
-    # Phase 2: the mutants. The clean-tests run is skipped when phase 1 just ran every test clean.
-    flags = {"Q38_MUTATE_SKIP_CLEAN": "1"} if full_stats else {}
-    if todo:
-        proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), *todo, **flags)
+    todo = to_judge(names, codes, resume=resume, rerun_survivors=args.mutants is not None)
+    # Phase 2: the mutants, in chunks: mutmut saves each verdict as it comes, so a run killed or
+    # stopped between chunks loses at most the mutants in flight. The clean-tests run is skipped
+    # when phase 1 just ran every test clean, or when a run of these same inputs already did.
+    flags = {"Q38_MUTATE_SKIP_CLEAN": "1"} if full_stats or resume else {}
+    deadline = args.deadline  # one limit for the whole invocation, every package
+    done = 0
+    for i in range(0, len(todo), args.chunk):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        proc = _mutmut(workdir, "run", "--max-children", str(args.max_children), *todo[i:i + args.chunk], **flags)
         _log(workdir, "run", proc)
         if proc.returncode:
             raise RunError(f"mutmut run failed for {package} (exit {proc.returncode}); see "
                            f"{workdir / 'mutmut-run.log'}", proc.stdout + proc.stderr)
+        done = min(len(todo), i + args.chunk)
     print(f"   {package}: stats phase {stats_done - started:.0f} s ({'full' if full_stats else 'loaded'}), "
-          f"{len(todo)} of the {len(names)} selected mutant(s) run in {time.monotonic() - stats_done:.0f} s "
-          f"(the others kept their verdicts)")
+          f"{done} of the {len(todo)} mutant(s) to judge run in {time.monotonic() - stats_done:.0f} s "
+          f"(the other {len(names) - len(todo)} of the {len(names)} selected kept their verdicts)")
+    if done < len(todo):
+        print(f"   {package}: stopped at --time-limit {args.time_limit:g} s with {len(todo) - done} mutant(s) "
+              f"unjudged; rerun the same command to continue")
+        return None
     return names
 
 
@@ -420,11 +509,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mutants", nargs="+", metavar="GLOB",
                     help="only these mutants (mutmut names, e.g. 'contracts.qmoe.*'): a partial run, scored alone")
     ap.add_argument("--reuse", action="store_true", help="run in the existing workdir without copying")
+    ap.add_argument("--fresh", action="store_true",
+                    help="start over even when the workdir holds a run of the same inputs (default: resume it)")
+    ap.add_argument("--time-limit", type=float, metavar="SECONDS",
+                    help="stop between chunks after this long; the verdicts so far are kept, a rerun continues")
+    ap.add_argument("--chunk", type=int, default=CHUNK, help=f"mutants per mutmut invocation (default {CHUNK})")
     args = ap.parse_args(argv)
+    if args.chunk < 1 or (args.time_limit is not None and args.time_limit <= 0) or args.sample < 1:
+        print("mutate: --chunk, --sample and --time-limit must be positive", file=sys.stderr)
+        return 2
     unknown = [p for p in args.packages if p not in TARGETS]
     if unknown:
         print(f"mutate: unknown package {unknown[0]!r} (known: {', '.join(sorted(TARGETS))})", file=sys.stderr)
         return 2
+    args.deadline = None if args.time_limit is None else time.monotonic() + args.time_limit
     allow = load_allowlist()
     status = 0
     for package in args.packages:
@@ -434,11 +532,16 @@ def main(argv: list[str] | None = None) -> int:
             names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
         else:
             try:
-                names = _run_package(package, workdir, args)
+                selected = _run_package(package, workdir, args)
             except RunError as err:
                 print(f"mutate: {err}", file=sys.stderr)
                 print(err.output[-3000:], file=sys.stderr)
                 return 1
+            if selected is None:  # stopped by --time-limit: report what is judged so far
+                status = INCOMPLETE
+                names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
+            else:
+                names = selected
         total = len([n for n in _codes(workdir, package)
                      if args.mutants is None or any(fnmatch.fnmatchcase(n, p) for p in args.mutants)])
         codes = _codes(workdir, package)
@@ -447,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         report(package, verdicts, workdir, diffs=not args.no_diffs,
                scope=Scope(total, sample, args.seed, tuple(args.mutants or ())))
         if verdicts.score < args.fail_under:
-            status = 1
+            status = max(status, 1)
     return status
 
 

@@ -19,6 +19,9 @@ unmutated rules and caches. The third-party libraries are imported once here, be
 (mutmut's fork server itself is not used: it never gets mutmut's sys.path, and every mutant then
 fails to start, exit 255, which mutmut counts as a timeout -- a kill.)
 
+Always, too: every ``.meta`` file (the verdicts, saved by mutmut after each mutant) is written to a
+sibling and renamed into place, so a run killed at any moment leaves readable verdicts to resume from.
+
 Always, too: a mutant's tests run most targeted first (``tests/mutation/ordering.py``), not only
 quickest first as mutmut orders them; the verdict is the same, a kill comes sooner.
 
@@ -31,6 +34,7 @@ import functools
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import mutmut.__main__ as mutmut_main
@@ -94,6 +98,30 @@ def _tests_in_children() -> None:
         setattr(ForkRunner, name, getattr(ForkServerRunner, name))
 
 
+def _atomic_saves() -> None:
+    """mutmut's per-mutant verdict file (``.meta``), written whole or not at all.
+
+    mutmut saves a source file's ``.meta`` after every mutant it judges, which is what makes a run
+    resumable (``mutate.py`` continues from those verdicts); written in place, a run killed in the
+    middle of that write (a time limit, a crash) left a truncated JSON file that no later run could
+    read. Written to a sibling and renamed over the old one, it is always a complete file.
+    """
+    from mutmut.mutation.data import SourceFileMutationData
+
+    save = SourceFileMutationData.save
+
+    def atomic(self: SourceFileMutationData) -> None:
+        final = Path(self.meta_path)
+        self.meta_path = final.with_name(final.name + f".{os.getpid()}.tmp")
+        try:
+            save(self)
+            os.replace(self.meta_path, final)
+        finally:
+            self.meta_path = final
+
+    SourceFileMutationData.save = atomic  # type: ignore[method-assign]
+
+
 def _print_diffs(names: list[str]) -> NoReturn:
     """``q38-diffs NAME ...``: every mutant's diff as ``mutmut show`` renders it, in one process."""
     import json
@@ -115,6 +143,7 @@ if __name__ == "__main__":
         importlib.import_module(module)
     _tests_in_children()
     _targeted_runs()
+    _atomic_saves()
     if os.environ.get("Q38_MUTATE_STATS_ONLY") == "1":
         mutmut_main.collect_source_file_mutation_data = _stop_after_stats  # type: ignore[assignment]
     if os.environ.get("Q38_MUTATE_SKIP_CLEAN") == "1":

@@ -23,6 +23,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from q38.package.elf import shared_object_header
+
+LIB_A_BYTES = shared_object_header() + b"qsa custom ops v1"
+"""The bytes of the bundles' qsa placeholder library (a shared-object header, then a note)."""
+
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(38)
 W_LM = RNG.standard_normal((64, 32)).astype(np.float32)
@@ -166,9 +171,9 @@ def make_bundles(root: Path) -> dict[str, Path]:
     la, lb = root / "libs_a", root / "libs_b"
     la.mkdir()
     lb.mkdir()
-    (la / "libcustom_ops.so.1").write_bytes(b"\x7fELF qsa custom ops v1")
+    (la / "libcustom_ops.so.1").write_bytes(LIB_A_BYTES)
     os.symlink("libcustom_ops.so.1", la / "libcustom_ops.so")
-    (lb / "libcustom_ops.so").write_bytes(b"\x7fELF hc custom ops")
+    (lb / "libcustom_ops.so").write_bytes(shared_object_header() + b"hc custom ops")
     return {"root": root, "target": t, "head": h, "prefill": p, "lib_a": la / "libcustom_ops.so", "lib_b": lb / "libcustom_ops.so"}
 
 

@@ -8,6 +8,7 @@ input differs from the rejected one in the one thing the rule is about.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,16 @@ def _unknown_import() -> onnx.ModelProto:
     return model
 
 
+def _ir(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    model.ir_version = version
+    return model
+
+
+def _dup_input(model: onnx.ModelProto) -> onnx.ModelProto:
+    model.graph.input.append(copy.deepcopy(model.graph.input[0]))
+    return model
+
+
 def _with_opset(model: onnx.ModelProto, domain: str, version: int) -> onnx.ModelProto:
     for opset in model.opset_import:
         if opset.domain == domain:
@@ -152,6 +163,8 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
+    RuleCase("ORT-MODEL-001", "graph", lambda: _graph(_ir(_gated_add(), 14)), lambda: _graph(_ir(_gated_add(), 15))),
+    RuleCase("ORT-MODEL-003", "graph", lambda: _graph(_gated_add()), lambda: _graph(_dup_input(_gated_add()))),
     RuleCase("ORT-OPSET-001", "graph", lambda: _graph(_gated_add()), lambda: _graph(_with_opset(_gated_add(), "", 10000))),
     RuleCase("ORT-OPSET-002", "graph", lambda: _graph(_gated_add()), lambda: _graph(_unknown_import())),
     RuleCase("ORT-SCHEMA-001", "graph", lambda: _graph(_one("Relu")), lambda: _graph(_one("Bogus", domain=MS))),
@@ -279,6 +292,9 @@ def _package_cases() -> list[RuleCase]:
     def hard_link(pkg: Path) -> None:
         os.link(pkg / "model.onnx.data", pkg.parent / "second-name.data")
 
+    def unreadable_data(pkg: Path) -> None:
+        os.chmod(pkg / "model.onnx.data", 0o200)  # the owner may write it, not read it
+
     def missing_library(pkg: Path) -> None:
         _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
 
@@ -302,6 +318,17 @@ def _package_cases() -> list[RuleCase]:
     def shared_shape(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"]["shared_initializers"][0].update({"shape": [512, 65]}))
 
+    def no_ir_version(pkg: Path) -> None:
+        model = onnx.load(pkg / "model.onnx", load_external_data=False)
+        model.ClearField("ir_version")
+        onnx.save(model, pkg / "model.onnx")
+
+    def unknown_data_key(pkg: Path) -> None:
+        model = onnx.load(pkg / "model.onnx", load_external_data=False)
+        tensor = next(t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+        tensor.external_data.add(key="basepath", value=".")
+        onnx.save(model, pkg / "model.onnx")
+
     def undeclared_state(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"]["inputs"].pop("past_conv_names"))
 
@@ -314,15 +341,33 @@ def _package_cases() -> list[RuleCase]:
 
         return write
 
+    def runtime_profile(device: int, host: int | None = None) -> Callable[[Path], None]:
+        def write(pkg: Path) -> None:
+            eligibility: dict[str, int] = {"minimum_total_device_memory_bytes": device}
+            if host is not None:
+                eligibility["maximum_effective_host_memory_bytes"] = host
+            profile = {"id": "p", "eligibility": eligibility, "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}
+            _write_config(pkg, lambda d: d.update({"runtime_profiles": [profile]}))
+
+        return write
+
     return [
+        RuleCase("PKG-FIT-001", "package", runtime_profile(1 << 30), runtime_profile(1 << 20)),
+        # host bytes: the tiny package's dense weights are all device-placed, so only the experts'
+        # host share counts: 0 bytes without offload entries; a maximum of 0 passes, and a pool
+        # entry made host_mapped (64 KiB of embedding) goes over it
+        RuleCase("PKG-FIT-002", "package", runtime_profile(1 << 30, 0), _host_over(runtime_profile(1 << 30, 0))),
         RuleCase("CFG-GRAPH-001", "package", _noop, undeclared_state, base="faithful"),
         RuleCase("CFG-GRAPH-002", "package", profile(9), profile(3)),
         RuleCase("CFG-GRAPH-003", "package", _noop, _swap_drafts, base="multidraft"),
         RuleCase("PKG-GRAPH-001", "package", _noop, truncate),
+        RuleCase("ORT-MODEL-002", "package", _noop, no_ir_version),
+        RuleCase("ORT-MODEL-004", "package", _noop, unknown_data_key),
         RuleCase("PKG-EXTDATA-001", "package", _noop, escaping_data),
         RuleCase("PKG-SYMLINK-001", "package", _noop, escaping_link),
         RuleCase("PKG-HARDLINK-001", "package", _noop, hard_link),
         RuleCase("PKG-LIB-001", "package", _noop, missing_library),
+        RuleCase("PKG-READ-001", "package", _noop, unreadable_data),
         RuleCase("PATH-FIELD-001", "package", _noop, absolute_profile),
         RuleCase("PATH-FIELD-002", "package", _noop, linked_profile),
         RuleCase("PATH-FIELD-003", "package", _noop, directory_profile),
@@ -330,6 +375,22 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
         RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
     ]
+
+
+def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
+    """``first``, then the pool's first entry host_mapped (its bytes leave the device for the host)."""
+
+    def write(pkg: Path) -> None:
+        first(pkg)
+        pool = pkg / "weights_pool.txt"
+        lines = pool.read_text().splitlines()
+        index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+        fields = lines[index].split(" ")
+        fields[6] = "host_mapped"
+        lines[index] = " ".join(fields)
+        pool.write_text("\n".join(lines) + "\n")
+
+    return write
 
 
 CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_GRAPH_CASES, *_config_cases(), *_package_cases()]}

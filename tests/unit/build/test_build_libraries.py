@@ -1,8 +1,10 @@
 """Libraries and provider options of ``q38 build`` (issue 13.4, issue 16's assembly survivors).
 
 Invariants:
+- a ``--lib`` file must be an ELF shared object for this platform (magic, class, byte order,
+  ET_DYN): a symlink to /etc/passwd, a script, an executable is refused naming the file, exit 2;
 - a ``--lib`` path is resolved; a resolved file outside the source bundles is copied, whatever
-  ``--link`` says: a symlink to /etc/passwd never puts /etc/passwd's inode into the output; a
+  ``--link`` says: a symlink to a system library never puts its inode into the output; a
   library inside a bundle follows the link policy (hard-linked under ``--link hardlink``);
 - a ``--lib`` symlink that resolves to ``libqwen38_plane.so`` is refused like the name itself;
 - a bundle file at ``libs/<basename>`` never silently wins over a different ``--lib`` file; the
@@ -15,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ import pytest
 from q38.build import BuildRequest, LinkPolicy, build_package
 from q38.cli import main
 from q38.errors import BuildError, FlagError
+from q38.package.elf import shared_object_header
 
 
 def _req(b: dict[str, Path], out: Path, **kw) -> BuildRequest:
@@ -38,16 +42,19 @@ def _inodes(root: Path) -> set[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("link", [LinkPolicy.AUTO, LinkPolicy.HARDLINK, LinkPolicy.COPY])
-def test_a_library_symlink_to_a_system_file_is_copied_never_linked(bundles, tmp_path, link):
+def test_a_library_symlink_to_a_file_outside_the_bundles_is_copied_never_linked(bundles, tmp_path, link):
+    outside = tmp_path / "system" / "libsystem.so"
+    outside.parent.mkdir()
+    outside.write_bytes(shared_object_header() + b"a library outside every bundle")
     evil = tmp_path / "evil"
     evil.mkdir()
-    os.symlink("/etc/passwd", evil / "libcustom_ops.so")
-    before = os.stat("/etc/passwd")
+    os.symlink(outside, evil / "libcustom_ops.so")
+    before = os.stat(outside)
     out = tmp_path / "pkg"
     build_package(_req(bundles, out, libs=(("qsa", os.fspath(evil / "libcustom_ops.so")),), link=link))
     placed = out / "libs" / "libcustom_ops.so"
-    assert not placed.is_symlink() and placed.read_bytes() == Path("/etc/passwd").read_bytes()
-    after = os.stat("/etc/passwd")
+    assert not placed.is_symlink() and placed.read_bytes() == outside.read_bytes()
+    after = os.stat(outside)
     assert (after.st_ino, after.st_nlink) == (before.st_ino, before.st_nlink)
     assert (before.st_dev, before.st_ino) not in _inodes(out)
     import json
@@ -56,10 +63,53 @@ def test_a_library_symlink_to_a_system_file_is_copied_never_linked(bundles, tmp_
     assert rec["link_mode"] == "copy" and rec["identity"]["st_ino"] == os.stat(placed).st_ino
 
 
+def _elf(cls: int = 0, data: int = 0, e_type: int = 3) -> bytes:
+    head = bytearray(shared_object_header())
+    if cls:
+        head[4] = cls
+    if data:
+        head[5] = data
+    order = "little" if head[5] == 1 else "big"
+    head[16:18] = e_type.to_bytes(2, order)
+    return bytes(head) + b"payload"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, r"-> /etc/passwd\): not an ELF shared object \(no ELF magic\)"),
+        (b"#!/bin/sh\necho hi\n", r"not an ELF shared object \(no ELF magic\)"),
+        (b"", r"not an ELF shared object \(no ELF magic\)"),
+        (b"\x7fELF\x02\x01", r"truncated ELF header"),
+        (_elf(e_type=2), r"type ET_EXEC \(an executable\), not a shared object \(ET_DYN\)"),
+        (_elf(e_type=1), r"type ET_REL \(an object file\)"),
+        (_elf(cls=1), r"class 32-bit, this platform is 64-bit"),
+        (_elf(data=2), r"big byte order, this platform is little-endian"),
+    ],
+    ids=["symlink-to-etc-passwd", "script", "empty", "truncated", "executable", "object", "class32", "big-endian"],
+)
+def test_a_library_that_is_not_a_shared_object_is_refused_naming_it(bundles, tmp_path, capsys, content, message):
+    lib = tmp_path / "given" / "libcustom_ops.so"
+    lib.parent.mkdir()
+    if content is None:
+        os.symlink("/etc/passwd", lib)
+    else:
+        lib.write_bytes(content)
+    out = tmp_path / "pkg"
+    argv = ["build", os.fspath(out), "--target", os.fspath(bundles["target"]), "--head",
+            os.fspath(bundles["head"]), "--lib-qsa", os.fspath(lib)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("q38 build: error: --lib-qsa ")
+    assert os.fspath(lib) in err and re.search(message, err), err
+    assert "a library must be a shared object for this platform" in err
+    assert not os.path.lexists(out) and sorted(os.listdir(tmp_path)) == ["given", "src"]
+
+
 def test_a_library_inside_a_bundle_follows_the_link_policy(bundles, tmp_path):
     lib = bundles["target"] / "libs" / "libinbundle.so"
     lib.parent.mkdir()
-    lib.write_bytes(b"\x7fELF in bundle")
+    lib.write_bytes(shared_object_header() + b"in bundle")
     try:
         out = tmp_path / "pkg"
         build_package(_req(bundles, out, libs=(("qsa", os.fspath(lib)),), link=LinkPolicy.HARDLINK))
@@ -71,7 +121,7 @@ def test_a_library_inside_a_bundle_follows_the_link_policy(bundles, tmp_path):
 
 def test_a_library_symlink_resolving_to_the_reserved_plane_is_refused(bundles, tmp_path):
     real = tmp_path / "libqwen38_plane.so"
-    real.write_bytes(b"\x7fELF plane")
+    real.write_bytes(shared_object_header() + b"plane")
     alias = tmp_path / "libinnocent.so"
     os.symlink(real.name, alias)
     with pytest.raises(BuildError, match="libqwen38_plane.so is reserved"):
@@ -82,7 +132,7 @@ def test_a_library_symlink_resolving_to_the_reserved_plane_is_refused(bundles, t
 def test_a_bundle_file_at_libs_basename_does_not_win_over_another_lib(bundles, tmp_path):
     own = bundles["target"] / "libs" / "libcustom_ops.so"
     own.parent.mkdir()
-    own.write_bytes(b"\x7fELF the bundle's own copy")
+    own.write_bytes(shared_object_header() + b"the bundle's own copy")
     try:
         with pytest.raises(BuildError, match=r"--lib-qsa: libs/libcustom_ops\.so is also a file of the source bundles"):
             build_package(_req(bundles, tmp_path / "pkg", libs=(("qsa", os.fspath(bundles["lib_b"])),)))
@@ -90,7 +140,7 @@ def test_a_bundle_file_at_libs_basename_does_not_win_over_another_lib(bundles, t
         # the bundle's own file named as the library: fine, placed once, and it is that file
         out = tmp_path / "same"
         build_package(_req(bundles, out, libs=(("qsa", os.fspath(own)),)))
-        assert (out / "libs" / "libcustom_ops.so").read_bytes() == b"\x7fELF the bundle's own copy"
+        assert (out / "libs" / "libcustom_ops.so").read_bytes() == shared_object_header() + b"the bundle's own copy"
         assert sorted(os.listdir(out / "libs")) == ["libcustom_ops.so"]
     finally:
         own.unlink()

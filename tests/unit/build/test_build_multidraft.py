@@ -69,3 +69,26 @@ def test_sources_are_untouched(tiny_bundles: Path, tmp_path: Path, flag: str) ->
     before = {p: _sha(p) for p in tiny_bundles.rglob("*") if p.is_file() and not p.is_symlink()}
     _build(tiny_bundles, tmp_path / "o", flag)
     assert {p: _sha(p) for p in before} == before
+
+
+@pytest.mark.parametrize("flag", ["--multidraft", "--offload-profiles"])
+def test_hardlinked_build_never_writes_through_to_the_source(tiny_bundles: Path, tmp_path: Path, flag: str) -> None:
+    """--link hardlink shares the sources' inodes; rewriting model.onnx must replace the link, not write through it.
+
+    The source tree is copied first (the session fixture is read-only); every source file's bytes
+    and inode are recorded, and after the build each is the same file with the same bytes, and no
+    file of the output that the build rewrote (--offload-profiles' model.onnx, a copy of model_s4)
+    shares an inode with a source; with --multidraft model.onnx is the plain target, linked.
+    """
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(tiny_bundles, src, symlinks=True)
+    files = [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
+    before = {p: (p.stat().st_ino, _sha(p)) for p in files}
+    out = _build(src, tmp_path / "o", flag, "--link", "hardlink")
+    assert {p: (p.stat().st_ino, _sha(p)) for p in files} == before
+    source_inodes = {ino for ino, _ in before.values()}
+    rewritten = flag == "--offload-profiles"
+    assert ((out / "model.onnx").stat().st_ino in source_inodes) is not rewritten
+    assert any(p.stat().st_ino in source_inodes for p in out.rglob("*") if p.is_file()), "nothing was hard-linked"

@@ -263,3 +263,23 @@ def test_copy_range_at_offsets_falls_back_across_filesystems(src: Path, tmp_path
         got = (fs / "dst").read_bytes()
     assert got[8192:9192] == data[4097:5097] and got[10:8192] == b"\0" * 8182
     assert short[1] == 10  # the source ended: fewer bytes, the caller reports it
+
+
+@pytest.mark.parametrize("policy", [LinkPolicy.HARDLINK, LinkPolicy.COPY, LinkPolicy.AUTO])
+def test_place_resolves_a_symlinked_source_to_a_regular_file(tmp_path: Path, policy: LinkPolicy) -> None:
+    """``place`` owns the symlink rule (its docstring): a source that is a relative symlink
+    (``libx.so -> libx.so.1``, as library folders hold them) lands as a loadable regular file with
+    the target's bytes -- never as a copy of the link, which would dangle in the destination
+    folder -- and under ``hardlink`` it is the target's inode."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    real = _write_src(lib / "libx.so.1")
+    os.symlink("libx.so.1", lib / "libx.so")
+    out = tmp_path / "out"
+    out.mkdir()
+    placed = place(lib / "libx.so", out / "libx.so", policy)
+    dst = out / "libx.so"
+    assert not dst.is_symlink() and dst.is_file()
+    assert dst.read_bytes() == real.read_bytes()
+    assert os.path.samefile(dst, real) is (policy is LinkPolicy.HARDLINK)
+    assert placed.identity == FileIdentity.of_stat(os.lstat(dst))

@@ -170,7 +170,8 @@ def test_json_output_shape(tiny_faithful_package: Path, tmp_path: Path, capsys: 
     assert main(["check", str(pkg), "--json"]) == (0 if _V132 else 1)
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"package", "ort_version", "surface", "ok", "rules_checked", "graphs", "graph_checks",
-                         "violations", "sessions"}
+                         "violations", "suppressed", "sessions"}
+    assert data["suppressed"] == []  # results --ignore / --select / a baseline hold back (none here)
     assert data["ok"] is _V132 and data["graphs"] == ["target", "head", "prefill"] and data["surface"] == "v12b"
     assert [(c["graph"], c["file"]) for c in data["graph_checks"]] == [
         ("target", "model.onnx"), ("head", "head_r2.onnx"), ("prefill", "prefill.onnx")]

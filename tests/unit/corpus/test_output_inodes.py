@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from support.forkrun import ForkServer
 
+from q38.package.elf import shared_object_header
+
 
 def _identities(root: Path) -> dict[tuple[int, int], str]:
     """(dev, ino) -> relative path of every regular file under ``root``, links not followed."""
@@ -53,7 +55,7 @@ def _outside_lib(case: Path) -> Path:
     outside = case / "outside"
     outside.mkdir()
     secret = outside / "libsecret.so"
-    secret.write_bytes(b"\x7fELF not really a library, but a file outside every input\n")
+    secret.write_bytes(shared_object_header() + b"not really a library, but a file outside every input\n")
     return secret
 
 

@@ -110,8 +110,8 @@ def test_node_changes_are_named_by_kind(pair: tuple[Path, Path]) -> None:
     _edit_graph(b, edit)
     lines = diff_packages(a, b).lines()
     body = "\n".join(lines)
-    assert 'node "/model/embed_tokens/Gather" (Gather) input 1: "input_ids" -> "position_ids"' in body
-    assert "output 0:" in body and '_renamed"' in body
+    assert 'node "/model/embed_tokens/Gather" (Gather) input[1]: "input_ids" -> "position_ids"' in body
+    assert "output[0]:" in body and '_renamed"' in body
     assert 'node "/model/layers.0/attn_hc/BranchwiseRMSNorm" (com.microsoft::BranchwiseRMSNorm) domain: "com.microsoft" -> "com.example"' in body
     assert 'BranchwiseRMSNorm) attribute epsilon: 1e-06' in body
     assert '  + node "/extra" (Identity): ["logits"] -> ["logits_copy"]' in lines

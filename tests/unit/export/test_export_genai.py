@@ -181,7 +181,10 @@ def test_refuses_unfed_graph_input(tiny_cpu_package: Path, tmp_path: Path, capsy
     model.graph.input.append(onnx.helper.make_tensor_value_info("past.0.indexer_key", onnx.TensorProto.FLOAT16, [1, 0, 16]))
     (pkg / "model.onnx").write_bytes(model.SerializeToString())
     out = tmp_path / "out"
-    _refused(capsys, ["export-genai", str(pkg), str(out)], out, "graph input 'past.0.indexer_key' is not fed")
+    # check fails the source (CFG-GRAPH-001): refused before anything is read for writing ...
+    _refused(capsys, ["export-genai", str(pkg), str(out)], out, "the source fails check, CFG-GRAPH-001 [target]: input 'past.0.indexer_key'")
+    # ... and export's own reader refuses it too when told to write anyway.
+    _refused(capsys, ["export-genai", "-q", "--allow-invalid-source", str(pkg), str(out)], out, "graph input 'past.0.indexer_key' is not fed")
 
 
 def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:

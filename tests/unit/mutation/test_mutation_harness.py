@@ -4,6 +4,7 @@ byte-compiling. mutmut itself is not needed: these parts are plain functions."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import struct
 import sys
 from pathlib import Path
@@ -74,7 +75,8 @@ def test_every_committed_equivalent_has_a_reason_and_names_a_mutated_module() ->
     keys = [(e.function, e.line) for e in entries]
     assert len(keys) == len(set(keys)), "an equivalent mutant is listed twice"
     for e in entries:
-        assert e.function.startswith(("q38.optimize.", "contracts.")) and e.line and e.reason.strip()
+        packages = tuple(p.replace("/", ".") + "." for p in mutate.TARGETS)
+        assert e.function.startswith(packages) and e.line and e.reason.strip()
 
 
 def test_an_equivalent_without_a_reason_is_refused(tmp_path: Path) -> None:
@@ -92,3 +94,72 @@ def test_the_mutated_tree_is_compiled_once_into_hash_checked_pycs(tmp_path: Path
     pyc = Path(importlib.util.cache_from_source(str(source)))
     flags = struct.unpack("<I", pyc.read_bytes()[4:8])[0]
     assert flags == 0b11  # hash-based, checked: a rewritten source is never run from a stale pyc
+
+
+def test_every_package_that_guards_data_is_a_target_with_existing_tests() -> None:
+    root = HARNESS.parents[1]
+    assert {"q38/optimize", "q38/offload", "q38/build", "q38/package", "contracts"} <= set(mutate.TARGETS)
+    for package, tests in mutate.TARGETS.items():
+        assert (root / package).is_dir(), package
+        assert tests and all((root / t).exists() for t in tests), (package, tests)
+
+
+def test_the_default_sample_gives_a_95_interval_of_at_most_4_points_at_any_score() -> None:
+    n = mutate.DEFAULT_SAMPLE
+    assert n == mutate.sample_for(4.0) == 601
+    for killed in (n // 2, int(0.77 * n), int(0.9 * n)):
+        low, high = mutate.wilson(killed, n)
+        assert high - low <= 8.0, (killed, low, high)
+    low, high = mutate.wilson(n // 2 - 30, n - 60)  # 60 fewer judged (equivalents): wider than +-4
+    assert high - low > 8.0
+
+
+def test_a_larger_sample_of_the_same_seed_holds_every_mutant_of_a_smaller_one() -> None:
+    names = [f"q38.build.m{i % 7}.x_f__mutmut_{i}" for i in range(5000)]
+    small = set(mutate.select(names, only=None, sample=300, seed=0))
+    large = set(mutate.select(names, only=None, sample=601, seed=0))
+    assert len(small) == 300 and len(large) == 601 and small <= large
+
+
+def test_a_resumed_run_judges_only_the_mutants_without_a_verdict() -> None:
+    codes = {"a": 1, "b": 0, "c": None, "d": 3, "e": None}
+    names = sorted(codes)
+    assert mutate.to_judge(names, codes, resume=True, rerun_survivors=False) == ["c", "e"]
+    # changed inputs in a kept workdir: killed verdicts stand, survivors are judged again
+    assert mutate.to_judge(names, codes, resume=False, rerun_survivors=False) == ["b", "c", "e"]
+    assert mutate.to_judge(names, codes, resume=True, rerun_survivors=True) == names
+
+
+def test_a_workdir_resumes_only_over_the_inputs_it_was_prepared_from(tmp_path: Path) -> None:
+    digest = mutate.inputs_digest("q38/build", ("tests/unit/build",))
+    assert digest == mutate.inputs_digest("q38/build", ("tests/unit/build",))
+    assert digest != mutate.inputs_digest("q38/build", ("tests/unit/package",))
+    assert not mutate.resumable(tmp_path, digest)  # nothing prepared
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / mutate.RUN_STATE).write_text(json.dumps({"inputs": digest}), "utf-8")
+    assert mutate.resumable(tmp_path, digest)
+    assert not mutate.resumable(tmp_path, "0" * 64)  # other inputs: start over
+    (tmp_path / mutate.RUN_STATE).write_text('{"inputs": ', "utf-8")  # a torn state file
+    assert not mutate.resumable(tmp_path, digest)
+
+
+def test_a_verdict_file_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mutmut_cli's atomic .meta save: the old file stands until the new one is complete."""
+    monkeypatch.chdir(tmp_path)  # mutmut reads its configuration here when first imported
+    (tmp_path / "q38").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["q38"]\n', "utf-8")
+    data = pytest.importorskip("mutmut.mutation.data")
+    import mutmut_cli
+    monkeypatch.setattr(data.SourceFileMutationData, "save", data.SourceFileMutationData.save)
+    mutmut_cli._atomic_saves()
+    m = data.SourceFileMutationData(path="q38/x.py")
+    m.meta_path.parent.mkdir(parents=True)
+    m.exit_code_by_key = {"q38.x.x_f__mutmut_1": 1}
+    m.save()
+    assert json.loads(m.meta_path.read_text())["exit_code_by_key"] == {"q38.x.x_f__mutmut_1": 1}
+    monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    m.exit_code_by_key = {"q38.x.x_f__mutmut_1": 0}
+    with pytest.raises(KeyboardInterrupt):
+        m.save()
+    assert json.loads(m.meta_path.read_text())["exit_code_by_key"] == {"q38.x.x_f__mutmut_1": 1}
+    assert m.meta_path == Path("mutants/q38/x.py.meta")

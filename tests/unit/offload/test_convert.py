@@ -255,14 +255,39 @@ def test_custom_lineage_needs_foldmid2(tiny_custom_package: Path, editable_copy:
 
 def test_prefill_chunk_over_kv_capacity_refused(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
                                                 tmp_path: Path) -> None:
+    """The package's config parser is the one check that fires for a file (the converter kept no
+    second, unreachable copy of it): the refusal names the config file and the field."""
     src = editable_copy(tiny_cpu_package)
     cfg = json.loads((src / "genai_config.json").read_text())
     graph = cfg["model"]["qwen38_graph"]
     graph["prefill"]["chunk"] = graph["kv_capacity"] + 1
     (src / "genai_config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"prefill\.chunk: chunk \d+ exceeds kv_capacity \d+"):
+    with pytest.raises(ConfigError, match=r"genai_config\.json.*prefill\.chunk: chunk \d+ exceeds kv_capacity \d+"):
         convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
     _assert_nothing_written(tmp_path / "out")
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 1 << 30])
+def test_offload_config_refuses_a_prefill_chunk_a_caller_built(tiny_cpu_package: Path, chunk: int) -> None:
+    """apply_offload_config's own guard, for a Config built in code (the parser cannot produce one):
+    a chunk that is not positive or exceeds kv_capacity is refused, a fitting one is kept."""
+    import dataclasses
+
+    from q38.offload.profiles import apply_offload_config
+
+    cfg = open_package(tiny_cpu_package).config
+    g = cfg.model.qwen38_graph
+    assert g.prefill is not None
+
+    def with_chunk(n: int):  # type: ignore[no-untyped-def]
+        graph = dataclasses.replace(g, prefill=dataclasses.replace(g.prefill, chunk=n))
+        return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, qwen38_graph=graph))
+
+    with pytest.raises(ConfigError, match=rf"x\.json: model\.qwen38_graph\.prefill\.chunk {chunk} exceeds kv_capacity"):
+        apply_offload_config(with_chunk(chunk), {}, min_host_bytes=1, source="x.json")
+    for fits in (1, g.kv_capacity):
+        out = apply_offload_config(with_chunk(fits), {}, min_host_bytes=1, source="x.json")
+        assert out.model.qwen38_graph.prefill is not None and out.model.qwen38_graph.prefill.chunk == fits
 
 
 def test_profile_total_met_exactly(tiny_cpu_package: Path, tmp_path: Path) -> None:

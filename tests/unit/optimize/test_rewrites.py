@@ -135,8 +135,11 @@ def test_shared_expert_projections_fuse_into_one_matmul_and_split(commuted: bool
 def test_shared_expert_declines_non_constant_weight() -> None:
     proto = G.shared_expert_model(up_weight="wu_in")
     proto.graph.input.append(helper.make_tensor_value_info("wu_in", G.F16, [16, 8]))
-    _, p = apply(FuseSharedExpertPass, proto)
+    model, p = apply(FuseSharedExpertPass, proto)
     assert reasons(p) == ["up weight 'wu_in' is not a constant initializer"]
+    # The behaviour, not only the text: nothing fused, the up projection still reads the input.
+    assert p.count == 0 and ops(model) == {("", "MatMul"): 4, ("", "Sigmoid"): 2, ("", "Mul"): 3}
+    assert any(n.op_type == "MatMul" and n.inputs[1] is not None and n.inputs[1].name == "wu_in" for n in model.graph)
 
 
 # -- CausalConvWithState -----------------------------------------------------------------------------
@@ -308,3 +311,31 @@ def test_fp8_head_keeps_non_logits_projections_in_precision() -> None:
     model, p = apply(QuantizeFp8HeadPass, g.model())
     assert p.count == 0 and ops(model) == {("", "MatMul"): 1}
     assert reasons(p) == ["graph output 'next_embeds' is not a logits projection"]
+
+
+def test_rms_norm_rotary_fused_output_gets_a_fresh_name_when_it_is_internal() -> None:
+    """The fused output is named ``<out>_fused`` only while that name is free.
+
+    The rotary output here is internal (an Identity reads it into the graph output ``y``), so the
+    rewrite names the RMSNormRotary output itself; the graph already holds a value ``y_mid_fused``,
+    the name the rewrite would pick first. The fused output must take another name: two values of
+    one name break the graph (SSA) and its second reader would read the wrong tensor.
+    """
+    proto = G.rms_rotary_model()
+    g = proto.graph
+    reshape = next(n for n in reversed(g.node) if n.op_type == "Reshape" and n.output[0] == "y")
+    reshape.output[0] = "y_mid"
+    g.node.append(helper.make_node("Identity", ["y_mid"], ["y"]))
+    g.node.append(helper.make_node("Neg", ["x"], ["y_mid_fused"], name="planted"))
+    g.output.append(helper.make_tensor_value_info("y_mid_fused", G.F16, ["B", "S", 16]))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.outputs[0].name != "y_mid_fused"
+    names = [o.name for n in model.graph for o in n.outputs]
+    assert len(names) == len(set(names))
+    onnx.checker.check_model(ir.to_proto(model), full_check=True)
+    feeds = {"x": X16, "position_ids": POS}
+    got, want = run_ref(model, feeds), run_ort(proto, feeds)
+    close(got, want)
+    np.testing.assert_array_equal(got[1], -X16)  # the planted value still reads its own producer

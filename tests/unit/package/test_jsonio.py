@@ -33,14 +33,26 @@ def _refused(text: str | bytes, **kw: object) -> str:
     ('{"m": {"vocab_size": 18446744073709551616}}', "cfg.json: m.vocab_size: integer '18446744073709551616' does not fit in 64 bits"),
     ('{"m": {"k": -9223372036854775809}}', "cfg.json: m.k: integer '-9223372036854775809' does not fit in 64 bits"),
     ('{"d": {"filename": "../../etc/passwd", "filename": "model.onnx"}}', "cfg.json: d.filename: duplicate key 'filename' (JSON keys must be unique)"),
-    ('{"d": {"filename": "model\\u0000.onnx"}}', "cfg.json: d.filename: string contains a NUL character"),
+    ('{"d": {"filename": "\\ud800\\u0000.onnx"}}', "cfg.json: d.filename: string contains an unpaired UTF-16 surrogate"),
     ('{"d": {"filename": "\\ud800.onnx"}}', "cfg.json: d.filename: string contains an unpaired UTF-16 surrogate"),
-    ('{"d": {"a\\u0000b": 1}}', "cfg.json: d: key 'a\\x00b' contains a NUL character"),
+    ('{"d": {"a\\u0000b": 1, "a": 2}}', "cfg.json: d.a: duplicate key 'a' (JSON keys must be unique, read up to a NUL)"),
     ('{"runtime_profiles": [{"id": "a"}, {"id": "b", "id": "c"}]}', "cfg.json: runtime_profiles[1].id: duplicate key 'id'"),
     ('{"a": 1,}', "cfg.json: invalid JSON at line 1 column 9"),
 ])  # fmt: skip
 def test_loads_strict_names_the_key_path_and_the_reason(doc: str, expected: str) -> None:
     assert _refused(doc).startswith(expected)
+
+
+def test_a_string_with_a_nul_is_read_up_to_it_with_a_warning_naming_the_key_path(caplog: pytest.LogCaptureFixture) -> None:
+    """onnxruntime(-genai) reads config strings as C strings: the document is readable (issue 24)."""
+    doc = '{"d": {"filename": "model.onnx\\u0000../../etc/passwd", "k\\u0000x": "v\\u0000", "n": "\\u0000\\ud800"}}'
+    with caplog.at_level("WARNING", logger="q38.package.jsonio"):
+        assert loads_strict(doc, what="cfg.json") == {"d": {"filename": "model.onnx", "k": "v", "n": ""}}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines
+    assert "cfg.json: d.filename: string contains a NUL character; read up to it as onnxruntime does: 'model.onnx'" in lines
+    assert "cfg.json: d: key 'k\\x00x' contains a NUL character; read up to it as onnxruntime does: 'k'" in lines
+    assert "cfg.json: d.n: string contains a NUL character; read up to it as onnxruntime does: ''" in lines
 
 
 def test_the_integer_range_is_int64_and_uint64_inclusive() -> None:

@@ -1,0 +1,75 @@
+"""``q38 fit PKG``: device and host memory per graph, placement, context tier and profile (issue 29).
+
+Module level imports the standard library only; ``run`` imports the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = (
+    "Will the package fit its device? Weight bytes per file, class (dense, routed experts, MTP, "
+    "embeddings, head) and placement, exact from shapes and dtypes (no weight byte is read); per "
+    "context tier the decoder state (attention KV, indexer caches, Gated DeltaNet recurrent and conv "
+    "state); per runtime profile (or --gpu) the device budget against the exact sum, the headroom and "
+    "a verdict. What only the device knows (CUDA context, cuBLAS workspaces, CUDA-graph pool, arena "
+    "slack) is a separate, labelled estimate. docs/fit.md."
+)
+
+
+def _contexts(text: str) -> list[int]:
+    out = []
+    for piece in text.split(","):
+        piece = piece.strip().lower()
+        scale = 1
+        if piece.endswith("k"):
+            piece, scale = piece[:-1], 1024
+        if not piece.isdigit() or int(piece) * scale < 1:
+            raise argparse.ArgumentTypeError(f"expected positive token counts such as 4096,32k, got {text!r}")
+        out.append(int(piece) * scale)
+    return out
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}")
+    return int(text)
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("fit", parents=[common], help="device and host memory per tier and runtime profile",
+                       description=_DESCRIPTION)  # fmt: skip
+    p.add_argument("package", metavar="PKG", help="package directory (either surface; only read)")
+    p.add_argument("--context", type=_contexts, metavar="N[,N..]",
+                   help="context tiers in tokens (4096,32k; default: each profile's own tier)")
+    p.add_argument("--gpu", metavar="SIZE|CLASS", help="a device to fit (24GiB, 24GB, rtx4090, h200; default: none)")
+    p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences held at once")
+    p.add_argument("--plot", metavar="FILE.png", help="write stacked bars per tier and profile (must not exist)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from q38.errors import FlagError
+    from q38.fit import fit_package, parse_gpu
+
+    if args.plot is not None and os.path.lexists(args.plot):
+        raise FlagError(f"--plot {args.plot}: exists (q38 never replaces a file)")
+    gpu = parse_gpu(args.gpu) if args.gpu is not None else None
+    report = fit_package(args.package, contexts=args.context or (), gpu=gpu, batch=args.batch)
+    if args.plot is not None:
+        from q38.fit.plot import plot_report
+
+        if not report.rows:
+            raise FlagError("--plot: nothing to draw")
+        plot_report(report, Path(args.plot))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print("\n".join(report.lines()))
+    return 0

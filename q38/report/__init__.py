@@ -1,0 +1,32 @@
+"""``q38 check``'s results where reviewers read them: text, json, SARIF 2.1.0, GitHub workflow
+annotations and JUnit XML, with rule selection, suppression and baselines.
+
+:mod:`q38.report.results` classifies a :class:`contracts.runner.CheckReport`'s violations once;
+each format module renders those results (:func:`render` picks one by name).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FORMATS", "render"]
+
+FORMATS: tuple[str, ...] = ("text", "json", "sarif", "github", "junit")
+"""The names ``q38 check --format`` accepts (text is the default)."""
+
+
+def render(fmt: str, results: Any) -> str:
+    """``results`` (a :class:`q38.report.results.CheckResults`) in format ``fmt``, newline-ended."""
+    if fmt == "text":
+        from q38.report.text import render_text as renderer
+    elif fmt == "json":
+        from q38.report.jsonout import render_json as renderer
+    elif fmt == "sarif":
+        from q38.report.sarif import render_sarif as renderer
+    elif fmt == "github":
+        from q38.report.github import render_github as renderer
+    elif fmt == "junit":
+        from q38.report.junit import render_junit as renderer
+    else:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    return renderer(results)
