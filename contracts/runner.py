@@ -29,6 +29,7 @@ from contracts import (
     config_surface,
     gated_delta_net,
     hyper_connection,
+    ir_version,
     offload_config,
     offload_nodes,
     package_layout,
@@ -69,6 +70,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *path_fields.RULES,
     *shared_initializers.RULES,
     *config_graphs.RULES,
+    *ir_version.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 

@@ -143,6 +143,11 @@ def _with_opset(model: onnx.ModelProto, domain: str, version: int) -> onnx.Model
     return model
 
 
+def _with_ir(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
+    model.ir_version = ir_version
+    return model
+
+
 _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-SUBGRAPH-001", "graph", lambda: _graph(qmoe_in_if_model(), {_P + "mode": "auto"}),
              lambda: _graph(qmoe_in_if_model(), {_P + "mode": "required"})),
@@ -152,6 +157,8 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
+    RuleCase("ORT-IR-001", "graph", lambda: _graph(_with_ir(_gated_add(), 13)), lambda: _graph(_with_ir(_gated_add(), 14)),
+             version="1.31.1"),
     RuleCase("ORT-OPSET-001", "graph", lambda: _graph(_gated_add()), lambda: _graph(_with_opset(_gated_add(), "", 10000))),
     RuleCase("ORT-OPSET-002", "graph", lambda: _graph(_gated_add()), lambda: _graph(_unknown_import())),
     RuleCase("ORT-SCHEMA-001", "graph", lambda: _graph(_one("Relu")), lambda: _graph(_one("Bogus", domain=MS))),
