@@ -18,6 +18,7 @@ next to it; tests/gpu/q38gpu_figures.py).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -71,7 +72,10 @@ def _state() -> tuple[genv.GpuInfo | None, genv.OrtFeatures | None, str]:
     if ort is None:
         return None, None, why
     if _DRY_RUN["on"]:
-        return genv.dry_run_gpu(), genv.probe_ort(ort, ep=genv.CPU_EP), ""
+        try:
+            return genv.dry_run_gpu(), genv.probe_ort(ort, ep=genv.CPU_EP), ""
+        except RuntimeError as exc:
+            return genv.dry_run_gpu(), None, str(exc)
     gpu, gpu_why = genv.detect_gpu()
     providers = tuple(ort.get_available_providers())
     if genv.CUDA_EP not in providers:
@@ -82,7 +86,10 @@ def _state() -> tuple[genv.GpuInfo | None, genv.OrtFeatures | None, str]:
     ok, cuda_why = grun.cuda_session_works(ort)
     if not ok:
         return gpu, None, f"{genv.CUDA_EP} cannot create a session on {gpu.name}: {cuda_why}"
-    return gpu, genv.probe_ort(ort), ""
+    try:
+        return gpu, genv.probe_ort(ort), ""
+    except RuntimeError as exc:  # a probe that crashed: the gate fails the run on it
+        return gpu, None, str(exc)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -229,4 +236,6 @@ def env_info(gpu: genv.GpuInfo, ort_features: genv.OrtFeatures) -> dict[str, Any
 @pytest.fixture(scope="session")
 def packages(tmp_path_factory: pytest.TempPathFactory, gpu: genv.GpuInfo) -> grun.PackageFactory:
     ort, _ = _ort()
-    return grun.PackageFactory(tmp_path_factory.mktemp("pkgs"), target_ort=grun.target_for(ort.__version__))
+    prepared = os.environ.get("Q38_GPU_PACKAGES")  # run-offline.sh synthesized them there (timed)
+    root = Path(prepared) if prepared else tmp_path_factory.mktemp("pkgs")
+    return grun.PackageFactory(root, target_ort=grun.target_for(ort.__version__))

@@ -21,8 +21,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
+import json
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -120,10 +124,36 @@ def detect_gpu() -> tuple[GpuInfo | None, str]:
     return (info, "") if info is not None else (None, f"{why}; {why2}")
 
 
+_DEFS_SCRIPT = """
+import json, sys
+import onnxruntime as ort
+if hasattr(ort, "preload_dlls"):
+    ort.preload_dlls()
+out = [[d.provider, d.domain, d.op_name, int(d.version_range[0]), int(d.version_range[1]),
+        {k: sorted(v) for k, v in dict(d.type_constraints).items()}]
+       for d in ort.capi._pybind_state.get_all_opkernel_def() if d.provider == sys.argv[1]]
+sys.stdout.write(json.dumps(out))
+"""
+
+
+@functools.cache
+def opkernel_defs(ep: str) -> tuple[tuple[str, str, int, int, dict[str, list[str]]], ...]:
+    """``get_all_opkernel_def`` of ``ep``: (domain, op, since, until, type constraints) per kernel.
+
+    Read in a child interpreter: onnxruntime-gpu 1.31.1 crashes the process (SIGSEGV) in this call
+    when the CUDA libraries cannot be loaded; here that is a RuntimeError starting PROBE_ERROR."""
+    proc = subprocess.run([sys.executable, "-c", _DEFS_SCRIPT, ep], capture_output=True, text=True, timeout=600,
+                          check=False)
+    if proc.returncode != 0:
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in proc.stderr.splitlines()]
+        tail = ([line for line in lines if any(c.isalpha() for c in line)] or ["no output"])[-1][:300]
+        raise RuntimeError(f"{PROBE_ERROR}get_all_opkernel_def for {ep} failed (exit {proc.returncode}): {tail}")
+    return tuple((d, op, lo, hi, tc) for _p, d, op, lo, hi, tc in json.loads(proc.stdout))
+
+
 def cuda_kernel_ops(ort: Any, ep: str = CUDA_EP) -> frozenset[str]:
     """com.microsoft op names with a kernel of ``ep`` in this onnxruntime build (kernel registry)."""
-    defs = ort.capi._pybind_state.get_all_opkernel_def()  # an error here is a probe error: it propagates
-    return frozenset(d.op_name for d in defs if d.provider == ep and d.domain == MS_DOMAIN)
+    return frozenset(op for domain, op, *_ in opkernel_defs(ep) if domain == MS_DOMAIN)
 
 
 def _schema(ort: Any, op: str, domain: str) -> Any | None:
@@ -259,11 +289,8 @@ def kernel_registry(ort: Any, ep: str = CUDA_EP) -> dict[str, Any]:
     form of contracts/schemas' dumps -- so a committed file compares line by line.
     """
     ops: dict[tuple[str, str], list[list[Any]]] = {}
-    for d in ort.capi._pybind_state.get_all_opkernel_def():
-        if d.provider != ep:
-            continue
-        constraints = {k: sorted(v) for k, v in sorted(dict(d.type_constraints).items())}
-        ops.setdefault((d.domain, d.op_name), []).append([int(d.version_range[0]), int(d.version_range[1]), constraints])
+    for domain, op, lo, hi, tc in opkernel_defs(ep):
+        ops.setdefault((domain, op), []).append([lo, hi, dict(sorted(tc.items()))])
     kernels = [{"domain": dom, "name": op, "kernels": sorted(ks, key=lambda k: (k[0], k[1], repr(k[2])))}
                for (dom, op), ks in sorted(ops.items())]
     return {"format": "q38.ort-ep-kernels/1", "ort_version": ort.__version__, "provider": ep,

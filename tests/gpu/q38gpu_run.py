@@ -105,6 +105,9 @@ class PackageFactory:
     def _cmd(self, key: tuple[str, ...], out: Path, *args: str | os.PathLike[str]) -> Path:
         if key in self._made:
             return self._made[key]
+        if (out / "genai_config.json").is_file():  # prepared before the run (run-offline.sh, Q38_GPU_PACKAGES)
+            self._made[key] = out
+            return out
         start = time.perf_counter()
         proc = q38(*args)
         self.seconds[out.name] = time.perf_counter() - start
@@ -386,3 +389,41 @@ def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1, ep:
     if ep != genv.CUDA_EP:
         return len(nodes), f"{ep} node executions"
     return len(nodes), "CUDA EP node executions (no CUPTI events in this build)"
+
+
+def prepare(argv: Sequence[str]) -> int:
+    """``q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]``: synthesize the packages the
+    throughput tests will ask for into ROOT (run-offline.sh times it); other arguments are ignored."""
+    import argparse
+
+    import onnxruntime as ort
+    import test_throughput_bench as bench
+
+    parser = argparse.ArgumentParser(prog="q38gpu_run.py prepare")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--dry-run-cpu", action="store_true")
+    args, _rest = parser.parse_known_args(argv)
+    if args.profile:
+        os.environ["Q38_GPU_PROFILE"] = args.profile
+    gpu = genv.dry_run_gpu() if args.dry_run_cpu else genv.detect_gpu()[0]
+    try:
+        profile = bench.choose_profile(gpu.memory_mib if gpu else None, dry_run=args.dry_run_cpu)
+    except (ValueError, LookupError) as exc:
+        print(f"prepare: nothing to prepare: {exc}")
+        return 0
+    factory = PackageFactory(args.root, target_ort=target_for(ort.__version__))
+    for variant in ("cpu", "faithful"):
+        t0 = time.perf_counter()
+        pkg = factory.synth(variant=variant, **bench.synth_args(profile))
+        size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
+        dt = time.perf_counter() - t0
+        print(f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    if sys.argv[1:2] != ["prepare"]:
+        sys.exit("usage: q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]")
+    sys.exit(prepare(sys.argv[2:]))

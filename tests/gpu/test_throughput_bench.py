@@ -57,25 +57,40 @@ PROFILES = {
 
 @pytest.fixture(scope="session")
 def profile(gpu: genv.GpuInfo, request: pytest.FixtureRequest) -> Profile:
-    chosen = os.environ.get("Q38_GPU_PROFILE") or ("tiny" if request.config.getoption("--dry-run-cpu") else "")
+    try:
+        return choose_profile(gpu.memory_mib, dry_run=bool(request.config.getoption("--dry-run-cpu")))
+    except ValueError as exc:
+        pytest.fail(str(exc))
+    except LookupError as exc:
+        pytest.skip(f"{gpu.name} has {exc}")
+
+
+def synth_args(profile: Profile) -> dict[str, str]:
+    """The ``packages.synth`` arguments of a profile's package (run-offline.sh prepares the same)."""
+    # One package per variant serves every tier: its context_length covers the largest tier.
+    extra = {"preset": profile.preset, "context_length": str(max(256, 2 * max(profile.tiers)))}
+    if profile.weight_gb is not None:
+        extra["weight_gb"] = str(profile.weight_gb)
+    return extra
+
+
+def choose_profile(memory_mib: int | None, *, dry_run: bool = False) -> Profile:
+    """The profile of a device of ``memory_mib`` (Q38_GPU_PROFILE overrides; tiny for a dry run)."""
+    chosen = os.environ.get("Q38_GPU_PROFILE") or ("tiny" if dry_run else "")
     if chosen:
         if chosen not in PROFILES:
-            pytest.fail(f"Q38_GPU_PROFILE={chosen!r}: expected one of {sorted(PROFILES)}")
+            raise ValueError(f"Q38_GPU_PROFILE={chosen!r}: expected one of {sorted(PROFILES)}")
         return PROFILES[chosen]
-    gib = (gpu.memory_mib or 0) / 1024
+    gib = (memory_mib or 0) / 1024
     for p in sorted(PROFILES.values(), key=lambda p: -p.min_memory_gib):
         if p.name != "tiny" and gib >= p.min_memory_gib:
             return p
-    pytest.skip(f"{gpu.name} has {gib:.0f} GiB; the smallest profile (consumer) needs 20 GiB")
+    raise LookupError(f"{gib:.0f} GiB; the smallest profile (consumer) needs 20 GiB")
 
 
 def _package(packages: grun.PackageFactory, profile: Profile, variant: str, *, optimized: bool = False) -> Path:
-    # One package per variant serves every tier: its context_length covers the largest tier.
-    extra = {"context_length": str(max(256, 2 * max(profile.tiers)))}
-    if profile.weight_gb is not None:
-        extra["weight_gb"] = str(profile.weight_gb)
     try:
-        pkg = packages.synth(preset=profile.preset, variant=variant, **extra)
+        pkg = packages.synth(variant=variant, **synth_args(profile))
         if optimized:
             pkg = packages.optimize(pkg, target="cuda" if grun.device_ep() == genv.CUDA_EP else "cpu")
     except grun.Unavailable as exc:
