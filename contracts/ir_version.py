@@ -26,8 +26,8 @@ def ir_version_problems(ir_version: int, version: str) -> list[str]:
     target = ORT_TARGETS.get(version)
     if target is None or ir_version <= target.max_ir_version:
         return []
-    return [f"Unsupported model IR version: {ir_version}, max supported IR version: {target.max_ir_version}"
-            f" (onnxruntime {version})"]
+    text = f"Unsupported model IR version: {ir_version}, max supported IR version: {target.max_ir_version}"
+    return [f"{text} (onnxruntime {version})"]
 
 
 def _check(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:

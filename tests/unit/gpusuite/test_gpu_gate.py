@@ -21,8 +21,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 GPU_DIR = Path(__file__).resolve().parents[2] / "gpu"
 ROOT = GPU_DIR.parents[1]
 sys.path.insert(0, str(GPU_DIR))
