@@ -204,7 +204,7 @@ def _check_target(target: OrtTarget) -> None:
     """The IR version and opsets q38 writes are ones ``target`` loads (a q38 bug otherwise)."""
     opset = max(ONNX_OPSET, BUILDER_ONNX_OPSET)
     limit = target.opset_limit(ONNX_DOMAIN)
-    if IR_VERSION > target.max_ir_version or (limit is not None and opset > limit):
+    if target.max_ir_version < IR_VERSION or (limit is not None and opset > limit):
         raise FlagError(f"--target-ort {target.version}: q38 writes IR version {IR_VERSION} / ai.onnx opset {opset}, "
                         f"onnxruntime {target.version} reads IR <= {target.max_ir_version}, opset <= {limit}")
 
