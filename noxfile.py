@@ -205,9 +205,10 @@ def gpu(session: nox.Session) -> None:
     session.run(
         "python",
         "-c",
-        "import onnxruntime as o, subprocess; "
+        "import onnxruntime as o, shutil, subprocess; "
         "print('onnxruntime', o.__version__, 'providers', o.get_available_providers()); "
-        "print(subprocess.run(['nvidia-smi', '--query-gpu=name,driver_version,compute_cap,memory.total', "
+        "shutil.which('nvidia-smi') and print(subprocess.run(['nvidia-smi', "
+        "'--query-gpu=name,driver_version,compute_cap,memory.total', "
         "'--format=csv,noheader'], capture_output=True, text=True).stdout.strip())",
         silent=False,
     )

@@ -312,12 +312,14 @@ def ort_build_info() -> dict[str, Any]:
     import onnxruntime as ort
 
     info: dict[str, Any] = {"version": ort.__version__, "device": ort.get_device()}
-    for dist in ("onnxruntime-gpu", "onnxruntime"):
+    for dist in ("onnxruntime-gpu", "onnxruntime"):  # the one whose version is the imported module's
         try:
-            info["package"] = f"{dist}=={importlib.metadata.version(dist)}"
-            break
+            version = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             continue
+        if version == ort.__version__:
+            info["package"] = f"{dist}=={version}"
+            break
     try:
         from onnxruntime.capi import build_and_package_info as bpi
 
