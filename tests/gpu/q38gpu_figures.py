@@ -97,7 +97,8 @@ def plot(doc: Mapping[str, Any], png: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rows = [(k, v["decode_tps"]) for k, v in sorted(doc["tiers"].items()) if v.get("decode_tps")]
+    ordered = sorted(doc["tiers"].items(), key=lambda kv: (kv[0].split("/")[0], kv[1].get("tokens", 0)))
+    rows = [(k, v["decode_tps"]) for k, v in ordered if v.get("decode_tps")]
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(rows) + 2), 3.5))
     if rows:
         med = [r[1]["median"] for r in rows]
@@ -107,8 +108,8 @@ def plot(doc: Mapping[str, Any], png: Path) -> Path | None:
         ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("decode tokens/s")
     env = doc.get("env", {})
-    ax.set_title(f"{env.get('gpu_model', '?')} | onnxruntime {env.get('ort_version', '?')}"
-                 + (" | DRY RUN (CPU)" if doc.get("dry_run_cpu") else ""), fontsize=8)
+    device = "DRY RUN on the CPU EP" if doc.get("dry_run_cpu") else env.get("gpu_model", "?")
+    ax.set_title(f"{device} | onnxruntime {env.get('ort_version', '?')}", fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
