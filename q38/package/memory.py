@@ -562,10 +562,14 @@ def breakdown(facts: PackageFacts, graphs: Mapping[str, GraphMemory], *, decoder
 
 def load_memory(facts: PackageFacts, rels: Iterable[str]) -> dict[str, GraphMemory]:
     """:func:`graph_memory` of each graph in ``rels`` (each loaded once)."""
+    from q38.package.paths import resolve_inside
+
     out: dict[str, GraphMemory] = {}
     for rel in rels:
         if rel not in out:
-            out[rel] = graph_memory(facts.path(rel), facts.root, head_size=facts.head_size)
+            # a graph the config names outside the package is refused, never read
+            path = resolve_inside(facts.root, rel, what="graph")
+            out[rel] = graph_memory(path, facts.root, head_size=facts.head_size)
     return out
 
 
