@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -569,6 +570,10 @@ def load_memory(facts: PackageFacts, rels: Iterable[str]) -> dict[str, GraphMemo
         if rel not in out:
             # a graph the config names outside the package is refused, never read
             path = resolve_inside(facts.root, rel, what="graph")
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
+                from q38.errors import PackageError
+
+                raise PackageError(f"{path}: graph is not a regular file")
             out[rel] = graph_memory(path, facts.root, head_size=facts.head_size)
     return out
 
