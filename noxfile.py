@@ -186,19 +186,32 @@ def _install_ort(session: nox.Session, ort: str) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def gpu(session: nox.Session) -> None:
-    """CUDA parity and throughput (tests/gpu); skips itself when no GPU is visible."""
+    """CUDA parity and throughput (tests/gpu); skips itself when no GPU is visible.
+
+    A skip is not a pass: with a GPU visible, a skip tests/gpu/manifest.json does not allow for
+    the onnxruntime version and GPU class fails the session (`--allow-skip RULE` accepts one), and
+    so does a probe or run error. `nox -s gpu -- --dry-run-cpu` runs the suite's logic on the CPU
+    EP (CPU onnxruntime, tiny profile) on any machine. Figures: .benchmarks/gpu/figures.json + .png.
+    """
+    posargs = list(session.posargs)
+    dry_run = "--dry-run-cpu" in posargs
     device = _visible_gpu()
-    if device is None:
+    if device is None and not dry_run:
         session.skip("no NVIDIA GPU visible (nvidia-smi missing, failing or listing no device)")
-    ort, pytest_args = _split_ort_wheel(list(session.posargs))
+    ort, pytest_args = _split_ort_wheel(posargs)
+    if dry_run and ort == ORT_GPU_DEFAULT and not os.environ.get("Q38_ORT_WHEEL"):
+        ort = ORT_DEFAULT  # the CPU build: onnxruntime-gpu cannot list its kernels without CUDA libraries
     _install_ort(session, ort)
-    session.log(f"device: {device}; onnxruntime requirement: {ort}")
+    if not dry_run:  # builder-form packages generate end to end with the CUDA GenAI client
+        session.install("onnxruntime-genai-cuda")
+    session.log(f"device: {device or 'none (--dry-run-cpu)'}; onnxruntime requirement: {ort}")
     session.run(
         "python",
         "-c",
-        "import onnxruntime as o, subprocess; "
+        "import onnxruntime as o, shutil, subprocess; "
         "print('onnxruntime', o.__version__, 'providers', o.get_available_providers()); "
-        "print(subprocess.run(['nvidia-smi', '--query-gpu=name,driver_version,compute_cap,memory.total', "
+        "shutil.which('nvidia-smi') and print(subprocess.run(['nvidia-smi', "
+        "'--query-gpu=name,driver_version,compute_cap,memory.total', "
         "'--format=csv,noheader'], capture_output=True, text=True).stdout.strip())",
         silent=False,
     )
@@ -206,8 +219,22 @@ def gpu(session: nox.Session) -> None:
     os.makedirs(out, exist_ok=True)
     session.run(
         "pytest", "tests/gpu", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", "--benchmark-enable",
-        f"--benchmark-json={os.path.join(out, 'gpu.json')}", *pytest_args,
+        f"--benchmark-json={os.path.join(out, 'gpu.json')}", f"--figures={os.path.join(out, 'figures.json')}",
+        *pytest_args, env={"Q38_GPU_OUT": out},
     )
+
+
+@nox.session(name="gpu-wheelhouse", python=False, default=False)
+def gpu_wheelhouse(session: nox.Session) -> None:
+    """Download every wheel the GPU run needs into DIR as parts <= 60 MiB with a sha256 manifest.
+
+    `nox -s gpu-wheelhouse -- DIR [--python 3.12] [--platform manylinux_2_28_x86_64] [--cuda-libs]`
+    (networked machine; default cp312 manylinux x86_64, onnxruntime-gpu 1.31.1). Carry DIR/parts and
+    DIR/manifest.json to the runner and run tests/gpu/run-offline.sh DIR there (docs/gpu.md).
+    """
+    if not session.posargs:
+        session.error("usage: nox -s gpu-wheelhouse -- DIR [wheelhouse.py download options]")
+    session.run("python3", "tests/gpu/wheelhouse.py", "download", *session.posargs, external=True)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -248,6 +275,11 @@ def bench(session: nox.Session) -> None:
     # The scale benchmark (issue 8) is a memory check on the head, not a base/head comparison:
     # large synthetic packages of Q38_SCALE_GB (default 1 and 8 GB) through build, optimize,
     # offload and check, peak RSS per step. Needs ~20 GB of disk; Q38_SCALE_GB=0 skips it.
+    # Two GPU figures files (tests/gpu --figures; run-offline.sh writes one): per-tier TPS / TTFT change
+    # with a bootstrap interval, kernel counts and parity verdicts side by side.
+    figures = os.environ.get("Q38_GPU_FIGURES", "").split(",")
+    if len(figures) == 2 and all(figures):
+        session.run("python", "tests/gpu/q38gpu_figures.py", *figures)
     if os.environ.get("Q38_SCALE_GB", "1,8") != "0":
         session.run("pytest", "tests/unit/scale", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
                     "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "scale.json"))

@@ -57,14 +57,19 @@ class DeferredModule(types.ModuleType):
 
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
-    """The spec of ``name`` without importing it (nor, for a submodule, its package)."""
+    """The spec of ``name`` without importing it (nor, for a submodule, its package); None when
+    it cannot be found (not installed, or an import hook refuses it: the command's own import
+    then reports the missing dependency)."""
     parent = name.rpartition(".")[0]
-    if not parent:
-        return importlib.util.find_spec(name)
-    package = importlib.util.find_spec(parent)
-    if package is None or package.submodule_search_locations is None:
+    try:
+        if not parent:
+            return importlib.util.find_spec(name)
+        package = importlib.util.find_spec(parent)
+        if package is None or package.submodule_search_locations is None:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, list(package.submodule_search_locations))
+    except (ImportError, ValueError):
         return None
-    return importlib.machinery.PathFinder.find_spec(name, list(package.submodule_search_locations))
 
 
 def defer_sympy() -> tuple[str, ...]:

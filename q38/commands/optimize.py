@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help=f"run only these passes, comma-separated, in pipeline order ({PASSES_HELP}; default: all)")
     p.add_argument("--skip", type=comma_list(), action="extend", metavar="PASS,...", default=[],
                    help="skip these passes, comma-separated (default: none)")
+    p.add_argument("--target-ort", default=None, metavar="VERSION",
+                   help="emit only ops onnxruntime VERSION (1.31.1, 1.32.0) has a kernel for on the target EP "
+                   "(cpu: its committed CPU kernels; cuda: its CUDA kernel facts where a GPU run committed them, "
+                   "else its operator schemas)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
     add_placement_arguments(p)
     add_allow_flag(p)
@@ -67,9 +71,13 @@ def run(args: argparse.Namespace) -> int:
     _LOG.info("target %s (%s)", target, why)
     link, digest = placement_options(args)
     refuse_invalid_source(args.src, args)
-    result, counts = optimize_package(
-        args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
-    )
+    from q38.optimize.target_kernels import active, for_target
+
+    kernels = for_target(args.target_ort, target) if args.target_ort else None
+    with active(kernels):
+        result, counts = optimize_package(
+            args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
+        )
     if args.explain:
         for outcome in result.outcomes:
             print(outcome.line())

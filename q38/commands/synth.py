@@ -44,10 +44,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument(
         "--linear-attn",
-        default="gated_delta_net",
+        default=None,
         choices=("gated_delta_net", "linear_attention"),
         help="builder only: GatedDeltaNet layers (Qwen3.8, default) or the 0.18.0 builder's "
-        "LinearAttentionGate + LinearAttention form",
+        "LinearAttentionGate + LinearAttention form (the default with --target-ort 1.31.1)",
     )
     p.add_argument("--seed", type=int, default=0, help="weight seed (same arguments, byte-identical output)")
     p.add_argument(
@@ -65,6 +65,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         default=4096,
         metavar="N",
         help="model.context_length and kv_capacity in tokens (default 4096; at least 256, the prefill chunk)",
+    )
+    p.add_argument(
+        "--target-ort", default=None, metavar="VERSION",
+        help="the onnxruntime release the package must load and run in (1.31.1 or 1.32.0): IR version, "
+        "opsets, GatedDeltaNet gate dtypes and which contrib ops exist (default: the newest forms, 1.32.0)",
     )
     p.set_defaults(run=run)
 
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             exporter=args.exporter,
             weights_prepacked=args.weights_prepacked,
             linear_attn=args.linear_attn,
+            target_ort=args.target_ort,
         )
     if args.json:
         doc = {"out": str(out), "preset": args.preset, "variant": args.variant}

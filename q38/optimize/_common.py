@@ -32,6 +32,7 @@ import onnx_ir as ir
 from q38._ops import MS_DOMAIN, MS_OPSET
 from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
 from q38.optimize.graph_order import NodeOrder, remove_dead
+from q38.optimize.target_kernels import TargetKernels, active_kernels
 
 if TYPE_CHECKING:  # the kernel table (and its onnxruntime probe) is imported by --target cpu only
     from q38.ort_kernels import CpuKernels
@@ -387,7 +388,9 @@ class RewritePass(ir.passes.InPlacePass):
             if isinstance(found, Decline):
                 self._record(anchor, False, found.reason)
                 continue
-            missing = self._missing_cpu_kernel(found) if self.target == "cpu" else None
+            targeted = active_kernels()
+            checked = self.target == "cpu" or targeted is not None
+            missing = self._missing_cpu_kernel(found, targeted) if checked else None
             if missing is not None:
                 self._record(anchor, False, missing)
                 continue
@@ -409,10 +412,19 @@ class RewritePass(ir.passes.InPlacePass):
                   graph.name or "(unnamed)", self.count, declined)
         return ir.passes.PassResult(model, modified=self.count > 0)
 
-    def _missing_cpu_kernel(self, match: object) -> str | None:
-        """Why a CPU session could not run what the rewrite of ``match`` produces, or None."""
+    def _missing_cpu_kernel(self, match: object, targeted: TargetKernels | None = None) -> str | None:
+        """Why a session of the target could not run what the rewrite of ``match`` produces, or None.
+
+        ``targeted``: the kernels of ``--target-ort``'s release on the target EP (else the
+        installed onnxruntime's CPU kernels, for ``--target cpu``)."""
         from q38.ort_kernels import cpu_kernels, dtype_name
 
+        if self.kernels is None and targeted is not None:
+            for node in self.produces(match):
+                if not targeted.has(node.op, node.domain, node.dtype):
+                    return (f"no {targeted.ep.upper()} kernel for {node.op} in onnxruntime {targeted.ort_version} "
+                            f"(target {self.target}, --target-ort; {targeted.source})")
+            return None
         kernels = self.kernels if self.kernels is not None else cpu_kernels()
         for node in self.produces(match):
             if kernels.has(node.op, node.domain, node.dtype):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -562,10 +563,18 @@ def breakdown(facts: PackageFacts, graphs: Mapping[str, GraphMemory], *, decoder
 
 def load_memory(facts: PackageFacts, rels: Iterable[str]) -> dict[str, GraphMemory]:
     """:func:`graph_memory` of each graph in ``rels`` (each loaded once)."""
+    from q38.package.paths import resolve_inside
+
     out: dict[str, GraphMemory] = {}
     for rel in rels:
         if rel not in out:
-            out[rel] = graph_memory(facts.path(rel), facts.root, head_size=facts.head_size)
+            # a graph the config names outside the package is refused, never read
+            path = resolve_inside(facts.root, rel, what="graph")
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
+                from q38.errors import PackageError
+
+                raise PackageError(f"{path}: graph is not a regular file")
+            out[rel] = graph_memory(path, facts.root, head_size=facts.head_size)
     return out
 
 

@@ -6,6 +6,7 @@ import numpy as np
 from onnx import TensorProto
 
 from q38 import _ops
+from q38.ort_targets import ort_target
 from q38.synth.graph import GraphBuilder
 from q38.synth.qmoe import pack_sm80_int4
 from q38.synth.spec import Spec
@@ -253,6 +254,13 @@ class Ctx:
         dt_b = w.add(
             g, f"{wp}.dt_bias", lambda: np.linspace(-0.5, 0.5, s.gdn_hv).astype(np.float32)
         )
+        target = ort_target(s.ort_target) if s.ort_target else None
+        if target is not None and self.variant == "cpu" and not target.has_cpu_kernel(_ops.GATED_DELTA_NET):
+            o3 = self._linear_attention(yT, a, b, a_log, dt_b, p, i)
+            return self._gdn_tail(o3, z, p, wp)
+        if target is not None and not target.gdn_gate_float16:  # 1.31.1: decay / beta are float32
+            a = g.op1("Cast", [a], f"{p}/a/Cast", to=TensorProto.FLOAT)
+            b = g.op1("Cast", [b], f"{p}/b/Cast", to=TensorProto.FLOAT)
         o = g.op(
             _ops.GATED_DELTA_NET,
             [yT, "", "", "", a, b, f"past.{i}.recurrent", a_log, dt_b],
@@ -266,6 +274,11 @@ class Ctx:
             scale=0.0,
         )[0]
         o3 = g.op1("Reshape", [o, self.c64(f"{p}/Reshape/shape", [0, 0, zd])], f"{p}/Reshape")
+        return self._gdn_tail(o3, z, p, wp)
+
+    def _gdn_tail(self, o3: str, z: str, p: str, wp: str) -> str:
+        g, s, w = self.g, self.s, self.w
+        zd = s.gdn_hv * s.gdn_dv
         n = g.op1(
             _ops.GATED_RMS_NORM,
             [o3, w.norm(g, f"{wp}.norm.weight", (s.gdn_dv,)), z],
@@ -279,6 +292,32 @@ class Ctx:
             [n, w.normal(g, f"{wp}.out_proj.weight", (zd, s.hidden))],
             f"{p}/out_proj/MatMul",
         )
+
+    def _linear_attention(self, yT: str, a: str, b: str, a_log: str, dt_b: str, p: str, i: int) -> str:
+        """The GatedDeltaNet layer's recurrence as LinearAttentionGate + LinearAttention{gated_delta}
+        (the 0.18.0 builder's form), for a target release with no CPU GatedDeltaNet kernel (1.31.1).
+
+        Same state (``past.{i}.recurrent``, float32 [B, Hv, Dk, Dv]) and the same maths: q / k
+        L2-normalised per head (q also scaled by Dk^-0.5), decay = -exp(A_log) * softplus(a + dt_bias),
+        beta = sigmoid(b). Returns the [B, S, Hv*Dv] output."""
+        g, s = self.g, self.s
+        kd, vd, hk = s.gdn_hk * s.gdn_dk, s.gdn_hv * s.gdn_dv, s.gdn_hk
+        q, k, v = g.op("Split", [yT, self.c64(f"{p}/qkv/split", [kd, kd, vd])], f"{p}/qkv/Split", n_out=3, axis=-1)
+
+        def l2(t: str, tag: str) -> str:
+            r = g.op1("Reshape", [t, self.c64(f"{p}/{tag}_l2norm/shape", [0, 0, hk, s.gdn_dk])],
+                      f"{p}/{tag}_l2norm/Reshape")
+            n = g.op1("LpNormalization", [r], f"{p}/{tag}_l2norm/LpNormalization", axis=-1, p=2)
+            return g.op1("Reshape", [n, self.c64(f"{p}/{tag}_l2norm/flat", [0, 0, kd])],
+                         f"{p}/{tag}_l2norm/Reshape_1")
+
+        qs = g.op1("Mul", [l2(q, "q"), self.f16(f"{p}/q_scale", float(s.gdn_dk) ** -0.5)], f"{p}/q_scaled/Mul")
+        neg = g.op1("Neg", [g.op1("Exp", [a_log], f"{p}/A/Exp")], f"{p}/A/Neg")
+        decay, beta = g.op(_ops.LINEAR_ATTENTION_GATE, [a, dt_b, neg, b], f"{p}/LinearAttentionGate", n_out=2,
+                           domain=MS)
+        return g.op(_ops.LINEAR_ATTENTION, [qs, l2(k, "k"), v, f"past.{i}.recurrent", decay, beta],
+                    f"{p}/LinearAttention", outputs=[f"{p}/LinearAttention/output_0", f"present.{i}.recurrent"],
+                    domain=MS, q_num_heads=hk, kv_num_heads=s.gdn_hv, update_rule="gated_delta", scale=1.0)[0]
 
     # -- QSA layer ------------------------------------------------------------------------------
     def attention(

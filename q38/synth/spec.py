@@ -52,6 +52,9 @@ class Spec:
     ngram_head_vocab: int = 64  # rows per n-gram head in the Engram table
     ple_head_dim: int = 16  # embedding width per n-gram head
     fp8_block: int = 128
+    # --target-ort: the onnxruntime release the graphs must load and run in (q38.ort_targets);
+    # None writes the forms of the newest release q38 mirrors (1.32.0), as before the flag.
+    ort_target: str | None = None
 
     @property
     def streams(self) -> int:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
 
+from q38._ops import BUILDER_ONNX_OPSET, GATED_DELTA_NET, IR_VERSION, ONNX_DOMAIN, ONNX_OPSET
 from q38.errors import FlagError
+from q38.ort_targets import OrtTarget, ort_target
 from q38.package import dumps_config, dumps_manifest, parse_config
 from q38.synth import package_files as pf
 from q38.synth.builder_forms import write_builder_package
@@ -197,6 +200,15 @@ def _bundles(root: Path, s: Spec, seed: int, *, variant: str, lineage: str, expe
     (hc / "libcustom_ops.so").write_bytes(LIB_HC)
 
 
+def _check_target(target: OrtTarget) -> None:
+    """The IR version and opsets q38 writes are ones ``target`` loads (a q38 bug otherwise)."""
+    opset = max(ONNX_OPSET, BUILDER_ONNX_OPSET)
+    limit = target.opset_limit(ONNX_DOMAIN)
+    if target.max_ir_version < IR_VERSION or (limit is not None and opset > limit):
+        raise FlagError(f"--target-ort {target.version}: q38 writes IR version {IR_VERSION} / ai.onnx opset {opset}, "
+                        f"onnxruntime {target.version} reads IR <= {target.max_ir_version}, opset <= {limit}")
+
+
 def synthesize(
     out: Path,
     *,
@@ -211,7 +223,8 @@ def synthesize(
     context_length: int = DEFAULT_CONTEXT,
     exporter: str = "research",
     weights_prepacked: bool = False,
-    linear_attn: str = "gated_delta_net",
+    linear_attn: str | None = None,
+    target_ort: str | None = None,
 ) -> Path:
     """Write a synthetic package (or, with ``bundles``, the source bundles) at ``out``.
 
@@ -221,6 +234,10 @@ def synthesize(
     ``weights_prepacked`` (builder only) sets QMoE ``weights_prepacked=1`` with SM80 expert bytes
     instead of omitting the attribute (raw bytes); ``linear_attn="linear_attention"`` (builder only)
     writes the 0.18.0 builder's LinearAttentionGate + LinearAttention layers instead of GatedDeltaNet.
+    ``target_ort`` (``q38.ort_targets``) writes forms that onnxruntime release loads and runs: for
+    1.31.1 GatedDeltaNet's decay / beta are cast to float32, the cpu variant's linear-attention layers
+    become LinearAttentionGate + LinearAttention (1.31.1 has no CPU GatedDeltaNet kernel) and the builder's
+    ``linear_attn`` defaults to ``linear_attention``; None keeps the newest release's forms.
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
     PackageError otherwise); the tree is built in a staging directory and renamed into place."""
     from q38.package import StagedDirectory
@@ -230,14 +247,25 @@ def synthesize(
         raise FlagError("--bundles applies to --exporter research")
     if weights_prepacked and exporter != "builder":
         raise FlagError("--weights-prepacked applies to --exporter builder")
+    target = ort_target(target_ort) if target_ort is not None else None
+    if linear_attn is None:
+        no_gdn = target is not None and exporter == "builder" and not target.has_cpu_kernel(GATED_DELTA_NET)
+        linear_attn = "linear_attention" if no_gdn else "gated_delta_net"
     if linear_attn not in OPTIONS["linear_attn"]:
         raise FlagError(f"--linear-attn {linear_attn}: expected one of {', '.join(OPTIONS['linear_attn'])}")
     if linear_attn != "gated_delta_net" and exporter != "builder":
         raise FlagError("--linear-attn applies to --exporter builder")
+    if target is not None and exporter == "builder" and linear_attn == "gated_delta_net" and not target.gdn_gate_float16:
+        raise FlagError(f"--linear-attn gated_delta_net: onnxruntime {target.version}'s GatedDeltaNet takes no "
+                        "float16 decay / beta (the builder's form); use --linear-attn linear_attention")
     s = spec_for(preset, weight_gb, context_length)
     note = f"preset={preset} variant={variant} layout={layout} lineage={lineage} experts={experts} seed={seed}"
     if context_length != DEFAULT_CONTEXT:
         note += f" context_length={context_length}"
+    if target is not None:
+        _check_target(target)
+        s = replace(s, ort_target=target.version)
+        note += f" target_ort={target.version}"
     notes = [note]
     with StagedDirectory(Path(out)) as staged:
         root = staged.path

@@ -9,6 +9,11 @@ Features are probed, not guessed from versions:
 * ``offload_config``: whether the build parses ``session.moe.offload.*`` (an unknown key
   under that prefix is rejected only by builds that implement QMoE offload; 1.31.1 accepts
   anything silently, see ort-cpu-capabilities.md §4.5).
+
+A probe that breaks in a way it cannot read (an error that is neither "no kernel" nor a graph
+check nor the kernel's constructor refusing the probe node) is a PROBE ERROR, which fails the
+test that needs the op -- never "present", never a skip. Probe models are written at IR version
+10 (onnx 1.23.2's default, 14, is refused by onnxruntime 1.31.1).
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
+import json
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -34,6 +43,9 @@ from q38._ops import (
 
 CUDA_EP: Final = "CUDAExecutionProvider"
 CPU_EP: Final = "CPUExecutionProvider"
+PROBE_ERROR: Final = "PROBE ERROR: "
+# The IR version every model this suite writes carries (1.31.1 reads at most 13; q38._ops.IR_VERSION).
+IR_VERSION: Final = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +105,17 @@ def query_cudart() -> tuple[GpuInfo | None, str]:
     return None, "libcudart not loadable"
 
 
+def dry_run_gpu() -> GpuInfo:
+    """The stand-in device of ``--dry-run-cpu``: the CPU EP, this machine's memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+        memory: int | None = kib // 1024
+    except (OSError, StopIteration, ValueError):
+        memory = None
+    return GpuInfo("CPU dry run (CPUExecutionProvider in place of CUDA)", "none", None, memory, "--dry-run-cpu")
+
+
 def detect_gpu() -> tuple[GpuInfo | None, str]:
     info, why = query_nvidia_smi()
     if info is not None:
@@ -101,13 +124,36 @@ def detect_gpu() -> tuple[GpuInfo | None, str]:
     return (info, "") if info is not None else (None, f"{why}; {why2}")
 
 
-def cuda_kernel_ops(ort: Any) -> frozenset[str]:
-    """com.microsoft op names with a CUDA kernel in this onnxruntime build (kernel registry)."""
-    try:
-        defs = ort.capi._pybind_state.get_all_opkernel_def()
-    except Exception:
-        return frozenset()
-    return frozenset(d.op_name for d in defs if d.provider == CUDA_EP and d.domain == MS_DOMAIN)
+_DEFS_SCRIPT = """
+import json, sys
+import onnxruntime as ort
+if hasattr(ort, "preload_dlls"):
+    ort.preload_dlls()
+out = [[d.provider, d.domain, d.op_name, int(d.version_range[0]), int(d.version_range[1]),
+        {k: sorted(v) for k, v in dict(d.type_constraints).items()}]
+       for d in ort.capi._pybind_state.get_all_opkernel_def() if d.provider == sys.argv[1]]
+sys.stdout.write(json.dumps(out))
+"""
+
+
+@functools.cache
+def opkernel_defs(ep: str) -> tuple[tuple[str, str, int, int, dict[str, list[str]]], ...]:
+    """``get_all_opkernel_def`` of ``ep``: (domain, op, since, until, type constraints) per kernel.
+
+    Read in a child interpreter: onnxruntime-gpu 1.31.1 crashes the process (SIGSEGV) in this call
+    when the CUDA libraries cannot be loaded; here that is a RuntimeError starting PROBE_ERROR."""
+    proc = subprocess.run([sys.executable, "-c", _DEFS_SCRIPT, ep], capture_output=True, text=True, timeout=600,
+                          check=False)
+    if proc.returncode != 0:
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in proc.stderr.splitlines()]
+        tail = ([line for line in lines if any(c.isalpha() for c in line)] or ["no output"])[-1][:300]
+        raise RuntimeError(f"{PROBE_ERROR}get_all_opkernel_def for {ep} failed (exit {proc.returncode}): {tail}")
+    return tuple((d, op, lo, hi, tc) for _p, d, op, lo, hi, tc in json.loads(proc.stdout))
+
+
+def cuda_kernel_ops(ort: Any, ep: str = CUDA_EP) -> frozenset[str]:
+    """com.microsoft op names with a kernel of ``ep`` in this onnxruntime build (kernel registry)."""
+    return frozenset(op for domain, op, *_ in opkernel_defs(ep) if domain == MS_DOMAIN)
 
 
 def _schema(ort: Any, op: str, domain: str) -> Any | None:
@@ -146,7 +192,8 @@ def _probe_model(schema: Any, op: str, domain: str) -> bytes:
             attrs[name] = 1
     node = helper.make_node(op, names, [o.name for o in outputs], domain=domain, **attrs)
     graph = helper.make_graph([node], "probe", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(domain, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(domain, 1)],
+                              ir_version=IR_VERSION)
     return bytes(model.SerializeToString())
 
 
@@ -159,6 +206,9 @@ GRAPH_ERROR_MARKERS: Final = ("ShapeInferenceError", "TypeInferenceError", "INVA
 PRESENT: Final = "present"
 ABSENT: Final = "absent"
 INCONCLUSIVE: Final = "inconclusive"
+ERROR: Final = "error"
+# Texts of a kernel constructor refusing the generic probe node: the kernel exists.
+CTOR_MARKERS: Final = ("INVALID_ARGUMENT", "Attribute", "attribute", "must be", "Input ", "input ", "shape")
 
 
 def op_session(ort: Any, op: str, *, ep: str, domain: str = MS_DOMAIN) -> tuple[str, str]:
@@ -180,7 +230,9 @@ def op_session(ort: Any, op: str, *, ep: str, domain: str = MS_DOMAIN) -> tuple[
             return ABSENT, f"no {ep} kernel for {domain}::{op}: {first}"
         if any(m in str(exc) for m in GRAPH_ERROR_MARKERS):
             return INCONCLUSIVE, f"the probe node for {domain}::{op} failed graph checks: {first}"
-        return PRESENT, f"kernel constructor ran and rejected the probe node: {first}"
+        if any(m in str(exc) for m in CTOR_MARKERS):
+            return PRESENT, f"kernel constructor ran and rejected the probe node: {first}"
+        return ERROR, f"{PROBE_ERROR}{domain}::{op} on {ep}: {first}"
     return PRESENT, "session created"
 
 
@@ -191,7 +243,8 @@ def offload_config(ort: Any) -> tuple[bool, str]:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                              ir_version=IR_VERSION).SerializeToString()
     so = ort.SessionOptions()
     so.add_session_config_entry("session.moe.offload.q38_probe_unknown_key", "1")
     try:
@@ -199,7 +252,7 @@ def offload_config(ort: Any) -> tuple[bool, str]:
     except Exception as exc:
         if "Unknown session.moe.offload.* configuration key" in str(exc):
             return True, "session.moe.offload.* is parsed"
-        return False, f"unexpected error probing session.moe.offload.*: {exc}"
+        return False, f"{PROBE_ERROR}session.moe.offload.*: {(str(exc).strip().splitlines() or [''])[0][:300]}"
     return False, f"onnxruntime {ort.__version__} ignores session.moe.offload.* (no QMoE offload support)"
 
 
@@ -218,6 +271,8 @@ class OrtFeatures:
             return True, why
         if op in self.cuda_kernels:
             return True, "in the CUDA kernel registry"
+        if status == ERROR:
+            return False, why
         if status == ABSENT:
             return False, why
         return False, f"onnxruntime {self.version}: {MS_DOMAIN}::{op} not in the CUDA kernel registry ({why})"
@@ -227,7 +282,48 @@ PROBED_OPS: Final = (RMS_NORM_ROTARY, HC_LOW_RANK_MIX, QMOE, DYNAMIC_SPARSE_ATTE
                      SPARSE_ATTENTION_INDEXER, CAUSAL_CONV_WITH_STATE, GATED_DELTA_NET)
 
 
+def kernel_registry(ort: Any, ep: str = CUDA_EP) -> dict[str, Any]:
+    """The EP's registered kernels (``get_all_opkernel_def``) as a fact document, sorted.
+
+    One entry per (domain, op) with every kernel's version range and type constraints -- the
+    form of contracts/schemas' dumps -- so a committed file compares line by line.
+    """
+    ops: dict[tuple[str, str], list[list[Any]]] = {}
+    for domain, op, lo, hi, tc in opkernel_defs(ep):
+        ops.setdefault((domain, op), []).append([lo, hi, dict(sorted(tc.items()))])
+    kernels = [{"domain": dom, "name": op, "kernels": sorted(ks, key=lambda k: (k[0], k[1], repr(k[2])))}
+               for (dom, op), ks in sorted(ops.items())]
+    return {"format": "q38.ort-ep-kernels/1", "ort_version": ort.__version__, "provider": ep,
+            "regenerate": "tests/gpu: test_dump_the_ep_kernel_registry (nox -s gpu / run-offline.sh)",
+            "kernels": kernels}
+
+
 def probe_ort(ort: Any, *, ep: str = CUDA_EP) -> OrtFeatures:
     providers = tuple(ort.get_available_providers())
     ops = {op: op_session(ort, op, ep=ep) for op in PROBED_OPS} if ep in providers else {}
-    return OrtFeatures(ort.__version__, providers, cuda_kernel_ops(ort), offload_config(ort), ops)
+    return OrtFeatures(ort.__version__, providers, cuda_kernel_ops(ort, ep), offload_config(ort), ops)
+
+
+def ort_build_info() -> dict[str, Any]:
+    """The onnxruntime build: version, package (onnxruntime / onnxruntime-gpu), CUDA / cuDNN it was
+    built for (``onnxruntime.capi.build_and_package_info``, where the build has it)."""
+    import importlib.metadata
+
+    import onnxruntime as ort
+
+    info: dict[str, Any] = {"version": ort.__version__, "device": ort.get_device()}
+    for dist in ("onnxruntime-gpu", "onnxruntime"):  # the one whose version is the imported module's
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if version == ort.__version__:
+            info["package"] = f"{dist}=={version}"
+            break
+    try:
+        from onnxruntime.capi import build_and_package_info as bpi
+
+        info.update({k: getattr(bpi, k) for k in ("cuda_version", "cudnn_version", "package_name") if hasattr(bpi, k)})
+    except ImportError:
+        pass
+    return info

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -23,8 +24,30 @@ from typing import Any, Final
 import numpy as np
 import q38gpu_env as genv
 
-CUDA_PROVIDERS: Final = [(genv.CUDA_EP, {"device_id": "0"}), genv.CPU_EP]
+# The device's providers. No CPU fallback entry: device sessions also set
+# session.disable_cpu_ep_fallback=1, so a node the EP cannot take fails session creation, naming it.
+CUDA_PROVIDERS: Final[list[Any]] = [(genv.CUDA_EP, {"device_id": "0"})]
+DEVICE_PROVIDERS: Final = CUDA_PROVIDERS  # the same list; --dry-run-cpu puts the CPU EP in it
 CPU_PROVIDERS: Final = [genv.CPU_EP]
+NO_CPU_FALLBACK: Final = {"session.disable_cpu_ep_fallback": "1"}
+
+
+def use_cpu_in_place_of_cuda() -> None:
+    """``--dry-run-cpu``: every device session of the suite runs on the CPU EP."""
+    CUDA_PROVIDERS[:] = [genv.CPU_EP]
+
+
+def device_ep() -> str:
+    """The EP device sessions run on (CUDA, or the CPU EP in a dry run)."""
+    first = CUDA_PROVIDERS[0]
+    return first if isinstance(first, str) else str(first[0])
+
+
+def target_for(ort_version: str) -> str | None:
+    """The ``q38 synth --target-ort`` value for the installed onnxruntime (None: not in the table)."""
+    from q38.ort_targets import ORT_TARGETS
+
+    return ort_version if ort_version in ORT_TARGETS else None
 
 # (rtol, atol) per comparison and output dtype; integer outputs must match exactly.
 TOLERANCES: Final[Mapping[str, Mapping[str, tuple[float, float]]]] = {
@@ -50,7 +73,8 @@ def cuda_session_works(ort: Any) -> tuple[bool, str]:
     graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                              ir_version=genv.IR_VERSION).SerializeToString()
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
@@ -72,14 +96,21 @@ def q38(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.Co
 class PackageFactory:
     """Synthetic, optimized and offload packages, made once per session and reused."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, target_ort: str | None = None) -> None:
         self.root = root
+        self.target_ort = target_ort  # q38 synth --target-ort: the installed onnxruntime's forms
         self._made: dict[tuple[str, ...], Path] = {}
+        self.seconds: dict[str, float] = {}  # package directory name -> seconds its command took
 
     def _cmd(self, key: tuple[str, ...], out: Path, *args: str | os.PathLike[str]) -> Path:
         if key in self._made:
             return self._made[key]
+        if (out / "genai_config.json").is_file():  # prepared before the run (run-offline.sh, Q38_GPU_PACKAGES)
+            self._made[key] = out
+            return out
+        start = time.perf_counter()
         proc = q38(*args)
+        self.seconds[out.name] = time.perf_counter() - start
         if proc.returncode != 0:
             err = proc.stderr.strip().splitlines()
             last = err[-1] if err else f"exit {proc.returncode}"
@@ -90,6 +121,8 @@ class PackageFactory:
         return out
 
     def synth(self, *, preset: str = "tiny", variant: str = "cpu", layout: str = "flat", **extra: str) -> Path:
+        if self.target_ort is not None:
+            extra.setdefault("target_ort", self.target_ort)
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(extra.items())]
         key = ("synth", preset, variant, layout, *flags)
         out = self.root / "-".join(key).replace("=", "_").replace("--", "")
@@ -97,7 +130,8 @@ class PackageFactory:
 
     def optimize(self, src: Path, *, target: str = "cuda") -> Path:
         out = src.with_name(f"{src.name}-opt-{target}")
-        return self._cmd(("optimize", str(src), target), out, "optimize", src, out, "--target", target)
+        pinned = ["--target-ort", self.target_ort] if self.target_ort else []
+        return self._cmd(("optimize", str(src), target), out, "optimize", src, out, "--target", target, *pinned)
 
     def offload(self, src: Path, *, mode: str = "required") -> Path:
         out = src.with_name(f"{src.name}-offload-{mode}")
@@ -140,10 +174,17 @@ def offload_entries(package: Path, *, mode: str | None = None) -> dict[str, str]
 
 
 def session(ort: Any, model: Path, *, providers: Sequence[Any], config: Mapping[str, str] | None = None,
-            profile_prefix: str | None = None) -> Any:
+            profile_prefix: str | None = None, cuda_graph: bool = False) -> Any:
+    """A session on ``providers``; a device session (not CPU_PROVIDERS) has CPU fallback disabled,
+    so a node its EP cannot run fails creation with ORT's text naming the node."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    for k, v in (config or {}).items():
+    entries = dict(config or {})
+    if list(providers) != CPU_PROVIDERS:
+        entries = {**NO_CPU_FALLBACK, **entries}
+    if cuda_graph and device_ep() == genv.CUDA_EP:
+        providers = [(genv.CUDA_EP, {"device_id": "0", "enable_cuda_graph": "1"})]
+    for k, v in entries.items():
         so.add_session_config_entry(k, v)
     if profile_prefix is not None:
         so.enable_profiling = True
@@ -214,6 +255,57 @@ class Stepper:
         return results
 
 
+def greedy(stepper: Stepper, *, prompt: int, tokens: int) -> list[int]:
+    """Greedy token IDs: a seeded prompt of ``prompt`` tokens, then ``tokens`` argmax steps."""
+    out = stepper.run(stepper.feeds(seq=prompt, past=0))
+    ids: list[int] = []
+    for k in range(tokens):
+        ids.append(int(np.argmax(out["logits"][0, -1].astype(np.float32))))
+        feeds = stepper.feeds(seq=1, past=prompt + k, state=out)
+        feeds["input_ids"] = np.full_like(feeds["input_ids"], ids[-1])
+        out = stepper.run(feeds)
+    return ids
+
+
+def decode_iobinding(ort: Any, stepper: Stepper, *, start: int, tokens: int) -> tuple[list[float], list[int]]:
+    """Greedy decode of ``tokens`` steps after a prefilled cache of ``start`` tokens, with IOBinding:
+    the state stays on the device (present OrtValues bound as the next step's pasts), only the
+    token id goes in and the logits row comes out. Returns (seconds per step, token ids)."""
+    import time as _time
+
+    device = "cuda" if device_ep() == genv.CUDA_EP else "cpu"
+    sess = stepper.sess
+    outputs = [o.name for o in sess.get_outputs()]
+    feeds = stepper.feeds(seq=1, past=start)
+    state = {k: ort.OrtValue.ortvalue_from_numpy(v, device, 0) for k, v in feeds.items()
+             if k.startswith("past")}
+    pairs = {present_name(p): p for p in state}
+    token = int(feeds["input_ids"].reshape(-1)[0])
+    times: list[float] = []
+    ids: list[int] = []
+    for k in range(tokens):
+        binding = sess.io_binding()
+        small = stepper.feeds(seq=1, past=start + k)
+        small["input_ids"] = np.full_like(small["input_ids"], token)
+        for name, value in small.items():
+            if name.startswith("past"):
+                binding.bind_ortvalue_input(name, state[name])
+            else:
+                binding.bind_cpu_input(name, value)
+        for name in outputs:
+            binding.bind_output(name, "cpu" if name == "logits" else device)
+        t0 = _time.perf_counter()
+        sess.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        times.append(_time.perf_counter() - t0)
+        values = dict(zip(outputs, binding.get_outputs(), strict=True))
+        logits = values["logits"].numpy()
+        token = int(np.argmax(logits[0, -1].astype(np.float32)))
+        ids.append(token)
+        state = {pairs[n]: v for n, v in values.items() if n in pairs}
+    return times, ids
+
+
 def context_length(package: Path) -> int | None:
     """``model.context_length`` (else ``search.max_length``) of the package config."""
     config = json.loads((package / "genai_config.json").read_text(encoding="utf-8"))
@@ -277,7 +369,7 @@ def compare_steps(ref: Sequence[Mapping[str, np.ndarray]], got: Sequence[Mapping
 # --------------------------------------------------------------------------- profiling
 
 
-def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1) -> tuple[int, str]:
+def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1, ep: str = genv.CUDA_EP) -> tuple[int, str]:
     """GPU kernels launched by one run of a profiled session: (count, what was counted).
 
     CUPTI-enabled builds emit ``cat == "Kernel"`` events; otherwise the count is the number of
@@ -293,5 +385,45 @@ def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1) -> 
     if kernels:
         return len(kernels), "CUDA kernels (CUPTI)"
     nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
-             and (e.get("args") or {}).get("provider") == genv.CUDA_EP]
+             and (e.get("args") or {}).get("provider") == ep]
+    if ep != genv.CUDA_EP:
+        return len(nodes), f"{ep} node executions"
     return len(nodes), "CUDA EP node executions (no CUPTI events in this build)"
+
+
+def prepare(argv: Sequence[str]) -> int:
+    """``q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]``: synthesize the packages the
+    throughput tests will ask for into ROOT (run-offline.sh times it); other arguments are ignored."""
+    import argparse
+
+    import onnxruntime as ort
+    import test_throughput_bench as bench
+
+    parser = argparse.ArgumentParser(prog="q38gpu_run.py prepare")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--dry-run-cpu", action="store_true")
+    args, _rest = parser.parse_known_args(argv)
+    if args.profile:
+        os.environ["Q38_GPU_PROFILE"] = args.profile
+    gpu = genv.dry_run_gpu() if args.dry_run_cpu else genv.detect_gpu()[0]
+    try:
+        profile = bench.choose_profile(gpu.memory_mib if gpu else None, dry_run=args.dry_run_cpu)
+    except (ValueError, LookupError) as exc:
+        print(f"prepare: nothing to prepare: {exc}")
+        return 0
+    factory = PackageFactory(args.root, target_ort=target_for(ort.__version__))
+    for variant in ("cpu", "faithful"):
+        t0 = time.perf_counter()
+        pkg = factory.synth(variant=variant, **bench.synth_args(profile))
+        size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
+        dt = time.perf_counter() - t0
+        print(f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    if sys.argv[1:2] != ["prepare"]:
+        sys.exit("usage: q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]")
+    sys.exit(prepare(sys.argv[2:]))

@@ -1,25 +1,36 @@
-"""Throughput on CUDA (pytest-benchmark): decode tokens/s and time to first token per context tier,
-kernels per verification cycle (ORT profiling). Not assertions: figures for the release gate.
+"""Throughput on the device (pytest-benchmark + tests/gpu/q38gpu_figures.py): what the anchor measures.
 
-Profiles: ``h200`` (>= 100 GiB: tiers 2K/8K/16K/32K) and ``consumer`` (20-34 GiB class: the
-tiers whose KV and weights fit in 80% of memory). The profile follows the GPU's memory, or
-Q38_GPU_PROFILE=h200|consumer explicitly; it is recorded in extra_info with the ORT version,
-EP, GPU model and driver (the keys the gate compares).
+* decode tokens/s per context tier (2K / 8K / 16K / 32K on an H200) after a prefilled cache, greedy,
+  with IOBinding (state stays on the device) -- and with CUDA Graph where the graph's shapes allow
+  it (recorded either way, with ORT's reason when it does not);
+* time to first token per tier (a prefill of the tier's length);
+* kernels per verification cycle (4 tokens at a 2K context) from ORT's profiler, of the package
+  before and after ``q38 optimize``.
+
+Device sessions set ``session.disable_cpu_ep_fallback=1``: a node the CUDA EP cannot take fails
+the session, naming it (recorded as a fallback, and the test fails). A run error fails the test;
+only a package that cannot exist on this build (no kernel, recorded by the gate's manifest) skips.
+
+Profiles: ``h200`` (>= 100 GiB), ``consumer`` (>= 20 GiB), ``tiny`` (``--dry-run-cpu``: short tiers
+named like the real ones). Q38_GPU_PROFILE overrides; the decoded-token count per request is the
+profile's ``decode_tokens`` (h200: 512, as the anchor) and is recorded with every figure.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import q38gpu_env as genv
+import q38gpu_figures as gfig
 import q38gpu_run as grun
 
-TIERS = {"2K": 2048, "8K": 8192, "16K": 16384, "32K": 32768}
+TIER_NAMES = ("2K", "8K", "16K", "32K")
 VERIFY_TOKENS = 4  # one verification cycle: the accepted token plus three drafts
 
 
@@ -28,61 +39,90 @@ class Profile:
     name: str
     min_memory_gib: int
     preset: str
-    weight_gb: float
+    weight_gb: float | None
     decode_tokens: int
+    tiers: tuple[int, int, int, int]
+    rounds: int = 3
+
+    def tier(self, name: str) -> int:
+        return self.tiers[TIER_NAMES.index(name)]
 
 
 PROFILES = {
-    "h200": Profile("h200", 100, "large", 4.0, 64),
-    "consumer": Profile("consumer", 20, "large", 2.0, 32),
+    "h200": Profile("h200", 100, "large", 4.0, 512, (2048, 8192, 16384, 32768)),
+    "consumer": Profile("consumer", 20, "large", 2.0, 128, (2048, 8192, 16384, 32768)),
+    "tiny": Profile("tiny", 0, "tiny", None, 4, (32, 64, 96, 128), rounds=1),
 }
 
 
 @pytest.fixture(scope="session")
-def profile(gpu: genv.GpuInfo) -> Profile:
-    chosen = os.environ.get("Q38_GPU_PROFILE")
+def profile(gpu: genv.GpuInfo, request: pytest.FixtureRequest) -> Profile:
+    try:
+        return choose_profile(gpu.memory_mib, dry_run=bool(request.config.getoption("--dry-run-cpu")))
+    except ValueError as exc:
+        pytest.fail(str(exc))
+    except LookupError as exc:
+        pytest.skip(f"{gpu.name} has {exc}")
+
+
+def synth_args(profile: Profile) -> dict[str, str]:
+    """The ``packages.synth`` arguments of a profile's package (run-offline.sh prepares the same)."""
+    # One package per variant serves every tier: its context_length covers the largest tier.
+    extra = {"preset": profile.preset, "context_length": str(max(256, 2 * max(profile.tiers)))}
+    if profile.weight_gb is not None:
+        extra["weight_gb"] = str(profile.weight_gb)
+    return extra
+
+
+def choose_profile(memory_mib: int | None, *, dry_run: bool = False) -> Profile:
+    """The profile of a device of ``memory_mib`` (Q38_GPU_PROFILE overrides; tiny for a dry run)."""
+    chosen = os.environ.get("Q38_GPU_PROFILE") or ("tiny" if dry_run else "")
     if chosen:
         if chosen not in PROFILES:
-            pytest.fail(f"Q38_GPU_PROFILE={chosen!r}: expected one of {sorted(PROFILES)}")
+            raise ValueError(f"Q38_GPU_PROFILE={chosen!r}: expected one of {sorted(PROFILES)}")
         return PROFILES[chosen]
-    gib = (gpu.memory_mib or 0) / 1024
+    gib = (memory_mib or 0) / 1024
     for p in sorted(PROFILES.values(), key=lambda p: -p.min_memory_gib):
-        if gib >= p.min_memory_gib:
+        if p.name != "tiny" and gib >= p.min_memory_gib:
             return p
-    pytest.skip(f"{gpu.name} has {gib:.0f} GiB; the smallest profile (consumer) needs 20 GiB")
+    raise LookupError(f"{gib:.0f} GiB; the smallest profile (consumer) needs 20 GiB")
 
 
-def _package(packages: grun.PackageFactory, profile: Profile, variant: str) -> Path:
-    # One package per variant serves every tier: its context_length is the largest tier's.
+def _package(packages: grun.PackageFactory, profile: Profile, variant: str, *, optimized: bool = False) -> Path:
     try:
-        return packages.synth(preset=profile.preset, variant=variant, weight_gb=str(profile.weight_gb),
-                              context_length=str(max(TIERS.values())))
+        pkg = packages.synth(variant=variant, **synth_args(profile))
+        if optimized:
+            pkg = packages.optimize(pkg, target="cuda" if grun.device_ep() == genv.CUDA_EP else "cpu")
     except grun.Unavailable as exc:
         pytest.skip(str(exc))
+    gfig.RECORDER.package(pkg.name, pkg)
+    return pkg
 
 
-_SESSIONS: dict[Path, Any] = {}
+_SESSIONS: dict[tuple[Path, bool], Any] = {}
 
 
-def _cuda_session(ort: Any, model: Path, **kw: Any) -> Any:
-    """A CUDA session; plain ones are shared by the tiers (multi-GB weights load once)."""
-    if not kw and model in _SESSIONS:
-        return _SESSIONS[model]
+def _device_session(ort: Any, model: Path, *, cuda_graph: bool = False, **kw: Any) -> Any:
+    """A device session with CPU fallback disabled; plain ones are shared by the tiers."""
+    key = (model, cuda_graph)
+    if not kw and key in _SESSIONS:
+        return _SESSIONS[key]
     try:
-        sess = grun.session(ort, model, providers=grun.CUDA_PROVIDERS, **kw)
+        sess = grun.session(ort, model, providers=grun.CUDA_PROVIDERS, cuda_graph=cuda_graph, **kw)
     except Exception as exc:
-        if "NOT_IMPLEMENTED" in str(exc):
-            pytest.skip(f"{model.name}: no CUDA session: {str(exc).strip().splitlines()[0][:300]}")
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        if "NOT_IMPLEMENTED" in str(exc) or "fallback" in str(exc):
+            gfig.RECORDER.fallbacks.append(f"{model}: {text}")
+            pytest.skip(f"{model.name}: no {grun.device_ep()} session (CPU fallback disabled): {text}")
         raise
     if not kw:
-        _SESSIONS[model] = sess
+        _SESSIONS[key] = sess
     return sess
 
 
 def _fits(gpu: genv.GpuInfo, package: Path, tier: int) -> None:
     limit = grun.context_length(package)
-    if limit is not None and tier > limit:
-        pytest.skip(f"tier {tier}: the package's context_length is {limit}")
+    assert limit is None or tier <= limit, f"the package's context_length {limit} is below the tier {tier}"
     weights = sum(p.stat().st_size for p in package.rglob("*") if p.is_file())
     kv = tier * 48 * 2 * 2 * 16 * 2 * 2  # generous: every layer with full-length fp16 K and V
     budget = 0.8 * (gpu.memory_mib or 0) * 2**20
@@ -90,66 +130,93 @@ def _fits(gpu: genv.GpuInfo, package: Path, tier: int) -> None:
         pytest.skip(f"tier {tier}: {(weights + kv) / 2**30:.1f} GiB needed, 80% of {gpu.name} is {budget / 2**30:.1f} GiB")
 
 
-def _run_or_skip(stepper: grun.Stepper, feeds: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
-    try:
-        return stepper.run(feeds)
-    except Exception as exc:
-        pytest.skip(f"{what}: the package cannot run it: {str(exc).strip().splitlines()[0][:300]}")
-
-
 @pytest.mark.parametrize("variant", ["faithful", "cpu"])
-@pytest.mark.parametrize("tier", list(TIERS))
+@pytest.mark.parametrize("tier", TIER_NAMES)
 def test_time_to_first_token(benchmark: Any, ort_module: Any, packages: grun.PackageFactory, gpu: genv.GpuInfo,
                              profile: Profile, env_info: dict[str, Any], tier: str, variant: str) -> None:
+    length = profile.tier(tier)
     pkg = _package(packages, profile, variant)
-    _fits(gpu, pkg, TIERS[tier])
-    sess = _cuda_session(ort_module, grun.target_graph(pkg))
+    _fits(gpu, pkg, length)
+    sess = _device_session(ort_module, grun.target_graph(pkg))
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
-    feeds = stepper.feeds(seq=TIERS[tier], past=0)
-    _run_or_skip(stepper, feeds, f"a {tier} prefill")
-    benchmark.extra_info.update(env_info, tier=tier, variant=variant, profile=profile.name, preset=profile.preset)
-    benchmark.pedantic(stepper.run, args=(feeds,), rounds=5, warmup_rounds=1, iterations=1)
-    benchmark.extra_info["ttft_ms_median"] = 1e3 * benchmark.stats.stats.median
+    feeds = stepper.feeds(seq=length, past=0)
+    first = stepper.run(feeds)  # a run error fails the test
+    assert np.isfinite(first["logits"].astype(np.float32)).all(), f"{tier} prefill: non-finite logits"
+    samples: list[float] = []
+
+    def prefill() -> None:
+        t0 = time.perf_counter()
+        stepper.run(feeds)
+        samples.append(1e3 * (time.perf_counter() - t0))
+
+    benchmark.extra_info.update(env_info, tier=tier, tokens=length, variant=variant, profile=profile.name)
+    benchmark.pedantic(prefill, rounds=profile.rounds + 2, warmup_rounds=1, iterations=1)
+    gfig.RECORDER.tier(f"{variant}/{tier}", tokens=length, ttft_ms=gfig.spread(samples), ttft_ms_samples=samples,
+                       package=pkg.name)
 
 
 @pytest.mark.parametrize("variant", ["faithful", "cpu"])
-@pytest.mark.parametrize("tier", list(TIERS))
+@pytest.mark.parametrize("tier", TIER_NAMES)
 def test_decode_tokens_per_second(benchmark: Any, ort_module: Any, packages: grun.PackageFactory,
                                   gpu: genv.GpuInfo, profile: Profile, env_info: dict[str, Any],
                                   tier: str, variant: str) -> None:
+    length = profile.tier(tier)
     pkg = _package(packages, profile, variant)
-    _fits(gpu, pkg, TIERS[tier])
-    sess = _cuda_session(ort_module, grun.target_graph(pkg))
+    _fits(gpu, pkg, length)
+    model = grun.target_graph(pkg)
+    sess = _device_session(ort_module, model)
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
-    start = TIERS[tier] - profile.decode_tokens
-    first = _run_or_skip(stepper, stepper.feeds(seq=1, past=start), f"decode at a {tier} context")
+    start = length - profile.decode_tokens if length > profile.decode_tokens else length
+    tps: list[float] = []
+    ids: list[int] = []
 
     def decode() -> None:
-        state = first
-        for k in range(profile.decode_tokens):
-            state = stepper.run(stepper.feeds(seq=1, past=start + k, state=state))
+        nonlocal ids
+        times, ids = grun.decode_iobinding(ort_module, stepper, start=start, tokens=profile.decode_tokens)
+        tps.append(len(times) / sum(times))
 
-    benchmark.extra_info.update(env_info, tier=tier, variant=variant, profile=profile.name, preset=profile.preset,
-                                decode_tokens=profile.decode_tokens)
-    benchmark.pedantic(decode, rounds=3, warmup_rounds=1, iterations=1)
-    benchmark.extra_info["decode_tokens_per_s"] = profile.decode_tokens / benchmark.stats.stats.median
+    benchmark.extra_info.update(env_info, tier=tier, variant=variant, profile=profile.name,
+                                decode_tokens=profile.decode_tokens, iobinding=True)
+    benchmark.pedantic(decode, rounds=profile.rounds, warmup_rounds=1, iterations=1)
+    assert len(ids) == profile.decode_tokens and all(0 <= t < stepper.vocab for t in ids)
+    graph_note = _cuda_graph_decode(ort_module, model, start, profile, tier)
+    gfig.RECORDER.tier(f"{variant}/{tier}", tokens=length, decode_tokens=profile.decode_tokens, prefilled=start,
+                       decode_tps=gfig.spread(tps), decode_tps_samples=tps, iobinding=True, cuda_graph=graph_note,
+                       package=pkg.name)
 
 
+def _cuda_graph_decode(ort: Any, model: Path, start: int, profile: Profile, tier: str) -> dict[str, Any]:
+    """Decode with ``enable_cuda_graph=1`` (CUDA only): tokens/s, or ORT's reason it cannot run."""
+    if grun.device_ep() != genv.CUDA_EP:
+        return {"status": "not on CUDA (dry run)"}
+    try:
+        sess = _device_session(ort, model, cuda_graph=True)
+        stepper = grun.Stepper(sess, grun.vocab_of(sess))
+        times, _ids = grun.decode_iobinding(ort, stepper, start=start, tokens=profile.decode_tokens)
+    except Exception as exc:  # recorded: CUDA Graph needs static shapes the growing cache may not give
+        return {"status": "unavailable", "reason": (str(exc).strip().splitlines() or [""])[0][:300]}
+    return {"status": "ok", "tps": len(times) / sum(times)}
+
+
+@pytest.mark.parametrize("optimized", [False, True], ids=["unoptimized", "optimized"])
 @pytest.mark.parametrize("variant", ["faithful", "cpu"])
 def test_kernels_per_verification_cycle(benchmark: Any, ort_module: Any, packages: grun.PackageFactory,
                                         profile: Profile, env_info: dict[str, Any], tmp_path: Path,
-                                        variant: str) -> None:
-    pkg = _package(packages, profile, variant)
+                                        variant: str, optimized: bool) -> None:
+    pkg = _package(packages, profile, variant, optimized=optimized)
     model = grun.target_graph(pkg)
-    past = TIERS["2K"]
-    profiled = _cuda_session(ort_module, model, profile_prefix=str(tmp_path / "verify"))
+    past = profile.tier("2K")
+    profiled = _device_session(ort_module, model, profile_prefix=str(tmp_path / "verify"))
     pstep = grun.Stepper(profiled, grun.vocab_of(profiled))
     feeds = pstep.feeds(seq=VERIFY_TOKENS, past=past)
-    _run_or_skip(pstep, feeds, "a verification step")
+    pstep.run(feeds)  # warm-up; a run error fails the test
     pstep.run(feeds)
-    kernels, counted = grun.kernels_in_profile(profiled.end_profiling())
-    sess = _cuda_session(ort_module, model)
+    kernels, counted = grun.kernels_in_profile(profiled.end_profiling(), ep=grun.device_ep())
+    assert kernels > 0, f"no {counted} in the profile of a verification step"
+    gfig.RECORDER.kernels[f"{variant}/{'optimized' if optimized else 'unoptimized'}"] = {
+        "kernels": kernels, "counted": counted, "verify_tokens": VERIFY_TOKENS, "past": past, "package": pkg.name}
+    sess = _device_session(ort_module, model)
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
-    benchmark.extra_info.update(env_info, tier="2K", variant=variant, profile=profile.name, preset=profile.preset,
+    benchmark.extra_info.update(env_info, tier="2K", variant=variant, profile=profile.name, optimized=optimized,
                                 kernels_per_cycle=kernels, kernels_counted=counted, verify_tokens=VERIFY_TOKENS)
-    benchmark.pedantic(stepper.run, args=(feeds,), rounds=10, warmup_rounds=2, iterations=1)
+    benchmark.pedantic(stepper.run, args=(feeds,), rounds=profile.rounds + 2, warmup_rounds=1, iterations=1)

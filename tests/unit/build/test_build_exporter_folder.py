@@ -108,3 +108,22 @@ def test_an_upstream_config_contradicting_the_graph_is_refused(
     err = capsys.readouterr().err
     assert "genai_config.json says num_key_value_heads 7, the graph's past_key_values.*.key input (dim 1) says" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_upstream_search_values_of_every_type_are_carried(
+    exporter_folder: Path, head_bundle: Path, tmp_path: Path
+) -> None:
+    """Every search key the v12b surface knows is carried with its value: int keys (max_length,
+    top_k, ...), float keys given a float or an integer, and do_sample's boolean. (The upstream
+    parser refuses a value of another type, naming the key.)"""
+    folder = copy_package(exporter_folder, tmp_path / "export")
+    search = {"max_length": 64, "min_length": 2, "top_k": 7, "num_beams": 1, "chunk_size": 8, "do_sample": True,
+              "top_p": 0.9, "temperature": 1, "repetition_penalty": 1.25}
+
+    def edit(data: dict) -> None:  # type: ignore[type-arg]
+        data["search"] = dict(search)
+
+    edit_genai_config(folder, edit)
+    assert _build(folder, head_bundle, tmp_path / "out") == 0
+    built = json.loads((tmp_path / "out" / "target" / "genai_config.json").read_text())["search"]
+    assert {k: built.get(k) for k in search} == search

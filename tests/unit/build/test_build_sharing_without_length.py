@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from support.build_bundles import EPS, make_bundles
 
 from q38.build import BuildRequest, LinkPolicy, build_package
-from support.build_bundles import EPS, make_bundles
 
 OTHER = np.array(0.25, dtype=np.float32)  # same dtype and shape as EPS, other bytes
 

@@ -9,6 +9,7 @@ at the second move (offset 100 instead of 4096).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ def test_moved_mtp_experts_land_page_aligned_without_overlap(tmp_path: Path) -> 
     assert len(plan.moves) == len(TENSORS)
     spans = sorted((m.dst_offset, m.dst_offset + m.length) for m in plan.moves)
     assert all(start % ALIGN == 0 for start, _ in spans), spans
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), spans
     moved = {e.pool_id: e for e in plan.pool.entries}
     for move in plan.moves:
         entry = moved[move.pool_id]

@@ -1,0 +1,150 @@
+"""The GPU run's figures: one JSON a gate can compare (``python -m q38.benchgate``-style statistics
+in ``compare``) and a PNG of decode tokens/s per context tier.
+
+Tests record into :data:`RECORDER` (device, driver, ORT build, package digests, per-tier TPS / TTFT
+samples, kernels per verification cycle, parity verdicts, CPU fallbacks); the conftest writes it
+with ``--figures PATH`` at the end of the session. ``compare(a, b)`` puts two such files side by
+side per figure with the median change and a bootstrap 95 % interval (``nox -s bench`` runs it
+when Q38_GPU_FIGURES names two files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+FORMAT: Final = "q38.gpu-figures/1"
+
+
+@dataclasses.dataclass
+class Recorder:
+    """Everything a run measured, keyed for the JSON; tests append, the conftest writes."""
+
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    packages: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    tiers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    kernels: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    parity: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    fallbacks: list[str] = dataclasses.field(default_factory=list)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def package(self, label: str, path: Path) -> None:
+        """Record a package's digest (sha256 over its sorted file names and bytes) and size."""
+        if label in self.packages:
+            return
+        h, size = hashlib.sha256(), 0
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(str(f.relative_to(path)).encode())
+            with f.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 24), b""):
+                    h.update(block)
+                    size += len(block)
+        self.packages[label] = {"path": str(path), "sha256": h.hexdigest(), "bytes": size}
+
+    def tier(self, key: str, **values: Any) -> None:
+        self.tiers.setdefault(key, {}).update(values)
+
+
+RECORDER: Final = Recorder()
+
+
+def spread(samples: Sequence[float]) -> dict[str, float]:
+    """median, min, max, stdev and the 95 % bootstrap interval of the median (seeded)."""
+    a = np.asarray(samples, dtype=np.float64)
+    if a.size == 0:
+        return {}
+    rng = np.random.default_rng(0)
+    boots = np.median(rng.choice(a, size=(1000, a.size), replace=True), axis=1)
+    return {"median": float(np.median(a)), "min": float(a.min()), "max": float(a.max()),
+            "stdev": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size),
+            "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]}
+
+
+def document(rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> dict[str, Any]:
+    """The figures JSON document."""
+    gate = None if verdict is None else {"ok": verdict.ok, "passed": verdict.passed, "skipped": verdict.skipped,
+                                          "problems": list(verdict.problems), "allowed": list(verdict.allowed)}
+    return {"format": FORMAT, "dry_run_cpu": dry_run, "host": platform.node(), "env": rec.env,
+            "packages": rec.packages, "tiers": rec.tiers, "kernels_per_verification_cycle": rec.kernels,
+            "parity": rec.parity, "cpu_fallbacks": rec.fallbacks, "timings_s": rec.timings, "notes": rec.notes,
+            "gate": gate}
+
+
+def write(path: Path, rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> Path:
+    """Write ``path`` (JSON) and ``path`` with .png (decode TPS per tier; skipped without matplotlib)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = document(rec, verdict=verdict, dry_run=dry_run)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    plot(doc, path.with_suffix(".png"))
+    return path
+
+
+def plot(doc: Mapping[str, Any], png: Path) -> Path | None:
+    """Bar chart of decode tokens/s (median, min-max whiskers) per tier and package."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    ordered = sorted(doc["tiers"].items(), key=lambda kv: (kv[0].split("/")[0], kv[1].get("tokens", 0)))
+    rows = [(k, v["decode_tps"]) for k, v in ordered if v.get("decode_tps")]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(rows) + 2), 3.5))
+    if rows:
+        med = [r[1]["median"] for r in rows]
+        err = [[m - r[1]["min"] for m, r in zip(med, rows, strict=True)],
+               [r[1]["max"] - m for m, r in zip(med, rows, strict=True)]]
+        ax.bar(range(len(rows)), med, yerr=err, capsize=3)
+        ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("decode tokens/s")
+    env = doc.get("env", {})
+    device = "DRY RUN on the CPU EP" if doc.get("dry_run_cpu") else env.get("gpu_model", "?")
+    ax.set_title(f"{device} | onnxruntime {env.get('ort_version', '?')}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
+
+
+def compare(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """Per tier and figure (decode_tps, ttft_ms): base and head medians, % change and a bootstrap
+    95 % interval of the change of medians from the recorded samples; kernel counts and parity side by side."""
+    lines = [f"{'figure':<44} {'base':>10} {'head':>10} {'change':>8}  95% interval"]
+    rng = np.random.default_rng(0)
+    for key in sorted(set(base["tiers"]) | set(head["tiers"])):
+        for fig_name in ("decode_tps", "ttft_ms"):
+            a = base["tiers"].get(key, {}).get(f"{fig_name}_samples")
+            b = head["tiers"].get(key, {}).get(f"{fig_name}_samples")
+            if not a or not b:
+                continue
+            ma, mb = statistics.median(a), statistics.median(b)
+            boots = [np.median(rng.choice(b, len(b))) / np.median(rng.choice(a, len(a))) - 1 for _ in range(1000)]
+            lo, hi = np.percentile(boots, [2.5, 97.5])
+            lines.append(f"{key + ' ' + fig_name:<44} {ma:>10.2f} {mb:>10.2f} {100 * (mb / ma - 1):>+7.1f}%  "
+                         f"[{100 * lo:+.1f}%, {100 * hi:+.1f}%]")
+    for key in sorted(set(base["kernels_per_verification_cycle"]) | set(head["kernels_per_verification_cycle"])):
+        a = base["kernels_per_verification_cycle"].get(key, {}).get("kernels")
+        b = head["kernels_per_verification_cycle"].get(key, {}).get("kernels")
+        lines.append(f"{'kernels ' + key:<44} {a!s:>10} {b!s:>10}")
+    for key in sorted(set(base["parity"]) | set(head["parity"])):
+        a = base["parity"].get(key, {}).get("verdict")
+        b = head["parity"].get(key, {}).get("verdict")
+        lines.append(f"{'parity ' + key:<44} {a!s:>10} {b!s:>10}")
+    return lines
+
+
+if __name__ == "__main__":  # python tests/gpu/q38gpu_figures.py BASE.json HEAD.json
+    import sys
+
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in sys.argv[1:3]]
+    print("\n".join(compare(docs[0], docs[1])))

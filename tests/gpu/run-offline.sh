@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU suite on an offline runner, without nox: tests/gpu/run-offline.sh DIR [pytest args...]
+#
+# DIR holds parts/ and manifest.json from `nox -s gpu-wheelhouse` (tests/gpu/wheelhouse.py download).
+# Steps, each timed into $WORK/out/prep-times.json:
+#   1. reassemble and verify the wheels (sha256 of every part and every wheel);
+#   2. install them with --no-index into a private target ($WORK/site; nothing else is touched);
+#   3. preload the CUDA libraries: onnxruntime.preload_dlls() and the nvidia-* wheels' lib/ folders
+#      (those of the target and of the interpreter's own site-packages, where the image has them);
+#   4. synthesize the run's packages (q38 synth --target-ort <installed onnxruntime>) into
+#      $WORK/packages, reused by the suite (Q38_GPU_PACKAGES);
+#   5. run tests/gpu with the gate (a skip is not a pass), writing $WORK/out/figures.json + .png,
+#      the benchmark JSON and the CUDA kernel dump.
+# The interpreter: $Q38_PYTHON, else the first of python3.12, python3.13, python3.11, python3 that is
+# 3.11-3.13. WORK defaults to DIR/run. Exit: the suite's (0 only when the gate passes); 2 on a setup error.
+set -euo pipefail
+if [ $# -lt 1 ]; then echo "usage: $0 DIR [pytest args...]" >&2; exit 2; fi
+DIR=$(cd "$1" && pwd); shift
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=${Q38_GPU_WORK:-$DIR/run}
+mkdir -p "$WORK/out"
+
+PY=${Q38_PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.12 python3.13 python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then
+      PY=$(command -v "$cand"); break
+    fi
+  done
+fi
+if [ -z "$PY" ]; then echo "run-offline: error: no Python 3.11-3.13 found (set Q38_PYTHON)" >&2; exit 2; fi
+echo "run-offline: $("$PY" -V 2>&1) at $PY; work $WORK"
+
+now() { "$PY" -c 'import time; print(f"{time.time():.3f}")'; }
+T0=$(now)
+"$PY" "$REPO/tests/gpu/wheelhouse.py" assemble "$DIR" "$WORK/wheels" || exit 2
+T1=$(now)
+rm -rf "$WORK/site"
+if "$PY" -m pip --version >/dev/null 2>&1; then
+  PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --quiet --no-index --no-deps --no-compile \
+    --disable-pip-version-check --target "$WORK/site" "$WORK"/wheels/*.whl || exit 2
+else
+  "$PY" "$REPO/tests/gpu/wheelhouse.py" unpack "$WORK/wheels" "$WORK/site" || exit 2
+fi
+T2=$(now)
+
+export PYTHONPATH="$WORK/site:$REPO${PYTHONPATH:+:$PYTHONPATH}"
+# nvidia-* wheels (cuBLAS, cuDNN, cuRAND, cuFFT, ...): their lib/ folders, target first, then the image's.
+LIBS=$("$PY" - "$WORK/site" <<'PYEOF'
+import glob, os, site, sys
+roots = [sys.argv[1], *site.getsitepackages(), site.getusersitepackages()]
+dirs = [d for r in roots for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib")))]
+print(":".join(dict.fromkeys(dirs)))
+PYEOF
+)
+export LD_LIBRARY_PATH="${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export Q38_GPU_OUT="$WORK/out" Q38_GPU_PACKAGES="$WORK/packages"
+mkdir -p "$Q38_GPU_PACKAGES"
+cd "$REPO"
+"$PY" - <<'PYEOF'
+import onnxruntime as ort
+if hasattr(ort, "preload_dlls"):
+    ort.preload_dlls()  # CUDA / cuDNN / MSVC runtime from nvidia-* wheels or the system
+print("run-offline: onnxruntime", ort.__version__, ort.get_available_providers())
+PYEOF
+T3=$(now)
+PROFILE_ARGS=()
+if [ -n "${Q38_GPU_PROFILE:-}" ]; then PROFILE_ARGS=(--profile "$Q38_GPU_PROFILE"); fi
+"$PY" "$REPO/tests/gpu/q38gpu_run.py" prepare "$Q38_GPU_PACKAGES" "${PROFILE_ARGS[@]}" "$@" || exit 2
+T4=$(now)
+"$PY" - "$WORK/out/prep-times.json" "$T0" "$T1" "$T2" "$T3" "$T4" <<'PYEOF'
+import json, sys
+t = [float(x) for x in sys.argv[2:]]
+doc = {"reassemble_s": t[1] - t[0], "install_s": t[2] - t[1], "preload_s": t[3] - t[2], "synthesize_s": t[4] - t[3],
+       "preparation_s": t[4] - t[0]}
+open(sys.argv[1], "w").write(json.dumps(doc, indent=1) + "\n")
+print("run-offline: preparation", ", ".join(f"{k} {v:.1f}" for k, v in doc.items()))
+PYEOF
+set +e
+"$PY" - "$WORK" "$@" <<'PYEOF'
+import os, sys
+import onnxruntime as ort
+if hasattr(ort, "preload_dlls"):
+    ort.preload_dlls()
+import pytest
+work, extra = sys.argv[1], sys.argv[2:]
+sys.exit(pytest.main(["tests/gpu", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", "-o", "addopts=",
+                      "--benchmark-enable", f"--benchmark-json={work}/out/gpu-bench.json",
+                      f"--figures={work}/out/figures.json", *extra]))
+PYEOF
+rc=$?
+echo "run-offline: suite exit $rc; figures in $WORK/out"
+exit $rc

@@ -1,0 +1,56 @@
+"""``q38 optimize --target-ort`` emits only ops the targeted release has a kernel for (issue 28).
+
+Invariants guarded: for --target cuda --target-ort 1.31.1 no RMSNormRotary / HyperConnectionLowRankMix
+node is written (1.31.1 has no schema for them) and --explain names the release and the op, while
+1.32.0 fuses them; for --target cpu --target-ort 1.31.1 every com.microsoft op the passes add is one
+of 1.31.1's committed CPU kernels; an unknown release is one error line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from q38.cli import main
+from q38.optimize.target_kernels import for_target
+
+
+def _ops(path: Path) -> set[str]:
+    return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def test_cuda_1_31_1_never_emits_ops_it_has_no_schema_for(tiny_cpu_package: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert main(["optimize", str(tiny_cpu_package), str(old), "--target", "cuda", "--target-ort", "1.31.1",
+                 "--explain"]) == 0
+    explained = capsys.readouterr().out
+    assert "no CUDA kernel for RMSNormRotary in onnxruntime 1.31.1 (target cuda, --target-ort" in explained
+    assert "no CUDA kernel for HyperConnectionLowRankMix in onnxruntime 1.31.1" in explained
+    assert main(["optimize", str(tiny_cpu_package), str(new), "--target", "cuda", "--target-ort", "1.32.0"]) == 0
+    assert not {"RMSNormRotary", "HyperConnectionLowRankMix"} & _ops(old / "model.onnx")
+    assert {"RMSNormRotary", "HyperConnectionLowRankMix"} <= _ops(new / "model.onnx")
+
+
+def test_cpu_1_31_1_keeps_to_its_cpu_kernels(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cpu"
+    assert main(["optimize", str(tiny_cpu_package), str(out), "--target", "cpu", "--target-ort", "1.31.1"]) == 0
+    kernels = for_target("1.31.1", "cpu")
+    def ms_ops(path: Path) -> set[str]:
+        return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node
+                if n.domain == "com.microsoft"}
+
+    ms = ms_ops(out / "model.onnx") - ms_ops(tiny_cpu_package / "model.onnx")  # what the passes produced
+    assert all(kernels.has(op) for op in ms), sorted(op for op in ms if not kernels.has(op))
+    assert len(onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node) != len(
+        onnx.load(str(tiny_cpu_package / "model.onnx"), load_external_data=False).graph.node)  # it rewrote
+    assert not kernels.has("GatedDeltaNet") and for_target("1.32.0", "cpu").has("GatedDeltaNet")
+
+
+def test_unknown_release_is_one_line(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["optimize", str(tiny_cpu_package), str(tmp_path / "x"), "--target-ort", "9.9.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "q38 optimize: error: --target-ort 9.9.9: unknown onnxruntime version (known: 1.31.1, 1.32.0)"
+    assert not (tmp_path / "x").exists()
