@@ -191,7 +191,10 @@ def export_genai(
     check_output_outside(Path(out), [Path(src)])
     package = open_any(src)
     planners = {"v12b": _plan_v12b_export, "genai": plan_builder_export}  # one plan per surface
-    plan = planners[package.surface](package, link=LinkPolicy(link), provider=provider, digest=digest)
+    planner = planners.get(package.surface)
+    if planner is None:
+        raise ExportError(f"{src}: a {package.surface} package; q38 export-genai exports q38 and builder packages")
+    plan = planner(package, link=LinkPolicy(link), provider=provider, digest=digest)
     files = write_export(plan, out)
     return ExportResult(out, plan.graph, files, plan.states, plan.rewrites, plan.dropped)
 

@@ -1,6 +1,6 @@
 """The package readers, one per surface, side by side: an explicit table, nothing registered by import.
 
-A surface is one reader module exposing ``READER`` (a :class:`q38.package.surface.SurfaceReader`);
+A surface is one reader module exposing ``READER`` (a :class:`q38.package.interface.SurfaceReader`);
 :data:`READER_MODULES` names them. A new surface is one more module here and one more row (and a
 branch in :mod:`q38.package.detect` that recognises its config); docs/architecture.md lists the files.
 """

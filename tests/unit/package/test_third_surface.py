@@ -59,3 +59,11 @@ def test_offload_writes_the_options_into_the_stub_config(stub_package: Path, tmp
     manifest = json.loads((out / "package_manifest.json").read_text())
     assert manifest["extra"]["surface"] == "stub"
     assert main(["check", str(out)]) == 0
+
+
+def test_export_refuses_a_surface_it_has_no_plan_for_in_one_line(stub_package: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export-genai", str(stub_package), str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("q38 export-genai: error: ") and "a stub package" in err[0]
+    assert not (tmp_path / "exp").exists()
