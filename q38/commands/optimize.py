@@ -11,7 +11,7 @@ from typing import Literal
 
 from q38.commands._options import comma_list
 from q38.commands._placement import add_placement_arguments, placement_options
-from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
+from q38.commands._source_gate import add_allow_flag, gated
 
 __all__ = ["default_target", "register", "run"]
 
@@ -82,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     target, why = (args.target, "--target") if args.target else default_target(args.src)
     _LOG.info("target %s (%s)", target, why)
     link, digest = placement_options(args)
-    refuse_invalid_source(args.src, args)
-    result, counts = optimize_package(
-        args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
-    )
+    with gated(args.src, args):
+        result, counts = optimize_package(
+            args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
+        )
     if args.explain:
         for outcome in result.outcomes:
             print(outcome.line())
