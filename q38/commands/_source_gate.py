@@ -21,12 +21,17 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from q38.errors import PackageError, clip, quote
+from q38.errors import PackageError, bound_line, clip, quote
+
+if TYPE_CHECKING:
+    from contracts import Violation
 
 __all__ = ["ALLOW_FLAG", "add_allow_flag", "gated", "refuse_invalid_source"]
 
 ALLOW_FLAG = "--allow-invalid-source"
+_MESSAGE_LIMIT = 260  # of the violation's text: the line, with its frame, stays within LINE_LIMIT
 _LOG = logging.getLogger(__name__)
 
 
@@ -55,17 +60,20 @@ def refuse_invalid_source(source: Path | str, args: argparse.Namespace) -> froze
     errors = report.errors
     if not errors:
         return frozenset()
-    first = errors[0]
-    where = f" [{first.graph}{' ' + first.node if first.node else ''}]" if first.graph else ""
-    summary = f"{first.rule_id}{where}: {first.message}"
+    summary = _summary(errors[0])
     if getattr(args, "allow_invalid_source", False):
         _LOG.warning("source %s fails check with %d error(s), first %s; writing anyway (%s)",
                      quote(str(source)), len(errors), summary, ALLOW_FLAG)  # fmt: skip
         return frozenset(v.rule_id for v in errors)
     raise PackageError(
-        f"the source fails check, {summary} ({len(errors)} error(s) in {clip(str(source), 80)}; nothing written; "
-        f"{ALLOW_FLAG} writes anyway)"
+        f"the source fails check, {summary} ({len(errors)} error(s); nothing written; {ALLOW_FLAG} writes anyway)"
     )
+
+
+def _summary(first: Violation) -> str:
+    """``RULE [graph node]: message``, the message bounded so the whole line keeps its tail."""
+    where = f" [{first.graph}{' ' + first.node if first.node else ''}]" if first.graph else ""
+    return f"{first.rule_id}{where}: {bound_line(first.message, _MESSAGE_LIMIT)}"
 
 
 @contextlib.contextmanager
@@ -88,11 +96,9 @@ def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
             raise PackageError(f"{dest}: the output q38 staged cannot be read back ({exc}); nothing written") from None
         new = [v for v in report.errors if v.rule_id not in allowed]
         if new:
-            first = new[0]
-            where = f" [{first.graph}{' ' + first.node if first.node else ''}]" if first.graph else ""
             raise PackageError(
-                f"the output would fail check, {first.rule_id}{where}: {first.message} ({len(new)} error(s) the "
-                f"source does not have; a q38 defect, please report it; nothing written to {clip(str(dest), 80)})"
+                f"the output would fail check, {_summary(new[0])} ({len(new)} error(s) the source does not "
+                f"have; a q38 defect, please report it; nothing written to {clip(str(dest), 60)})"
             )
 
     COMMIT_CHECKS.append(check_output)
