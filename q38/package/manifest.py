@@ -21,8 +21,8 @@ __all__ = [
     "dumps_manifest",
     "escaped_path",
     "parse_manifest",
-    "recorded_path",
     "read_manifest",
+    "recorded_path",
     "written_record",
 ]
 
