@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--target-ort", default=None, metavar="VERSION",
                    help="emit only ops onnxruntime VERSION (1.31.1, 1.32.0) has a kernel for on the target EP "
                    "(cpu: its committed CPU kernels; cuda: its CUDA kernel facts where a GPU run committed them, "
-                   "else its operator schemas)")
+                   "else its operator schemas; default: no version limit, every op the target EP has)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
     add_placement_arguments(p)
     add_allow_flag(p)
