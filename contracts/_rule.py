@@ -35,7 +35,9 @@ Ep = Literal["any", "cpu", "cuda"]
 #   graph:          (model: onnx_ir.Model, entries: Mapping[str, str])
 #   genai-config:   (config: Mapping[str, Any])
 #   package:        (view: contracts.package_layout.PackageView)
-Surface = Literal["session-config", "graph", "genai-config", "package"]
+#   environment:    (env: Mapping[str, str], entries: Mapping[str, str]): the process environment
+#                   ORT reads at session creation, next to a session's config entries
+Surface = Literal["session-config", "graph", "genai-config", "package", "environment"]
 
 
 def parse_version(version: str) -> tuple[int, ...]:

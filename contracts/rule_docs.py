@@ -80,6 +80,32 @@ DOCS: dict[str, RuleDoc] = {
         '"ep.cuda.moe_packed_gpu_experts": "-1"',
         "Give a decimal integer from 0 to 2147483647, or drop the entry.",
     ),
+    "OFFLOAD-ENV-001": RuleDoc(
+        "When session.moe.offload.min_expert_weight is absent from the session's config entries, "
+        "ORT 1.32.0 reads the environment variable ORT_QMOE_MIN_EXPERT_WEIGHT at session creation "
+        "and parses it with the key's grammar (a float in [0, 1]); anything else fails the session "
+        "with 'Invalid session.moe.offload.min_expert_weight value '<v>'; expected a float in "
+        "[0, 1].'. An empty variable counts as unset, and a set session key (any value) wins: the "
+        "variable is then not read. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_QMOE_MIN_EXPERT_WEIGHT=abc in the environment of a process creating a session without "
+        "session.moe.offload.min_expert_weight",
+        "Set the variable to a float in [0, 1] (e.g. 0.1) or unset it, or set "
+        "session.moe.offload.min_expert_weight in the session options (it takes precedence).",
+    ),
+    "OFFLOAD-ENV-002": RuleDoc(
+        "When ep.cuda.moe_packed_gpu_experts is absent from the session's config entries, ORT 1.32.0 "
+        "reads the environment variable ORT_MOE_PACKED_GPU_EXPERTS at session creation (on the CPU "
+        "wheel too) and parses it as a non-negative 32-bit integer; anything else, an empty value "
+        "included, fails the session with 'Invalid ep.cuda.moe_packed_gpu_experts / "
+        "ORT_MOE_PACKED_GPU_EXPERTS value '<v>'; expected a non-negative 32-bit integer.'. A set "
+        "session key wins. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_MOE_PACKED_GPU_EXPERTS=abc (or -1, or 2147483648) in the environment of a process "
+        "creating a session without ep.cuda.moe_packed_gpu_experts",
+        "Set the variable to a decimal integer from 0 to 2147483647 or unset it, or set "
+        "ep.cuda.moe_packed_gpu_experts in the session options (it takes precedence).",
+    ),
     "OFFLOAD-SUBGRAPH-001": RuleDoc(
         "With session.moe.offload.mode=required ORT refuses a session whose MoE, QMoE or MoEPacked "
         "node sits inside an If/Loop/Scan body: the offload planner only handles main-graph nodes "
@@ -391,6 +417,21 @@ DOCS: dict[str, RuleDoc] = {
         "missing required key is refused (the message names the key path).",
         '"model": {"decoder": {"sesion_options": {}}}  (misspelt key)',
         "Fix or remove the key the message names (docs/package-format.md lists the surface).",
+    ),
+    "CFG-SURFACE-002": RuleDoc(
+        "A builder (genai) package's config may carry the keys the Qwen3.8 research builder writes "
+        "(model.engram, model.decoder.ple_token_pad_id, the past_indexer_* / past_ple_* input "
+        "names, fixed_indexer / fixed_ple state groups, mtp.index_share). q38 reads them, but "
+        "released onnxruntime-genai 0.18.0 parses genai_config.json strictly and refuses an "
+        "unknown key when it loads the model (its config reader has no handler for the key); q38 "
+        "mirrors that key table and reports the first such key as 'onnxruntime-genai 0.18.0 refuses this config: "
+        "genai_config.json: KEY.PATH: unknown key'. A warning: the package is valid for the "
+        "research runtime, not for released GenAI.",
+        '"model": {"decoder": {"ple_token_pad_id": 0, ...}}  (a research-builder key)',
+        "Ship the package to the research runtime only, or export it with the released builder "
+        "(no research keys) when released onnxruntime-genai must load it; --ignore CFG-SURFACE-002 "
+        "or a baseline records the expectation.",
+        "warning",
     ),
     "PKG-GRAPH-001": RuleDoc(
         "Every graph must load with q38.package.load_graph, as ORT must: a well-formed protobuf "
