@@ -35,10 +35,10 @@ from contracts.float32 import parse_from_chars, parse_strtof
 from contracts.session_config import effective, effective_entries
 
 __all__ = [
+    "ENV_RULES",
     "LEGACY_PREFIX",
     "OFFLOAD_KEYS",
     "OFFLOAD_PREFIX",
-    "ENV_RULES",
     "PACKED_GPU_EXPERTS_KEY",
     "RULES",
     "check_offload_config",
