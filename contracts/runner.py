@@ -61,6 +61,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *offload_config.RULES,
     *offload_config.ENV_RULES,
     *offload_nodes.RULES,
+    *offload_nodes.CHECK_RULES,
     *schema_rules.RULES,
     *model_load.RULES,
     *qsa.RULES,
@@ -269,8 +270,8 @@ def check_graph(
     seen: set[Violation] = set()
     found: list[Violation] = []
     for rule in _graph_rules(_applicable(version), eps):
-        if custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES:
-            continue
+        if rule.part_of or (custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES):
+            continue  # a per-check record: its parent's check reports its id
         for v in rule.check(ir_model, dict(entries or {})):
             if v not in seen:
                 seen.add(v)

@@ -211,6 +211,22 @@ _GRAPH_CASES: list[RuleCase] = [
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
 ]  # fmt: skip
 
+def _node_check_cases() -> list[RuleCase]:
+    """The ids OFFLOAD-NODE-001 reports: a valid node of the row's format vs its first negative
+    (support.offload_node_cases), and a MoEPacked node next to a valid QMoE."""
+    from support.offload_node_cases import NEGATIVES
+
+    required = {_P + "mode": "required"}
+    cases: dict[str, RuleCase] = {}
+    for _case, fmt, kwargs, rule_id, _reason in NEGATIVES:
+        if rule_id not in cases:
+            cases[rule_id] = RuleCase(rule_id, "graph", lambda f=fmt: _graph(offload_model(f), required),
+                                      lambda f=fmt, k=kwargs: _graph(offload_model(f, **k), required))  # fmt: skip
+    cases["OFFLOAD-NODE-PACKED"] = RuleCase("OFFLOAD-NODE-PACKED", "graph", lambda: _graph(offload_model("int4"), required),
+                                            lambda: _graph(offload_model("int4", op_type="MoEPacked"), required))  # fmt: skip
+    return list(cases.values())
+
+
 _SESSION_CASES: list[RuleCase] = [
     RuleCase("SESSION-CFG-001", "session", lambda: {"session.k": "v"}, lambda: {"\0k": "v"}),
     RuleCase("OFFLOAD-CFG-001", "session", lambda: {_P + "mode": "auto"}, lambda: {_P + "bogus": "1"}),
@@ -411,4 +427,4 @@ def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
     return write
 
 
-CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_ENV_CASES, *_GRAPH_CASES, *_config_cases(), *_package_cases()]}
+CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_ENV_CASES, *_GRAPH_CASES, *_node_check_cases(), *_config_cases(), *_package_cases()]}

@@ -88,6 +88,7 @@ def test_each_package_rule_accepts_and_rejects(rule_id: str, request: pytest.Fix
         edit(pkg)
         ids = {v.rule_id for v in check_package(pkg, ort_version=case.version).violations}
         assert (rule_id in ids) == present, (name, sorted(ids))
+        assert ids <= {r.rule_id for r in ALL_RULES}, f"ids without a Rule record: {sorted(ids)}"
 
 
 def test_every_offload_node_check_accepts_a_valid_node_and_rejects_its_negative() -> None:
