@@ -41,9 +41,9 @@ def _rule_id_literals(source: str) -> set[str]:
     """The string constants of ``source`` shaped like a rule id of a known family."""
     found = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _ID.match(node.value):
-            if family_of(node.value) != "other":
-                found.add(node.value)
+        value = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(value, str) and _ID.match(value) and family_of(value) != "other":
+            found.add(value)
     return found
 
 
