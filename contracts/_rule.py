@@ -36,7 +36,9 @@ Ep = Literal["any", "cpu", "cuda"]
 #   graph:          (model: onnx_ir.Model, entries: Mapping[str, str])
 #   genai-config:   (config: Mapping[str, Any])
 #   package:        (view: contracts.package_layout.PackageView)
-RuleKind = Literal["session-config", "graph", "genai-config", "package"]
+#   environment:    (env: Mapping[str, str], entries: Mapping[str, str]): the process environment
+#                   ORT reads at session creation, next to a session's config entries
+RuleKind = Literal["session-config", "graph", "genai-config", "package", "environment"]
 
 # The onnxruntime release the contracts mirror by default (ort-contract-rules.md): written once, here;
 # compare it (and any version) through :func:`parse_version`, never as strings.
@@ -112,6 +114,11 @@ class Rule:
     check: Callable[..., list[Violation]] = field(compare=False, repr=False)
     ort_versions: OrtVersions = OrtVersions()
     ep: Ep = "any"
+    # The id of the rule whose check reports this id ("" for a rule that runs itself): one check
+    # (e.g. OFFLOAD-NODE-001, ORT's offload planner) may report a per-check id for each of its
+    # checks; each such id has its own record, for its catalogue entry, and the runner runs only
+    # the parent (the record's ``check`` keeps the parent's results of its own id).
+    part_of: str = ""
 
     def applies(self, version: str) -> bool:
         """Whether onnxruntime ``version`` has this rule (non-ORT rules apply to every version)."""

@@ -1,7 +1,8 @@
 """GroupQueryAttention schema-inference and CPU kernel-constructor rules (probed on 1.32.0 CPU).
 
 ``GQA-SCHEMA-001`` (any EP), on the shapes ORT infers: the query has rank 3; a packed query's
-width divides by ``num_heads + 2 * kv_num_heads``; an ``output_qk`` output needs ``qk_output``;
+width divides by ``num_heads + 2 * kv_num_heads``; an ``output_qk`` output needs ``qk_output`` (when
+the node has a ``past_key``: inference checks it there);
 ``past_key`` has rank 4 and comes with ``past_value`` (inference reads input 4's type). ``GQA-CPU-001`` (``ep="cpu"``): ``num_heads``
 and ``kv_num_heads`` positive, ``causal`` 0 or 1, ``local_window_size`` -1 when not causal,
 ``sliding_window_cache`` only with a positive window, KV quantization types NONE / PER_TENSOR /
@@ -41,7 +42,9 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
         groups = heads + 2 * kv_heads
         if width is not None and groups > 0 and width % groups:
             return "Packed query hidden size must be divisible by the grouped head count."
-    if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0:
+    if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0 and input_at(node, 3) is not None:
+        # checked where inference reads the past (probed 1.31.1 and 1.32.0: without past_key an
+        # output_qk without qk_output passes)
         return "Output QK buffer was provided but qk_output attribute was not configured"
     if input_at(node, 3) is not None:
         past_rank = shapes.rank(input_at(node, 3))

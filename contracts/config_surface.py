@@ -9,7 +9,7 @@ no more specific rule already explains the failure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from contracts._rule import Rule, Violation
@@ -173,6 +173,17 @@ def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
     return [Violation("CFG-SURFACE-001", message)]
 
 
+def _only(rule_id: str) -> Callable[[Mapping[str, Any]], list[Violation]]:
+    """The part of :func:`_check_surface` one rule record owns: one parse yields both ids, and
+    ``check_genai_config`` runs that parse once; each record reports only its own id."""
+
+    def check(config: Mapping[str, Any]) -> list[Violation]:
+        return [v for v in _check_surface(config) if v.rule_id == rule_id]
+
+    check.__name__ = f"_check_{rule_id.lower().replace('-', '_')}"
+    return check
+
+
 _SPECIFIC = (
     Rule("CFG-VALUES-001", "provider-option and session config values are strings", _SRC,
          "run-time", "genai-config", _check_string_values),
@@ -188,8 +199,13 @@ _SPECIFIC = (
 RULES: tuple[Rule, ...] = (
     *_SPECIFIC,
     Rule("CFG-SURFACE-001", "the config matches its strict surface: v12b, or what onnxruntime-genai "
-         "0.18.0 accepts (genai; unknown keys rejected)", _SRC, "run-time", "genai-config", _check_surface),
-)
+         "0.18.0 accepts (genai; unknown keys rejected)", _SRC, "run-time", "genai-config",
+         _only("CFG-SURFACE-001")),
+    Rule("CFG-SURFACE-002", "a genai config carries no Qwen3.8 research-builder key that released "
+         "onnxruntime-genai 0.18.0 refuses (a warning: q38 reads it)", _SRC + "; onnxruntime-genai "
+         "0.18.0's config key table (q38/package/genai_surface.py mirrors it)", "run-time", "genai-config",
+         _only("CFG-SURFACE-002")),
+)  # fmt: skip
 
 
 def check_genai_config(config: Mapping[str, Any]) -> list[Violation]:

@@ -35,6 +35,7 @@ from contracts.float32 import parse_from_chars, parse_strtof
 from contracts.session_config import effective, effective_entries
 
 __all__ = [
+    "ENV_RULES",
     "LEGACY_PREFIX",
     "OFFLOAD_KEYS",
     "OFFLOAD_PREFIX",
@@ -320,6 +321,36 @@ def check_offload_config(entries: Mapping[str, str], *, ort_version: str = REFER
 
 _ENV_MIN_EXPERT_WEIGHT = "ORT_QMOE_MIN_EXPERT_WEIGHT"
 _ENV_PACKED = "ORT_MOE_PACKED_GPU_EXPERTS"
+_ENV_SRC = "ort-contract-rules.md §1A rule 18; ort-cpu-capabilities.md §4.3 (core/framework/session_options.cc)"
+
+
+def _check_env_min_expert_weight(env: Mapping[str, str], entries: Mapping[str, str]) -> list[Violation]:
+    weight = env.get(_ENV_MIN_EXPERT_WEIGHT)
+    # an empty variable counts as unset (probed: ORT_QMOE_MIN_EXPERT_WEIGHT= is accepted)
+    if weight and OFFLOAD_PREFIX + "min_expert_weight" not in entries and not _min_expert_weight(weight):
+        return [Violation("OFFLOAD-ENV-001", _value_message("min_expert_weight", weight))]
+    return []
+
+
+def _check_env_packed_gpu_experts(env: Mapping[str, str], entries: Mapping[str, str]) -> list[Violation]:
+    packed = env.get(_ENV_PACKED)
+    if packed is not None and PACKED_GPU_EXPERTS_KEY not in entries and not _packed_gpu_experts_ok(packed):
+        return [Violation("OFFLOAD-ENV-002", _packed_message(packed))]
+    return []
+
+
+# The process environment ORT reads at session creation, next to a session's entries: rules of
+# the ``environment`` surface (``contracts.runner.check_environment``); a package holds no
+# environment, so ``check_package`` does not run them.
+ENV_RULES: tuple[Rule, ...] = (
+    Rule("OFFLOAD-ENV-001", "ORT_QMOE_MIN_EXPERT_WEIGHT, read when session.moe.offload.min_expert_weight "
+         "is absent, is a float in [0, 1]", _ENV_SRC, "cpu-session", "environment",
+         effective(_check_env_min_expert_weight), _SINCE),
+    Rule("OFFLOAD-ENV-002", "ORT_MOE_PACKED_GPU_EXPERTS, read when ep.cuda.moe_packed_gpu_experts is "
+         "absent, is a non-negative 32-bit integer", _ENV_SRC, "cpu-session", "environment",
+         effective(_check_env_packed_gpu_experts), _SINCE),
+)  # fmt: skip
+"""The environment-variable fallbacks of the offload settings (check ``(env, entries)``)."""
 
 
 def check_offload_environment(
@@ -331,15 +362,8 @@ def check_offload_environment(
     session keys, and each is read only when its session key is absent from ``entries`` (probed
     on 1.32.0: a bad variable next to a set key, even an empty one, is accepted).
     """
-    if not _SINCE.applies(ort_version):
-        return []
-    present = effective_entries(entries or {})
-    found = []
-    weight = env.get(_ENV_MIN_EXPERT_WEIGHT)
-    # an empty variable counts as unset (probed: ORT_QMOE_MIN_EXPERT_WEIGHT= is accepted)
-    if weight and OFFLOAD_PREFIX + "min_expert_weight" not in present and not _min_expert_weight(weight):
-        found.append(Violation("OFFLOAD-ENV-001", _value_message("min_expert_weight", weight)))
-    packed = env.get(_ENV_PACKED)
-    if packed is not None and PACKED_GPU_EXPERTS_KEY not in present and not _packed_gpu_experts_ok(packed):
-        found.append(Violation("OFFLOAD-ENV-002", _packed_message(packed)))
+    found: list[Violation] = []
+    for rule in ENV_RULES:
+        if rule.applies(ort_version):
+            found.extend(rule.check(env, entries or {}))
     return found

@@ -36,6 +36,7 @@ from contracts.session_config import effective
 from q38._ops import MOE, MOE_PACKED, MS_DOMAIN, QMOE
 
 __all__ = [
+    "CHECK_RULES",
     "NODE_CHECKS",
     "RULES",
     "check_offload_nodes",
@@ -583,6 +584,31 @@ RULES: tuple[Rule, ...] = (
          "node", "ort-contract-rules.md §1E", "cuda-only", "graph", effective(_check_tail_rank), _SINCE,
          ep="cuda"),
 )  # fmt: skip
+
+
+def _reported(rule_id: str) -> Callable[..., list[Violation]]:
+    """OFFLOAD-NODE-001's results of one per-check id (the check behind that id's record)."""
+
+    def check(model: Any, entries: Mapping[str, str]) -> list[Violation]:
+        return [v for v in _check_nodes(model, entries) if v.rule_id == rule_id]
+
+    return effective(check)
+
+
+_NODE_SRC = "ort-contract-rules.md §"
+# (id, ORT rule, summary) of the ids OFFLOAD-NODE-001 reports besides the 1C node checks
+_CANDIDATE_IDS: tuple[tuple[str, str, str], ...] = (
+    ("OFFLOAD-NODE-MOE", "1B.6", "a plain MoE node has no QMoE offload backend"),
+    ("OFFLOAD-NODE-PACKED", "1F", "MoEPacked: swiglu, k in 1..16, constant 3-D UINT8 expert banks of 1..512 experts"),
+    ("OFFLOAD-NODE-SHARED", "1D", "an offloaded node's expert initializers have no other consumer"),
+)  # fmt: skip
+CHECK_RULES: tuple[Rule, ...] = tuple(
+    Rule(rule_id, summary, _NODE_SRC + number, "cuda-only", "graph", _reported(rule_id), _SINCE, ep="cuda",
+         part_of="OFFLOAD-NODE-001")
+    for rule_id, number, summary in (*((r, n, s) for r, n, s, _ in NODE_CHECKS), *_CANDIDATE_IDS)
+)  # fmt: skip
+"""One record per id OFFLOAD-NODE-001 reports (its 1C node checks, MoE, MoEPacked, shared
+experts): documentation for the catalogue; the runner runs OFFLOAD-NODE-001 only."""
 
 
 def check_offload_nodes(

@@ -9,8 +9,12 @@
   set, a power of two; ``weights_prepacked`` in [-1, 1] (1.32.0); no post-activation SwiGLU
   clipping (1.32.0); fused SwiGLU with matching fc1/fc3 bits; interleaved SwiGLU
   (``swiglu_fusion=1``). 1.32.0 then routes int4/int2 ``weights_prepacked=1``, nvfp4 and fp4 to
-  the "shared" kernel, which needs block 32/64/128 (int), interleaved SwiGLU without sparse mixer
-  and no fc3 / zero point / global or activation scale inputs; bfloat16 runs only there.
+  the "shared" kernel, which needs block 32/64/128 (int), one bit width for all three projections
+  (``fc1/fc2/fc3_expert_weight_bits`` equal to ``expert_weight_bits``), interleaved SwiGLU without
+  sparse mixer and no fc3 / zero point / global or activation scale inputs; bfloat16 runs only there.
+  Once constructed, the per-expert kernel (1.31.1's only one) prepacks initializer fc1 / fc2
+  weights and refuses a rank other than 3 (below 3 onnxruntime aborts the process; probed in a
+  child process); the 1.32.0 shared kernel takes any rank.
 * ``QMOE-CPU-002`` (``ep="cpu"``, 1.32.0): the session option ``ep.cpu.qmoe_deferred_scale`` is
   ``'0'`` or ``'1'`` (read up to its first NUL), checked by the same constructor, so only on a
   graph with a QMoE node.
@@ -44,7 +48,7 @@ from contracts.session_config import effective_entries
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import MS_DOMAIN, QMOE
 
-__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems"]
+__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems", "prepack_problems"]
 
 DEFERRED_SCALE_KEY = "ep.cpu.qmoe_deferred_scale"
 _ACTIVATIONS = frozenset({"relu", "gelu", "silu", "identity", "swiglu"})
@@ -125,6 +129,8 @@ def _shared_problems(node: ir.Node, activation_type: ir.DataType | None) -> list
         found.append("Shared CPU INT3 QMoE requires weights_prepacked=0.")
     elif kind == "mxfp4" and not (bits == 4 and block == 32):
         found.append("Shared CPU MXFP4 QMoE requires expert_weight_bits=4 and block_size=32.")
+    if any(attr_int(node, f"fc{i}_expert_weight_bits", bits) != bits for i in (1, 2, 3)):
+        found.append("Shared CPU QMoE does not yet support mixed projection bit widths.")
     interleaved = attr_str(node, "activation_type", "relu") == "swiglu" and attr_int(node, "swiglu_fusion", 0) == 1
     if not interleaved or attr_int(node, "use_sparse_mixer", 0) != 0:
         found.append("Shared CPU QMoE requires interleaved SwiGLU without sparse mixer.")
@@ -148,13 +154,34 @@ def _cpu_nodes(model: Any, version: str) -> list[ir.Node]:
     return [n for n in nodes_of(model, MS_DOMAIN, QMOE) if schema_clean(model, n)]
 
 
+def prepack_problems(node: ir.Node, version: str) -> list[str]:
+    """What the per-expert CPU kernel's PrePack refuses once the constructor accepted ``node``:
+    an initializer fc1 / fc2 weight (inputs 2 and 5) of a rank other than 3. 1.31.1 has only
+    that kernel; 1.32.0's shared kernel (``_shared``) packs any rank (probed). A rank above 3 is
+    ORT's error; below 3 the process aborts (``terminate called``), a refusal all the same. A
+    weight that is no initializer is not prepacked: it is checked when the model runs."""
+    if _is_v132(version) and _shared(node) is not None:
+        return []
+    found = []
+    for slot in (2, 5):
+        value = input_at(node, slot)
+        tensor = value.const_value if value is not None and value.is_initializer() else None
+        if tensor is not None and len(tensor.shape) != 3:
+            rank = len(tensor.shape)
+            aborts = " (onnxruntime aborts the process on a rank below 3)" if rank < 3 else ""
+            found.append(f"Expected rank 3 for QMoE weight shape, got {rank}.{aborts}")
+            break
+    return found
+
+
 def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
     ir_model = as_ir_model(model)
     typing = model_facts(ir_model).typing(registry_for(version))
 
     def one(node: ir.Node) -> Iterable[Violation]:
         dtype = typing.elem_type(input_at(node, 0))
-        for text in cpu_constructor_problems(node, version, dtype):
+        problems = cpu_constructor_problems(node, version, dtype) or prepack_problems(node, version)
+        for text in problems:
             yield Violation("QMOE-CPU-001", text, node=node_label(node))
 
     return per_node(_cpu_nodes(ir_model, version), one)

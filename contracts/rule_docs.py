@@ -37,6 +37,84 @@ _SCHEMA_SRC = (
     "get_all_operator_schema(), contracts/schemas/ort-VERSION.json). "
 )
 
+def _node_check(rule: str, what: str, reason: str, example: str, fix: str) -> RuleDoc:
+    """One id OFFLOAD-NODE-001 reports (ORT's offload planner, ort-contract-rules.md ``rule``):
+    what the check requires, ORT's reason text, a violating node and the fix."""
+    return RuleDoc(
+        f"ORT 1.32.0's offload planner (ort-contract-rules.md §{rule}) examines every MoE candidate "
+        f"assigned to the CUDA EP when session.moe.offload.mode is auto or required: {what} "
+        "In mode=required the first ineligible node fails the session with \"MoE offload "
+        f"mode='required' rejected node 'NAME' (OP): {reason}.\"; in mode=auto it stays on the GPU, "
+        "which q38 reports as a warning. Reported by OFFLOAD-NODE-001's check.",
+        f"{example}, with session.moe.offload.mode=required, on CUDA",
+        f"{fix} Or set session.moe.offload.mode=auto to keep the node resident on the GPU.",
+    )
+
+
+_INT_COMBOS = "(bits=4, weights_prepacked=1, block_size=32), (bits=3, weights_prepacked=0, block_size in {32,64,128}), or (bits=2, weights_prepacked=1, block_size in {32,64,128})"
+
+_NODE_CHECK_DOCS: dict[str, RuleDoc] = {
+    "OFFLOAD-NODE-C01": _node_check("1C.1", "quant_type is 'int' or 'nvfp4'.", "unsupported quant_type='fp8' (expected 'nvfp4' or 'int')",
+                                    "QMoE(quant_type='fp8', ...)", "Quantize the experts as int (4/3/2-bit) or nvfp4."),
+    "OFFLOAD-NODE-C02": _node_check("1C.2", f"an int node is one of {_INT_COMBOS}, with the same bits for fc1 and fc2.",
+                                    f"quant_type='int' offload requires {_INT_COMBOS}",
+                                    "QMoE(quant_type='int', expert_weight_bits=4, weights_prepacked=0, block_size=32)",
+                                    "Re-quantize to a supported combination (q38 offload writes int4 prepacked, block 32)."),
+    "OFFLOAD-NODE-C03": _node_check("1C.3", "an nvfp4 node has expert_weight_bits=4, weights_prepacked=1 and block_size absent or 16.",
+                                    "unsupported expert_weight_bits=8 (expected 4)", "QMoE(quant_type='nvfp4', expert_weight_bits=8, ...)",
+                                    "Give nvfp4 nodes expert_weight_bits=4, weights_prepacked=1, block_size 16 or absent."),
+    "OFFLOAD-NODE-C04": _node_check("1C.4", "activation_type is 'swiglu'.", "unsupported activation_type='silu' (expected 'swiglu')",
+                                    "QMoE(activation_type='silu', ...)", "Export the experts with a SwiGLU activation (activation_type='swiglu')."),
+    "OFFLOAD-NODE-C05": _node_check("1C.5", "swiglu_fusion is 1 (interleaved) for INT3 and 0 or 1 otherwise.",
+                                    "unsupported swiglu_fusion=2 (expected interleaved SwiGLU)", "QMoE(swiglu_fusion=2, ...)",
+                                    "Write the fc1 gate/up halves interleaved (swiglu_fusion=1) or unfused (0)."),
+    "OFFLOAD-NODE-C06": _node_check("1C.6", "use_sparse_mixer is 0.", "use_sparse_mixer=1 is not supported by the QMoE offload backend",
+                                    "QMoE(use_sparse_mixer=1, ...)", "Route with top-k softmax (use_sparse_mixer=0)."),
+    "OFFLOAD-NODE-C07": _node_check("1C.7", "attribute k is positive.", "attribute k must be positive", "QMoE(k=0, ...)",
+                                    "Set k to the number of experts each token is routed to (>= 1)."),
+    "OFFLOAD-NODE-C08": _node_check("1C.8", "fc3 weights/scales, zero points, router_weights and activation scales are absent.",
+                                    "unsupported optional input slot 8 is present", "QMoE with fc3_experts_weights (input slot 8) wired",
+                                    "Leave the unsupported optional inputs empty (fuse fc3 into fc1 for SwiGLU)."),
+    "OFFLOAD-NODE-C09": _node_check("1C.9", "fc1/fc2 weights and scales are constant 3-D initializers with positive dims, not graph outputs.",
+                                    "missing required expert weight/scale input at slot 6", "QMoE whose fc2_scales (slot 6) is empty or a graph input",
+                                    "Store every expert weight and scale bank as a constant initializer."),
+    "OFFLOAD-NODE-C10": _node_check("1C.10", "the activations are FLOAT16 or BFLOAT16.",
+                                    "unsupported activation dtype for QMoE offload (expected FLOAT16 or BFLOAT16)", "QMoE on FLOAT activations",
+                                    "Run the MoE block in float16 or bfloat16 (q38 build --dtype fp16)."),
+    "OFFLOAD-NODE-C11": _node_check("1C.11", "the expert weight banks are UINT8.", "expert weight banks must be UINT8",
+                                    "QMoE whose fc1_experts_weights is INT8", "Pack the quantized expert weights as UINT8."),
+    "OFFLOAD-NODE-C12": _node_check("1C.12", "the scales are FLOAT8E4M3FN (nvfp4) or the activation dtype (int).",
+                                    "expert scale bank dtype does not match expected offload scale type", "QMoE(int) with FLOAT scales and FLOAT16 activations",
+                                    "Cast the scale banks to the activation dtype (int) or FLOAT8E4M3FN (nvfp4)."),
+    "OFFLOAD-NODE-C13": _node_check("1C.13", "the expert count is 1..INT_MAX, at least k, and the same in every bank.",
+                                    "invalid expert count or weight dimensions for QMoE offload", "QMoE(k=5) with 4 experts",
+                                    "Give every bank the same expert count E with k <= E."),
+    "OFFLOAD-NODE-C14": _node_check("1C.14", "INT3 weights use the INT3 packed layout (even fc1 rows, 3-bit packing of the columns).",
+                                    "INT3 fc1_experts_weights dim 1 must be even", "QMoE(expert_weight_bits=3) with fc1 weights [4, 127, 24]",
+                                    "Re-pack the INT3 experts with q38 offload (it writes the layout the backend reads)."),
+    "OFFLOAD-NODE-C15": _node_check("1C.15", "int4/int2/nvfp4 weights are in the standard or transposed layout, with aligned H and I.",
+                                    "expert weight shapes do not match a supported QMoE offload layout", "QMoE(int4) with fc2 weights [4, 64, 16] for I=64",
+                                    "Re-pack the experts in the standard [E, N, K/pack] layout with H and I aligned."),
+    "OFFLOAD-NODE-C16": _node_check("1C.16", "the scale banks are [E, 2*I, H/block_size] and [E, H, I/block_size].",
+                                    "expert scale dimensions do not match [E, 2*I, H/block_size] and [E, H, I/block_size]",
+                                    "QMoE(block_size=32) with fc1 scales [4, 128, 4] for H=64", "Write one scale per block_size weights of each row."),
+    "OFFLOAD-NODE-C17": _node_check("1C.17", "optional biases are constant, in the activation dtype, [E, 2*I] (fc1) and [E, H] (fc2).",
+                                    "optional bias slot 7 ('fc2_b') must match activation dtype and shape [E, 64]", "QMoE with an fc2 bias of shape [4, 128] for H=64",
+                                    "Give the biases the activation dtype and shapes [E, 2*I] / [E, H], or drop them."),
+    "OFFLOAD-NODE-C18": _node_check("1C.18", "nvfp4 nodes have constant FLOAT global scales of at least E elements (required); int nodes' are constant when present.",
+                                    "NVFP4 requires constant global scale at slot 16", "QMoE(quant_type='nvfp4') without fc2 global scale (slot 16)",
+                                    "Store both nvfp4 global scales as FLOAT initializers of E elements."),
+    "OFFLOAD-NODE-MOE": _node_check("1B.6", "a plain com.microsoft MoE node (unquantized experts) has no offload backend.",
+                                    "operator 'MoE' does not support the QMoE offload backend", "MoE(...) (not QMoE)",
+                                    "Quantize the experts into a QMoE node (q38 build / offload), or keep the MoE resident."),
+    "OFFLOAD-NODE-PACKED": _node_check("1F", "a MoEPacked node has activation_type swiglu, k in 1..16 and constant 3-D UINT8 expert banks (inputs 2-4) of one expert count in 1..512, >= k.",
+                                       "MoEPacked expert weight dimensions are invalid for offload", "MoEPacked(k=0, ...) or with FLOAT16 expert banks",
+                                       "Pack the experts as constant UINT8 [E, ., .] banks, 1 <= k <= 16, swiglu."),
+    "OFFLOAD-NODE-SHARED": _node_check("1D", "an offloaded node's expert initializers are consumed by no other node (ORT drops such a node from the offload set, repeatedly, until none is left).",
+                                       "expert initializer 'fc1_w' is shared with a non-offload consumer", "QMoE whose fc1_experts_weights also feeds an Identity",
+                                       "Give the other consumer its own copy of the initializer, or remove it."),
+}  # fmt: skip
+
 DOCS: dict[str, RuleDoc] = {
     "SESSION-CFG-001": RuleDoc(
         "SessionOptions.add_session_config_entry hands ORT C strings: ORT cuts key and value at the "
@@ -79,6 +157,32 @@ DOCS: dict[str, RuleDoc] = {
         "ep.cuda.moe_packed_gpu_experts / ORT_MOE_PACKED_GPU_EXPERTS value ...'.",
         '"ep.cuda.moe_packed_gpu_experts": "-1"',
         "Give a decimal integer from 0 to 2147483647, or drop the entry.",
+    ),
+    "OFFLOAD-ENV-001": RuleDoc(
+        "When session.moe.offload.min_expert_weight is absent from the session's config entries, "
+        "ORT 1.32.0 reads the environment variable ORT_QMOE_MIN_EXPERT_WEIGHT at session creation "
+        "and parses it with the key's grammar (a float in [0, 1]); anything else fails the session "
+        "with 'Invalid session.moe.offload.min_expert_weight value '<v>'; expected a float in "
+        "[0, 1].'. An empty variable counts as unset, and a set session key (any value) wins: the "
+        "variable is then not read. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_QMOE_MIN_EXPERT_WEIGHT=abc in the environment of a process creating a session without "
+        "session.moe.offload.min_expert_weight",
+        "Set the variable to a float in [0, 1] (e.g. 0.1) or unset it, or set "
+        "session.moe.offload.min_expert_weight in the session options (it takes precedence).",
+    ),
+    "OFFLOAD-ENV-002": RuleDoc(
+        "When ep.cuda.moe_packed_gpu_experts is absent from the session's config entries, ORT 1.32.0 "
+        "reads the environment variable ORT_MOE_PACKED_GPU_EXPERTS at session creation (on the CPU "
+        "wheel too) and parses it as a non-negative 32-bit integer; anything else, an empty value "
+        "included, fails the session with 'Invalid ep.cuda.moe_packed_gpu_experts / "
+        "ORT_MOE_PACKED_GPU_EXPERTS value '<v>'; expected a non-negative 32-bit integer.'. A set "
+        "session key wins. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_MOE_PACKED_GPU_EXPERTS=abc (or -1, or 2147483648) in the environment of a process "
+        "creating a session without ep.cuda.moe_packed_gpu_experts",
+        "Set the variable to a decimal integer from 0 to 2147483647 or unset it, or set "
+        "ep.cuda.moe_packed_gpu_experts in the session options (it takes precedence).",
     ),
     "OFFLOAD-SUBGRAPH-001": RuleDoc(
         "With session.moe.offload.mode=required ORT refuses a session whose MoE, QMoE or MoEPacked "
@@ -392,6 +496,21 @@ DOCS: dict[str, RuleDoc] = {
         '"model": {"decoder": {"sesion_options": {}}}  (misspelt key)',
         "Fix or remove the key the message names (docs/package-format.md lists the surface).",
     ),
+    "CFG-SURFACE-002": RuleDoc(
+        "A builder (genai) package's config may carry the keys the Qwen3.8 research builder writes "
+        "(model.engram, model.decoder.ple_token_pad_id, the past_indexer_* / past_ple_* input "
+        "names, fixed_indexer / fixed_ple state groups, mtp.index_share). q38 reads them, but "
+        "released onnxruntime-genai 0.18.0 parses genai_config.json strictly and refuses an "
+        "unknown key when it loads the model (its config reader has no handler for the key); q38 "
+        "mirrors that key table and reports the first such key as 'onnxruntime-genai 0.18.0 refuses this config: "
+        "genai_config.json: KEY.PATH: unknown key'. A warning: the package is valid for the "
+        "research runtime, not for released GenAI.",
+        '"model": {"decoder": {"ple_token_pad_id": 0, ...}}  (a research-builder key)',
+        "Ship the package to the research runtime only, or export it with the released builder "
+        "(no research keys) when released onnxruntime-genai must load it; --ignore CFG-SURFACE-002 "
+        "or a baseline records the expectation.",
+        "warning",
+    ),
     "PKG-GRAPH-001": RuleDoc(
         "Every graph must load with q38.package.load_graph, as ORT must: a well-formed protobuf "
         "and graph, external data inside the package and within the data file's length.",
@@ -537,4 +656,5 @@ DOCS: dict[str, RuleDoc] = {
         "Keep more experts resident, or raise maximum_effective_host_memory_bytes to what the "
         "package needs (q38 fit prints the host total).",
     ),
+    **_NODE_CHECK_DOCS,
 }

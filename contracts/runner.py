@@ -53,6 +53,7 @@ __all__ = [
     "CheckReport",
     "GraphCheck",
     "SessionResult",
+    "check_environment",
     "check_graph",
     "check_package",
     "check_session_config",
@@ -62,7 +63,9 @@ __all__ = [
 ALL_RULES: tuple[Rule, ...] = (
     *session_config.RULES,
     *offload_config.RULES,
+    *offload_config.ENV_RULES,
     *offload_nodes.RULES,
+    *offload_nodes.CHECK_RULES,
     *schema_rules.RULES,
     *model_load.RULES,
     *qsa.RULES,
@@ -231,6 +234,23 @@ def check_session_config(entries: Mapping[str, str], *, ort_version: str | None 
     return found
 
 
+def check_environment(
+    env: Mapping[str, str], *, entries: Mapping[str, str] | None = None, ort_version: str | None = None
+) -> list[Violation]:
+    """Every environment rule of onnxruntime ``ort_version``: the variables of ``env`` (e.g.
+    ``os.environ``) ORT reads when it creates a session with config ``entries``.
+
+    ``check_package`` does not run these: a package holds no environment, and the machine that
+    checks it is not the one that runs it.
+    """
+    version = ort_version or installed_ort_version()
+    found: list[Violation] = []
+    for rule in _applicable(version):
+        if rule.kind == "environment":
+            found.extend(rule.check(dict(env), dict(entries or {})))
+    return found
+
+
 def check_graph(
     model: Any, *, entries: Mapping[str, str] | None = None, eps: frozenset[str] = frozenset({"cpu"}),
     ort_version: str | None = None, custom_library: bool = False,
@@ -245,8 +265,8 @@ def check_graph(
     seen: set[Violation] = set()
     found: list[Violation] = []
     for rule in _graph_rules(_applicable(version), eps):
-        if custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES:
-            continue
+        if rule.part_of or (custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES):
+            continue  # a per-check record: its parent's check reports its id
         for v in rule.check(ir_model, dict(entries or {})):
             if v not in seen:
                 seen.add(v)
@@ -270,7 +290,7 @@ def check_package(
     tdir, raw = listing.config_dir, listing.document
     rules = _applicable(version)
     report = CheckReport(package=str(root), ort_version=version, surface=listing.surface,
-                         rules_checked=sorted({r.rule_id for r in rules}))  # fmt: skip
+                         rules_checked=sorted({r.rule_id for r in rules if r.kind != "environment"}))  # fmt: skip
     report.config_file = os.path.relpath(listing.config_path, root).replace(os.sep, "/")
     report.violations.extend(config_surface.check_genai_config(raw))
     for block_path, so in _session_blocks(listing):

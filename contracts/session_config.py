@@ -4,7 +4,10 @@
 its first NUL (``"session.moe.offload.mode\\0x"`` is the key ``session.moe.offload.mode``,
 ``"auto\\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
 ``ConfigOptions::AddConfigEntry`` refuses an empty key, a key over 1024 bytes and a value over
-8192 bytes (UTF-8, after the NUL cut; probed on 1.31.1 and 1.32.0). :func:`effective_entries` is
+8192 bytes (UTF-8, after the NUL cut; probed on 1.31.1 and 1.32.0). A key or value that is not
+valid Unicode (an unpaired surrogate, anywhere, even after a NUL: a near-miss spelling of a key such
+as ``"ep.cpu.qmoe_deferred_scale\udcff"``) never reaches ORT: its Python binding refuses the entry
+(``incompatible function arguments``), so no session is created. :func:`effective_entries` is
 what every other session-config rule reads; ``SESSION-CFG-001`` reports the refused entries.
 """
 
@@ -55,9 +58,25 @@ def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Viola
     return wrapped
 
 
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_BINDING_REFUSAL = ("add_session_config_entry(): incompatible function arguments (config {what} {text!r} is not "
+                    "valid Unicode: an unpaired surrogate)")  # fmt: skip
+
+
 def _check_limits(entries: Mapping[str, str]) -> list[Violation]:
     found = []
     for raw_key, raw_value in entries.items():
+        bad = next(((what, text) for what, text in (("key", str(raw_key)), ("value", str(raw_value))) if _unencodable(text)), None)
+        if bad is not None:
+            found.append(Violation("SESSION-CFG-001", _BINDING_REFUSAL.format(what=bad[0], text=bad[1])))
+            continue
         problem = _refusal(_c_string(str(raw_key)), _c_string(str(raw_value)))
         if problem is not None:
             found.append(Violation("SESSION-CFG-001", problem))  # ORT's text; the key may be empty or huge
@@ -66,6 +85,6 @@ def _check_limits(entries: Mapping[str, str]) -> list[Violation]:
 
 RULES: tuple[Rule, ...] = (
     Rule("SESSION-CFG-001", "config keys are 1-1024 bytes and values at most 8192 bytes, up to the "
-         "first NUL (ConfigOptions::AddConfigEntry)", "probed 1.31.1 and 1.32.0 (config_options.cc)",
+         "first NUL (ConfigOptions::AddConfigEntry); keys and values are valid Unicode (the binding)", "probed 1.31.1 and 1.32.0 (config_options.cc)",
          "cpu-session", "session-config", _check_limits),
 )  # fmt: skip

@@ -20,6 +20,7 @@ run ends with exit 130 and the one line ``q38 CMD: interrupted``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import signal
@@ -269,10 +270,36 @@ def _user_cause(exc: BaseException) -> BaseException | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one q38 command; returns the exit code (see the module docstring)."""
     previous = _install_sigint()
+    errors = _stdout_paths_as_bytes()
     try:
         return _main(argv)
     finally:
         _restore_sigint(previous)
+        _restore_stdout(errors)
+
+
+def _stdout_paths_as_bytes() -> str | None:
+    """Let stdout print any path: a non-UTF-8 name (bytes on Linux) goes out as its own bytes.
+
+    A strict UTF-8 stdout raises UnicodeEncodeError on the surrogate escapes ``os.fsdecode``
+    makes of such a name (a summary line naming the package), after the output was written.
+    Returns the error handler to restore (None: left as it was).
+    """
+    stream = sys.stdout
+    current = getattr(stream, "errors", None)
+    if current != "strict" or not hasattr(stream, "reconfigure"):
+        return None
+    try:
+        stream.reconfigure(errors="surrogateescape")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return current
+
+
+def _restore_stdout(errors: str | None) -> None:
+    if errors is not None:
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            sys.stdout.reconfigure(errors=errors)  # type: ignore[union-attr]
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from q38.commands._placement import add_placement_arguments, placement_options
-from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
+from q38.commands._source_gate import add_allow_flag, gated
 from q38.export_plan import DEFAULT_PROMPT
 
 __all__ = ["DEFAULT_PROMPT", "register", "run"]
@@ -66,18 +66,18 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise FlagError(f"--prompt {quote(text)}: expected comma-separated token ids") from None
     tokens: list[int] | None = None
-    refuse_invalid_source(args.pkg, args)
-    if not args.generate:
-        result = export_genai(args.pkg, args.out, link=link.value, provider=args.provider, digest=digest)
-    else:
-        # Export next to OUT, generate from there, and only then move it into place: a failed
-        # generation leaves no OUT behind.
-        with StagedDirectory(args.out) as staged:
-            inner = staged.path / "model"
-            result = export_genai(args.pkg, inner, link=link.value, provider=args.provider, digest=digest)
-            with elapsed(f"q38 export-genai: generating {args.generate} token(s) with onnxruntime-genai"):
-                tokens = generate_tokens(inner, prompt, args.generate)
-            rename_noreplace(inner, staged.dest)
+    with gated(args.pkg, args):
+        if not args.generate:
+            result = export_genai(args.pkg, args.out, link=link.value, provider=args.provider, digest=digest)
+        else:
+            # Export next to OUT, generate from there, and only then move it into place: a failed
+            # generation leaves no OUT behind.
+            with StagedDirectory(args.out) as staged:
+                inner = staged.path / "model"
+                result = export_genai(args.pkg, inner, link=link.value, provider=args.provider, digest=digest)
+                with elapsed(f"q38 export-genai: generating {args.generate} token(s) with onnxruntime-genai"):
+                    tokens = generate_tokens(inner, prompt, args.generate)
+                rename_noreplace(inner, staged.dest)
     if args.json:
         print(json.dumps({"out": str(args.out), "graph": result.graph, "files": result.files,
                           "states": result.states, "rewrites": list(result.rewrites),

@@ -50,7 +50,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="context tiers in tokens (4096,32k; default: each profile's own tier)")
     p.add_argument("--gpu", metavar="SIZE|CLASS", help="a device to fit (24GiB, 24GB, rtx4090, h200; default: none)")
     p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences held at once")
-    p.add_argument("--plot", metavar="FILE.png", help="write stacked bars per tier and profile (must not exist)")
+    p.add_argument("--plot", metavar="FILE.png", help="write stacked bars per tier and profile (must not exist; default: no plot)")
     p.set_defaults(run=run)
 
 

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from q38.commands._placement import add_placement_arguments, placement_options
-from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
+from q38.commands._source_gate import add_allow_flag, gated
 from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
 
 __all__ = ["register", "run"]
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
         mtp_moe_placement=args.mtp_moe_placement,
     )
     link, digest = placement_options(args)
-    refuse_invalid_source(args.src, args)
-    report = convert_package(args.src, args.out, options, link=link, digest=digest)
+    with gated(args.src, args):
+        report = convert_package(args.src, args.out, options, link=link, digest=digest)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from q38.commands._options import comma_list
 from q38.commands._placement import add_placement_arguments, placement_options
-from q38.commands._source_gate import add_allow_flag, refuse_invalid_source
+from q38.commands._source_gate import add_allow_flag, gated
 
 __all__ = ["default_target", "register", "run"]
 
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--target-ort", default=None, metavar="VERSION",
                    help="emit only ops onnxruntime VERSION (1.31.1, 1.32.0) has a kernel for on the target EP "
                    "(cpu: its committed CPU kernels; cuda: its CUDA kernel facts where a GPU run committed them, "
-                   "else its operator schemas)")
+                   "else its operator schemas; default: no version limit, every op the target EP has)")
     p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
     add_placement_arguments(p)
     add_allow_flag(p)
@@ -70,11 +70,10 @@ def run(args: argparse.Namespace) -> int:
     target, why = (args.target, "--target") if args.target else default_target(args.src)
     _LOG.info("target %s (%s)", target, why)
     link, digest = placement_options(args)
-    refuse_invalid_source(args.src, args)
     from q38.optimize.target_kernels import active, for_target
 
     kernels = for_target(args.target_ort, target) if args.target_ort else None
-    with active(kernels):
+    with gated(args.src, args), active(kernels):
         result, counts = optimize_package(
             args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
         )

@@ -70,13 +70,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--offload-mode", choices=("auto", "required"), default="auto",
                       help="how ineligible nodes are treated (auto: kept on the GPU, all their selections hit)")
     # issue 29: the selection trace and its replay against LRU, LFU and Belady (q38/profile/replay.py)
-    plan.add_argument("--trace-out", metavar="FILE", help="write the measured selection trace here (JSON; docs/offload.md)")
-    plan.add_argument("--trace", metavar="FILE", help="with --expert-profile: replay this selection trace")
+    plan.add_argument("--trace-out", metavar="FILE", help="write the measured selection trace here (JSON; docs/offload.md; default: not written)")
+    plan.add_argument("--trace", metavar="FILE", help="with --expert-profile: replay this selection trace (default: no replay)")
     ort = p.add_argument_group("onnxruntime's expert counter state (session.moe_expert_counter_state_file)")
-    ort.add_argument("--ort-state", metavar="FILE", help="also write the measured counts as ORT's state file (moe_expert_state 1)")
+    ort.add_argument("--ort-state", metavar="FILE", help="also write the measured counts as ORT's state file (moe_expert_state 1; default: not written)")
     ort.add_argument("--from-ort-state", metavar="FILE",
-                     help="convert ORT's state file for PKG's decoder into the -o STRP v1 profile (runs no workload)")
-    plan.add_argument("--coverage", metavar="STEM", help="with --plan and a trace: write STEM.json and STEM.png (coverage curve)")
+                     help="convert ORT's state file for PKG's decoder into the -o STRP v1 profile (runs no workload; default: measure a workload)")
+    plan.add_argument("--coverage", metavar="STEM", help="with --plan and a trace: write STEM.json and STEM.png (coverage curve; default: not written)")
     p.set_defaults(run=run)
 
 

@@ -27,6 +27,7 @@ import re
 import shutil
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -34,6 +35,7 @@ from typing import Any, Final
 from q38.errors import InternalError, PackageError
 
 __all__ = [
+    "COMMIT_CHECKS",
     "MARKER_NAME",
     "STAGING_MARK",
     "StagedDirectory",
@@ -51,6 +53,13 @@ TREE_NAME: Final = "tree"
 PID_MAX: Final = 4_194_304
 """Linux's PID_MAX_LIMIT: a larger pid in a name cannot be a process q38 ran as."""
 _MARKER_MAX: Final = 4096
+COMMIT_CHECKS: list[Callable[[Path, Path], None]] = []
+"""Checks run on every staged tree just before it is renamed into place: ``check(tree, dest)``.
+
+A check raises (a :class:`PackageError`) to refuse the output; the staging directory is then
+removed and nothing reaches the destination. The layers above the package layer register one
+for a run (the writing commands' output check: no contract violation the source did not have).
+"""
 _NAME = re.compile(r"\.(?P<dest>.+)\.q38-staging-(?P<pid>[1-9][0-9]{0,6})-(?P<token>[0-9a-f]{8})", re.ASCII | re.DOTALL)
 _AT_FDCWD: Final = -100
 _RENAME_NOREPLACE: Final = 1
@@ -233,6 +242,8 @@ class StagedDirectory:
         """Rename the staged tree to ``dest`` (refusing an existing one), then remove the staging directory."""
         if self.staging is None or not self.path.is_dir() or self.path == self.dest:
             raise InternalError("commit() outside the with block")
+        for check in tuple(COMMIT_CHECKS):
+            check(self.path, self.dest)
         try:
             rename_noreplace(self.path, self.dest)
         except FileExistsError:

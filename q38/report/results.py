@@ -172,7 +172,7 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
 
 def check_selectors(flag: str, selectors: Iterable[str], found: Iterable[str] = ()) -> None:
     """Refuse (FlagError) a selector that selects no registered rule and none of the ``found``
-    result ids (a result id without a catalogue entry, e.g. CFG-SURFACE-002): a typo must not
+    result ids (a result id without a catalogue entry): a typo must not
     silently disable a gate."""
     from contracts.catalogue import catalogue, matches
     from q38.errors import FlagError, quote

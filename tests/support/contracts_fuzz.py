@@ -281,7 +281,8 @@ def _session_options(base: onnx.ModelProto, rng: random.Random) -> Case:
         value = rng.choice(["auto", "required", "1024", "bogus", "static"])
         entries = {_P + key + rng.choice(["", "\0x"]): value + rng.choice(["", "\0junk", "\0"])}
     elif how == "deferred":
-        entries = {"ep.cpu.qmoe_deferred_scale": rng.choice(["0", "1", "bogus", "", " 1", "1\0x", "2"])}
+        key = "ep.cpu.qmoe_deferred_scale" + rng.choice(["", "", "s", "\0x", "\udcff", "\ud800x", " "])  # near misses
+        entries = {key: rng.choice(["0", "1", "bogus", "", " 1", "1\0x", "2", "1\udcff"])}
     elif how == "limits":
         entries = {rng.choice(["session.k", "x" * rng.choice([1024, 1025])]): "v" * rng.choice([8192, 8193, 3])}
     else:

@@ -1,7 +1,7 @@
 """One accepted and one rejected input for every contract rule id (tests/unit/contracts/test_rule_coverage.py).
 
-A case names the surface input its rule reads: session config entries, a (model, entries) pair
-for graph rules (evaluated directly on the rule, so cuda-only and run-time rules are exercised
+A case names the surface input its rule reads: session config entries, an (env, entries) pair
+for environment rules, a (model, entries) pair for graph rules (evaluated directly on the rule, so cuda-only and run-time rules are exercised
 too), a config document edit, or a package edit (run through ``check_package``). The accepted
 input differs from the rejected one in the one thing the rule is about.
 """
@@ -45,7 +45,8 @@ _P = "session.moe.offload."
 
 @dataclass(frozen=True)
 class RuleCase:
-    """``kind``: session | graph | config | package; ``accepted`` / ``rejected`` build the input."""
+    """``kind``: session | environment | graph | config | package; ``accepted`` / ``rejected``
+    build the input (environment: an ``(env, entries)`` pair)."""
 
     rule_id: str
     kind: str
@@ -210,6 +211,22 @@ _GRAPH_CASES: list[RuleCase] = [
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
 ]  # fmt: skip
 
+def _node_check_cases() -> list[RuleCase]:
+    """The ids OFFLOAD-NODE-001 reports: a valid node of the row's format vs its first negative
+    (support.offload_node_cases), and a MoEPacked node next to a valid QMoE."""
+    from support.offload_node_cases import NEGATIVES
+
+    required = {_P + "mode": "required"}
+    cases: dict[str, RuleCase] = {}
+    for _case, fmt, kwargs, rule_id, _reason in NEGATIVES:
+        if rule_id not in cases:
+            cases[rule_id] = RuleCase(rule_id, "graph", lambda f=fmt: _graph(offload_model(f), required),
+                                      lambda f=fmt, k=kwargs: _graph(offload_model(f, **k), required))  # fmt: skip
+    cases["OFFLOAD-NODE-PACKED"] = RuleCase("OFFLOAD-NODE-PACKED", "graph", lambda: _graph(offload_model("int4"), required),
+                                            lambda: _graph(offload_model("int4", op_type="MoEPacked"), required))  # fmt: skip
+    return list(cases.values())
+
+
 _SESSION_CASES: list[RuleCase] = [
     RuleCase("SESSION-CFG-001", "session", lambda: {"session.k": "v"}, lambda: {"\0k": "v"}),
     RuleCase("OFFLOAD-CFG-001", "session", lambda: {_P + "mode": "auto"}, lambda: {_P + "bogus": "1"}),
@@ -218,6 +235,18 @@ _SESSION_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-CFG-004", "session", lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "1024"},
              lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "2048"}),
     RuleCase("OFFLOAD-CFG-005", "session", lambda: {"ep.cuda.moe_packed_gpu_experts": "8"}, lambda: {"ep.cuda.moe_packed_gpu_experts": "x"}),
+]  # fmt: skip
+
+
+_PACKED_ENV = "ORT_MOE_PACKED_GPU_EXPERTS"
+_WEIGHT_ENV = "ORT_QMOE_MIN_EXPERT_WEIGHT"
+
+# (env, entries): the variable is read only with its session key absent, so the rejected input is
+# the accepted variable's bad value, and a bad value next to the set key is accepted
+_ENV_CASES: list[RuleCase] = [
+    RuleCase("OFFLOAD-ENV-001", "environment", lambda: ({_WEIGHT_ENV: "abc"}, {_P + "min_expert_weight": "0.1"}),
+             lambda: ({_WEIGHT_ENV: "abc"}, {})),
+    RuleCase("OFFLOAD-ENV-002", "environment", lambda: ({_PACKED_ENV: "4"}, {}), lambda: ({_PACKED_ENV: "-1"}, {})),
 ]  # fmt: skip
 
 
@@ -294,6 +323,9 @@ def _package_cases() -> list[RuleCase]:
 
     def unreadable_data(pkg: Path) -> None:
         os.chmod(pkg / "model.onnx.data", 0o200)  # the owner may write it, not read it
+
+    def research_key(pkg: Path) -> None:
+        _write_config(pkg, lambda d: d["model"]["decoder"].update({"ple_token_pad_id": 0}))
 
     def missing_library(pkg: Path) -> None:
         _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
@@ -374,6 +406,8 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PATH-SPECIAL-001", "package", _noop, fifo),
         RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
         RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
+        # a Qwen3.8 research-builder key: q38 reads the config, onnxruntime-genai 0.18.0 would not
+        RuleCase("CFG-SURFACE-002", "package", _noop, research_key, base="genai"),
     ]
 
 
@@ -393,4 +427,4 @@ def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
     return write
 
 
-CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_GRAPH_CASES, *_config_cases(), *_package_cases()]}
+CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_ENV_CASES, *_GRAPH_CASES, *_node_check_cases(), *_config_cases(), *_package_cases()]}

@@ -384,12 +384,13 @@ def test_a_selector_may_name_a_result_id_the_catalogue_lacks() -> None:
     from q38.errors import FlagError
     from q38.report.results import check_selectors
 
-    # CFG-SURFACE-002 (onnxruntime-genai 0.18.0 refuses a research config) is reported by the
-    # config-surface check but has no rule record: selecting it is fine when a result names it.
-    check_selectors("--ignore", ["CFG-SURFACE-002"], {"CFG-SURFACE-002", "ORT-SCHEMA-001"})
+    # CFG-SURFACE-002 (onnxruntime-genai 0.18.0 refuses a research config) has its rule record:
+    # selecting it needs no result. An id no record has is accepted only when a result names it.
+    check_selectors("--ignore", ["CFG-SURFACE-002"], {"ORT-SCHEMA-001"})
+    check_selectors("--ignore", ["X-NEW-001"], {"X-NEW-001", "ORT-SCHEMA-001"})
     check_selectors("--select", ["ort-schema", "QSA-DSA-001"])
-    with pytest.raises(FlagError, match="--ignore 'CFG-SURFACE-002' matches no rule"):
-        check_selectors("--ignore", ["CFG-SURFACE-002"], {"ORT-SCHEMA-001"})
+    with pytest.raises(FlagError, match="--ignore 'X-NEW-001' matches no rule"):
+        check_selectors("--ignore", ["X-NEW-001"], {"ORT-SCHEMA-001"})
 
 
 def test_sarif_uris_outside_the_working_directory_are_file_uris(broken_real: Path, tmp_path: Path,

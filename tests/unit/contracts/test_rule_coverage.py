@@ -5,7 +5,7 @@ Invariants guarded:
   ids ``support.rule_cases`` covers (a new rule without cases fails here).
 - For each id, the accepted input yields no violation of that id and the rejected input at least
   one, evaluated directly on the rule (graph rules incl. ``cuda-only`` and ``run-time`` ones,
-  session-config and config rules) or through ``check_package`` on an edited package copy
+  session-config, environment and config rules) or through ``check_package`` on an edited package copy
   (package rules), for the onnxruntime version the case names.
 """
 
@@ -36,15 +36,15 @@ def _ids(case: RuleCase, value: object) -> set[str]:
     assert rules, f"{case.rule_id} has no rule for onnxruntime {case.version}"
     found: set[str] = set()
     for rule in rules:
-        if case.kind == "graph":
-            model, entries = value  # type: ignore[misc]
-            found |= {v.rule_id for v in rule.check(model, entries)}
+        if case.kind in {"graph", "environment"}:
+            first, entries = value  # type: ignore[misc]
+            found |= {v.rule_id for v in rule.check(first, entries)}
         else:
             found |= {v.rule_id for v in rule.check(value)}
     return found
 
 
-_DIRECT = sorted(k for k, c in CASES.items() if c.kind in {"graph", "session"})
+_DIRECT = sorted(k for k, c in CASES.items() if c.kind in {"graph", "session", "environment"})
 
 
 @pytest.mark.parametrize("rule_id", _DIRECT)
@@ -88,6 +88,7 @@ def test_each_package_rule_accepts_and_rejects(rule_id: str, request: pytest.Fix
         edit(pkg)
         ids = {v.rule_id for v in check_package(pkg, ort_version=case.version).violations}
         assert (rule_id in ids) == present, (name, sorted(ids))
+        assert ids <= {r.rule_id for r in ALL_RULES}, f"ids without a Rule record: {sorted(ids)}"
 
 
 def test_every_offload_node_check_accepts_a_valid_node_and_rejects_its_negative() -> None:
