@@ -55,6 +55,9 @@ class Spec:
     # --target-ort: the onnxruntime release the graphs must load and run in (q38.ort_targets);
     # None writes the forms of the newest release q38 mirrors (1.32.0), as before the flag.
     ort_target: str | None = None
+    # Large tensors from q38.synth.blockgen (>= 1 GB/s) instead of numpy's per-element draws: the
+    # large and slice presets only, so the tiny / full goldens keep their bytes.
+    block_weights: bool = False
 
     @property
     def streams(self) -> int:
@@ -97,5 +100,5 @@ def _preset(preset: str, weight_gb: float | None) -> Spec:
         base = Spec("large", 48)
         per = _expert_bytes(base.hidden, base.moe_inter, base.block) * (base.layers + 1)
         experts = max(base.top_k, round(gb * 1e9 / per))
-        return Spec("large", 48, experts=experts)
+        return Spec("large", 48, experts=experts, block_weights=True)
     raise ValueError(preset)

@@ -1,0 +1,85 @@
+"""Block-generated weights (q38.synth.blockgen, the large and slice presets).
+
+Invariants: a tensor's bytes do not depend on how it is cut into pieces; the same (seed, name) gives
+the same bytes and another name other bytes; fp16 / bf16 / fp8 values stay finite inside the drawn
+range; a Weights without ``block`` (tiny / full presets, goldened) keeps numpy's per-element draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from q38.synth import weights as weights_mod
+from q38.synth.blockgen import BLOCK_BYTES, BlockStream, base_block
+from q38.synth.graph import DataFile, GraphBuilder, rng_for
+from q38.synth.weights import Weights
+
+
+def _draw(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 256, n, dtype=np.uint8)
+
+
+def test_stream_pieces_equal_whole() -> None:
+    base = base_block(("codes",), np.dtype(np.uint8), _draw)
+    total = 3 * (base.size // 2) + 12345
+    whole = BlockStream(7, "t", base, total).take(total)
+    s = BlockStream(7, "t", base, total)
+    pieces = np.concatenate(
+        [s.take(n) for n in (1, 999_999, 4 << 20, total - 1 - 999_999 - (4 << 20))]
+    )
+    assert np.array_equal(whole, pieces)
+    other = BlockStream(7, "u", base, total).take(total)
+    assert not np.array_equal(whole, other)
+    n = base.size // 2
+    assert not np.array_equal(whole[:n], whole[n : 2 * n])  # blocks of one tensor differ
+    with pytest.raises(ValueError):
+        s.take(1)
+
+
+def _write(tmp: Path, name: str, block: bool, chunk: int, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    monkeypatch.setattr(weights_mod, "BLOCK_CHUNK_BYTES", chunk)
+    data = DataFile(tmp / name, "d")
+    w = Weights(3, data, block=block)
+    g = GraphBuilder("g")
+    w.codes(g, "c", (4, 512, 256), misalign=16)
+    w.uniform(g, "s", (4, 256, 256), 0.01, 0.03)
+    w.normal(g, "n", (1024, 512), scale=0.5)
+    w.normal_streamed(g, "f8", (2, 512, 512), 0.5, ml_dtypes.float8_e4m3fn)
+    w.uniform(g, "b", (512, 512), 0.5, 2.0, dtype=ml_dtypes.bfloat16)
+    data.close()
+    return (tmp / name).read_bytes()
+
+
+def test_weights_block_deterministic_and_chunk_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = _write(tmp_path, "a", True, 1 << 30, monkeypatch)
+    b = _write(tmp_path, "b", True, 4096, monkeypatch)
+    assert a == b and len(a) > 2 * 512 * 256
+
+
+def test_block_values_finite_and_in_range() -> None:
+    for dt, lo, hi in ((np.float16, 0.01, 0.03), (ml_dtypes.bfloat16, 0.5, 2.0),
+                       (ml_dtypes.float8_e4m3fn, 0.5, 2.0)):  # fmt: skip
+        base = base_block(("uniform", lo, hi), np.dtype(dt),
+                          lambda rng, n, dt=dt, lo=lo, hi=hi: weights_mod.cast_generated(
+                              rng.uniform(lo, hi, n), dt))  # fmt: skip
+        v = BlockStream(1, "x", base, base.size).take(base.size).astype(np.float32)
+        assert np.isfinite(v).all() and v.min() >= lo * 0.9 and v.max() <= hi * 1.1
+        assert base.nbytes == 2 * BLOCK_BYTES
+
+
+def test_without_block_keeps_numpy_draw(tmp_path: Path) -> None:
+    data = DataFile(tmp_path / "d", "d")
+    w = Weights(5, data)
+    w.normal(GraphBuilder("g"), "n", (1024, 512))
+    data.close()
+    want = weights_mod.cast_generated(
+        rng_for(5, "n").standard_normal((1024, 512)) * 0.05, np.float16
+    )
+    got = np.frombuffer((tmp_path / "d").read_bytes(), np.float16).reshape(1024, 512)
+    assert np.array_equal(got, want)
