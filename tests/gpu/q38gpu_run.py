@@ -313,6 +313,13 @@ def context_length(package: Path) -> int | None:
     return int(value) if value else None
 
 
+def layer_count(package: Path) -> int:
+    """``model.decoder.num_hidden_layers`` of the package config (the slice's layers, for the
+    48-layer extrapolation)."""
+    config = json.loads((package / "genai_config.json").read_text(encoding="utf-8"))
+    return int(config["model"]["decoder"]["num_hidden_layers"])
+
+
 def vocab_of(sess: Any, default: int = 512) -> int:
     for o in sess.get_outputs():
         if o.name == "logits" and o.shape and isinstance(o.shape[-1], int):
@@ -419,6 +426,12 @@ def prepare(argv: Sequence[str]) -> int:
         size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
         dt = time.perf_counter() - t0
         print(f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
+        if profile.slice_preset is not None and variant == "cpu":  # test_slice_decode_extrapolated[cpu]
+            t0 = time.perf_counter()
+            pkg = factory.synth(variant=variant, **bench.slice_synth_args(profile))
+            size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
+            dt = time.perf_counter() - t0
+            print(f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
     return 0
 
 
