@@ -34,9 +34,7 @@ def test_two_slices_fit_fixed_and_per_layer() -> None:
     assert one["tokens_per_s"] < fig["tokens_per_s"]  # the one-point figure is the lower bound
 
 
-@pytest.mark.parametrize(
-    "steps", [{}, {4: 0.0}, {0: 0.1}, {4: -1.0}, {64: 0.1}, {4: 0.2, 8: 0.1}]
-)
+@pytest.mark.parametrize("steps", [{}, {4: 0.0}, {0: 0.1}, {4: -1.0}, {64: 0.1}, {4: 0.2, 8: 0.1}])
 def test_nonsense_is_refused(steps: dict[int, float]) -> None:
     with pytest.raises(ValueError):
         gfig.extrapolate_layers(steps, 48)

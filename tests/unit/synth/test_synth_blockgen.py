@@ -83,3 +83,25 @@ def test_without_block_keeps_numpy_draw(tmp_path: Path) -> None:
     )
     got = np.frombuffer((tmp_path / "d").read_bytes(), np.float16).reshape(1024, 512)
     assert np.array_equal(got, want)
+
+
+def test_slice_has_the_real_dims_and_block_weights() -> None:
+    from q38.synth.spec import spec_for
+
+    s = spec_for("slice")
+    assert (s.layers, s.hidden, s.streams, s.heads, s.kv_heads, s.head_size) == (
+        4,
+        2560,
+        10240,
+        24,
+        2,
+        256,
+    )
+    assert (s.conv_dim, s.gdn_hv * s.gdn_dv, s.experts) == (10240, 6144, 512)  # reference §1.2
+    assert (
+        s.qsa_layers == (3,)
+        and s.block_weights
+        and s.rotary_dim // 2 == sum(s.mrope_section)
+    )
+    assert not spec_for("tiny").block_weights and not spec_for("full").block_weights
+    assert spec_for("large", 1.0).block_weights
