@@ -18,9 +18,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "or with --bundles the unassembled source bundles an exporter leaves. OUT must not exist.",
     )
     p.add_argument("out", metavar="OUT", type=Path, help="output directory (must not exist)")
-    p.add_argument("--preset", default="tiny", choices=("tiny", "full", "large"),
+    p.add_argument("--preset", default="tiny", choices=("tiny", "full", "large", "slice"),
                    help="model size: tiny (8 layers, unit tests), full (48 layers, small dimensions), "
-                   "large (full graph with --weight-gb of routed experts)")
+                   "large (full graph with --weight-gb of routed experts), slice (the real dimensions, "
+                   "3 GDN + 1 QSA layers, ~8 GB; docs/synthetic-model.md)")
     p.add_argument("--variant", default="cpu", choices=("faithful", "cpu"),
                    help="cpu: every op has an ORT CPU kernel (runs here); faithful: the real QSA ops "
                    "(needs a Qwen3.8-capable CUDA build)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import queue
 import threading
 import zlib
@@ -16,7 +18,25 @@ from onnx import TensorProto, helper
 
 from q38 import _ops
 
-__all__ = ["EXTERNAL_THRESHOLD", "DataFile", "ExtRef", "GraphBuilder", "rng_for"]
+__all__ = ["EXTERNAL_THRESHOLD", "DataFile", "ExtRef", "GraphBuilder", "known_sha256", "rng_for"]
+
+# sha256 of data files taken while they were written (DataFile), keyed by the file's identity
+# (device, inode, size, mtime): the manifest need not read GBs back. A stale key never matches.
+_WRITTEN: dict[tuple[int, int, int, int], str] = {}
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def known_sha256(path: Path) -> str | None:
+    """The sha256 a DataFile of this process computed while writing ``path``, if the file (same
+    inode, size and mtime: also a hard link to it) is still what it wrote; else None."""
+    try:
+        return _WRITTEN.get(_identity(path))
+    except OSError:
+        return None
 
 EXTERNAL_THRESHOLD = 1024  # bytes; initializers at least this large live in external data
 _ALIGN = 64
@@ -54,6 +74,7 @@ class DataFile:
         self.refs: dict[str, ExtRef] = {}
         self._q: queue.Queue[np.ndarray | bytes | None] = queue.Queue(self._QUEUE)
         self._error: BaseException | None = None
+        self._sha = hashlib.sha256()  # fed by the writer thread (hashlib releases the GIL)
         self._thread = threading.Thread(target=self._drain, name=f"q38-synth-{location}")
         self._thread.daemon = True
         self._thread.start()
@@ -62,7 +83,9 @@ class DataFile:
         while (item := self._q.get()) is not None:
             if self._error is None:
                 try:
-                    self._fh.write(item if isinstance(item, bytes) else item.data)
+                    buf = item if isinstance(item, bytes) else item.data
+                    self._fh.write(buf)
+                    self._sha.update(buf)
                 except BaseException as exc:  # reported by the next put or by close()
                     self._error = exc
 
@@ -115,6 +138,7 @@ class DataFile:
         self._fh.close()
         if self._error is not None:
             raise self._error
+        _WRITTEN[_identity(self.path)] = self._sha.hexdigest()
 
 
 def _onnx_dtype(arr: np.ndarray) -> int:

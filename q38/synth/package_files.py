@@ -16,7 +16,7 @@ from q38.package import (
     sha256_file,
 )
 from q38.package.elf import shared_object_header
-from q38.synth.graph import ExtRef
+from q38.synth.graph import ExtRef, known_sha256
 from q38.synth.spec import PREFILL_CHUNK, Spec
 
 __all__ = ["LIB_HC", "LIB_QSA", "config_dict", "dumps_json", "manifest", "pool_text"]
@@ -123,5 +123,5 @@ def manifest(root: Path, notes: list[str]) -> Manifest:
         rel = path.relative_to(root).as_posix()
         if rel.endswith("package_manifest.json"):
             continue
-        files[rel] = FileRecord("write", sha256_file(path))
+        files[rel] = FileRecord("write", known_sha256(path) or sha256_file(path))
     return Manifest(command="synth", files=files, notes=tuple(notes))

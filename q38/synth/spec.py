@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["DEFAULT_CONTEXT", "PREFILL_CHUNK", "PRESETS", "Spec", "spec_for"]
+__all__ = [
+    "DEFAULT_CONTEXT",
+    "PREFILL_CHUNK",
+    "PRESETS",
+    "SLICE",
+    "SLICE_FULL_LAYERS",
+    "Spec",
+    "spec_for",
+]
 
 DEFAULT_CONTEXT = 4096  # model.context_length and qwen38_graph.kv_capacity unless --context-length
 PREFILL_CHUNK = 256  # qwen38_graph.prefill.chunk; --context-length must be at least this
@@ -55,6 +63,9 @@ class Spec:
     # --target-ort: the onnxruntime release the graphs must load and run in (q38.ort_targets);
     # None writes the forms of the newest release q38 mirrors (1.32.0), as before the flag.
     ort_target: str | None = None
+    # Large tensors from q38.synth.blockgen (>= 1 GB/s) instead of numpy's per-element draws: the
+    # large and slice presets only, so the tiny / full goldens keep their bytes.
+    block_weights: bool = False
 
     @property
     def streams(self) -> int:
@@ -80,7 +91,39 @@ class Spec:
         return self.ngram_total_heads * self.ple_head_dim
 
 
-PRESETS = ("tiny", "full", "large")
+PRESETS = ("tiny", "full", "large", "slice")
+
+# The real model's dimensions (shared/reference/qwen38-graph-structure.md §1.2; docs/synthetic-model.md
+# "slice preset" says which are unverified). The slice has them with 1 x (3 GDN + 1 QSA) layers, so
+# the GPU suite can time a decode step and extrapolate per layer to the real 48 (SLICE_FULL_LAYERS).
+SLICE_FULL_LAYERS = 48
+# Values marked unverified come from a third-party fixture or are assumed (docs/synthetic-model.md).
+SLICE = Spec(
+    "slice",
+    4,
+    hidden=2560,  # from qkv_z_proj (2560, 16384) and the vocabulary projection
+    hc=4,  # streams 10240 = conv channels
+    heads=24,
+    kv_heads=2,
+    head_size=256,
+    gdn_hk=16,
+    gdn_dk=128,
+    gdn_hv=48,
+    gdn_dv=128,
+    idx_heads=4,
+    idx_dim=128,
+    experts=512,
+    top_k=10,  # unverified (third-party fixture)
+    moe_inter=640,  # unverified (third-party fixture)
+    shared_inter=640,  # unverified (not in the references; taken equal to moe_inter)
+    hc_rank=320,  # unverified (third-party fixture)
+    token_budget=2048,  # unverified (third-party fixture)
+    compress_ratio=4,  # unverified (third-party fixture)
+    vocab=32768,  # reduced: the real 248320 would add 2.5 GB of embedding + lm_head
+    rotary_dim=64,  # unverified (partial rotary factor 0.25 assumed)
+    mrope_section=(11, 11, 10),  # sums to rotary_dim / 2; unverified
+    block_weights=True,
+)
 
 
 def spec_for(preset: str, weight_gb: float | None = None, context: int = DEFAULT_CONTEXT) -> Spec:
@@ -97,5 +140,7 @@ def _preset(preset: str, weight_gb: float | None) -> Spec:
         base = Spec("large", 48)
         per = _expert_bytes(base.hidden, base.moe_inter, base.block) * (base.layers + 1)
         experts = max(base.top_k, round(gb * 1e9 / per))
-        return Spec("large", 48, experts=experts)
+        return Spec("large", 48, experts=experts, block_weights=True)
+    if preset == "slice":
+        return SLICE
     raise ValueError(preset)

@@ -6,12 +6,15 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from q38.synth.blockgen import BLOCK_MIN_BYTES, BlockStream, base_block
 from q38.synth.graph import EXTERNAL_THRESHOLD, DataFile, ExtRef, GraphBuilder, rng_for
 
 __all__ = ["CHUNK_BYTES", "Weights", "cast_generated"]
 
 # Target size of one generated piece of a streamed tensor (large preset: memory stays bounded).
 CHUNK_BYTES = 4 << 20
+# Pieces of block-generated tensors (q38.synth.blockgen): larger, for long sequential writes.
+BLOCK_CHUNK_BYTES = 16 << 20
 
 
 def cast_generated(values: np.ndarray, dtype: type) -> np.ndarray:
@@ -36,10 +39,15 @@ class Weights:
     """Hands out initializers for a graph; large ones live in ``data`` at fixed offsets.
 
     A second graph built with the same ``Weights`` points at the same bytes (same offsets).
-    ``refs`` maps initializer name -> ExtRef for the external ones."""
+    ``refs`` maps initializer name -> ExtRef for the external ones. With ``block`` (the large and
+    slice presets), tensors of at least BLOCK_MIN_BYTES come from q38.synth.blockgen (rotated
+    seeded blocks, >= 1 GB/s) instead of numpy's element-by-element draws."""
 
-    def __init__(self, seed: int, data: DataFile, *, threshold: int = EXTERNAL_THRESHOLD) -> None:
+    def __init__(
+        self, seed: int, data: DataFile, *, threshold: int = EXTERNAL_THRESHOLD, block: bool = False
+    ) -> None:
         self.seed = seed
+        self.block = block
         self.data = data
         self.threshold = threshold  # 0: every initializer external (the public builder's rule)
         self.refs: dict[str, ExtRef] = {}
@@ -97,6 +105,36 @@ class Weights:
         self._meta[name] = (shape, np.dtype(dtype))
         return g.external(name, ref, _shape_only(shape, np.dtype(dtype)))
 
+    def _use_block(self, shape: tuple[int, ...], dtype: type | np.dtype) -> bool:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return self.block and bool(shape) and nbytes >= max(BLOCK_MIN_BYTES, self.threshold)
+
+    def _block(
+        self,
+        g: GraphBuilder,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: type | np.dtype,
+        key: tuple[object, ...],
+        draw: Callable[[np.random.Generator, int], np.ndarray],
+        *,
+        misalign: int = 0,
+    ) -> str:
+        """A block-generated tensor (q38.synth.blockgen), written in BLOCK_CHUNK_BYTES pieces."""
+        dt = np.dtype(dtype)
+        if g.has_init(name) or name in self.refs or name in self._small:
+            return self.add(g, name, lambda: np.empty(0))
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        stream = BlockStream(
+            self.seed, name, base_block(key, dt, draw), int(np.prod(shape, dtype=np.int64))
+        )
+
+        def rows(r: int) -> np.ndarray:
+            return stream.take(r * row).reshape((r, *shape[1:]))
+
+        per = max(1, BLOCK_CHUNK_BYTES // max(1, row * dt.itemsize))
+        return self.add_streamed(g, name, shape, dt, rows, rows_per_chunk=per, misalign=misalign)
+
     def normal(
         self,
         g: GraphBuilder,
@@ -105,6 +143,9 @@ class Weights:
         scale: float = 0.05,
         dtype: type = np.float16,
     ) -> str:
+        if self._use_block(shape, dtype):
+            return self.normal_streamed(g, name, shape, scale, dtype)
+
         def make() -> np.ndarray:
             return cast_generated(rng_for(self.seed, name).standard_normal(shape) * scale, dtype)
 
@@ -120,6 +161,11 @@ class Weights:
     ) -> str:
         """``normal`` generated and written a few MiB at a time (the large preset's expert tensors;
         pieces continue the one generator stream, so the bytes equal a whole-tensor draw)."""
+        if self._use_block(shape, dtype):
+            return self._block(
+                g, name, shape, dtype, ("normal", float(scale)),
+                lambda rng, n: cast_generated(rng.standard_normal(n) * scale, dtype),
+            )  # fmt: skip
         rng = rng_for(self.seed, name)
 
         def rows(r: int) -> np.ndarray:
@@ -148,6 +194,11 @@ class Weights:
         dtype: type = np.float16,
         misalign: int = 0,
     ) -> str:
+        if self._use_block(shape, dtype):
+            return self._block(
+                g, name, shape, dtype, ("uniform", float(lo), float(hi)),
+                lambda rng, n: cast_generated(rng.uniform(lo, hi, n), dtype), misalign=misalign,
+            )  # fmt: skip
         rng = rng_for(self.seed, name)  # one double per element: pieces continue the stream
 
         def rows(r: int) -> np.ndarray:
@@ -174,7 +225,17 @@ class Weights:
     ) -> str:
         """Random uint8 bytes (two int4/fp4 codes each), optionally transformed (e.g. SM80 packing).
 
-        ``transform`` maps rows [r, ...] of raw codes to rows of stored bytes (row by row)."""
+        ``transform`` maps rows [r, ...] of raw codes to rows of stored bytes (row by row).
+        Block-generated codes (``block``, large tensors) are drawn in stored order: random bytes
+        need no packing to stay random, so ``transform`` only gives the stored shape there."""
+        if self._use_block(shape, np.uint8):
+            stored = shape
+            if transform is not None:
+                stored = (shape[0], *transform(np.zeros((1, *shape[1:]), np.uint8)).shape[1:])
+            return self._block(
+                g, name, stored, np.uint8, ("codes",),
+                lambda rng, n: rng.integers(0, 256, n, dtype=np.uint8), misalign=misalign,
+            )  # fmt: skip
         rng = rng_for(self.seed, name)
         row = int(np.prod(shape[1:], dtype=np.int64))
         # numpy draws uint8 codes 4 per 32-bit word and drops the rest at the end of a call, so
@@ -193,7 +254,8 @@ class Weights:
         )
 
     def raw_codes(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """The raw codes behind ``codes(name, shape)`` (for numerical references)."""
+        """The raw codes behind ``codes(name, shape)`` (for numerical references; not for
+        block-generated codes, which are drawn in stored order)."""
         return rng_for(self.seed, name).integers(0, 256, shape, dtype=np.uint8)
 
 

@@ -95,7 +95,7 @@ def _graphs(
     graph (same directory, or a hard link placed there by the caller); otherwise the head's own data
     file holds copies. Returns the shared tensors' refs (target file)."""
     data = DataFile(d_target / "model.onnx.data", "model.onnx.data")
-    w = Weights(seed, data)
+    w = Weights(seed, data, block=s.block_weights)
     try:
         _save(
             build_target(w, s, variant=variant, experts=experts, lineage=lineage, prefill=False),
@@ -108,10 +108,10 @@ def _graphs(
     finally:
         data.close()
     hdata = DataFile(d_head / "head_r2.onnx.data", "head_r2.onnx.data")
-    own = Weights(seed ^ 0x5EED, hdata)
+    own = Weights(seed ^ 0x5EED, hdata, block=s.block_weights)
     try:
         _save(
-            build_head(w if head_shares else Weights(seed, hdata), own, s), d_head / "head_r2.onnx"
+            build_head(w if head_shares else Weights(seed, hdata, block=s.block_weights), own, s), d_head / "head_r2.onnx"
         )
     finally:
         hdata.close()

@@ -34,6 +34,7 @@ class Recorder:
     kernels: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     parity: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     fallbacks: list[str] = dataclasses.field(default_factory=list)
+    extrapolations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -69,13 +70,48 @@ def spread(samples: Sequence[float]) -> dict[str, float]:
             "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]}
 
 
+def extrapolate_layers(step_s: Mapping[int, float], full_layers: int) -> dict[str, Any]:
+    """A decode step of ``full_layers`` layers extrapolated from measured steps of fewer layers.
+
+    ``step_s`` maps a layer count to the measured seconds per decode step of a slice with that many
+    layers (the slice preset: real dimensions, 1 x (3 GDN + 1 QSA)). Two or more counts fit
+    ``step = fixed + per_layer * layers`` (least squares): ``fixed`` is the embedding, final mixer
+    and lm_head. One count gives ``per_layer = step / layers`` with ``fixed = 0``: the non-layer
+    work is then counted once per layer, so the step is an upper bound and tokens/s a lower bound.
+    The result is labelled ``kind: extrapolation`` so it is never read as a measured figure."""
+    if not step_s or full_layers <= 0:
+        raise ValueError("extrapolate_layers: no measured steps or no target layer count")
+    pts = sorted(step_s.items())
+    if any(n <= 0 or not t > 0 for n, t in pts):
+        raise ValueError(f"extrapolate_layers: layer counts and step times must be positive: {pts}")
+    if max(n for n, _ in pts) > full_layers:
+        raise ValueError(f"extrapolate_layers: a slice of {max(n for n, _ in pts)} layers exceeds {full_layers}")
+    if len(pts) == 1:
+        (n, t), = pts
+        fixed, per = 0.0, t / n
+        method = "proportional: non-layer work counted per layer (step an upper bound, tokens/s a lower bound)"
+    else:
+        x = np.array([n for n, _ in pts], np.float64)
+        y = np.array([t for _, t in pts], np.float64)
+        per, fixed = (float(v) for v in np.polyfit(x, y, 1))
+        if per <= 0:
+            raise ValueError(f"extrapolate_layers: step time does not grow with layers: {pts}")
+        fixed = max(fixed, 0.0)
+        method = "linear fit over layer counts: step = fixed + per_layer * layers"
+    step = fixed + per * full_layers
+    return {"kind": "extrapolation", "method": method, "measured_layers": [n for n, _ in pts],
+            "measured_step_s": [t for _, t in pts], "full_layers": full_layers, "per_layer_s": per,
+            "fixed_s": fixed, "step_s": step, "tokens_per_s": 1.0 / step}
+
+
 def document(rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> dict[str, Any]:
     """The figures JSON document."""
     gate = None if verdict is None else {"ok": verdict.ok, "passed": verdict.passed, "skipped": verdict.skipped,
                                           "problems": list(verdict.problems), "allowed": list(verdict.allowed)}
     return {"format": FORMAT, "dry_run_cpu": dry_run, "host": platform.node(), "env": rec.env,
             "packages": rec.packages, "tiers": rec.tiers, "kernels_per_verification_cycle": rec.kernels,
-            "parity": rec.parity, "cpu_fallbacks": rec.fallbacks, "timings_s": rec.timings, "notes": rec.notes,
+            "parity": rec.parity, "cpu_fallbacks": rec.fallbacks,
+            "extrapolated": rec.extrapolations, "timings_s": rec.timings, "notes": rec.notes,
             "gate": gate}
 
 

@@ -43,15 +43,18 @@ class Profile:
     decode_tokens: int
     tiers: tuple[int, int, int, int]
     rounds: int = 3
+    # The real-dimension slice (q38 synth --preset slice) whose per-layer decode time is extrapolated
+    # to 48 layers; None: not run. The dry run uses the tiny preset (8 layers) to test the logic.
+    slice_preset: str | None = None
 
     def tier(self, name: str) -> int:
         return self.tiers[TIER_NAMES.index(name)]
 
 
 PROFILES = {
-    "h200": Profile("h200", 100, "large", 4.0, 512, (2048, 8192, 16384, 32768)),
+    "h200": Profile("h200", 100, "large", 4.0, 512, (2048, 8192, 16384, 32768), slice_preset="slice"),
     "consumer": Profile("consumer", 20, "large", 2.0, 128, (2048, 8192, 16384, 32768)),
-    "tiny": Profile("tiny", 0, "tiny", None, 4, (32, 64, 96, 128), rounds=1),
+    "tiny": Profile("tiny", 0, "tiny", None, 4, (32, 64, 96, 128), rounds=1, slice_preset="tiny"),
 }
 
 
@@ -183,6 +186,47 @@ def test_decode_tokens_per_second(benchmark: Any, ort_module: Any, packages: gru
     gfig.RECORDER.tier(f"{variant}/{tier}", tokens=length, decode_tokens=profile.decode_tokens, prefilled=start,
                        decode_tps=gfig.spread(tps), decode_tps_samples=tps, iobinding=True, cuda_graph=graph_note,
                        package=pkg.name)
+
+
+FULL_LAYERS = 48  # the real model's layer count (the slice's figures are extrapolated to it)
+SLICE_DECODE_TOKENS = 64  # per timed request of the slice (state the count: it is recorded)
+
+
+@pytest.mark.parametrize("variant", ["cpu"])  # the variant every targeted ORT build runs (8 GB: one only)
+def test_slice_decode_extrapolated(ort_module: Any, packages: grun.PackageFactory, gpu: genv.GpuInfo,
+                                   profile: Profile, variant: str) -> None:
+    """Decode on the real-dimension slice at the 2K tier; the per-layer time, extrapolated to 48
+    layers, is recorded under ``extrapolated`` (never as a measured tier)."""
+    if profile.slice_preset is None:
+        pytest.skip(f"profile {profile.name} runs no slice")
+    past = profile.tier("2K")
+    try:
+        pkg = packages.synth(variant=variant, **slice_synth_args(profile))
+    except grun.Unavailable as exc:
+        pytest.skip(str(exc))
+    gfig.RECORDER.package(pkg.name, pkg)
+    _fits(gpu, pkg, past)
+    sess = _device_session(ort_module, grun.target_graph(pkg))
+    stepper = grun.Stepper(sess, grun.vocab_of(sess))
+    layers = grun.layer_count(pkg)
+    tokens = min(SLICE_DECODE_TOKENS, profile.decode_tokens)
+    steps: list[float] = []
+    for _ in range(profile.rounds):
+        times, ids = grun.decode_iobinding(ort_module, stepper, start=past, tokens=tokens)
+        assert len(ids) == tokens and all(0 <= t < stepper.vocab for t in ids)
+        steps.append(sum(times) / len(times))
+    step = float(np.median(steps))
+    fig = gfig.extrapolate_layers({layers: step}, FULL_LAYERS)
+    fig.update(preset=profile.slice_preset, variant=variant, past=past, decode_tokens=tokens,
+               step_s_samples=steps, package=pkg.name)
+    gfig.RECORDER.extrapolations[f"{variant}/slice-{past}"] = fig
+    assert fig["tokens_per_s"] > 0
+
+
+def slice_synth_args(profile: Profile) -> dict[str, str]:
+    """The ``packages.synth`` arguments of a profile's slice package (run-offline.sh prepares it)."""
+    assert profile.slice_preset is not None
+    return {"preset": profile.slice_preset, "context_length": str(max(256, 2 * profile.tier("2K")))}
 
 
 def _cuda_graph_decode(ort: Any, model: Path, start: int, profile: Profile, tier: str) -> dict[str, Any]:

@@ -29,10 +29,17 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
     path.write_bytes(model.SerializeToString(deterministic=True))
 
 
-def _graph(root: Path, name: str, seed: int, build: Callable[[Weights], onnx.ModelProto]) -> Weights:
+def _graph(
+    root: Path,
+    name: str,
+    seed: int,
+    build: Callable[[Weights], onnx.ModelProto],
+    *,
+    block: bool = False,
+) -> Weights:
     """Build one graph into ``name`` with every initializer in ``name.data``; returns its Weights."""
     data = DataFile(root / f"{name}.data", f"{name}.data")
-    w = Weights(seed, data, threshold=0)
+    w = Weights(seed, data, threshold=0, block=block)
     try:
         _save(build(w), root / name)
     finally:
@@ -54,11 +61,19 @@ def write_builder_package(
     io = BF16 if variant == "faithful" else FP16
     dec = _graph(root, "model.onnx", seed,
                  lambda w: build_decoder(w, s, io=io, variant=variant, prepacked=prepacked,
-                                         lineage=lineage, linear_attn=linear_attn))  # fmt: skip
+                                         lineage=lineage, linear_attn=linear_attn),
+                 block=s.block_weights)  # fmt: skip
     _graph(root, "mtp.onnx", seed ^ MTP_SEED,
-           lambda w: build_mtp(w, dec, s, io=io, variant=variant, prepacked=prepacked))  # fmt: skip
+           lambda w: build_mtp(w, dec, s, io=io, variant=variant, prepacked=prepacked),
+           block=s.block_weights)  # fmt: skip
     if variant == "faithful":
-        _graph(root, "engram.onnx", seed ^ ENGRAM_SEED, lambda w: build_engram(w, s))
+        _graph(
+            root,
+            "engram.onnx",
+            seed ^ ENGRAM_SEED,
+            lambda w: build_engram(w, s),
+            block=s.block_weights,
+        )
     shared = cfg.shared_initializers({n: dec.refs[n] for n in SHARED_WITH_MTP})
     doc = cfg.config_dict(s, variant=variant, lineage=lineage, shared=shared)
     # Through the strict genai-surface parser: the cpu config is one onnxruntime-genai 0.18.0

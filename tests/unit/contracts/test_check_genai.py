@@ -198,7 +198,7 @@ def test_runtime_profile_decoders_are_checked_as_graphs(packages: list[Path], tm
     pkg = copy_package(_cpu_package(packages), tmp_path / "pkg")
     shutil.copyfile(pkg / "model.onnx", pkg / "model_small.onnx")
     edit_genai_config(pkg, lambda d: d.update({"runtime_profiles": [
-        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 1},
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 24 << 30},
          "overlay": {"model": {"decoder": {"filename": "model_small.onnx"}}}}]}))  # fmt: skip
     assert main(["check", str(pkg), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -90,15 +90,19 @@ def test_the_dry_run_passes_the_gate_and_writes_figures(tmp_path: Path) -> None:
                    f"{GPU_DIR}/test_cuda_parity.py::test_cuda_matches_cpu_on_the_cpu_variant",
                    f"{GPU_DIR}/test_cuda_parity.py::test_the_cuda_ep_runs_on_the_detected_gpu",
                    f"{GPU_DIR}/test_throughput_bench.py::test_decode_tokens_per_second[2K-cpu]",
-                   "--dry-run-cpu", "--gate-min-passed", "4", "--figures", str(figures),
+                   f"{GPU_DIR}/test_throughput_bench.py::test_slice_decode_extrapolated[cpu]",
+                   "--dry-run-cpu", "--gate-min-passed", "5", "--figures", str(figures),
                    env={"Q38_GPU_OUT": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "q38 gpu gate: PASS: 4 passed, 0 skipped" in proc.stdout
+    assert "q38 gpu gate: PASS: 5 passed, 0 skipped" in proc.stdout
     doc = json.loads(figures.read_text())
     assert doc["format"] == gfig.FORMAT and doc["dry_run_cpu"] is True and doc["gate"]["ok"] is True
     tier = doc["tiers"]["cpu/2K"]
     assert tier["decode_tokens"] == 4 and tier["decode_tps"]["median"] > 0 and tier["iobinding"] is True
     assert doc["env"]["ep"] == "CPUExecutionProvider" and doc["env"]["ort_build"]["version"]
+    extra = doc["extrapolated"]["cpu/slice-32"]  # the dry run's slice: the tiny preset's 8 layers
+    assert extra["kind"] == "extrapolation" and extra["measured_layers"] == [8] and extra["full_layers"] == 48
+    assert extra["tokens_per_s"] > 0 and "cpu/slice-32" not in doc["tiers"]
     assert all(len(p["sha256"]) == 64 for p in doc["packages"].values())
     assert figures.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list(tmp_path.glob("cpu-kernels-*.json"))
