@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from q38.errors import FlagError, OffloadError
+from q38.package.memory import parse_caps
 
 __all__ = [
     "OFFLOAD_PREFIX",
@@ -94,17 +95,9 @@ def format_node_overrides(caps: Mapping[str, int]) -> str:
 
 def parse_node_overrides(text: str) -> dict[str, int]:
     """``node -> max_resident_slots`` read back from a ``node_overrides`` value q38 wrote (the
-    hit-rate report reads what was emitted, not what was planned)."""
-    caps: dict[str, int] = {}
-    for entry in text.split(";"):
-        name, sep, settings = entry.strip().rpartition(":")
-        if not sep:
-            continue
-        for setting in settings.split(","):
-            key, _, value = setting.strip().partition("=")
-            if key.strip() == "max_resident_slots" and value.strip().isdigit():
-                caps[name.strip()] = int(value)
-    return caps
+    hit-rate report reads what was emitted, not what was planned); the one reader is
+    :func:`q38.package.memory.parse_caps`, which ``q38 fit`` uses too."""
+    return parse_caps(text)
 
 
 def offload_config_entries(
