@@ -96,14 +96,14 @@ def properties(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
     """mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
-    q38/offload, q38/build, q38/package, contracts) or those given, targeted tests per function.
+    q38/offload, q38/assembly, q38/package, contracts) or those given, targeted tests per function.
 
     By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson
     interval of at most +-4 points), each package's score with its interval, per module, the
     allowlisted equivalents with their reasons and every survivor with its diff. Resumable: a rerun
     over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops
     between chunks (exit 3, rerun to continue), `--fresh` starts over. `nox -s mutation --
-    q38/build --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
+    q38/assembly --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
     --mutants GLOB, --keep, --no-run, --fail-under.
     """
     _install(session, *MUTATION_DEPS)
@@ -269,7 +269,7 @@ def bench(session: nox.Session) -> None:
     # of disk for 8 GB; Q38_PLACEMENT_SIZES=0 skips it.
     sizes = os.environ.get("Q38_PLACEMENT_SIZES", "large0,large1,large8")
     if sizes != "0":
-        session.run("pytest", "tests/unit/build/test_build_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
+        session.run("pytest", "tests/unit/assembly/test_build_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
                     "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "placement.json"),
                     env={"Q38_BENCH_SIZES": sizes})
     # The scale benchmark (issue 8) is a memory check on the head, not a base/head comparison:

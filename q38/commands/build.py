@@ -83,7 +83,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from q38.build import BuildRequest, build_package
+    from q38.assembly import BuildRequest, build_package
 
     link, digest = placement_options(args)
     req = BuildRequest(

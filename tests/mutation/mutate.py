@@ -1,7 +1,7 @@
 """Mutation testing of one package with mutmut: targeted tests, a score, the survivors, an allowlist.
 
 ``python tests/mutation/mutate.py [PACKAGE ...]`` (``nox -s mutation -- [PACKAGE ...]``), where
-PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``q38/offload``, ``q38/build``,
+PACKAGE is a key of :data:`TARGETS` (``q38/optimize``, ``q38/offload``, ``q38/assembly``,
 ``q38/package``, ``contracts``; default all of them). For each:
 
 1. the repository's files (tracked and untracked-but-not-ignored, so uncommitted work counts) are
@@ -82,8 +82,8 @@ ALLOWLIST = Path(__file__).with_name("equivalent_mutants.toml")
 TARGETS: dict[str, tuple[str, ...]] = {
     "q38/optimize": ("tests/unit/optimize", "tests/unit/properties/test_optimizer_properties.py"),
     "q38/offload": ("tests/unit/offload",),
-    "q38/build": ("tests/unit/build",),
-    "q38/package": ("tests/unit/package", "tests/unit/build/test_links.py", "tests/unit/build/test_link_policy.py"),
+    "q38/assembly": ("tests/unit/assembly",),
+    "q38/package": ("tests/unit/package", "tests/unit/assembly/test_links.py", "tests/unit/assembly/test_link_policy.py"),
     "contracts": ("tests/unit/contracts",),
 }
 # Directories the tests read besides the code and themselves.

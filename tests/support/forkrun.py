@@ -42,7 +42,7 @@ _WARM = (
     "q38.commands.export_genai",
     "q38.commands.offload",
     "q38.commands.optimize",
-    "q38.build",
+    "q38.assembly",
     "q38.export_genai",
     "q38.offload.convert",
     "q38.optimize.driver",

@@ -9,9 +9,9 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
+from support.optimize_reference_ops import REFERENCE_OPS
 
 from q38.optimize import RewritePass
-from support.optimize_reference_ops import REFERENCE_OPS
 
 
 def apply(cls: type[RewritePass], proto: onnx.ModelProto, **kw: object) -> tuple[ir.Model, RewritePass]:

@@ -21,13 +21,13 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
-
-from q38._ops import MS_DOMAIN
-from q38.ort_kernels import cpu_kernels
-from q38.optimize import RewritePass
-from q38.optimize._common import check_topological
 from support.optimize_helpers import close
 from support.optimize_reference_ops import REFERENCE_OPS
+
+from q38._ops import MS_DOMAIN
+from q38.optimize import RewritePass
+from q38.optimize._common import check_topological
+from q38.ort_kernels import cpu_kernels
 
 F32 = np.float32
 STATS = {"rewritten": 0, "parity": 0}  # how many rewrites were compared numerically (diagnostics)

@@ -21,7 +21,13 @@ import pytest
 from support.fsnap import tree_snapshot
 
 from q38.cli import main
-from q38.package.staging import MARKER_NAME, PID_MAX, StagedDirectory, marker_text, parse_staging_name
+from q38.package.staging import (
+    MARKER_NAME,
+    PID_MAX,
+    StagedDirectory,
+    marker_text,
+    parse_staging_name,
+)
 
 _DEAD_PID = 4_000_000  # above any default pid_max (4,194,304 is the limit); checked dead below
 

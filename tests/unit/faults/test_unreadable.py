@@ -62,7 +62,7 @@ def _violations(pkg: Path) -> list[tuple[str, str, str]]:
             payload: object = [(v.rule_id, v.message, v.graph) for v in check_package(pkg).violations]
         except Q38Error as exc:
             payload = {"error": str(exc)}
-        except BaseException as exc:  # noqa: BLE001 - any failure is reported to the parent
+        except BaseException as exc:
             payload = f"{type(exc).__name__}: {exc}"
         os.write(write_end, json.dumps(payload).encode())
         os._exit(0)

@@ -98,7 +98,7 @@ def test_the_mutated_tree_is_compiled_once_into_hash_checked_pycs(tmp_path: Path
 
 def test_every_package_that_guards_data_is_a_target_with_existing_tests() -> None:
     root = HARNESS.parents[1]
-    assert {"q38/optimize", "q38/offload", "q38/build", "q38/package", "contracts"} <= set(mutate.TARGETS)
+    assert {"q38/optimize", "q38/offload", "q38/assembly", "q38/package", "contracts"} <= set(mutate.TARGETS)
     for package, tests in mutate.TARGETS.items():
         assert (root / package).is_dir(), package
         assert tests and all((root / t).exists() for t in tests), (package, tests)
@@ -115,7 +115,7 @@ def test_the_default_sample_gives_a_95_interval_of_at_most_4_points_at_any_score
 
 
 def test_a_larger_sample_of_the_same_seed_holds_every_mutant_of_a_smaller_one() -> None:
-    names = [f"q38.build.m{i % 7}.x_f__mutmut_{i}" for i in range(5000)]
+    names = [f"q38.assembly.m{i % 7}.x_f__mutmut_{i}" for i in range(5000)]
     small = set(mutate.select(names, only=None, sample=300, seed=0))
     large = set(mutate.select(names, only=None, sample=601, seed=0))
     assert len(small) == 300 and len(large) == 601 and small <= large
@@ -131,9 +131,9 @@ def test_a_resumed_run_judges_only_the_mutants_without_a_verdict() -> None:
 
 
 def test_a_workdir_resumes_only_over_the_inputs_it_was_prepared_from(tmp_path: Path) -> None:
-    digest = mutate.inputs_digest("q38/build", ("tests/unit/build",))
-    assert digest == mutate.inputs_digest("q38/build", ("tests/unit/build",))
-    assert digest != mutate.inputs_digest("q38/build", ("tests/unit/package",))
+    digest = mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",))
+    assert digest == mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",))
+    assert digest != mutate.inputs_digest("q38/assembly", ("tests/unit/package",))
     assert not mutate.resumable(tmp_path, digest)  # nothing prepared
     (tmp_path / "mutants").mkdir()
     (tmp_path / mutate.RUN_STATE).write_text(json.dumps({"inputs": digest}), "utf-8")

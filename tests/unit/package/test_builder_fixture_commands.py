@@ -199,7 +199,7 @@ def test_build_from_the_fixture_folder(
 ) -> None:
     exp, pkg, out = EXPECTED[name], fixture_copies[name], tmp_path / "built"
     before = tree_snapshot(pkg)
-    with caplog.at_level(logging.WARNING, logger="q38.build"):
+    with caplog.at_level(logging.WARNING, logger="q38.assembly"):
         rc, _, stderr = _run("build", str(out), "--target", str(pkg), "--head", str(head_bundle), "--layout", "layered",
                              "--copy")  # fmt: skip
     assert tree_snapshot(pkg) == before

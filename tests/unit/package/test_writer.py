@@ -19,7 +19,6 @@ from support.minipkg import build_mini_package
 
 from q38.errors import PackageError
 from q38.package import (
-    LinkMode,
     LinkPolicy,
     PackageWriter,
     StagedDirectory,

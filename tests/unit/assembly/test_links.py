@@ -23,13 +23,13 @@ import os
 from pathlib import Path
 
 import pytest
+from support.filesystems import reflink_works, tmpfs, xfs_reflink
 
 import q38.package.copying as copying
 import q38.package.links as links
 from q38.errors import PackageError
 from q38.package.hashing import FileIdentity, KnownDigests
 from q38.package.links import HARDLINK_WARNING, LinkPolicy, Placer, place, place_file
-from support.filesystems import reflink_works, tmpfs, xfs_reflink
 
 SIZE = (3 << 20) + 12345  # several hash buffers' worth plus a ragged tail
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import TensorProto, helper
-
-from q38.build import BuildRequest, LinkPolicy, build_package
 from support.build_bundles import W_LM, make_bundles
+
+from q38.assembly import BuildRequest, LinkPolicy, build_package
 
 
 def _add_view(graph_path: Path, name: str, location: str, offset: int) -> None:

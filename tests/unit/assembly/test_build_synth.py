@@ -15,10 +15,10 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
+from support.build_bundles import tree_digest
 
 from q38.cli import main
 from q38.package import open_package
-from support.build_bundles import tree_digest
 
 VARIANTS = {
     "folded": [],

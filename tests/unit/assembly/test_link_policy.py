@@ -26,13 +26,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from support.build_bundles import make_bundles
 
 import q38.package.copying as copying
 import q38.package.hashing as hashing
 import q38.package.links as links
 from q38.cli import main
 from q38.package.links import HARDLINK_WARNING
-from support.build_bundles import make_bundles
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -107,7 +107,7 @@ def test_no_byte_of_a_linked_file_is_read(bundles, tmp_path, monkeypatch):
         raise AssertionError("bytes were copied under --link hardlink")
 
     monkeypatch.setattr(links, "sha256_file", spy)
-    monkeypatch.setattr("q38.build.assemble.sha256_file", spy)
+    monkeypatch.setattr("q38.assembly.assemble.sha256_file", spy)
     monkeypatch.setattr(copying, "copy_fd", no_copy)
     monkeypatch.setattr(links, "copy_fd", no_copy)
     out = tmp_path / "pkg"

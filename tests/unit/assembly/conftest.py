@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from support.build_bundles import make_bundles, tree_digest
 
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from support.build_bundles import EPS, make_bundles
 
 from q38._ops import DYNAMIC_SPARSE_ATTENTION
-from q38.build import BuildRequest, build_package
+from q38.assembly import BuildRequest, build_package
 
 QK_EPS = 3.5e-6  # differs from the norm chain's EPS (1e-6), the scale and every default
 SCALE = 0.125

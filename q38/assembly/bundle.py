@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 import onnx
 
-from q38.build.proto_io import ExtRef, external_refs, load_proto
+from q38.assembly.proto_io import ExtRef, external_refs, load_proto
 from q38.errors import BuildError, GraphError
 from q38.package.graphs import load_graph
 from q38.package.paths import resolve_inside

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from q38.build import BuildRequest, LinkPolicy, build_package
 from support.filesystems import reflink_works
+
+from q38.assembly import BuildRequest, LinkPolicy, build_package
 
 SIZES = tuple(s for s in os.environ.get("Q38_BENCH_SIZES", "tiny,full,large0,large1,large8").split(",") if s)
 ROUNDS = int(os.environ.get("Q38_BENCH_ROUNDS", "3"))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from q38.build import BuildRequest, LinkPolicy, build_package
+from q38.assembly import BuildRequest, LinkPolicy, build_package
 from q38.cli import main
 from q38.errors import BuildError, FlagError
 from q38.package.elf import shared_object_header

@@ -5,7 +5,7 @@ Mul(w)`` (``docs/synthetic-model.md`` pattern 1), the fused ``RMSNormRotary`` (`
 the attention ops that carry the norm/rotary inputs (``DynamicSparseAttention``:
 ``qk_norm_epsilon``, q_norm/k_norm 14/15, cos/sin 11/12; ``GroupQueryAttention``: cos/sin 7/8).
 Rotary caches in the unfused chain are the rank-2 constants gathered by position and unsqueezed.
-Values are decoded by :func:`q38.build.proto_io.read_array` (external data with or without a
+Values are decoded by :func:`q38.assembly.proto_io.read_array` (external data with or without a
 length, inline BF16 in ``int32_data``).
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from q38._ops import DYNAMIC_SPARSE_ATTENTION, GROUP_QUERY_ATTENTION, RMS_NORM_ROTARY
-from q38.build.proto_io import dtype_name, read_array
+from q38.assembly.proto_io import dtype_name, read_array
 
 __all__ = ["qsa_constants"]
 

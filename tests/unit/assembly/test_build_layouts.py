@@ -24,11 +24,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
-from q38.build import BuildRequest, LinkPolicy, build_package
-from q38.package.config import read_config
 from support.build_bundles import EPS, W_NORM_H
 from support.filesystems import reflink_works
+
+from q38.assembly import BuildRequest, LinkPolicy, build_package
+from q38.package.config import read_config
 
 
 def _refs(path: Path) -> dict[str, dict[str, str]]:

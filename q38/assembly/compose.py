@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from q38.build.bundle import Entry, Source, walk_bundle
-from q38.build.proto_io import ExtRef, range_sha256, set_external
+from q38.assembly.bundle import Entry, Source, walk_bundle
+from q38.assembly.proto_io import ExtRef, range_sha256, set_external
 from q38.errors import BuildError
 
 __all__ = ["Composition", "PoolRow", "compose"]

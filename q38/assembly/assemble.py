@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from q38.build.bundle import Entry, Source, read_source
-from q38.build.compose import Composition, PoolRow, compose
-from q38.build.configure import graph_facts, make_config
-from q38.build.inputs import Library, check_destinations, check_libraries, check_provider
-from q38.build.proto_io import save_proto
-from q38.build.qsa import qsa_constants
+from q38.assembly.bundle import Entry, Source, read_source
+from q38.assembly.compose import Composition, PoolRow, compose
+from q38.assembly.configure import graph_facts, make_config
+from q38.assembly.inputs import Library, check_destinations, check_libraries, check_provider
+from q38.assembly.proto_io import save_proto
+from q38.assembly.qsa import qsa_constants
 from q38.errors import BuildError, InternalError, PackageError
 from q38.package.config import config_to_dict, dumps_config, parse_config
 from q38.package.hashing import KnownDigests, sha256_file

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from support.build_bundles import EPS, make_bundles
 
-from q38.build import BuildRequest, LinkPolicy, build_package
+from q38.assembly import BuildRequest, LinkPolicy, build_package
 
 OTHER = np.array(0.25, dtype=np.float32)  # same dtype and shape as EPS, other bytes
 
