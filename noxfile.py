@@ -73,7 +73,7 @@ def contracts(session: nox.Session, ort: str) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy on q38/ and contracts/; lint-imports: the layers and no import circles (pyproject.toml)."""
+    """Ruff and mypy on q38/ and contracts/; lint-imports: the layers and no import circles (pyproject.toml)."""
     session.install(*LINT_DEPS, "numpy>=1.26", "onnx>=1.23.2", "onnx-ir>=1.1.0")
     session.run("ruff", "check", "q38", "contracts", "noxfile.py")
     session.run("mypy", "q38", "contracts")
@@ -95,7 +95,7 @@ def properties(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
+    """Mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
     q38/offload, q38/assembly, q38/package, contracts) or those given, targeted tests per function.
 
     By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson

@@ -100,7 +100,8 @@ class Typing:
 
     def elem_type(self, value: ir.Value | None) -> ir.DataType | None:
         """The element type ORT sees for ``value``: inferred from its producer where the schema
-        determines it, else the declared one (graph inputs, initializers, value_info)."""
+        determines it, else the declared one (graph inputs, initializers, value_info).
+        """
         if value is None:
             return None
         if not self._done:
@@ -124,7 +125,8 @@ class Typing:
 
     def _infer_all(self) -> None:
         """One forward pass over every graph in node order; a node whose inputs come from a node
-        not yet typed (an unsorted graph) is typed depth-first from its ancestors."""
+        not yet typed (an unsorted graph) is typed depth-first from its ancestors.
+        """
         self._done = True
         for scope in self.facts.scopes:
             for node in scope.graph:
@@ -141,7 +143,8 @@ class Typing:
 
     def _infer_from(self, start: ir.Node) -> None:
         """Type ``start`` after every ancestor not yet typed (iterative DFS; a cycle, which ORT
-        rejects elsewhere, leaves the node's declared types)."""
+        rejects elsewhere, leaves the node's declared types).
+        """
         typed = self._typed
         if all(v is None or (p := v.producer()) is None or id(p) in typed for v in start.inputs):
             self._infer_node(start)

@@ -149,6 +149,7 @@ def build_catalogue(rules: Iterable[Rule], docs: Any) -> tuple[RuleEntry, ...]:
     Raises:
         ValueError: a rule id has no documentation, documentation names no rule, a doc field is
             empty, or the records of one id disagree on what they are.
+
     """
     by_id: dict[str, list[Rule]] = {}
     for rule in rules:
@@ -195,7 +196,8 @@ def entry(rule_id: str) -> RuleEntry | None:
 
 def matches(rule_id: str, selectors: Iterable[str]) -> bool:
     """Whether ``rule_id`` is selected by any of ``selectors``: an exact id or an id prefix
-    (``ORT-SCHEMA`` selects ``ORT-SCHEMA-001``, ruff-style), or ``ALL``; case-insensitive."""
+    (``ORT-SCHEMA`` selects ``ORT-SCHEMA-001``, ruff-style), or ``ALL``; case-insensitive.
+    """
     rid = rule_id.upper()
     for sel in selectors:
         s = sel.strip().upper()

@@ -175,7 +175,8 @@ def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
 
 def _only(rule_id: str) -> Callable[[Mapping[str, Any]], list[Violation]]:
     """The part of :func:`_check_surface` one rule record owns: one parse yields both ids, and
-    ``check_genai_config`` runs that parse once; each record reports only its own id."""
+    ``check_genai_config`` runs that parse once; each record reports only its own id.
+    """
 
     def check(config: Mapping[str, Any]) -> list[Violation]:
         return [v for v in _check_surface(config) if v.rule_id == rule_id]

@@ -39,7 +39,8 @@ def _skip_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
 
 def _branches(ctx: ShapeContext, streams: Shape) -> tuple[Dim, Dim, bool]:
     """(C, H, flattened) of hyper-connection streams: flattened (..., C*H) with num_branches > 0,
-    else grouped (..., C, H)."""
+    else grouped (..., C, H).
+    """
     branches = attr_int(ctx.node, "num_branches", 0)
     if branches > 0:
         width = streams[-1]

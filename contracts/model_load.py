@@ -156,7 +156,8 @@ def _tensor(buf: Any, span: tuple[int, int]) -> ExternalTensor | None:
 def read_header(path: Path) -> ModelHeader | None:
     """The model-level fields of the graph file ``path`` (None: not a readable protobuf; the graph
     reader's refusal, ``PKG-GRAPH-001``, names that). Only the model's and the main graph's own
-    fields are decoded; nodes and tensor bytes are skipped by length, nothing is copied."""
+    fields are decoded; nodes and tensor bytes are skipped by length, nothing is copied.
+    """
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -254,7 +255,8 @@ def external_problem(tensor: ExternalTensor, model_dir: Path) -> str | None:
 
 def check_model_headers(view: Any) -> list[Violation]:
     """ORT-MODEL-002 / -004 on every graph file of a package view (``view.extra['model_headers']``:
-    label -> :class:`ModelHeader`, read by the runner with :func:`read_header`)."""
+    label -> :class:`ModelHeader`, read by the runner with :func:`read_header`).
+    """
     headers: Mapping[str, ModelHeader | None] = view.extra.get("model_headers", {})
     found: list[Violation] = []
     for graph in view.graphs:

@@ -311,6 +311,7 @@ def check_offload_config(entries: Mapping[str, str], *, ort_version: str = REFER
 
     Returns:
         All violations (ORT itself stops at the first; which one comes first is its map order).
+
     """
     found: list[Violation] = []
     for rule in RULES:

@@ -475,6 +475,7 @@ def offload_eligibility(
 
     Returns:
         One entry per candidate in graph order; empty when mode is disabled.
+
     """
     if offload_mode({OFFLOAD_PREFIX + "mode": mode}) in {None, "disabled"}:
         return []
@@ -496,7 +497,8 @@ def required_rejection_message(node_name: str, op_type: str, reason: str) -> str
 
 def _moe_owners(graph: ir.Graph) -> Iterator[ir.Node]:
     """The If / Loop / Scan nodes, at any depth, one of whose subgraphs holds a candidate node
-    itself: ORT names the node whose subgraph holds the MoE, not an enclosing one (probed)."""
+    itself: ORT names the node whose subgraph holds the MoE, not an enclosing one (probed).
+    """
     for owner, sub in iter_subgraph_owners(graph):
         if owner.op_type in _CONTROL_FLOW and any(n.domain == MS_DOMAIN and n.op_type in _CANDIDATE_OPS for n in sub):
             yield owner

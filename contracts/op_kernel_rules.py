@@ -36,7 +36,8 @@ def inference_and_cpu_checks(
     cpu_problems: Callable[[ir.Node], list[str]],
 ) -> tuple[GraphCheck, GraphCheck]:
     """(inference check, CPU-constructor check) for ``domain::op``; the CPU check runs only on
-    graphs the CPU provider runs (``runs_on_cpu``)."""
+    graphs the CPU provider runs (``runs_on_cpu``).
+    """
 
     def nodes(model: ir.Model) -> list[ir.Node]:
         return [n for n in nodes_of(model, domain, op) if schema_clean(model, n)]

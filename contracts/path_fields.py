@@ -122,7 +122,8 @@ def check_path_fields(view: PackageView) -> list[Violation]:
 
 def refused_graph_paths(view: PackageView) -> set[Path]:
     """The graph files (as named, under their directory) whose path field breaks a rule here:
-    the runner does not open them, the violation says why."""
+    the runner does not open them, the violation says why.
+    """
     return {
         p.field.base / str(p.field.value)
         for p in _problems(view)

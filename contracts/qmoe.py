@@ -159,7 +159,8 @@ def prepack_problems(node: ir.Node, version: str) -> list[str]:
     an initializer fc1 / fc2 weight (inputs 2 and 5) of a rank other than 3. 1.31.1 has only
     that kernel; 1.32.0's shared kernel (``_shared``) packs any rank (probed). A rank above 3 is
     ORT's error; below 3 the process aborts (``terminate called``), a refusal all the same. A
-    weight that is no initializer is not prepacked: it is checked when the model runs."""
+    weight that is no initializer is not prepacked: it is checked when the model runs.
+    """
     if _is_v132(version) and _shared(node) is not None:
         return []
     found = []

@@ -129,7 +129,8 @@ def _psai_cache_ranks(node: ir.Node, shapes: Shapes, p: str) -> str | None:
 
 def _psai_dims(node: ir.Node, shapes: Shapes, p: str, mode: str) -> str | None:
     """The dim checks of PackedSparseAttentionIndexer inference, in ORT's order (probed 1.32.0,
-    one fault at a time and every pair of faults)."""
+    one fault at a time and every pair of faults).
+    """
     dim = shapes.dim
     query, key, pks, pkv, psl = (input_at(node, i) for i in (0, 1, 12, 13, 15))
     head = dim(input_at(node, 2), 0)
@@ -216,7 +217,8 @@ _SAI_POLICY_INPUTS = (8, 9, 10, 11, 13)  # forbidden in qsa, required in csa
 
 def _sai_schema(node: ir.Node, shapes: Shapes) -> str | None:
     """§2E, probed on 1.32.0: checker arity, attributes, inputs/outputs by policy, ranks, widths,
-    past_proj_buffer (csa). The first failure in ORT's order."""
+    past_proj_buffer (csa). The first failure in ORT's order.
+    """
     p = f"{_SAI}: "
     reason = _indexer_policy(node, p)
     if reason is not None:
@@ -277,7 +279,8 @@ _IS_STATE_POLICIES = {"qsa": frozenset({"default", "hold"}), "csa": frozenset({"
 
 def _psai_indexshare(node: ir.Node, shapes: Shapes) -> str | None:
     """§2C.11 (1.32.0 only), probed: state policy, the IndexShare input group, max_output_entries,
-    the status output, then the group's shapes and the selection budget."""
+    the status output, then the group's shapes and the selection budget.
+    """
     p = f"{_PSAI}: "
     mode = attr_str(node, "policy_mode", "")
     if mode not in _IS_STATE_POLICIES:
@@ -341,7 +344,8 @@ _MERGE_RANKS = {1: (1,), 2: (1,), 3: (1,), 4: (1,), 5: (2,), 6: (1,)}
 
 def _merge_schema(node: ir.Node, shapes: Shapes) -> str | None:
     """§2F, probed on 1.32.0: attributes, ranks, inputs by policy (arity and the int32 types are
-    the generic schema rules')."""
+    the generic schema rules').
+    """
     entries = attr_int(node, "max_output_entries", 0)
     mode = attr_str(node, "policy_mode", "")
     if not 1 <= entries <= 2**30 or mode not in {"append_range", "append_indices"}:
@@ -393,7 +397,8 @@ def _is_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
 
 def dsa_cuda_problems(node: ir.Node) -> list[str]:
     """§2B: the CUDA constructor's refusals of one DynamicSparseAttention node (onnxruntime-gpu
-    strings), all of them: ORT reports the first."""
+    strings), all of them: ORT reports the first.
+    """
     p = f"{_DSA}: "
     reasons = []
     mode = attr_str(node, "attention_mode", "selected_only")

@@ -257,7 +257,8 @@ def check_graph(
 ) -> list[Violation]:  # fmt: skip
     """Every graph rule of onnxruntime ``ort_version`` on one model, as ``check_package`` runs them
     on a graph whose session has config ``entries`` and runs on ``eps`` (``"cpu"``, ``"cuda"``);
-    ``custom_library``: the session registers a custom-op library (unknown domains are its)."""
+    ``custom_library``: the session registers a custom-op library (unknown domains are its).
+    """
     from contracts._graph import as_ir_model
 
     version = ort_version or installed_ort_version()
@@ -281,6 +282,7 @@ def check_package(
 
     Raises:
         PackageError: the package cannot be read at all (no/unreadable config, unreadable graph).
+
     """
     from q38.package.surface import list_graphs
 

@@ -133,7 +133,8 @@ def _opset_accepted(domain: str, version: int) -> bool:
 
 def _opset_max(domain: str) -> int | None:
     """The highest opset version of ``domain`` a session accepts (bisection; monotone), or None
-    when every version is accepted (a domain ORT does not validate)."""
+    when every version is accepted (a domain ORT does not validate).
+    """
     lo, hi = 1 if domain in ("", "ai.onnx") else 0, _PROBE_LIMIT
     if _opset_accepted(domain, hi):
         return None
@@ -185,7 +186,8 @@ def dump_installed() -> dict[str, Any]:
 
 def _line(schema: dict[str, Any]) -> str:
     """One schema as one line: domain, name and since first (the reader indexes lines by them
-    without parsing the rest), then the other keys sorted."""
+    without parsing the rest), then the other keys sorted.
+    """
     ident = {"domain": schema["domain"], "name": schema["name"], "since": schema["since"]}
     rest = {k: v for k, v in schema.items() if k not in ident}
     return json.dumps({**ident, **dict(sorted(rest.items()))}, sort_keys=False, separators=(",", ":"))
@@ -193,7 +195,8 @@ def _line(schema: dict[str, Any]) -> str:
 
 def render(dump: dict[str, Any]) -> str:
     """The canonical text of ``dump``: header keys, then one schema per line, then one CPU kernel
-    list per line (``"cpu_kernels"``)."""
+    list per line (``"cpu_kernels"``).
+    """
     head = {k: v for k, v in dump.items() if k not in ("schemas", "cpu_kernels")}
     schemas = [_line(s) for s in dump["schemas"]]
     kernels = [json.dumps(k, separators=(",", ":")) for k in dump["cpu_kernels"]]

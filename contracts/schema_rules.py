@@ -58,7 +58,7 @@ def _unregistered(node: ir.Node, version: int | None) -> str:
 
 
 def _verify(node: ir.Node, schema: OpSchema) -> tuple[str, str] | None:
-    """onnx ``OpSchema::Verify``: (rule id, ORT's text) of the first failure, in its order."""
+    """Onnx ``OpSchema::Verify``: (rule id, ORT's text) of the first failure, in its order."""
     name = node_label(node)
     head = f"Node({name}) with schema({schema.domain}::{schema.name}:{schema.since}) has"
     if not schema.min_input <= len(node.inputs) <= schema.max_input:
@@ -182,7 +182,8 @@ def _problems(model: Any, registry: Registry) -> list[tuple[ir.Node, str, str]]:
 
 def schema_clean(model: Any, node: ir.Node) -> bool:
     """Whether ``node`` passes the schema layer of the newest onnxruntime mirrored: the op-specific
-    rules (shape inference, kernels) look only at such nodes, as ORT stops at the schema layer."""
+    rules (shape inference, kernels) look only at such nodes, as ORT stops at the schema layer.
+    """
     registry = registry_for(available_versions()[-1])
     facts = model_facts(as_ir_model(model))
     key = ("schema_clean", registry.ort_version)

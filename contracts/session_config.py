@@ -38,7 +38,8 @@ def _refusal(key: str, value: str) -> str | None:
 
 def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
     """The entries ORT ends up with: keys and values cut at the first NUL, later entries of the
-    same key winning, refused entries (empty or over-long) absent."""
+    same key winning, refused entries (empty or over-long) absent.
+    """
     out: dict[str, str] = {}
     for raw_key, raw_value in entries.items():
         key, value = _c_string(str(raw_key)), _c_string(str(raw_value))

@@ -85,8 +85,9 @@ def merge(inferred: Shape | None, declared: Shape | None) -> Shape | None:
 
 
 def broadcast(*shapes: Shape | None, strict: bool = False) -> Shape | None:
-    """onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank);
-    ``strict``: two different static dims, neither 1, are onnx's "Incompatible dimensions"."""
+    """Onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank);
+    ``strict``: two different static dims, neither 1, are onnx's "Incompatible dimensions".
+    """
     if any(s is None for s in shapes):
         return None
     known = [s for s in shapes if s is not None]
@@ -125,7 +126,8 @@ class ShapeContext:
     def const(self, index: int) -> np.ndarray | None:
         """The data of input ``index`` as onnx's inference reads it (ParseData): an initializer stored
         in an external data file is refused, whatever its size (probed 1.32.0: Reshape, Expand,
-        Tile, Split, Slice, Unsqueeze, ReduceSum, TopK all fail the session)."""
+        Tile, Split, Slice, Unsqueeze, ReduceSum, TopK all fail the session).
+        """
         value = self.node.inputs[index] if index < len(self.node.inputs) else None
         if value is None:
             return None
@@ -147,7 +149,8 @@ class ShapeContext:
 
 def normalize_axis(axis: int, rank: int, error: str | None = None, kind: str = "ShapeInferenceError") -> int:
     """``axis`` in [0, rank); out of range raises ShapeInferenceError(``error``) when given, else
-    ValueError (the dims are then left unknown)."""
+    ValueError (the dims are then left unknown).
+    """
     if not -rank <= axis < max(rank, 1):
         if error is not None:
             raise ShapeInferenceError(error, kind)

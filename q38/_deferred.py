@@ -59,7 +59,8 @@ class DeferredModule(types.ModuleType):
 def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
     """The spec of ``name`` without importing it (nor, for a submodule, its package); None when
     it cannot be found (not installed, or an import hook refuses it: the command's own import
-    then reports the missing dependency)."""
+    then reports the missing dependency).
+    """
     parent = name.rpartition(".")[0]
     try:
         if not parent:

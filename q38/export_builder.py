@@ -119,6 +119,7 @@ def plan_builder_export(pkg: Any, *, link: LinkPolicy, provider: str, digest: bo
 
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
+
     """
     from q38.package import load_graph
     from q38.package.genai_config import dumps_genai_config

@@ -182,6 +182,7 @@ def export_genai(
 
     Raises:
         ExportError / PackageError: one line naming the file, node or key at fault.
+
     """
     from q38.export_builder import plan_builder_export
     from q38.package import check_destination, check_output_outside, open_any

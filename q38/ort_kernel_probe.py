@@ -151,7 +151,8 @@ def latest_schemas() -> list[Any]:
 
 def probed_schemas() -> list[Any]:
     """The schemas the probe covers: com.microsoft, and ORT's own contrib ops in the ONNX domain
-    (``SimplifiedLayerNormalization``; not ONNX's own ops, not schemas deprecated at opset 21)."""
+    (``SimplifiedLayerNormalization``; not ONNX's own ops, not schemas deprecated at opset 21).
+    """
     schemas = latest_schemas()
     standard = {s.name for s in schemas if s.domain == ONNX_DOMAIN and _ORT_CONTRIB_SCHEMA_DIR not in s.file}
     return [
@@ -245,7 +246,8 @@ def attempt_models(
     schema: Any, case: Case, kernel_defs: Sequence[dict[str, list[str]]], limit: int = ATTEMPT_LIMIT
 ) -> Iterator[tuple[bytes, bool]]:
     """The serialized one-node models to try for ``case`` (lazy, at most ``limit``), each with
-    whether its type binding is one of a registered CPU kernel."""
+    whether its type binding is one of a registered CPU kernel.
+    """
     made: list[bytes] = []
     for binding, registered in _bindings(schema, case, kernel_defs):
         for with_optional in (True, False):

@@ -197,7 +197,8 @@ class CpuKernels:
     @classmethod
     def from_json(cls, data: bytes | str, *, version: str | None, identity: str | None) -> CpuKernels:
         """Parse a cache document (strict JSON); ``ValueError`` / ``PackageError`` on anything
-        this module would not write."""
+        this module would not write.
+        """
         doc = loads_strict(data, what="CPU-kernel cache", limit=CACHE_LIMIT)
         _expect(isinstance(doc, dict) and set(doc) == {"format", "probe_revision", "onnxruntime", "ops"}, "keys")
         _expect(doc["format"] == FORMAT and doc["probe_revision"] == PROBE_REVISION, "format")
@@ -236,7 +237,8 @@ def _domain(domain: str | None) -> str:
 
 def dtype_name(dtype: Any) -> str | None:
     """``"float16"`` for ``"tensor(float16)"``, ``"float16"``, ``TensorProto.FLOAT16`` or
-    ``ir.DataType.FLOAT16``; ``"float"`` for float32 (ORT's own spelling)."""
+    ``ir.DataType.FLOAT16``; ``"float"`` for float32 (ORT's own spelling).
+    """
     if dtype is None:
         return None
     if isinstance(dtype, str):
@@ -261,7 +263,8 @@ def cache_dir() -> Path:
 
 def installed_identity() -> tuple[str, str]:
     """(version, identity) of the installed onnxruntime, found without importing it (an import
-    costs about as much as reading the cache); ``KernelKnowledgeError`` when there is none."""
+    costs about as much as reading the cache); ``KernelKnowledgeError`` when there is none.
+    """
     spec = importlib.util.find_spec("onnxruntime")
     if spec is None or spec.origin is None:
         raise KernelKnowledgeError("onnxruntime is not installed: no CPU-kernel knowledge (pip install onnxruntime)")

@@ -316,6 +316,7 @@ def build_package(req: BuildRequest) -> BuildResult:
 
     Raises:
         BuildError, FlagError, PackageError: an input is refused (nothing was written).
+
     """
     packages, dests = _plan(req)
     result = BuildResult(packages=[])

@@ -60,6 +60,7 @@ def estimate(base: Sequence[float], head: Sequence[float], *, resamples: int = B
 
     Raises:
         ValueError: the sides have different numbers of rounds, none, or a non-positive time.
+
     """
     if len(base) != len(head) or not base:
         raise ValueError(f"paired samples expected, got {len(base)} base and {len(head)} head rounds")

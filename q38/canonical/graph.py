@@ -383,6 +383,7 @@ def canonical_graph(
         recorded: whole-file digests a manifest vouches for (:func:`recorded_digests`).
         source: how messages name the graph (defaults to the path, when ``model`` is one).
         data_files: collects the external-data files the graph reads (relative to ``root``).
+
     """
     proto, found_dir = _as_proto(model)
     if source is None:

@@ -28,6 +28,7 @@ def shortest_float(value: float | np.floating[Any] | Any, dtype: Any = np.float3
         value: a number held in ``dtype`` (a numpy or ml_dtypes scalar, or a Python float).
         dtype: the storage type: ``np.float32`` for ONNX FLOAT attributes, a tensor's dtype
             for tensor values (float16, bfloat16, float8 ... via ml_dtypes).
+
     """
     return _shortest(float(value), np.dtype(dtype))
 

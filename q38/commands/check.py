@@ -64,7 +64,8 @@ def _register_report_options(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the package, classify its violations (selection, baseline) and print or write the
-    report in the chosen format; 0 when no active error (and no failed session), else 1."""
+    report in the chosen format; 0 when no active error (and no failed session), else 1.
+    """
     from contracts.runner import check_package
     from q38.errors import FlagError, bound_line
     from q38.progress import elapsed

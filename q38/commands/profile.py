@@ -120,7 +120,8 @@ def _check_trace_args(args: argparse.Namespace) -> None:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to a hidden file beside ``path`` and rename it into place: an interrupted run
-    leaves neither ``path`` nor the temporary file."""
+    leaves neither ``path`` nor the temporary file.
+    """
     import tempfile
 
     directory = path.parent if str(path.parent) else Path(".")

@@ -67,7 +67,8 @@ def plan_offload(
     """Phase 1: read ``src`` and compute the whole conversion; raises before anything is written.
 
     ``profile``: an expert profile already in memory (``q38 profile --plan``), instead of reading
-    ``options.expert_profile``."""
+    ``options.expert_profile``.
+    """
     check = resolve_eligibility(eligibility)
     profile = profile if profile is not None else read_expert_profile(options)
     package = open_any(src)
@@ -130,7 +131,8 @@ def convert_package(
     """Convert ``src`` (either surface) into a new offload package at ``out``; ``src`` is only read.
 
     The output keeps the source's surface: a v12b package gives a v12b package, a builder
-    package a builder package."""
+    package a builder package.
+    """
     src, out = Path(src), Path(out)
     check_output_outside(out, [src])
     plan = plan_offload(src, options, out=out, eligibility=eligibility)
@@ -151,7 +153,8 @@ def preview_offload(
     src: Path | str, options: OffloadOptions, *, profile: ExpertProfile | None = None
 ) -> OffloadReport:
     """The report a conversion of ``src`` would give (hit rates included), writing nothing:
-    ``q38 profile --plan``."""
+    ``q38 profile --plan``.
+    """
     src = Path(src)
     out = src.parent / f"{src.name}.offload-preview"  # named in messages only: never created
     return plan_offload(src, options, out=out, profile=profile).report

@@ -69,7 +69,8 @@ def refusal_hint(node: ir.Node, reason: str) -> str:
 
 def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
     """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason (last:
-    ORT's texts are long, and a cut line keeps its head and its tail)."""
+    ORT's texts are long, and a cut line keeps its head and its tail).
+    """
     head = (f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
             f"{refusal_hint(node, reason)}): ")  # fmt: skip
     # The whole line stays within LINE_LIMIT (with the "q38 offload: error: " prefix), so the
@@ -82,7 +83,8 @@ def split_verdicts(
     check: EligibilityCheck, model: ir.Model, mode: str, where: str
 ) -> tuple[list[ir.Node], list[tuple[ir.Node, str]]]:
     """(offloaded nodes, [(kept node, reason)]) of one graph; ``required`` raises at the first
-    node ORT would not offload (graph order), naming the graph file and the node."""
+    node ORT would not offload (graph order), naming the graph file and the node.
+    """
     offloaded: list[ir.Node] = []
     kept: list[tuple[ir.Node, str]] = []
     for node, reason in check(model, mode):

@@ -18,7 +18,8 @@ __all__ = ["place_unchanged", "read_expert_profile", "serialize_graph", "source_
 def serialize_graph(model: ir.Model, *, where: str) -> bytes:
     """The graph's protobuf bytes; external tensors stay references and inline initializers stay
     inline, whatever their size (the builder inlines 64 KiB rotary caches). Refused in one line
-    only where protobuf cannot hold the graph (2 GiB)."""
+    only where protobuf cannot hold the graph (2 GiB).
+    """
     try:
         return ir.serde.serialize_model(model).SerializeToString()
     except ValueError as exc:  # protobuf: "Message ... exceeds maximum protobuf size of 2GB"
@@ -35,7 +36,8 @@ def read_expert_profile(options: OffloadOptions) -> ExpertProfile | None:
 def place_unchanged(writer: PackageWriter, items: list[tuple[Path, str]], label: str) -> dict[str, FileRecord]:
     """Place the files the conversion does not change (source path, output rel) by the writer's
     :class:`~q38.package.Placer` (the shared link policy: never a hard link unless asked), under
-    one progress bar in bytes; their manifest records, by output rel."""
+    one progress bar in bytes; their manifest records, by output rel.
+    """
     records: dict[str, FileRecord] = {}
     with writer.placer.progress([src for src, _ in items], label):
         for src, rel in items:

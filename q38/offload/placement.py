@@ -155,7 +155,8 @@ def plan_pool(
 
 def _missing_expert_entries(pool: WeightsPool, experts: Mapping[str, ir.Value]) -> list[PoolEntry]:
     """Pool entries for routed-expert tensors the source pool does not list (in graph order),
-    so that every offloaded expert has a placement; ids ``expert.NNNN`` avoid existing ids."""
+    so that every offloaded expert has a placement; ids ``expert.NNNN`` avoid existing ids.
+    """
     known_locs = {(e.file, e.offset) for e in pool.entries}
     known_names = set().union(*(_provenance_names(e) for e in pool.entries)) if pool.entries else set()
     ids = {e.pool_id for e in pool.entries}
@@ -211,7 +212,8 @@ def retarget_graph(model: ir.Model, relocated: Mapping[tuple[str, int], tuple[st
 def write_moves(moves: Iterable[Move], *, src_root: Path, dst: Path) -> None:
     """Copy each move's byte range into ``dst`` (created) by the shared kernel copy
     (copy_file_range, else sendfile across filesystems, else read/write): no buffering of weight
-    bytes in Python; holes between aligned entries stay sparse zeros."""
+    bytes in Python; holes between aligned entries stay sparse zeros.
+    """
     with open(dst, "xb") as out:
         end = 0
         for move in moves:

@@ -36,7 +36,8 @@ def qmoe_nodes(graph: ir.Graph) -> list[ir.Node]:
 def refuse_qmoe_offload(model: ir.Model | onnx.ModelProto, *, where: str) -> None:
     """A graph holding the old tool's QMoEOffload operator is refused, naming the node.
 
-    Takes an onnx-ir model or a bare ``ModelProto`` (cheap scan of graphs q38 only copies)."""
+    Takes an onnx-ir model or a bare ``ModelProto`` (cheap scan of graphs q38 only copies).
+    """
     nodes: Iterable[ir.Node | onnx.NodeProto]
     if isinstance(model, onnx.ModelProto):
         nodes = _proto_nodes(model.graph)
@@ -80,7 +81,8 @@ def _remove_dead(graph: ir.Graph, values: list[ir.Value]) -> None:
 def clear_router_weights(model: ir.Model, *, in_place: bool = False) -> tuple[ir.Model, int]:
     """(model with every QMoE's router_weights cleared, number of inputs cleared).
 
-    A new model unless ``in_place`` (for a model the caller loaded privately and owns)."""
+    A new model unless ``in_place`` (for a model the caller loaded privately and owns).
+    """
     out = model if in_place else model.clone()
     cleared: list[ir.Value] = []
     for node in ir.traversal.RecursiveGraphIterator(out.graph):

@@ -69,7 +69,8 @@ def qmoe_sites(model: ir.Model, graph: str, *, draft_graph: bool = False) -> lis
 @dataclass(frozen=True, eq=False)
 class ProfileRows:
     """A profile matched to the sites it describes: ``rows[i]`` is the profile row of ``sites[i]``
-    (``None``: the profile leaves that site out)."""
+    (``None``: the profile leaves that site out).
+    """
 
     profile: ExpertProfile
     sites: tuple[Site, ...]
@@ -86,7 +87,8 @@ class ProfileRows:
 
 def match_profile(profile: ExpertProfile, sites: Sequence[Site], *, source: str) -> ProfileRows:
     """Match ``profile`` to ``sites``: one row per site, or one per non-draft site; every covered
-    site must have the profile's expert count. One :class:`ProfileError` line otherwise."""
+    site must have the profile's expert count. One :class:`ProfileError` line otherwise.
+    """
     source = clip(source)
     layers = [i for i, s in enumerate(sites) if not s.draft]
     if profile.num_layers == len(sites):

@@ -78,7 +78,8 @@ def plan_caps(
 def chained_caps(plan: SlotPlan, graph: str, draft_nodes: Sequence[str]) -> dict[str, int]:
     """Caps for the chained drafts ``/mtp/j/...`` of a verify graph built from ``graph``: the cap of
     the ``/mtp/0/`` node they copy under a per-node cap, ``0`` under a total (they share draft 0's
-    expert bank: the total stays exact in every verify graph)."""
+    expert bank: the total stays exact in every verify graph).
+    """
     out: dict[str, int] = {}
     for name in draft_nodes:
         parts = name.split("/", 3)

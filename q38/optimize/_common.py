@@ -105,7 +105,8 @@ class Produced:
 
 def first_dtype(*values: ir.Value | None) -> ir.DataType | None:
     """The dtype of the first typed value (a rewritten producer may have left its output untyped;
-    a value_info with elem_type 0 declares ``UNDEFINED``, which says no more than no type)."""
+    a value_info with elem_type 0 declares ``UNDEFINED``, which says no more than no type).
+    """
     return next((v.dtype for v in values if v is not None and v.dtype not in (None, ir.DataType.UNDEFINED)), None)
 
 
@@ -416,7 +417,8 @@ class RewritePass(ir.passes.InPlacePass):
         """Why a session of the target could not run what the rewrite of ``match`` produces, or None.
 
         ``targeted``: the kernels of ``--target-ort``'s release on the target EP (else the
-        installed onnxruntime's CPU kernels, for ``--target cpu``)."""
+        installed onnxruntime's CPU kernels, for ``--target cpu``).
+        """
         from q38.ort_kernels import cpu_kernels, dtype_name
 
         if self.kernels is None and targeted is not None:

@@ -266,6 +266,7 @@ def optimize_package(
     Raises:
         PackageError: the package is malformed, or a file in it links outside it (nothing outside
             the input is ever placed into the output).
+
     """
     check_output_outside(Path(out), [Path(src)])
     pkg = open_any(src)

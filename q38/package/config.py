@@ -544,7 +544,8 @@ def _check_overlaps(r: _Reader, profiles: tuple[RuntimeProfile, ...]) -> None:
 
 def read_config(path: Path) -> Config:
     """Read and parse ``path`` (strict JSON, at most :data:`CONFIG_LIMIT` bytes, a regular file);
-    any problem is one ConfigError line naming the file."""
+    any problem is one ConfigError line naming the file.
+    """
     data = read_json(path, what="config", limit=CONFIG_LIMIT, error=ConfigError)
     return parse_config(data, source=str(path))
 
@@ -632,5 +633,6 @@ def _profile_dict(p: RuntimeProfile) -> dict[str, Any]:
 
 def dumps_config(cfg: Config) -> str:
     """Deterministic JSON text: sorted keys, indent 2, trailing newline; a value strict JSON
-    cannot carry (NaN, an infinity, an integer beyond 64 bits) is refused with its key path."""
+    cannot carry (NaN, an infinity, an integer beyond 64 bits) is refused with its key path.
+    """
     return dumps_json(config_to_dict(cfg), what=CONFIG_FILENAME, error=ConfigError)

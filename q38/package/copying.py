@@ -218,6 +218,7 @@ def copy_fd(
 
     Raises:
         OSError: a read or write failed (ENOSPC, EIO, ...), or the source ended early (EIO).
+
     """
     preallocate(dst, size)
     sha: str | None = None

@@ -134,6 +134,7 @@ def open_regular(
     Raises:
         error: the path does not exist, cannot be opened, or is not a regular file (a FIFO, a
             device, a socket, a directory) - one line naming the path.
+
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
     try:
@@ -165,6 +166,7 @@ def read_bounded(
     Raises:
         error: as :func:`open_regular`, or the file holds more than ``limit`` bytes (the limit
             is stated), or reading fails (the errno text is stated).
+
     """
     fd = open_regular(path, what=what, nofollow=nofollow, error=error)
     try:

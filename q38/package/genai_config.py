@@ -244,7 +244,8 @@ class GenaiModel:
 class SourceForms:
     """The document a config was parsed from and its canonical form, to write untouched values
     back in the form they were read (``"eos_token_id": 2`` stays ``2``; see
-    :mod:`q38.package.json_forms`)."""
+    :mod:`q38.package.json_forms`).
+    """
 
     document: Mapping[str, Any]
     canonical: Mapping[str, Any]
@@ -269,7 +270,7 @@ class GenaiConfig:
 
     @property
     def graph_sections(self) -> dict[str, GenaiGraphSection]:
-        """role -> section for every graph the config names (decoder, mtp, engram)."""
+        """Role -> section for every graph the config names (decoder, mtp, engram)."""
         out: dict[str, GenaiGraphSection] = {"decoder": self.model.decoder}
         if self.model.mtp is not None:
             out["mtp"] = self.model.mtp
@@ -390,6 +391,7 @@ def parse_genai_config(data: object, *, source: str = "genai_config.json", resea
 
     Raises:
         ConfigError: one line, ``SOURCE: key.path: what is wrong``.
+
     """
     og_refusal = ""
     try:

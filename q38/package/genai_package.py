@@ -241,6 +241,7 @@ def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -
     Args:
         path: the package directory (``genai_config.json`` at its top level).
         config: the already parsed config, if the caller has it.
+
     """
     from q38.package.package import _check_tree, _package_dirs, _require_file
     from q38.package.path_fields import check_path_fields

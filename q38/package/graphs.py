@@ -287,7 +287,8 @@ class _DropWarnings(logging.Filter):
 def quiet_deserializer(active: bool = True) -> Iterator[None]:
     """Silence onnx-ir's deserializer warnings (an input or output no node produces) while
     :func:`_check_structure` reports the same fault as one bounded error line instead of a
-    warning that quotes a hostile node name in full."""
+    warning that quotes a hostile node name in full.
+    """
     if not active:
         yield
         return
@@ -302,7 +303,8 @@ def quiet_deserializer(active: bool = True) -> Iterator[None]:
 
 def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Model:
     """Load ``path`` without external weights, validating every external-data reference (see
-    :func:`load_graph_refs`, which also returns the references it checked)."""
+    :func:`load_graph_refs`, which also returns the references it checked).
+    """
     return load_graph_refs(path, root=root, check_structure=check_structure)[0]
 
 
@@ -318,6 +320,7 @@ def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> 
 
     Raises:
         GraphError: one line naming the file and the problem.
+
     """
     _LOG.info("reading graph %s", clip(path))
     fd = open_regular(path, what="graph", error=GraphError)  # never a FIFO, a device, a directory

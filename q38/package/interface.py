@@ -107,5 +107,6 @@ class SessionPackage(AnyPackage, Protocol):
         source: str,
     ) -> EditedSessions:
         """The config with ``entries`` set per graph role (older ones under ``drop_prefix`` replaced)
-        and ``provider_options`` merged into the providers the sessions name."""
+        and ``provider_options`` merged into the providers the sessions name.
+        """
 

@@ -36,6 +36,7 @@ def keep_source_forms(source: Any, base: Any, new: Any) -> Any:
 
     Returns:
         A JSON value meaning what ``new`` means; equal to ``source`` where ``new == base``.
+
     """
     if new == base:
         return source

@@ -167,6 +167,7 @@ def loads_strict(
             deeply, or - naming the key path - NaN / Infinity, a number out of double range, an
             integer beyond 64 bits, a duplicate key, an unpaired surrogate in a string. A string
             with a NUL is read up to it (a warning names the key path), as onnxruntime reads it.
+
     """
     label = clip(what)
 
@@ -250,6 +251,7 @@ def dumps_json(obj: Any, *, what: str = "JSON output", error: type[Q38Error] = P
         error: ``obj`` holds a value strict JSON cannot carry (NaN, an infinity, an integer
             beyond 64 bits, a NUL or unpaired surrogate, a non-string key), naming its key path,
             so the value is refused where it was produced instead of written.
+
     """
 
     def fail(path: str, message: str) -> Q38Error:

@@ -141,6 +141,7 @@ def place(
 
     Raises:
         PackageError: the policy is impossible here, or the file cannot be read or written.
+
     """
     s, d = os.path.realpath(os.fspath(src)), os.fspath(dst)
     order: tuple[LinkMode, ...] = ("reflink", "copy") if policy is LinkPolicy.AUTO else (policy.value,)  # type: ignore[assignment]

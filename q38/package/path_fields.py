@@ -57,7 +57,8 @@ Category = Literal["syntax", "escape", "file"]
 @dataclass(frozen=True)
 class PathField:
     """One path a config names: its JSON key path, the value as written, what it is, and the
-    directory it is relative to."""
+    directory it is relative to.
+    """
 
     key: str
     value: object
@@ -89,6 +90,7 @@ def path_fields(doc: Mapping[str, Any], *, config_dir: Path, head_dir: Path | No
         doc: the parsed ``genai_config.json``.
         config_dir: the directory holding the config (paths are relative to it).
         head_dir: a layered package's ``head/`` (the head graph's directory); default ``config_dir``.
+
     """
     head_dir = config_dir if head_dir is None else head_dir
     out: list[PathField] = []
@@ -185,7 +187,8 @@ def field_problem(field: PathField, *, root: Path) -> Problem | None:
 
 def shared_initializer_ranges(doc: Mapping[str, Any], *, config_dir: Path) -> list[str]:
     """Messages for ``shared_initializers`` entries whose ``offset``/``length`` are not decimal
-    integers or lie past the end of their (regular, contained) ``data_file``."""
+    integers or lie past the end of their (regular, contained) ``data_file``.
+    """
     found = []
     model = _obj(doc.get("model"))
     for section in GRAPH_SECTIONS:

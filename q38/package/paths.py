@@ -22,6 +22,7 @@ def safe_relpath(rel: str, *, what: str) -> str:
     Args:
         rel: the path as written in a package file.
         what: what names the path (file and field), for the error message.
+
     """
     if not isinstance(rel, str) or not rel or rel.strip() != rel:
         raise UnsafePathError(f"{what}: invalid path {quote(rel)}")

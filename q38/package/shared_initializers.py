@@ -130,6 +130,7 @@ def shared_initializer_problems(
             for every graph that shares weights (the decoder and each section with entries).
         files: also report entries whose byte range or data file is unsound (``q38 check``
             leaves those to the path-field rules, so one fault is one violation).
+
     """
     problems = []
     for role, entries in sections.items():

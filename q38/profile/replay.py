@@ -290,6 +290,7 @@ def read_trace(path: Any, *, rows: int, experts: int) -> tuple[list[np.ndarray],
 
     Raises:
         ProfileError: not a trace, another version, or rows / experts that do not match the profile.
+
     """
     import json
 

@@ -85,7 +85,8 @@ class ProfileRun:
 @dataclass
 class RunnablePackage:
     """The graphs a profile runs: (role, package-relative file, its directory, model) in run order,
-    the config's state names and symbolic dims, and the vocabulary size."""
+    the config's state names and symbolic dims, and the vocabulary size.
+    """
 
     surface: str
     root: Path
@@ -180,7 +181,8 @@ def profile_package(
     progress: Callable[[int], Progress] | None = None,
 ) -> ProfileRun:
     """Run ``workload`` over the package at ``path`` (or already opened) on the CPU and count
-    expert selections."""
+    expert selections.
+    """
     start = time.perf_counter()
     pkg = path if isinstance(path, RunnablePackage) else open_runnable(Path(path))
     check_cpu_runnable(pkg)

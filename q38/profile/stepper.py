@@ -37,7 +37,8 @@ def _template(text: str) -> re.Pattern[str]:
 @dataclass(frozen=True)
 class StateNames:
     """present name -> past name, from the config's ``inputs`` / ``outputs`` name templates
-    (``past_key_names`` <-> ``present_key_names``, ...)."""
+    (``past_key_names`` <-> ``present_key_names``, ...).
+    """
 
     pairs: tuple[tuple[str, str], ...]  # (present template, past template)
 

@@ -100,7 +100,8 @@ def tapped_graph(model: ir.Model, graph_dir: Path, *, where: str, threads: int =
 
 def select_experts(logits: np.ndarray, k: int) -> np.ndarray:
     """The experts a QMoE node picks per token: the ``k`` largest router logits of each row
-    (``[tokens, E]``), ties to the lower index. Returns ``[tokens, k]`` indices."""
+    (``[tokens, E]``), ties to the lower index. Returns ``[tokens, k]`` indices.
+    """
     rows = np.asarray(logits, dtype=np.float32).reshape(-1, logits.shape[-1])
     order = np.argsort(-rows, axis=1, kind="stable")
     return order[:, :k]

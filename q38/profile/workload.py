@@ -50,7 +50,8 @@ def synthetic_prompts(count: int, length: int, vocab: int, seed: int) -> tuple[t
 
 def read_prompts(path: Path, *, vocab: int, tokenizer: Callable[[], Tokenizer | str]) -> tuple[tuple[int, ...], ...]:
     """The prompts of ``path``; ``tokenizer()`` gives an encoder, or the reason there is none
-    (asked only when a line is text). One :class:`ProfileError` line naming file and line."""
+    (asked only when a line is text). One :class:`ProfileError` line naming file and line.
+    """
     data = read_bounded(path, what="--prompts", limit=TEXT_LIMIT, error=ProfileError)
     try:
         text = data.decode("utf-8")

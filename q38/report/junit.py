@@ -21,7 +21,8 @@ __all__ = ["render_junit"]
 
 def _case_key(report: Any, r: Result, family: str) -> tuple[str, str]:
     """(case graph, family): a graph's own results on it, config rules on the config file,
-    package-wide results on ``package``."""
+    package-wide results on ``package``.
+    """
     v = r.violation
     if v.graph in report.graphs:
         return v.graph, family

@@ -26,7 +26,8 @@ __all__ = ["Location", "artifact_uri", "locate", "package_prefix"]
 @dataclass(frozen=True)
 class Location:
     """``file``: the artifact, relative to the package root (posix); ``logical``: the node or key
-    path inside it (``""``: none); ``kind``: the SARIF logical-location kind of ``logical``."""
+    path inside it (``""``: none); ``kind``: the SARIF logical-location kind of ``logical``.
+    """
 
     file: str
     logical: str = ""
@@ -63,7 +64,8 @@ def locate(report: Any, v: Violation) -> Location:
 def package_prefix(package: str) -> str:
     """The package directory as a path prefix for artifact URIs: relative to the working
     directory when the package is inside it (what GitHub code scanning resolves against the
-    repository root), else absolute; posix, ``""`` for the working directory itself."""
+    repository root), else absolute; posix, ``""`` for the working directory itself.
+    """
     here = Path.cwd().resolve()
     root = Path(package).resolve()
     try:
@@ -75,7 +77,8 @@ def package_prefix(package: str) -> str:
 
 def artifact_uri(prefix: str, file: str) -> str:
     """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`): a
-    percent-encoded relative reference, or a ``file://`` URI when the path is absolute."""
+    percent-encoded relative reference, or a ``file://`` URI when the path is absolute.
+    """
     path = prefix + file
     if path.startswith("/"):
         return Path(path).as_uri()

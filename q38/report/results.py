@@ -51,7 +51,8 @@ Suppression = Literal["ignore", "select", "baseline"]
 @dataclass(frozen=True)
 class Selection:
     """Which results count: ``select`` (ids / prefixes kept; empty keeps all), ``ignore`` (ids /
-    prefixes dropped), and whether warnings fail like errors."""
+    prefixes dropped), and whether warnings fail like errors.
+    """
 
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -61,7 +62,8 @@ class Selection:
 @dataclass(frozen=True)
 class Result:
     """One violation as reported: its level (``warning`` promoted by ``--warnings-as-errors``),
-    its stable fingerprint, and why it is suppressed (``None``: it is active)."""
+    its stable fingerprint, and why it is suppressed (``None``: it is active).
+    """
 
     violation: Violation
     level: Severity
@@ -149,7 +151,8 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
              require_sessions: bool = False, ort_sessions: bool = False,
              baseline_path: str = "") -> CheckResults:  # fmt: skip
     """Every violation of ``report`` as a :class:`Result`: ``--ignore`` first, then ``--select``,
-    then the ``baseline`` fingerprints (a multiset: each entry suppresses one result)."""
+    then the ``baseline`` fingerprints (a multiset: each entry suppresses one result).
+    """
     left = Counter(baseline)
     out = CheckResults(report, require_sessions=require_sessions, baseline_path=baseline_path,
                        ort_sessions=ort_sessions)
@@ -173,7 +176,8 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
 def check_selectors(flag: str, selectors: Iterable[str], found: Iterable[str] = ()) -> None:
     """Refuse (FlagError) a selector that selects no registered rule and none of the ``found``
     result ids (a result id without a catalogue entry): a typo must not
-    silently disable a gate."""
+    silently disable a gate.
+    """
     from contracts.catalogue import catalogue, matches
     from q38.errors import FlagError, quote
 
@@ -196,7 +200,8 @@ def baseline_document(results: CheckResults) -> dict[str, Any]:
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in its directory and a rename, so a
-    reader never sees half a file and a failure leaves no file behind."""
+    reader never sees half a file and a failure leaves no file behind.
+    """
     target = Path(path)
     if target.is_dir():
         from q38.errors import FlagError
@@ -228,6 +233,7 @@ def read_baseline(path: str | os.PathLike[str]) -> list[str]:
 
     Raises:
         FlagError: the file is not a q38 baseline (one line naming the file and the fault).
+
     """
     from q38.errors import FlagError
 

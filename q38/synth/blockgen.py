@@ -39,7 +39,8 @@ def base_block(
     """The doubled base block for ``key`` (``2 * n`` elements, the second half a copy of the
     first, so that any rotation is a zero-copy slice); drawn once per process and key.
 
-    ``draw(rng, n)`` returns ``n`` elements of ``dtype``; ``rng`` is seeded from ``key`` only."""
+    ``draw(rng, n)`` returns ``n`` elements of ``dtype``; ``rng`` is seeded from ``key`` only.
+    """
     full = (key, np.dtype(dtype).str)
     got = _BASES.get(full)
     if got is None:
@@ -60,7 +61,8 @@ class BlockStream:
     """The elements of one tensor, handed out front to back in pieces of any size.
 
     Block ``k`` of the tensor is the base block rotated by ``shift[k]``; the shifts come from
-    ``rng_for(seed, name)`` (one draw of all of them up front), so they depend on the name only."""
+    ``rng_for(seed, name)`` (one draw of all of them up front), so they depend on the name only.
+    """
 
     def __init__(self, seed: int, name: str, base: np.ndarray, total: int) -> None:
         self.base = base

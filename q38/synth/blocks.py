@@ -299,7 +299,8 @@ class Ctx:
 
         Same state (``past.{i}.recurrent``, float32 [B, Hv, Dk, Dv]) and the same maths: q / k
         L2-normalised per head (q also scaled by Dk^-0.5), decay = -exp(A_log) * softplus(a + dt_bias),
-        beta = sigmoid(b). Returns the [B, S, Hv*Dv] output."""
+        beta = sigmoid(b). Returns the [B, S, Hv*Dv] output.
+        """
         g, s = self.g, self.s
         kd, vd, hk = s.gdn_hk * s.gdn_dk, s.gdn_hv * s.gdn_dv, s.gdn_hk
         q, k, v = g.op("Split", [yT, self.c64(f"{p}/qkv/split", [kd, kd, vd])], f"{p}/qkv/Split", n_out=3, axis=-1)
@@ -324,7 +325,8 @@ class Ctx:
         self, x: str, p: str, wp: str, *, layer: int | None, seqlens: str, total: str
     ) -> str:
         """QSA attention of layer ``layer``; ``layer=None`` is the stateless MTP attention (GQA, no past,
-        alternate RMSNorm form)."""
+        alternate RMSNorm form).
+        """
         g, s, w = self.g, self.s, self.w
         qd, kd = s.heads * s.head_size, s.kv_heads * s.head_size
         qkv = g.op1(

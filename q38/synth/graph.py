@@ -32,7 +32,8 @@ def _identity(path: Path) -> tuple[int, int, int, int]:
 
 def known_sha256(path: Path) -> str | None:
     """The sha256 a DataFile of this process computed while writing ``path``, if the file (same
-    inode, size and mtime: also a hard link to it) is still what it wrote; else None."""
+    inode, size and mtime: also a hard link to it) is still what it wrote; else None.
+    """
     try:
         return _WRITTEN.get(_identity(path))
     except OSError:
@@ -62,7 +63,8 @@ class DataFile:
     """An external data file written front to back at fixed, 64-byte aligned offsets.
 
     Writes go through one background thread behind a short queue (at most ``_QUEUE`` pieces in
-    flight), so generating the next piece overlaps writing this one and memory stays bounded."""
+    flight), so generating the next piece overlaps writing this one and memory stays bounded.
+    """
 
     _QUEUE = 3
 
@@ -96,7 +98,8 @@ class DataFile:
 
     def add(self, key: str, arr: np.ndarray, *, misalign: int = 0) -> ExtRef:
         """Append ``arr``; ``misalign`` > 0 places it ``misalign`` bytes past a 64-byte boundary
-        (used for deliberately unaligned expert weights)."""
+        (used for deliberately unaligned expert weights).
+        """
         return self.add_chunks(key, [arr], arr.dtype, tuple(arr.shape), misalign=misalign)
 
     def add_chunks(
@@ -109,7 +112,8 @@ class DataFile:
         misalign: int = 0,
     ) -> ExtRef:
         """Append one tensor given as consecutive pieces of its C-order bytes (written as they come,
-        never held whole); same placement rules as ``add``."""
+        never held whole); same placement rules as ``add``.
+        """
         if key in self.refs:
             return self.refs[key]
         start = -(-self.size // _ALIGN) * _ALIGN + misalign

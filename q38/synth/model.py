@@ -185,7 +185,8 @@ def build_head(shared: Weights, own: Weights, s: Spec) -> onnx.ModelProto:
     """The head graph (``fold.head_r2``): final norm + fp16 lm_head (FP8-quantizable) over the streams,
     then the next token's embedding. Norm, lm_head and embedding bytes come from ``shared`` (the
     target's data file); ``fold.proj.weight`` is the head's own tensor (same name as an unrelated
-    target tensor, different bytes)."""
+    target tensor, different bytes).
+    """
     g = GraphBuilder("qwen38_flash_head_r2")
     B, S = "batch_size", "sequence_length"
     g.input("hidden_states", F16, [B, S, s.streams])

@@ -28,7 +28,8 @@ _PERM_16_4 = (0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27,
 
 def quantize_int4(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric block int4 of ``w`` [N, K] along K: (raw uint8 [N, K/2] low nibble first, zp 8;
-    fp16 scales [N, K/block])."""
+    fp16 scales [N, K/block]).
+    """
     n, k = w.shape
     blocks = w.astype(np.float32).reshape(n, k // block, block)
     amax = np.abs(blocks).max(axis=-1)
@@ -91,7 +92,8 @@ def _nibble_source(n: int, k: int) -> np.ndarray:
     """For each packed nibble (low first), the raw nibble it copies (int64 [N*K]).
 
     The packer moves nibbles and maps each value v -> ((v - 8) & 15) ^ 8 == v, so it is a pure
-    nibble permutation. Found by packing the raw nibble positions 4 bits at a time."""
+    nibble permutation. Found by packing the raw nibble positions 4 bits at a time.
+    """
     pos = np.arange(n * k, dtype=np.int64)
     src = np.zeros(n * k, dtype=np.int64)
     for shift in range(0, max(1, (n * k - 1).bit_length()), 4):
@@ -118,7 +120,8 @@ def _pack_blocks(q: np.ndarray) -> np.ndarray:
     """The 4x8 -> 8x4 nibble transpose of every 16-byte block of ``q`` (uint8, size % 16 == 0).
 
     Input rows r0..r3 (4 bytes, 8 nibbles each) -> output byte 4j + 2h + p holds nibble 2j + h of
-    rows 2p (low) and 2p + 1 (high)."""
+    rows 2p (low) and 2p + 1 (high).
+    """
     r = q.reshape(-1).view("<u4").reshape(-1, 4)
     out = np.empty((r.shape[0], 4, 2, 2), dtype=np.uint8)
     lo4 = np.uint32(0x0F0F0F0F)
@@ -134,7 +137,8 @@ def _pack_blocks(q: np.ndarray) -> np.ndarray:
 def pack_sm80_int4(raw: np.ndarray, n: int, k: int) -> np.ndarray:
     """CUTLASS SM80 bytes (uint8 [..., K, N/2]) of raw ORT int4 storage [..., N, K/2] (batched).
 
-    Byte-identical to ``pack_sm80_int4_steps``, computed as the equivalent nibble permutation."""
+    Byte-identical to ``pack_sm80_int4_steps``, computed as the equivalent nibble permutation.
+    """
     _check_dims(n, k)
     q = np.ascontiguousarray(raw, dtype=np.uint8)
     lead = q.shape[:-2]
@@ -162,7 +166,8 @@ def reference_qmoe(
     w1 [E, 2I, H] dequantized fc1 (rows gate/up interleaved); w2 [E, H, I] dequantized fc2.
     Top-k is chosen on softmax(router_logits). Without ``router_weights`` the k softmax values are
     renormalized; with it (the shared prepacked path) the k gathered ``router_weights`` values are
-    used as they are, without renormalization (observed behaviour of ORT 1.32.0 CPU)."""
+    used as they are, without renormalization (observed behaviour of ORT 1.32.0 CPU).
+    """
     x = x.astype(np.float32)
     lg = router_logits.astype(np.float32)
     probs = np.exp(lg - lg.max(axis=-1, keepdims=True))

@@ -24,7 +24,8 @@ def cast_generated(values: np.ndarray, dtype: type) -> np.ndarray:
     ml_dtypes < 0.7 casts float64 to bfloat16 / float8 through float32 (two roundings); 0.7 rounds
     once, directly, and about 5 in 10^6 values land on the other neighbour. Synthetic packages are
     goldened byte for byte, so their ml_dtypes types take the float32 step explicitly (which both
-    versions round alike). numpy's own float16 keeps its direct rounding."""
+    versions round alike). numpy's own float16 keeps its direct rounding.
+    """
     if np.dtype(dtype).kind == "V":  # ml_dtypes types (numpy sees them as void-kind)
         return values.astype(np.float32).astype(dtype)
     return values.astype(dtype)
@@ -41,7 +42,8 @@ class Weights:
     A second graph built with the same ``Weights`` points at the same bytes (same offsets).
     ``refs`` maps initializer name -> ExtRef for the external ones. With ``block`` (the large and
     slice presets), tensors of at least BLOCK_MIN_BYTES come from q38.synth.blockgen (rotated
-    seeded blocks, >= 1 GB/s) instead of numpy's element-by-element draws."""
+    seeded blocks, >= 1 GB/s) instead of numpy's element-by-element draws.
+    """
 
     def __init__(
         self, seed: int, data: DataFile, *, threshold: int = EXTERNAL_THRESHOLD, block: bool = False
@@ -86,7 +88,8 @@ class Weights:
     ) -> str:
         """Like ``add`` for a tensor made ``rows_per_chunk`` leading rows at a time: ``make(r)``
         returns the next ``r`` rows (the generator's state carries over between calls). The pieces
-        go straight into the data file; the whole tensor is never held."""
+        go straight into the data file; the whole tensor is never held.
+        """
         if g.has_init(name) or name in self.refs or name in self._small:
             return self.add(g, name, lambda: np.empty(0))
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -160,7 +163,8 @@ class Weights:
         dtype: type,
     ) -> str:
         """``normal`` generated and written a few MiB at a time (the large preset's expert tensors;
-        pieces continue the one generator stream, so the bytes equal a whole-tensor draw)."""
+        pieces continue the one generator stream, so the bytes equal a whole-tensor draw).
+        """
         if self._use_block(shape, dtype):
             return self._block(
                 g, name, shape, dtype, ("normal", float(scale)),
@@ -227,7 +231,8 @@ class Weights:
 
         ``transform`` maps rows [r, ...] of raw codes to rows of stored bytes (row by row).
         Block-generated codes (``block``, large tensors) are drawn in stored order: random bytes
-        need no packing to stay random, so ``transform`` only gives the stored shape there."""
+        need no packing to stay random, so ``transform`` only gives the stored shape there.
+        """
         if self._use_block(shape, np.uint8):
             stored = shape
             if transform is not None:
@@ -255,12 +260,14 @@ class Weights:
 
     def raw_codes(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """The raw codes behind ``codes(name, shape)`` (for numerical references; not for
-        block-generated codes, which are drawn in stored order)."""
+        block-generated codes, which are drawn in stored order).
+        """
         return rng_for(self.seed, name).integers(0, 256, shape, dtype=np.uint8)
 
 
 def _rows_per_chunk(shape: tuple[int, ...], itemsize: int) -> int:
     """Leading rows per piece so that one piece (at ``itemsize`` bytes per element while it is
-    generated) stays near CHUNK_BYTES."""
+    generated) stays near CHUNK_BYTES.
+    """
     row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
     return max(1, CHUNK_BYTES // max(1, row))

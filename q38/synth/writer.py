@@ -93,7 +93,8 @@ def _graphs(
 
     With ``head_shares`` the head's shared tensors point into ``model.onnx.data`` next to the head
     graph (same directory, or a hard link placed there by the caller); otherwise the head's own data
-    file holds copies. Returns the shared tensors' refs (target file)."""
+    file holds copies. Returns the shared tensors' refs (target file).
+    """
     data = DataFile(d_target / "model.onnx.data", "model.onnx.data")
     w = Weights(seed, data, block=s.block_weights)
     try:
@@ -239,7 +240,8 @@ def synthesize(
     become LinearAttentionGate + LinearAttention (1.31.1 has no CPU GatedDeltaNet kernel) and the builder's
     ``linear_attn`` defaults to ``linear_attention``; None keeps the newest release's forms.
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
-    PackageError otherwise); the tree is built in a staging directory and renamed into place."""
+    PackageError otherwise); the tree is built in a staging directory and renamed into place.
+    """
     from q38.package import StagedDirectory
 
     _check(preset, variant, layout, lineage, experts, weight_gb, context_length, exporter)

@@ -1,5 +1,6 @@
 """Assembly of the builder-form graphs: the decoder ``model.onnx``, the stateful ``mtp.onnx`` and
-the ``engram.onnx`` n-gram lookup (docs/synthetic-model.md, "builder exporter")."""
+the ``engram.onnx`` n-gram lookup (docs/synthetic-model.md, "builder exporter").
+"""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def _logits_elem(f: Forms) -> int:
 def build_decoder(w: Weights, s: Spec, *, io: IoType, variant: str, prepacked: bool,
                   lineage: str, linear_attn: str = "gated_delta_net") -> onnx.ModelProto:  # fmt: skip
     """The decoder: embedding, Tile x hc, per layer two packed HC mixes around GDN or QSA and the
-    MoE, PLE on layer ``s.ple_layer``, ``hidden_states`` (the streams), final mixer, lm_head."""
+    MoE, PLE on layer ``s.ple_layer``, ``hidden_states`` (the streams), final mixer, lm_head.
+    """
     g = TypedGraph("qwen4_exp_text")
     f = Forms(g, w, s, io=io, variant=variant, prepacked=prepacked, linear_attn=linear_attn)
     e, ch = io.elem, s.streams
@@ -148,7 +150,8 @@ def build_mtp(own: Weights, shared: Weights, s: Spec, *, io: IoType, variant: st
     """The stateful one-layer MTP head: embedding (shared) + SimplifiedLayerNormalization,
     BranchwiseRMSNorm over the target's streams, fc_embedding / fc_hidden, one QSA + MoE layer
     (FP8 experts in the faithful variant, int4 in the cpu one: FP8 QMoE has no CPU kernel),
-    SkipSimplifiedLayerNormalization, lm_head (shared)."""
+    SkipSimplifiedLayerNormalization, lm_head (shared).
+    """
     g = TypedGraph("qwen4_exp_text_mtp")
     f = Forms(g, own, s, io=io, variant=variant, prepacked=prepacked, shared=shared)
     e, ch, h = io.elem, s.streams, s.hidden
@@ -189,7 +192,8 @@ def build_mtp(own: Weights, shared: Weights, s: Spec, *, io: IoType, variant: st
 
 def build_engram(w: Weights, s: Spec, *, io: IoType = ENGRAM_IO) -> onnx.ModelProto:
     """``engram.onnx``: NGramHashMapping (history ``past.{i}.ple_tokens``) + GatherBlockQuantized
-    over the FP8 table -> ``embeddings`` [B, S, ple_dim] (runs as a CPU session)."""
+    over the FP8 table -> ``embeddings`` [B, S, ple_dim] (runs as a CPU session).
+    """
     g = TypedGraph("qwen4_exp_text_engram")
     f = Forms(g, w, s, io=io, variant="faithful", prepacked=False)
     i = s.ple_layer

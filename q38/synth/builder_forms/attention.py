@@ -1,6 +1,7 @@
 """Builder-form QSA attention: the faithful DynamicSparseAttention / SparseAttentionIndexer forms and
 the cpu variant's substitute (SimplifiedLayerNormalization q/k norms, MRotaryEmbedding,
-GroupQueryAttention), which ORT 1.32.0 CPU runs."""
+GroupQueryAttention), which ORT 1.32.0 CPU runs.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ I32, BOOL, F32 = TensorProto.INT32, TensorProto.BOOL, TensorProto.FLOAT
 def attention(f: Forms, x: str, i: int, state: int) -> str:
     """QSA attention of layer ``i`` (node names ``/model/layers.{i}/attn/...``) whose states are
     ``past_key_values.{state}.*`` (and ``past.{state}.indexer_key``): packed qkv MatMul, separate
-    gate MatMul, attention, ``Mul(o, Sigmoid(gate))``, o_proj."""
+    gate MatMul, attention, ``Mul(o, Sigmoid(gate))``, o_proj.
+    """
     s = f.s
     p = f"/model/layers.{i}/attn"
     qd, kd = s.heads * s.head_size, s.kv_heads * s.head_size
@@ -45,7 +47,8 @@ def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: object) 
 def _sparse(f: Forms, x: str, qkv: str, i: int, state: int) -> str:
     """SparseAttentionIndexer in its 13-input fixed-cache form (slot 12 ``past_sequence_length``),
     the counts chain GreaterOrEqual -> Where -> ReduceSum and two Reshapes, then
-    DynamicSparseAttention with ``do_rotary=1`` and 17 inputs (q/k norm weights inside the op)."""
+    DynamicSparseAttention with ``do_rotary=1`` and 17 inputs (q/k norm weights inside the op).
+    """
     g, s = f.g, f.s
     p, wp = f"/model/layers.{i}/attn", f"model.layers.{i}.attn"
     ip, di = f"{p}/indexer", s.idx_dim
@@ -82,7 +85,8 @@ def _sparse(f: Forms, x: str, qkv: str, i: int, state: int) -> str:
 def _qk(f: Forms, x: str, p: str, wp: str, tag: str, heads: int) -> str:
     """``Reshape [0, -1, D]`` -> ``SimplifiedLayerNormalization`` (ai.onnx) -> ``Reshape`` back, then
     ``MRotaryEmbedding`` over the [3, B, S] position ids (interleaved partial MRoPE, mrope_layout 1)
-    computed in float32 between two Casts: the Qwen3.5 builder's CPU attention form."""
+    computed in float32 between two Casts: the Qwen3.5 builder's CPU attention form.
+    """
     g, s, e = f.g, f.s, f.io.elem
     d = s.head_size
     rows = "sequence_length * num_attention_heads" if tag == "q" else "sequence_length * num_key_value_heads"
@@ -124,6 +128,6 @@ def _gqa(f: Forms, qkv: str, i: int, state: int) -> str:
 
 
 def kv_shapes(f: Forms) -> tuple[list[int | str], list[int | str]]:
-    """past / present KV shapes: [B, kvH, past|total, kv_cache_dim] (the builder's symbolic dim)."""
+    """Past / present KV shapes: [B, kvH, past|total, kv_cache_dim] (the builder's symbolic dim)."""
     kv = f.s.kv_heads
     return [B, kv, P, KV_DIM], [B, kv, T, KV_DIM]

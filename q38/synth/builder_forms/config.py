@@ -7,7 +7,8 @@ additions (``qwen4_exp_text``, indexer / PLE names, ``past_sequence_length``, ``
 
 The cpu variant writes the subset onnxruntime-genai 0.18.0 loads on CPU: a model type it runs,
 no indexer / PLE / engram keys (0.18.0 rejects them) and no ``shared_initializers`` (0.18.0 CPU
-fails model creation with them: "GetMemoryInfo for CPU should not be used")."""
+fails model creation with them: "GetMemoryInfo for CPU should not be used").
+"""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ OG018_REJECTED: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def for_og018(doc: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``doc`` without the keys onnxruntime-genai 0.18.0 rejects (what a 0.18.0 user
-    strips to parse a Qwen3.8 builder config)."""
+    strips to parse a Qwen3.8 builder config).
+    """
     import copy
 
     out = copy.deepcopy(doc)

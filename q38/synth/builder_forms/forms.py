@@ -38,7 +38,8 @@ class Forms:
 
     ``variant`` "faithful" emits the real QSA ops and external PLE state; "cpu" substitutes what
     ORT 1.32.0 CPU and onnxruntime-genai 0.18.0 run (docs/synthetic-model.md). ``prepacked`` writes
-    ``weights_prepacked=1`` with CUTLASS SM80 expert bytes instead of omitting the attribute."""
+    ``weights_prepacked=1`` with CUTLASS SM80 expert bytes instead of omitting the attribute.
+    """
 
     def __init__(
         self,
@@ -85,7 +86,8 @@ class Forms:
     def matmul(self, x: str, name: str, k: int, n: int, lead: Shape = (B, S), *,
                weights: Weights | None = None, wname: str | None = None) -> str:  # fmt: skip
         """``MatMul(x, W[k, n])`` named ``name``; W is ``{name[1:] with dots}.weight`` (the
-        builder's rule) unless ``wname`` is given."""
+        builder's rule) unless ``wname`` is given.
+        """
         wn = wname or name[1:].replace("/", ".") + ".weight"
         src = weights if weights is not None else self.w
         w = src.normal(self.g, wn, (k, n), dtype=self.io.np_type)
@@ -104,7 +106,8 @@ class Forms:
 
     def mask(self) -> tuple[str, str]:
         """``seqlens_k`` (int32 [B]) and ``total_sequence_length`` (int32 scalar) from the 2D mask,
-        as the builder's ``make_attention_mask_reformatting_for_gqa`` spells them."""
+        as the builder's ``make_attention_mask_reformatting_for_gqa`` spells them.
+        """
         if self._mask is None:
             g, p = self.g, "/model/attn_mask_reformat/attn_mask_subgraph"
             i64, i32 = TensorProto.INT64, TensorProto.INT32
@@ -131,7 +134,8 @@ class Forms:
         as the builder writes them when MRoPE runs in float32).
 
         Kept inline (32 KiB each in float16 at the default context): the one place where these
-        packages hold initializers over 1 KiB inside the graph file, as some hand-made exports do."""
+        packages hold initializers over 1 KiB inside the graph file, as some hand-made exports do.
+        """
         if self._rotary is None:
             s = self.s
             half = s.rotary_dim // 2

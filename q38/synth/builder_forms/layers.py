@@ -1,7 +1,8 @@
 """Builder-form blocks: packed hyper-connection mixes, GatedDeltaNet, MoE, PLE / Engram.
 
 Each function emits one block of docs/synthetic-model.md ("builder exporter") with the public
-builder's node and initializer names."""
+builder's node and initializer names.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 def hc_mix(f: Forms, x: str, p: str, wp: str) -> tuple[str, str]:
     """BranchwiseRMSNorm -> one packed MatMul [down|inject] -> Split -> ScaledSiLU -> up MatMul ->
-    Sigmoid -> HyperConnectionPreMix; inject Div/Sigmoid/Mul. Returns (pre [B,S,H], inject [B,S,hc])."""
+    Sigmoid -> HyperConnectionPreMix; inject Div/Sigmoid/Mul. Returns (pre [B,S,H], inject [B,S,hc]).
+    """
     g, s = f.g, f.s
     ch, r, hc, e = s.streams, s.hc_rank, s.hc, f.io.elem
     hn = g.node1(_ops.BRANCHWISE_RMS_NORM, [x, f.norm_weight(f"{wp}.norm.weight", (ch,))],
@@ -58,7 +60,8 @@ def hc_post(f: Forms, x: str, block_out: str, pg: str, p: str) -> str:
 
 def final_mixer(f: Forms, x: str) -> str:
     """The final hyper-connection mix without a combine (no inject, no PostMix): [B,S,H] that
-    feeds lm_head directly (no RMSNorm)."""
+    feeds lm_head directly (no RMSNorm).
+    """
     g, s = f.g, f.s
     p, wp = "/model/final_hyper_connection", "model.final_hyper_connection"
     ch, r, e = s.streams, s.hc_rank, f.io.elem
@@ -75,7 +78,8 @@ def final_mixer(f: Forms, x: str) -> str:
 
 def _state_conv(f: Forms, x: str, i: int, transpose_in: str) -> str:
     """Transpose [B,S,C] -> [B,C,S], ``CausalConvWithState`` whose output 1 is
-    ``present.{i}.conv`` (ndim 1, silu, state_window 0), Transpose back to [B,S,C]."""
+    ``present.{i}.conv`` (ndim 1, silu, state_window 0), Transpose back to [B,S,C].
+    """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
     cd = s.conv_dim
@@ -92,7 +96,8 @@ def _state_conv(f: Forms, x: str, i: int, transpose_in: str) -> str:
 def gated_delta_net(f: Forms, x: str, i: int) -> str:
     """qkv_z / a_b projections; CausalConvWithState whose output 1 is ``present.{i}.conv``;
     GatedDeltaNet(packed qkv, "", "", "", fp32 decay, fp32 beta, state, A_log, dt_bias) with
-    ``gate_activation=qwen``; GatedRMSNorm; out_proj."""
+    ``gate_activation=qwen``; GatedRMSNorm; out_proj.
+    """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
     cd, zd, hv = s.conv_dim, s.gdn_hv * s.gdn_dv, s.gdn_hv
@@ -146,7 +151,8 @@ def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
 
 def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
     """The MTP head's FP8 experts: gate as fc1, down as fc2, up as fc3 (``swiglu_fusion=0``),
-    float8e4m3fn row-major [E, N, K] with float32 block scales [E, ceil(N/128), ceil(K/128)]."""
+    float8e4m3fn row-major [E, N, K] with float32 block scales [E, ceil(N/128), ceil(K/128)].
+    """
     import ml_dtypes
 
     g, s, w = f.g, f.s, f.w
@@ -170,7 +176,8 @@ def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
 
 def moe(f: Forms, x: str, i: int, *, fp8: bool = False) -> str:
     """Router MatMul -> Reshape [-1, E] -> QMoE (14 inputs, zero biases at slots 4 and 7, no
-    router_weights); shared expert; GatedAdd."""
+    router_weights); shared expert; GatedAdd.
+    """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}", f"model.layers.{i}"
     h, ne = s.hidden, s.experts
@@ -198,7 +205,8 @@ def engram_lookup(f: Forms, ids: str, p: str, past: str | None, *,
     (``layer_ann=cpu_embedding``) -> Reshape: the n-gram embeddings [B, S, ple_dim].
 
     ``past`` is the ``past.{i}.ple_tokens`` history (None: no history, pad ids); ``outputs`` names
-    (embeddings, present ple tokens) when they are graph outputs."""
+    (embeddings, present ple tokens) when they are graph outputs.
+    """
     import ml_dtypes
 
     g, s, w = f.g, f.s, f.w
@@ -231,7 +239,8 @@ def ple(f: Forms, x: str, i: int, embeddings: str) -> str:
     """The PLE block on the streams of layer ``i``: key/value projections of the n-gram
     embeddings, EngramGate against the streams, a dilated channels-last CausalConvWithState over
     the gated value, and the residual Adds. Faithful: the conv state is ``past.{i}.ple_conv`` ->
-    ``present.{i}.ple_conv``; cpu: no conv state (onnxruntime-genai 0.18.0 carries none)."""
+    ``present.{i}.ple_conv``; cpu: no conv state (onnxruntime-genai 0.18.0 carries none).
+    """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/ple", f"model.layers.{i}.ple"
     hc, h, ch = s.hc, s.hidden, s.streams
@@ -266,7 +275,8 @@ def linear_attention(f: Forms, x: str, i: int) -> str:
     separate qkv / z / b / a projections, CausalConvWithState (output 1 = ``present.{i}.conv``),
     split q/k/v, LpNormalization q/k (q scaled by Dk^-0.5), LinearAttentionGate ->
     LinearAttention{gated_delta} (state ``past.{i}.recurrent`` in the io dtype), GatedRMSNorm,
-    out_proj."""
+    out_proj.
+    """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
     kd, vd, hk, hv = s.gdn_hk * s.gdn_dk, s.gdn_hv * s.gdn_dv, s.gdn_hk, s.gdn_hv

@@ -1,6 +1,7 @@
 """Tokenizer files beside the graphs (what ``tokenizer.save_pretrained`` leaves in a builder
 package): a byte-level BPE ``tokenizer.json`` over the synthetic vocabulary and its
-``tokenizer_config.json``. Deterministic text, no merges."""
+``tokenizer_config.json``. Deterministic text, no merges.
+"""
 
 from __future__ import annotations
 

@@ -69,7 +69,8 @@ class TypedGraph(GraphBuilder):
         **attrs: Any,
     ) -> list[str]:
         """Add one node; ``types[k]`` is output k's (elem, shape), None for an unused optional
-        output (written as the empty name)."""
+        output (written as the empty name).
+        """
         outs = list(outputs) if outputs is not None else [
             f"{name}/output_{k}" if t is not None else "" for k, t in enumerate(types)
         ]
