@@ -16,11 +16,11 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from q38.assembly.bundle import Entry, Source, read_source
 from q38.assembly.compose import Composition, PoolRow, compose
-from q38.assembly.configure import graph_facts, make_config
+from q38.assembly.configure import GraphFacts, graph_facts, make_config
 from q38.assembly.inputs import Library, check_destinations, check_libraries, check_provider
 from q38.assembly.proto_io import save_proto
 from q38.assembly.qsa import qsa_constants
@@ -74,6 +74,21 @@ class BuildResult:
             "link_modes": dict(sorted(self.link_modes.items())),
             "pool_entries": self.pool_entries,
         }
+
+
+class _ConfigArgs(TypedDict):
+    """The :func:`make_config` arguments every package of one build shares (all but ``decoder_file``)."""
+
+    target_bundle: Path
+    facts: GraphFacts
+    provider: str
+    cuda_options: dict[str, str]
+    libraries: dict[str, str]
+    custom_ops_library: str | None
+    kv_capacity: int | None
+    target_file: str
+    head_file: str
+    prefill_file: str | None
 
 
 @dataclass
@@ -139,7 +154,7 @@ def _plan(req: BuildRequest) -> tuple[list[_Package], list[Path]]:
     lib_map = {lib.name: f"libs/{lib.basename}" for lib in libs}
     custom = lib_map[libs[0].name] if libs else None
     folded = [prefill] if prefill else []
-    kw: dict[str, Any] = {
+    kw: _ConfigArgs = {
         "target_bundle": req.target, "facts": facts, "provider": req.provider,
         "cuda_options": cuda, "libraries": lib_map, "custom_ops_library": custom, "kv_capacity": None,
         "target_file": target.graph_rel, "head_file": head.graph_rel,
@@ -167,8 +182,8 @@ def _ident(path: Path) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def _config(**kw: Any) -> str:
-    cfg = make_config(**kw)
+def _config(*, decoder_file: str, **kw: Unpack[_ConfigArgs]) -> str:
+    cfg = make_config(decoder_file=decoder_file, **kw)
     # Round-trip through the strict parser: a bad value fails here, before anything is written.
     parse_config(config_to_dict(cfg), source=f"{kw['target_bundle']}: derived genai_config.json")
     chunk = cfg.model.qwen38_graph.prefill

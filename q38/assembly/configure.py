@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -174,7 +175,7 @@ def _upstream_genai(bundle: Path, cfg: GenaiConfig, d: dict[str, Any], *, warn: 
     }
 
 
-def _refuse_unbindable(bundle: Path, kind: str, names: Any, keys: frozenset[str]) -> None:
+def _refuse_unbindable(bundle: Path, kind: str, names: Mapping[str, str], keys: frozenset[str]) -> None:
     """A graph input / output the exporter's config binds but a v12b config cannot: refused.
 
     (The paged-attention export's ``block_table``, ``cumulative_sequence_lengths``, ...): the

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import ml_dtypes
 import numpy as np
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _TP = onnx.TensorProto
-_NP: Final[dict[int, Any]] = {
+_NP: Final[dict[int, type[np.generic]]] = {
     _TP.FLOAT: np.float32, _TP.DOUBLE: np.float64, _TP.FLOAT16: np.float16,
     _TP.BFLOAT16: ml_dtypes.bfloat16, _TP.INT8: np.int8, _TP.UINT8: np.uint8,
     _TP.INT16: np.int16, _TP.UINT16: np.uint16, _TP.INT32: np.int32, _TP.UINT32: np.uint32,
@@ -163,7 +163,7 @@ def range_sha256(path: Path, offset: int, length: int | None) -> str:
     return h.hexdigest()
 
 
-def _np_type(t: onnx.TensorProto, what: str) -> Any:
+def _np_type(t: onnx.TensorProto, what: str) -> type[np.generic]:
     try:
         return _NP[t.data_type]
     except KeyError:

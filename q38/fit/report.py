@@ -9,7 +9,7 @@ line and never added to the exact sum; a verdict reads both (docs/fit.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -230,7 +230,7 @@ def fit_package(
     tiers = list(dict.fromkeys(contexts)) or [facts.context_length]
     rows: list[FitRow] = []
 
-    def add(name: str, decoder: str, entries: Any, context: int, budget: int | None) -> None:
+    def add(name: str, decoder: str, entries: Mapping[str, str], context: int, budget: int | None) -> None:
         m = breakdown(facts, graphs, decoder=decoder, entries=entries, context=context, batch=batch)
         strategy = _arena_strategy(facts, name)
         rows.append(FitRow(name, decoder, context, m, estimate(facts, strategy, m.device_total, batch), budget))

@@ -9,14 +9,17 @@ stands in for them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from q38.errors import OffloadError
+
+if TYPE_CHECKING:
+    from q38.package import Config, WeightsPool
 
 __all__ = ["refuse_unfit_profiles"]
 
 
-def refuse_unfit_profiles(src: Path, config: Any, pool: Any) -> None:
+def refuse_unfit_profiles(src: Path, config: Config, pool: WeightsPool) -> None:
     """Raise :class:`OffloadError` naming the profile, tier and bytes over if a planned profile cannot fit.
 
     ``config``: the planned :class:`q38.package.Config`; ``pool``: the planned weights pool.

@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from q38.offload.options import OffloadOptions
 from q38.offload.report import OffloadReport
+
+if TYPE_CHECKING:  # onnx_ir loads with the planners, not with this record
+    from q38.offload.placement import Move
+    from q38.package.interface import AnyPackage
 
 __all__ = ["AlignedFile", "OffloadPlan"]
 
@@ -18,7 +22,7 @@ class AlignedFile:
     """A file filled kernel-side from byte ranges of the source (the aligned MTP-expert file)."""
 
     rel: str  # output-relative name
-    moves: Any  # q38.offload.placement moves
+    moves: tuple[Move, ...]
     src_root: Path  # the directory the moves' source files are relative to
 
 
@@ -33,7 +37,7 @@ class OffloadPlan:
     manifest entries beside the shared ones.
     """
 
-    package: Any
+    package: AnyPackage
     options: OffloadOptions
     report: OffloadReport
     unchanged: list[tuple[Path, str]]

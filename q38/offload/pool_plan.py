@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -53,6 +53,9 @@ from q38.package import (
 )
 from q38.package.pool import POOL_FILENAME
 
+if TYPE_CHECKING:
+    from q38.package import V12bPackage
+
 __all__ = ["plan_pool_offload"]
 
 _LOG = logging.getLogger("q38.offload")
@@ -78,7 +81,7 @@ def _hit_reports(rows: ProfileRows | None, tiers: Sequence[tuple[str, Mapping[st
 
 
 def plan_pool_offload(
-    opened: Any,
+    opened: V12bPackage,
     options: OffloadOptions,
     *,
     out: Path,

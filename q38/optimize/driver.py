@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
@@ -33,6 +33,7 @@ from q38.errors import PackageError, quote
 from q38.optimize._common import Target, TensorReader
 from q38.optimize.derived_weights import (
     DerivedStore,
+    SourceIdentity,
     reconcile_pool,
     source_identities,
     tensor_refs,
@@ -57,6 +58,9 @@ from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
 from q38.package.pool import POOL_FILENAME
 from q38.package.shared_initializers import shared_initializer_problems
 from q38.progress import Progress
+
+if TYPE_CHECKING:  # each surface's package and config modules load when a package of it opens
+    from q38.package import GenaiConfig, GenaiPackage, Package, V12bPackage
 
 __all__ = ["PoolWriteBack", "SharedInitializerWriteBack", "WriteBack", "optimize_package"]
 
@@ -107,8 +111,9 @@ class WriteBack:
 class SharedInitializerWriteBack(WriteBack):
     """A builder package: drop the ``shared_initializers`` entries the rewrite broke, else copy the config."""
 
-    def __init__(self, pkg: Any) -> None:
+    def __init__(self, pkg: GenaiPackage) -> None:
         super().__init__(pkg)
+        self.genai = pkg
         self.models: dict[str, ir.Model] = {}
 
     def regenerated(self) -> set[Path]:
@@ -124,7 +129,7 @@ class SharedInitializerWriteBack(WriteBack):
         """Copy the config byte for byte, or write it without the broken shared-initializer entries."""
         from q38.package.genai_config import dumps_genai_config
 
-        pkg = self.pkg
+        pkg = self.genai
         config_rel = pkg.config_path.relative_to(pkg.root).as_posix()
         config, dropped = _reconciled_config(pkg, self.models, writer.path)
         if dropped:
@@ -134,7 +139,7 @@ class SharedInitializerWriteBack(WriteBack):
             writer.place(pkg.config_path, config_rel, LinkPolicy.COPY)
 
 
-def _reconciled_config(pkg: Any, models: dict[str, ir.Model], staged: Path) -> tuple[Any, list[str]]:
+def _reconciled_config(pkg: GenaiPackage, models: dict[str, ir.Model], staged: Path) -> tuple[GenaiConfig, list[str]]:
     """The config with every shared-initializer entry the rewrite broke dropped, and the names."""
     cfg = pkg.config
     sections = {role: s.shared_initializers for role, s in cfg.graph_sections.items() if s.shared_initializers}
@@ -161,15 +166,16 @@ def _reconciled_config(pkg: Any, models: dict[str, ir.Model], staged: Path) -> t
 class PoolWriteBack(WriteBack):
     """A q38 package: derived tensors shared and listed in the weights pools; pools and manifests rewritten."""
 
-    def __init__(self, opened: Any) -> None:
+    def __init__(self, opened: V12bPackage) -> None:
         super().__init__(opened)
-        pkg = self.package = opened.package
+        pkg: Package = opened.package
+        self.package = pkg
         self.pools = _pools(pkg)
         self.store = DerivedStore(e.pool_id for pool in self.pools.values() for e in pool.entries)
         self.refs_before: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in self.pools}
         self.refs_after: dict[str, dict[str, dict[tuple[str, int], list[str]]]] = {rel: {} for rel in self.pools}
         self.records: dict[str, FileRecord] = {}
-        self.sources: dict[str, Any] = {}
+        self.sources: dict[str, dict[str, SourceIdentity]] = {}
 
     def regenerated(self) -> set[Path]:
         """The weights pools and every manifest."""
@@ -311,7 +317,7 @@ def optimize_package(
     return total, node_counts
 
 
-def _pool_rel(pkg: Any, role: str) -> str:
+def _pool_rel(pkg: Package, role: str) -> str:
     """The pool (relative to the package root) that lists the weights of ``role``'s directory."""
     if pkg.layout == "layered" and role == "head":
         return f"head/{POOL_FILENAME}"
@@ -319,12 +325,12 @@ def _pool_rel(pkg: Any, role: str) -> str:
     return rel if pkg.layout == "flat" else f"target/{rel}"
 
 
-def _pools(pkg: Any) -> dict[str, WeightsPool]:
+def _pools(pkg: Package) -> dict[str, WeightsPool]:
     pools = {_pool_rel(pkg, "target"): pkg.pool}
     if pkg.layout == "layered":
         pools[_pool_rel(pkg, "head")] = pkg.head_pool or WeightsPool()
     return pools
 
 
-def _manifest_rel(pkg: Any) -> str:
+def _manifest_rel(pkg: Package) -> str:
     return MANIFEST_FILENAME if pkg.layout == "flat" else f"target/{MANIFEST_FILENAME}"

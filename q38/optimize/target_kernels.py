@@ -37,7 +37,7 @@ class TargetKernels:
     ops: Mapping[tuple[str, str], tuple[frozenset[str], ...] | None]
     source: str
 
-    def has(self, op: str, domain: str = "com.microsoft", dtype: Any = None) -> bool:
+    def has(self, op: str, domain: str = "com.microsoft", dtype: str | int | None = None) -> bool:
         """Whether the release has a kernel for ``domain::op`` (taking ``dtype`` when given)."""
         from q38.ort_kernels import dtype_name
 

@@ -7,7 +7,7 @@ Two surfaces: q38's own v12b packages (``open_package``) and onnxruntime-genai b
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from q38.package.config import (
     CONFIG_FILENAME,
@@ -112,7 +112,7 @@ _LAZY: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

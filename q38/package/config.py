@@ -203,7 +203,7 @@ class _Reader:
                 raise self.fail(f"{path}.{key}" if path else key, "unknown key")
         return value
 
-    def req(self, data: Mapping[str, Any], key: str, path: str) -> Any:
+    def req(self, data: Mapping[str, object], key: str, path: str) -> object:
         if key not in data:
             raise self.fail(_join(path, key), "required key is missing")
         return data[key]

@@ -28,7 +28,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 __all__ = ["COPY_CHUNK", "CopyMethod", "copy_fd", "copy_range", "preallocate"]
 
@@ -42,7 +42,7 @@ _NO_KERNEL_COPY: Final = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, err
 _NO_FALLOCATE: Final = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL, errno.ENODEV})
 
 
-def _libc_fallocate() -> Any:
+def _libc_fallocate() -> Callable[..., int] | None:
     try:
         fn = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
     except (OSError, AttributeError):

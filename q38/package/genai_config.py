@@ -313,7 +313,7 @@ def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions 
     return GenaiSessionOptions(typed, entries, tuple(providers.values()))
 
 
-def _int(value: Any) -> int | None:
+def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 

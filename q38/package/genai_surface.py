@@ -28,6 +28,8 @@ from q38.errors import ConfigError
 
 __all__ = ["ROOT", "Arr", "Obj", "Scalar", "json_kind", "validate"]
 
+# A scalar's extra check, called once ``_Walker.scalar`` has checked the value's JSON kind: a
+# number check takes a float, a string check a str. ``Any``: the one parameter type all of them accept.
 Check = Callable[[Any], "str | None"]
 ScalarKind = Literal["string", "bool", "int32", "int64", "number"]
 
@@ -86,43 +88,43 @@ def json_kind(value: object) -> str:
 
 # --------------------------------------------------------------------------- value checks
 def between(lo: float, hi: float) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: float) -> str | None:
         return None if lo <= v <= hi else f"must be between {lo:g} and {hi:g}, got {v:g}"
 
     return check
 
 
-def positive(v: Any) -> str | None:
+def positive(v: float) -> str | None:
     return None if v > 0 else f"must be > 0, got {v:g}"
 
 
-def non_negative(v: Any) -> str | None:
+def non_negative(v: float) -> str | None:
     return None if v >= 0 else f"must be >= 0, got {v:g}"
 
 
-def unit_interval_open_low(v: Any) -> str | None:
+def unit_interval_open_low(v: float) -> str | None:
     return None if 0 < v <= 1 else f"must be > 0 and <= 1, got {v:g}"
 
 
-def finite_float32_positive(v: Any) -> str | None:
+def finite_float32_positive(v: float) -> str | None:
     if not math.isfinite(float(np.float32(v))) or v <= 0:
         return f"must be finite (as float32) and > 0, got {v:g}"
     return None
 
 
 def one_of(*choices: str, fold_case: bool = False) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: str) -> str | None:
         probe = v.lower() if fold_case else v
         return None if probe in choices else f"expected one of {', '.join(choices)}, got {v!r}"
 
     return check
 
 
-def ngram_size(v: Any) -> str | None:
+def ngram_size(v: float) -> str | None:
     return None if v == 0 or 2 <= v <= 16 else f"must be 0 or between 2 and 16, got {v:g}"
 
 
-def config_path(v: Any) -> str | None:
+def config_path(v: str) -> str | None:
     """GenAI's ``ValidateConfigPath``: relative, no ``..`` component (``/`` or ``\\``)."""
     if not v:
         return None
@@ -134,7 +136,7 @@ def config_path(v: Any) -> str | None:
 
 
 def legacy(message: str) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         return message
 
     return check
@@ -223,7 +225,7 @@ _STATE_UPDATE: Final = Obj(
 STATE_GROUP_KINDS: Final = ("paged_kv", "fixed_conv", "fixed_recurrent")
 
 
-def _kind(v: Any) -> str | None:
+def _kind(v: str) -> str | None:
     if v == "fixed":
         return "decoder state group kind 'fixed' is no longer supported; use 'fixed_conv' or 'fixed_recurrent'"
     return None if v in STATE_GROUP_KINDS else f"unsupported decoder state group kind {v!r}"
@@ -451,7 +453,7 @@ ELIGIBILITY_KEYS: Final = (
 )  # fmt: skip
 
 
-def _byte_count(v: Any) -> str | None:
+def _byte_count(v: float) -> str | None:
     if v < 0 or v != math.trunc(v) or v >= 2**63:
         return "must be a non-negative integer byte count"
     return None

@@ -71,7 +71,7 @@ class SurfaceReader(Protocol):
     def graph_eps(self, document: Mapping[str, Any], providers: tuple[str, ...]) -> frozenset[str]:
         """The execution providers the kernel rules of a graph with these providers concern."""
 
-    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
+    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Mapping[str, Any]]]:
         """(JSON path, block) of session-option blocks beyond the decoder / head / overlays."""
 
     def rule_context(self, document: Mapping[str, Any], config_path: Path,

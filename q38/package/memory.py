@@ -32,7 +32,10 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:  # onnx loads when a graph is read, not at import
+    import onnx
 
 __all__ = [
     "EXPERT_INPUTS",
@@ -153,7 +156,7 @@ def _rel(root: Path, path: Path) -> str:
         return path.as_posix()
 
 
-def load_graph_header(path: Path) -> Any:
+def load_graph_header(path: Path) -> onnx.ModelProto:
     """The graph's ModelProto without external data (``onnx.load(..., load_external_data=False)``)."""
     import onnx
 
@@ -167,7 +170,7 @@ def load_graph_header(path: Path) -> Any:
         raise GraphError(f"{path}: not a readable ONNX graph: {type(exc).__name__}: {exc}") from None
 
 
-def _classify_dim(dim: Any, head_size: int) -> int | str | None:
+def _classify_dim(dim: onnx.TensorShapeProto.Dimension, head_size: int) -> int | str | None:
     if dim.HasField("dim_value"):
         return int(dim.dim_value)
     name = dim.dim_param.lower()

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Final
 
 from q38.errors import InternalError, PackageError
 
@@ -65,7 +65,7 @@ _AT_FDCWD: Final = -100
 _RENAME_NOREPLACE: Final = 1
 
 
-def _libc_renameat2() -> Any:
+def _libc_renameat2() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).renameat2
     except (OSError, AttributeError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
     import onnx_ir as ir
@@ -25,8 +25,8 @@ class StepGraph:
     rel: str
     root: Path
     model: ir.Model
-    inputs: Mapping[str, Any]
-    outputs: Mapping[str, Any]
+    inputs: Mapping[str, str]
+    outputs: Mapping[str, str]
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,10 @@ class GenaiReader:
             return frozenset({"cuda"})
         return frozenset({"cpu"} if not providers or "CPU" in providers else set())
 
-    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
+    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Mapping[str, Any]]]:
         """The session_options of every graph section other than the decoder (mtp, engram, ...)."""
         model = document.get("model") or {}
-        blocks: list[tuple[str, Any]] = []
+        blocks: list[tuple[str, Mapping[str, Any]]] = []
         for ref in graphs:
             section = model.get(ref.role) if ref.role != "decoder" and isinstance(model, Mapping) else None
             so = section.get("session_options") if isinstance(section, Mapping) else None

@@ -166,7 +166,7 @@ class V12bReader:
             eps.add("cpu")
         return frozenset(eps)
 
-    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
+    def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Mapping[str, Any]]]:
         """Session-option blocks beyond the common ones (none: v12b names them all in one place)."""
         return []
 
