@@ -103,6 +103,12 @@ class SessionOptions:
 
 @dataclass(frozen=True)
 class DecoderConfig:
+    """``model.decoder``: the target graph's file, its dimensions (all >= 1) and session options.
+
+    ``inputs`` / ``outputs`` map the binding keys of :data:`DECODER_INPUT_KEYS` /
+    :data:`DECODER_OUTPUT_KEYS` to graph names; any other key is refused by the parser.
+    """
+
     filename: str
     hidden_size: int
     num_attention_heads: int
@@ -124,12 +130,20 @@ class HeadGraph:
 
 @dataclass(frozen=True)
 class PrefillConfig:
+    """``qwen38_graph.prefill``: the chunked-prefill graph; ``chunk`` is at most ``kv_capacity``."""
+
     filename: str
     chunk: int
 
 
 @dataclass(frozen=True)
 class Qwen38Graph:
+    """``model.qwen38_graph``: the v12b graph set (target, head, optional prefill and s2..s4 drafts).
+
+    Also the pool, lineage (``contrib`` / ``custom`` ops), variant (``faithful`` / ``cpu``), KV
+    capacity and custom-op libraries; ``surface`` must be ``v12b`` (older surfaces are migrated).
+    """
+
     target: str
     head_r2: HeadGraph
     prefill: PrefillConfig | None
@@ -145,6 +159,11 @@ class Qwen38Graph:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """``model``: the token ids, vocabulary and context length around the decoder and graph set.
+
+    ``type`` is always :data:`MODEL_TYPE`; the parser refuses any other model type.
+    """
+
     decoder: DecoderConfig
     qwen38_graph: Qwen38Graph
     vocab_size: int
@@ -167,12 +186,19 @@ class ProfileEligibility:
 
 @dataclass(frozen=True)
 class ProfileOverlay:
+    """``overlay.model.decoder`` of a runtime profile: a decoder file and/or session options.
+
+    At least one is set: the parser refuses an empty overlay.
+    """
+
     decoder_filename: str | None = None
     session_options: SessionOptions | None = None
 
 
 @dataclass(frozen=True)
 class RuntimeProfile:
+    """One ``runtime_profiles`` entry: a non-empty id, when it applies, and what it overlays."""
+
     id: str
     eligibility: ProfileEligibility
     overlay: ProfileOverlay
@@ -180,6 +206,11 @@ class RuntimeProfile:
 
 @dataclass(frozen=True)
 class Config:
+    """A parsed v12b ``genai_config.json``; only :func:`parse_config` builds one from a document.
+
+    ``search`` keeps the validated ``search`` keys as JSON values.
+    """
+
     model: ModelConfig
     runtime_profiles: tuple[RuntimeProfile, ...] = ()
     search: dict[str, Any] = field(default_factory=dict)
@@ -543,8 +574,9 @@ def _check_overlaps(r: _Reader, profiles: tuple[RuntimeProfile, ...]) -> None:
 
 
 def read_config(path: Path) -> Config:
-    """Read and parse ``path`` (strict JSON, at most :data:`CONFIG_LIMIT` bytes, a regular file);
-    any problem is one ConfigError line naming the file.
+    """Read and parse the v12b config at ``path``; any problem is one ConfigError line naming the file.
+
+    The file must be a regular file of at most :data:`CONFIG_LIMIT` bytes holding strict JSON.
     """
     data = read_json(path, what="config", limit=CONFIG_LIMIT, error=ConfigError)
     return parse_config(data, source=str(path))
@@ -632,7 +664,9 @@ def _profile_dict(p: RuntimeProfile) -> dict[str, Any]:
 
 
 def dumps_config(cfg: Config) -> str:
-    """Deterministic JSON text: sorted keys, indent 2, trailing newline; a value strict JSON
-    cannot carry (NaN, an infinity, an integer beyond 64 bits) is refused with its key path.
+    """Deterministic JSON text of ``cfg``: sorted keys, indent 2, trailing newline.
+
+    A value strict JSON cannot carry (NaN, an infinity, an integer beyond 64 bits) is refused
+    with its key path (ConfigError).
     """
     return dumps_json(config_to_dict(cfg), what=CONFIG_FILENAME, error=ConfigError)

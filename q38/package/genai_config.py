@@ -1,4 +1,4 @@
-"""The onnxruntime-genai 0.18.0 ``genai_config.json`` (the "genai" surface) as frozen dataclasses.
+r"""The onnxruntime-genai 0.18.0 ``genai_config.json`` (the "genai" surface) as frozen dataclasses.
 
 This is the config the public builder (``python -m onnxruntime_genai.models.builder``) writes
 next to its graphs, for any decoder model type it emits (``qwen3_5_moe_text``, ``qwen3_5_text``,
@@ -15,7 +15,7 @@ package and say that released GenAI cannot load it.
 
 Sections q38 does not interpret (vision, speech, drafters, pipelines, sliding windows, ...) are
 validated and kept verbatim in ``extra`` mappings. The writer is deterministic: sorted keys,
-indent 2, raw UTF-8 (GenAI's JSON reader refuses ``\\u`` escapes), trailing newline.
+indent 2, raw UTF-8 (GenAI's JSON reader refuses ``\u`` escapes), trailing newline.
 """
 
 from __future__ import annotations
@@ -169,6 +169,7 @@ class GenaiSessionOptions:
 
     @property
     def custom_ops_library(self) -> str | None:
+        """The ``custom_ops_library`` typed option when it is a string (GenAI registers it), else None."""
         lib = self.typed.get("custom_ops_library")
         return lib if isinstance(lib, str) else None
 
@@ -205,6 +206,8 @@ class GenaiGraphSection:
 
 @dataclass(frozen=True)
 class GenaiDecoder(GenaiGraphSection):
+    """``model.decoder``: the graph section plus the dimensions GenAI reads (None where absent)."""
+
     head_size: int | None = None
     hidden_size: int | None = None
     num_attention_heads: int | None = None
@@ -214,6 +217,8 @@ class GenaiDecoder(GenaiGraphSection):
 
 @dataclass(frozen=True)
 class GenaiMtp(GenaiGraphSection):
+    """``model.mtp``: the multi-token-prediction graph, its dimensions and the hidden-state input."""
+
     enabled: bool | None = None
     num_hidden_layers: int | None = None
     num_key_value_heads: int | None = None
@@ -223,11 +228,18 @@ class GenaiMtp(GenaiGraphSection):
 
 @dataclass(frozen=True)
 class GenaiEngram(GenaiGraphSection):
+    """``model.engram``: the engram graph and its cache capacity."""
+
     cache_capacity: int | None = None
 
 
 @dataclass(frozen=True)
 class GenaiModel:
+    """``model``: type, context length and token ids, the graph sections, and other keys in ``extra``.
+
+    ``extra`` holds validated keys q38 does not interpret (vision, ...), written back as read.
+    """
+
     type: str
     context_length: int
     decoder: GenaiDecoder = field(default_factory=GenaiDecoder)
@@ -242,9 +254,10 @@ class GenaiModel:
 
 @dataclass(frozen=True)
 class SourceForms:
-    """The document a config was parsed from and its canonical form, to write untouched values
-    back in the form they were read (``"eos_token_id": 2`` stays ``2``; see
-    :mod:`q38.package.json_forms`).
+    """The document a config was parsed from and its canonical form.
+
+    They let a writer put back every untouched value in the form it was read
+    (``"eos_token_id": 2`` stays ``2``; see :mod:`q38.package.json_forms`).
     """
 
     document: Mapping[str, Any]
@@ -290,6 +303,11 @@ class GenaiConfig:
 
 # --------------------------------------------------------------------------- parsing
 def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions | None:
+    """Split a validated ``session_options`` object into typed options, config entries and providers.
+
+    Repeated ``provider_options`` elements naming one provider merge into one (later keys win);
+    a string ``provider_options`` stays a config entry. None for an absent block.
+    """
     if raw is None:
         return None
     typed_keys = {k for k in gs.SESSION_OPTIONS.fields if k != "provider_options"}
@@ -428,10 +446,10 @@ def _refuse_unicode_escapes(text: str, source: str) -> None:
 
 
 def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
-    """Read and parse ``path`` (a genai-surface config); problems are one ConfigError line.
+    r"""Read and parse ``path`` (a genai-surface config); problems are one ConfigError line.
 
     The file must be a regular file within the config size limit, strict JSON (no duplicate
-    keys, NaN, oversized integers: :mod:`q38.package.jsonio`) without ``\\u`` escapes (GenAI's
+    keys, NaN, oversized integers: :mod:`q38.package.jsonio`) without ``\u`` escapes (GenAI's
     reader refuses them), and a document GenAI 0.18.0 accepts (``research``: or one the Qwen3.8
     research builder writes).
     """
@@ -529,10 +547,10 @@ _UNESCAPED_CONTROLS: Final = frozenset("\b\f\n\r\t")
 
 
 def dumps_genai_config(cfg: GenaiConfig) -> str:
-    """Deterministic text: sorted keys, indent 2, raw UTF-8, trailing newline.
+    r"""Deterministic text: sorted keys, indent 2, raw UTF-8, trailing newline.
 
     Refuses (ConfigError, naming the key path) what strict JSON cannot carry and what GenAI's
-    reader could not read back: a control character JSON would write as a ``\\u`` escape.
+    reader could not read back: a control character JSON would write as a ``\u`` escape.
     """
     from q38.package.jsonio import dumps_json
 

@@ -148,6 +148,7 @@ class GenaiPackage:
 
     @property
     def config_path(self) -> Path:
+        """``genai_config.json`` at the package root (the genai surface has one config, no layers)."""
         return self.root / CONFIG_FILENAME
 
     def graphs(self) -> list[GraphRef]:
@@ -155,6 +156,7 @@ class GenaiPackage:
         return genai_graph_refs(self.root, genai_config_to_dict(self.config))
 
     def graph(self, role: str) -> GraphRef:
+        """The graph of ``role`` (``decoder``, ``mtp``, ...); one PackageError line when the config names none."""
         for ref in self.graphs():
             if ref.role == role:
                 return ref

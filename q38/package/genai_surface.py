@@ -125,7 +125,7 @@ def ngram_size(v: float) -> str | None:
 
 
 def config_path(v: str) -> str | None:
-    """GenAI's ``ValidateConfigPath``: relative, no ``..`` component (``/`` or ``\\``)."""
+    r"""GenAI's ``ValidateConfigPath``: relative, no ``..`` component (``/`` or ``\``)."""
     if not v:
         return None
     if v[0] in "/\\":

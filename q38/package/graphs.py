@@ -129,6 +129,10 @@ def is_external(tensor: object) -> TypeGuard[ir.ExternalTensor]:
 
 
 def external_refs(model: ir.Model) -> list[ExternalRef]:
+    """Every external-data tensor of ``model`` (all graphs), as file, byte range, dtype and shape.
+
+    Only the references: no byte is read, so the cost does not grow with the weights.
+    """
     refs = []
     for name, tensor in iter_tensors(model):
         if is_external(tensor):
@@ -285,7 +289,8 @@ class _DropWarnings(logging.Filter):
 
 @contextlib.contextmanager
 def quiet_deserializer(active: bool = True) -> Iterator[None]:
-    """Silence onnx-ir's deserializer warnings (an input or output no node produces) while
+    """Silence onnx-ir's deserializer warnings (an input or output no node produces) in the block.
+
     :func:`_check_structure` reports the same fault as one bounded error line instead of a
     warning that quotes a hostile node name in full.
     """
@@ -302,8 +307,9 @@ def quiet_deserializer(active: bool = True) -> Iterator[None]:
 
 
 def load_graph(path: Path, *, root: Path, check_structure: bool = True) -> ir.Model:
-    """Load ``path`` without external weights, validating every external-data reference (see
-    :func:`load_graph_refs`, which also returns the references it checked).
+    """Load ``path`` without external weights, validating every external-data reference.
+
+    :func:`load_graph_refs` also returns the references it checked.
     """
     return load_graph_refs(path, root=root, check_structure=check_structure)[0]
 

@@ -14,7 +14,6 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["FileIdentity", "KnownDigests", "sha256_file"]
 
@@ -46,6 +45,7 @@ class FileIdentity:
 
     @classmethod
     def of_stat(cls, st: os.stat_result) -> FileIdentity:
+        """The identity in ``st`` (an ``fstat`` of an open descriptor: no second lookup of the path)."""
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     @classmethod
@@ -54,10 +54,12 @@ class FileIdentity:
         return cls.of_stat(os.stat(path))
 
     def to_dict(self) -> dict[str, int]:
+        """The manifest's ``identity`` object (``st_dev``, ``st_ino``, ``size``, ``mtime_ns``)."""
         return {"st_dev": self.st_dev, "st_ino": self.st_ino, "size": self.size, "mtime_ns": self.mtime_ns}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FileIdentity:
+    def from_dict(cls, data: Mapping[str, int]) -> FileIdentity:
+        """The inverse of :meth:`to_dict`; the manifest parser has already checked the four integers."""
         return cls(int(data["st_dev"]), int(data["st_ino"]), int(data["size"]), int(data["mtime_ns"]))
 
 
@@ -76,9 +78,10 @@ class KnownDigests:
         return len(self._by_identity)
 
     def add(self, identity: FileIdentity, sha256: str) -> None:
+        """Trust ``sha256`` for whichever file has ``identity`` (the caller has checked it matches)."""
         self._by_identity[identity] = sha256
 
-    def add_manifest(self, root: Path, records: Mapping[str, Any], *, manifest_mtime_ns: int | None = None) -> None:
+    def add_manifest(self, root: Path, records: Mapping[str, object], *, manifest_mtime_ns: int | None = None) -> None:
         """Trust ``records`` (rel -> FileRecord) of the package at ``root`` where identities match.
 
         A record without an identity (a file the writer wrote: synth's, build's graphs) is
@@ -102,4 +105,5 @@ class KnownDigests:
                 self.add(identity, sha)
 
     def get(self, identity: FileIdentity) -> str | None:
+        """The trusted digest of a file with ``identity``, or None: it must then be hashed."""
         return self._by_identity.get(identity)

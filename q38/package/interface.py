@@ -106,7 +106,9 @@ class SessionPackage(AnyPackage, Protocol):
         provider_options: Mapping[str, Mapping[str, str]],
         source: str,
     ) -> EditedSessions:
-        """The config with ``entries`` set per graph role (older ones under ``drop_prefix`` replaced)
-        and ``provider_options`` merged into the providers the sessions name.
+        """The config with ``entries`` set per graph role and ``provider_options`` merged in.
+
+        Older entries under ``drop_prefix`` are replaced; ``provider_options`` merge into the
+        providers the sessions already name.
         """
 

@@ -134,6 +134,8 @@ def place(
         src: an existing regular file (symlinks are resolved: a relative ``libx.so -> libx.so.1``
             lands as a loadable file).
         dst: a path that must not exist yet (``O_EXCL`` / ``link`` refuse otherwise).
+        policy: how to place it; ``AUTO`` tries a reflink, then a copy; any other names the one
+            mode it allows.
         digest: take the sha256 of the placed file (``--digest``): a copy hashes in the same
             pass as the copy, a link or clone reads its bytes once. A known digest is reused.
         known: digests a source manifest holds, reused where the source's identity matches.
@@ -256,6 +258,11 @@ class Placer:
                 self.on_bytes = saved
 
     def place(self, src: str | os.PathLike[str], dst: str | os.PathLike[str], *, outside: bool = False) -> Placed:
+        """Place ``src`` at ``dst`` under the placer's policy, reusing its known digests.
+
+        ``outside``: the file is not inside any source the command was given (a resolved
+        ``--lib`` path), so it is copied whatever the policy; copied bytes are counted.
+        """
         policy = LinkPolicy.COPY if outside else self.policy
         placed = place(src, dst, policy, digest=self.digest, known=self.known, on_bytes=self._count)
         if placed.mode == "copy":

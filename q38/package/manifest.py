@@ -36,11 +36,11 @@ _HEX_SUFFIX: Final = "_bytes_hex"
 
 
 def escaped_path(text: str) -> tuple[str, str | None]:
-    """``(readable, hex)`` for a path as Python holds it (``os.fsdecode``: surrogate escapes).
+    r"""``(readable, hex)`` for a path as Python holds it (``os.fsdecode``: surrogate escapes).
 
     Paths are bytes on Linux and need not be UTF-8; JSON strings must be. A UTF-8 path is
     itself and ``hex`` is None; any other has a readable form with each undecodable byte as
-    ``\\xNN`` and ``hex``, the exact bytes, that :func:`recorded_path` turns back into the path.
+    ``\xNN`` and ``hex``, the exact bytes, that :func:`recorded_path` turns back into the path.
     """
     try:
         text.encode("utf-8")
@@ -90,8 +90,9 @@ class FileRecord:
 
 
 def written_record(path: Path | str, sha256: str | None = None) -> FileRecord:
-    """The record of a file a command has just written and closed at ``path``: its digest (taken
-    now unless the writer already has it) and its identity.
+    """The record of a file a command has just written and closed at ``path``: digest and identity.
+
+    The digest is taken now unless the writer already has it (``sha256``).
 
     The identity lets the next command trust the digest while the file is unchanged
     (:class:`~q38.package.hashing.KnownDigests`): a copy of it then moves by the kernel's copy
@@ -103,6 +104,11 @@ def written_record(path: Path | str, sha256: str | None = None) -> FileRecord:
 
 @dataclass(frozen=True)
 class Manifest:
+    """``package_manifest.json``: which command wrote the package, from what, and every file's record.
+
+    Written last by every writing command; ``extra`` holds the command's own JSON facts.
+    """
+
     command: str
     q38_version: str = __version__
     sources: tuple[dict[str, str], ...] = ()
@@ -114,6 +120,7 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest as a JSON document: files sorted, source paths escaped where not UTF-8."""
         files = {}
         for name, rec in sorted(self.files.items()):
             d: dict[str, Any] = {"link_mode": rec.link_mode}
@@ -167,6 +174,10 @@ def _identity(value: object, source: str, name: str) -> FileIdentity | None:
 
 
 def parse_manifest(data: object, *, source: str = MANIFEST_FILENAME) -> Manifest:
+    """Parse a manifest document strictly: an unknown key, wrong type or other version is one PackageError.
+
+    ``source`` names the file in the message.
+    """
     allowed = {
         "manifest_version", "q38_version", "command", "sources", "files", "rewrites",
         "router_weights_cleared", "resident_slots", "notes", "extra",

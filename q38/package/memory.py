@@ -462,6 +462,7 @@ class ExpertNode:
 
     @property
     def total(self) -> int:
+        """Bytes of all the node's routed experts, wherever they are placed."""
         return self.experts * self.bytes_per_expert
 
 
@@ -496,14 +497,17 @@ class MemoryBreakdown:
 
     @property
     def weights_device(self) -> int:
+        """Device bytes of the non-expert weights (every class's ``device`` placement)."""
         return sum(p.get("device", 0) for p in self.weights.values())
 
     @property
     def weights_host(self) -> int:
+        """Host bytes of the non-expert weights (every placement but ``device``)."""
         return sum(v for p in self.weights.values() for k, v in p.items() if k != "device")
 
     @property
     def state_total(self) -> int:
+        """Bytes of every state tensor (KV, recurrent, conv, indexer) at this context and batch."""
         return sum(self.state.values())
 
     @property

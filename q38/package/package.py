@@ -55,10 +55,12 @@ class Package:
 
     @property
     def target_dir(self) -> Path:
+        """The directory holding the config, the target graph and its pool (the root when flat)."""
         return self.dirs["target"]
 
     @property
     def head_dir(self) -> Path:
+        """The directory holding the head graph (``head/`` when layered, the root when flat)."""
         return self.dirs["head"]
 
     def roles(self) -> list[str]:
@@ -71,6 +73,7 @@ class Package:
         return roles
 
     def graph_filename(self, role: str) -> str:
+        """The config's file name for ``role``; one PackageError line when the package has no such graph."""
         g = self.config.model.qwen38_graph
         if role == "target":
             return g.target
@@ -85,9 +88,11 @@ class Package:
         raise PackageError(f"{clip(self.root)}: package has no {quote(role)} graph")
 
     def graph_dir(self, role: str) -> Path:
+        """The directory ``role``'s file name is relative to (the head's own in a layered package)."""
         return self.dirs["head"] if role == "head" else self.dirs["target"]
 
     def graph_path(self, role: str) -> Path:
+        """The graph file of ``role`` (not checked to exist: :func:`open_package` did that)."""
         return self.graph_dir(role) / self.graph_filename(role)
 
     def load(self, role: str) -> ir.Model:
@@ -113,8 +118,10 @@ def _require_file(base: Path, rel: str, *, what: str) -> Path:
 
 
 def _check_tree(root: Path) -> None:
-    """Every entry of the package is a directory, a regular file, or a symlink that resolves
-    inside it (no loop, no escape, none dangling); FIFOs, sockets and devices are refused.
+    """Refuse any entry of the package that is not a directory, a regular file or a contained symlink.
+
+    A symlink must resolve inside the package (no loop, no escape, none dangling); FIFOs,
+    sockets and devices are refused.
 
     Nothing is followed while walking, so a hostile link is refused before any command reads
     or copies through it (commands copy unchanged package files verbatim), and no command can
@@ -278,6 +285,7 @@ class PackageWriter:
 
     @property
     def dest(self) -> Path:
+        """Where the package appears on commit (absolute); nothing is there until then."""
         return self._staged.dest
 
     @property
@@ -308,6 +316,7 @@ class PackageWriter:
         return target
 
     def write_text(self, rel: str, text: str) -> Path:
+        """Write ``text`` as the new file ``rel`` (UTF-8, no newline translation); an existing file is refused."""
         target = self._target(rel)
         with open(target, "x", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
@@ -316,6 +325,7 @@ class PackageWriter:
         return target
 
     def write_bytes(self, rel: str, data: bytes) -> Path:
+        """Write ``data`` as the new file ``rel``; an existing file is refused, as by :meth:`write_text`."""
         target = self._target(rel)
         with open(target, "xb") as fh:
             fh.write(data)
@@ -324,12 +334,15 @@ class PackageWriter:
         return target
 
     def write_config(self, config: Config, subdir: str = "") -> Path:
+        """Write ``config`` as ``genai_config.json`` (under ``subdir``), in its deterministic form."""
         return self.write_text(_rel(subdir, CONFIG_FILENAME), dumps_config(config))
 
     def write_pool(self, pool: WeightsPool, subdir: str = "", name: str = POOL_FILENAME) -> Path:
+        """Write ``pool`` as ``name`` (under ``subdir``); its comment lines round-trip."""
         return self.write_text(_rel(subdir, name), format_pool(pool))
 
     def write_manifest(self, manifest: Manifest, subdir: str = "") -> Path:
+        """Write ``manifest`` (under ``subdir``); commands write it last, once every file is recorded."""
         return self.write_text(_rel(subdir, MANIFEST_FILENAME), dumps_manifest(manifest))
 
     def place(self, src: Path, rel: str, policy: LinkPolicy | None = None) -> LinkMode:

@@ -56,9 +56,7 @@ Category = Literal["syntax", "escape", "file"]
 
 @dataclass(frozen=True)
 class PathField:
-    """One path a config names: its JSON key path, the value as written, what it is, and the
-    directory it is relative to.
-    """
+    """One path a config names: JSON key path, value as written, kind, and the directory it is relative to."""
 
     key: str
     value: object
@@ -68,6 +66,8 @@ class PathField:
 
 @dataclass(frozen=True)
 class Problem:
+    """What is wrong with one path field, by category (``syntax``, ``escape``, ``file``), as one line."""
+
     field: PathField
     category: Category
     message: str
@@ -186,8 +186,10 @@ def field_problem(field: PathField, *, root: Path) -> Problem | None:
 
 
 def shared_initializer_ranges(doc: Mapping[str, Any], *, config_dir: Path) -> list[str]:
-    """Messages for ``shared_initializers`` entries whose ``offset``/``length`` are not decimal
-    integers or lie past the end of their (regular, contained) ``data_file``.
+    """Messages for ``shared_initializers`` entries whose byte range is malformed or out of bounds.
+
+    An ``offset`` / ``length`` that is not a decimal integer, or a range past the end of its
+    (regular, contained) ``data_file``, gives one message.
     """
     found = []
     model = _obj(doc.get("model"))

@@ -44,6 +44,8 @@ _ID_RE: Final = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 
 
 class Placement(enum.StrEnum):
+    """Where the runtime keeps a pooled tensor: on the device, memory-mapped on the CPU, or host-mapped."""
+
     DEVICE = "device"
     CPU_MMAP = "cpu_mmap"
     HOST_MAPPED = "host_mapped"
@@ -51,6 +53,12 @@ class Placement(enum.StrEnum):
 
 @dataclass(frozen=True)
 class PoolEntry:
+    """One pool line: a tensor's byte range in a package file, its dtype, shape and placement.
+
+    ``length`` None (``-``) reads to the end of the file; ``provenance`` is the rest of the line
+    (``ROLE:NAME`` readers, and ``pass:`` / ``from:`` for a derived tensor).
+    """
+
     pool_id: str
     file: str
     offset: int
@@ -61,6 +69,7 @@ class PoolEntry:
     provenance: str = ""
 
     def format(self) -> str:
+        """The entry as its pool line (without newline); :func:`parse_pool` reads it back unchanged."""
         shape = "x".join(str(d) for d in self.shape) if self.shape else "scalar"
         length = "-" if self.length is None else str(self.length)
         fields = [self.pool_id, self.file, str(self.offset), length, self.dtype, shape, str(self.placement)]
@@ -70,6 +79,7 @@ class PoolEntry:
 
     @property
     def nbytes_expected(self) -> int | None:
+        """Bytes the dtype and shape need; None for a sub-byte packed or unknown dtype (not checked)."""
         size = DTYPE_SIZES.get(self.dtype, 0)
         if not size:
             return None
@@ -87,14 +97,17 @@ class WeightsPool:
 
     @classmethod
     def from_entries(cls, entries: Iterable[PoolEntry], *, header: bool = True) -> WeightsPool:
+        """A pool of ``entries``, led by the standard two-line header unless ``header`` is False."""
         head: tuple[PoolEntry | str, ...] = POOL_HEADER if header else ()
         return cls(head + tuple(entries))
 
     @property
     def entries(self) -> tuple[PoolEntry, ...]:
+        """The entries in file order, without the comment and empty lines the records keep."""
         return tuple(r for r in self.records if isinstance(r, PoolEntry))
 
     def by_id(self) -> dict[str, PoolEntry]:
+        """Entries by ``pool_id`` (unique: :func:`parse_pool` refuses a duplicate)."""
         return {e.pool_id: e for e in self.entries}
 
     def replace_entries(self, fn: Callable[[PoolEntry], PoolEntry | None]) -> WeightsPool:

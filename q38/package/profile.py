@@ -41,10 +41,12 @@ class ExpertProfile:
 
     @property
     def num_layers(self) -> int:
+        """Rows of ``counts``: the MoE layers profiled (at least one)."""
         return int(self.counts.shape[0])
 
     @property
     def num_experts(self) -> int:
+        """Columns of ``counts``: the routed experts per layer (at least one)."""
         return int(self.counts.shape[1])
 
     def __eq__(self, other: object) -> bool:
@@ -54,11 +56,16 @@ class ExpertProfile:
 
 
 def encode_profile(profile: ExpertProfile) -> bytes:
+    """The STRP v1 bytes of ``profile``: the 16-byte header, then the counts little-endian, layer-major."""
     header = _HEADER.pack(MAGIC, VERSION, 0, profile.num_layers, profile.num_experts)
     return header + profile.counts.astype("<u8").tobytes(order="C")
 
 
 def parse_profile(data: bytes, *, source: str = PROFILE_FILENAME) -> ExpertProfile:
+    """Decode STRP v1 ``data``; any deviation (magic, version, reserved, size) is one ProfileError line.
+
+    The cell count is bounded by :data:`MAX_CELLS` before anything is allocated.
+    """
     source = clip(source)
     if len(data) < _HEADER.size:
         raise ProfileError(f"{source}: truncated header ({len(data)} of {_HEADER.size} bytes)")

@@ -95,6 +95,11 @@ _LOG = logging.getLogger(__name__)
 
 
 def staging_prefix(dest: Path) -> str:
+    """The hidden name prefix of ``dest``'s staging directories, next to it in the same parent.
+
+    Same parent, so the commit is a rename on one filesystem; the mark lets a later run find
+    and sweep a killed run's leftovers.
+    """
     return f".{dest.name}{STAGING_MARK}"
 
 
