@@ -152,8 +152,9 @@ def _log_plan(report: OffloadReport) -> None:
 def preview_offload(
     src: Path | str, options: OffloadOptions, *, profile: ExpertProfile | None = None
 ) -> OffloadReport:
-    """The report a conversion of ``src`` would give (hit rates included), writing nothing:
-    ``q38 profile --plan``.
+    """The report a conversion of ``src`` would give (hit rates included), writing nothing.
+
+    ``q38 profile --plan`` prints it; the output path is only named in messages, never created.
     """
     src = Path(src)
     out = src.parent / f"{src.name}.offload-preview"  # named in messages only: never created

@@ -51,6 +51,7 @@ def _normalize(result: object, model: ir.Model) -> list[Verdict]:
 
 
 def resolve_eligibility(custom: EligibilityCheck | None) -> EligibilityCheck:
+    """The check a conversion uses: ``custom`` when given (tests, other rules), else the contracts' rules."""
     return custom if custom is not None else contracts_eligibility
 
 
@@ -68,8 +69,10 @@ def refusal_hint(node: ir.Node, reason: str) -> str:
 
 
 def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
-    """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason (last:
-    ORT's texts are long, and a cut line keeps its head and its tail).
+    """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason.
+
+    ORT's reason comes last and is the part cut to fit the line: its texts are long, and the
+    head (graph, node, remedy) must survive.
     """
     head = (f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
             f"{refusal_hint(node, reason)}): ")  # fmt: skip
@@ -82,8 +85,10 @@ def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
 def split_verdicts(
     check: EligibilityCheck, model: ir.Model, mode: str, where: str
 ) -> tuple[list[ir.Node], list[tuple[ir.Node, str]]]:
-    """(offloaded nodes, [(kept node, reason)]) of one graph; ``required`` raises at the first
-    node ORT would not offload (graph order), naming the graph file and the node.
+    """(offloaded nodes, [(kept node, reason)]) of one graph, by ``check``'s verdicts.
+
+    Under ``required`` the first node ORT would not offload (graph order) raises instead,
+    naming the graph file and the node.
     """
     offloaded: list[ir.Node] = []
     kept: list[tuple[ir.Node, str]] = []

@@ -1,5 +1,6 @@
-"""The expected hit rate of a resident-slot plan: how many of a profile's expert selections fall
-on experts that stay on the device.
+"""The expected hit rate of a resident-slot plan: the share of a profile's selections on resident experts.
+
+Resident experts are those that stay on the device.
 
 For one QMoE node (a profile row) with ``c`` resident slots, the resident experts are the ``c``
 most selected experts of its row (ties: the lower expert index), which is what a popularity file
@@ -35,6 +36,12 @@ def resident_experts(counts: np.ndarray, slots: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LayerHit:
+    """One QMoE node's (profile row's) expected hits: selections, resident experts, hits.
+
+    ``state``: ``offloaded`` (capped), ``kept`` on the GPU (every expert resident) or
+    ``uncapped`` (ORT sizes it: ``resident`` and ``hits`` None, left out of totals).
+    """
+
     graph: str
     node: str
     row: int
@@ -45,11 +52,13 @@ class LayerHit:
 
     @property
     def share(self) -> float | None:
+        """Hits / selections (1.0 for a row with no selections); None when uncapped."""
         if self.hits is None:
             return None
         return self.hits / self.selections if self.selections else 1.0
 
     def to_dict(self) -> dict[str, object]:
+        """The row as JSON (manifest ``hit_rates``, ``--json``), the share rounded."""
         return {"graph": self.graph, "node": self.node, "row": self.row, "state": self.state,
                 "selections": self.selections, "resident": self.resident, "hits": self.hits,
                 "share": _round(self.share)}  # fmt: skip
@@ -64,14 +73,17 @@ class HitReport:
 
     @property
     def selections(self) -> int:
+        """Expert selections of the rows with a known outcome (uncapped rows left out)."""
         return sum(h.selections for h in self.layers if h.hits is not None)
 
     @property
     def hits(self) -> int:
+        """Expected hits on resident experts, summed over rows with a known outcome."""
         return sum(h.hits or 0 for h in self.layers)
 
     @property
     def share(self) -> float | None:
+        """Total hits / selections over rows with a known outcome; None when no row has one."""
         known = [h for h in self.layers if h.hits is not None]
         if not known:
             return None
@@ -79,9 +91,11 @@ class HitReport:
 
     @property
     def uncapped(self) -> list[str]:
+        """Offloaded nodes without a cap (ORT sizes them): named, since no hit count can be predicted."""
         return [h.node for h in self.layers if h.state == "uncapped"]
 
     def to_dict(self) -> dict[str, object]:
+        """The tier as JSON (manifest ``hit_rates``, ``--json``): totals, uncapped nodes, every row."""
         return {"tier": self.tier, "selections": self.selections, "hits": self.hits,
                 "share": _round(self.share), "uncapped": self.uncapped,
                 "layers": [h.to_dict() for h in self.layers]}  # fmt: skip

@@ -139,8 +139,10 @@ def find_draft(graph: ir.Graph, *, lineage: str, where: str) -> Draft:
 
 
 def _pre_norm_hidden(logits: ir.Value, inside: set[ir.Node]) -> ir.Value:
-    """Walk back from the logits along data inputs to the draft's residual stream: the input of
-    a fused normalization, or the output of the last residual ``Add`` before the final norm.
+    """Walk back from the logits along data inputs to the draft's residual stream.
+
+    That is the input of a fused normalization, or the output of the last residual ``Add``
+    before the final norm.
     """
     value: ir.Value | None = logits
     while value is not None and value.producer() in inside:
@@ -163,8 +165,9 @@ _SHAPE_KEEPING: Final = frozenset(
 
 
 def _width(value: ir.Value, depth: int = 6) -> int | None:
-    """The last dim of ``value``: declared, else the K of a MatMul it feeds (through
-    shape-keeping ops), else ``None``.
+    """The last dim of ``value``: declared, else the K of a MatMul it feeds, else ``None``.
+
+    The MatMul may be reached through shape-keeping ops.
     """
     if value.shape is not None and len(value.shape) and isinstance(value.shape[-1], int):
         return int(value.shape[-1])
@@ -293,8 +296,9 @@ def _graph_io(graph: ir.Graph) -> Iterator[ir.Value]:
 
 
 def _restore_rows(model: ir.Model) -> None:
-    """Undo :func:`_fix_rows` on a graph q38 emitted before (its ``q38.verify_dims`` metadata names
-    every (value, dim) that was the sequence symbol), so it can be regenerated for other rows.
+    """Undo :func:`_fix_rows` on a graph q38 emitted before, so it can be regenerated for other rows.
+
+    Its ``q38.verify_dims`` metadata names every (value, dim) that was the sequence symbol.
     """
     record = model.metadata_props.get(VERIFY_DIMS_KEY)
     if not record and model.metadata_props.get(VERIFY_ROWS_KEY):
@@ -316,8 +320,10 @@ def _restore_rows(model: ir.Model) -> None:
 
 
 def sequence_symbol(graph: ir.Graph, *, where: str) -> str:
-    """The symbolic dim that counts the rows a step processes: the last dim of ``input_ids``
-    (``[B, S]``; its position in ``position_ids`` may differ: MRoPE ``[3, B, S]``).
+    """The symbolic dim that counts the rows a step processes: the last dim of ``input_ids``.
+
+    ``input_ids`` is ``[B, S]``; the symbol's position in ``position_ids`` may differ (MRoPE
+    ``[3, B, S]``). A graph without a 2-D ``input_ids`` has no verify rows: GraphError.
     """
     ids = next((v for v in graph.inputs if v.name in _TOKEN_INPUTS), None)
     if ids is None or ids.shape is None or len(ids.shape) < 2:
@@ -333,7 +339,8 @@ def sequence_symbol(graph: ir.Graph, *, where: str) -> str:
 
 
 def _fix_rows(model: ir.Model, rows: int, symbol: str) -> None:
-    """Bind the sequence symbol to ``rows`` in every graph input and output, wherever it sits
+    """Bind the sequence symbol to ``rows`` in every graph input and output, wherever it sits.
+
     (``input_ids [B, S]``, ``position_ids [3, B, S]``, ``logits [B, S, V]``, ...); dims named
     otherwise (``total_sequence_length``, ``past_sequence_length``, state shapes) keep their names.
     The places are recorded in ``q38.verify_dims`` so a later conversion can undo it.
@@ -356,8 +363,9 @@ def _fix_rows(model: ir.Model, rows: int, symbol: str) -> None:
 
 
 def verify_graph(model: ir.Model, rows: int, *, where: str) -> ir.Model:
-    """``model`` (owned by the caller) turned *in place* into a graph verifying ``rows`` rows and
-    nothing else: the form for a decoder whose draft is its own graph (``mtp.onnx``).
+    """``model`` (owned by the caller) turned *in place* into a graph verifying ``rows`` rows.
+
+    Nothing else changes: the form for a decoder whose draft is its own graph (``mtp.onnx``).
     """
     if rows not in DRAFT_ROWS:
         raise GraphError(f"{where}: verify rows must be one of {DRAFT_ROWS}, got {rows}")
@@ -369,8 +377,9 @@ def verify_graph(model: ir.Model, rows: int, *, where: str) -> ir.Model:
 def build_multidraft(
     model: ir.Model, rows: int, *, lineage: str, where: str = "model.onnx", in_place: bool = False
 ) -> ir.Model:
-    """A new model verifying ``rows`` rows with ``rows - 1`` chained drafts; ``model`` untouched
-    unless ``in_place`` (for a model the caller owns and no longer needs).
+    """A new model verifying ``rows`` rows with ``rows - 1`` chained drafts.
+
+    ``model`` is untouched unless ``in_place`` (for a model the caller owns and no longer needs).
     """
     if rows not in DRAFT_ROWS:
         raise GraphError(f"{where}: verify rows must be one of {DRAFT_ROWS}, got {rows}")
@@ -388,9 +397,10 @@ def build_multidraft(
 
 
 def grow_multidraft(model: ir.Model, *, lineage: str, where: str = "model.onnx") -> Iterator[int]:
-    """Turn ``model`` (owned by the caller) into s2, s3, s4 *in place*, yielding each row count
-    once the model is that graph: serialize it before resuming. No clone: the cheapest way to
-    get all three graphs of a large target.
+    """Turn ``model`` (owned by the caller) into s2, s3, s4 *in place*, yielding each row count.
+
+    Each yield comes once the model is that graph: serialize it before resuming. No clone: the
+    cheapest way to get all three graphs of a large target.
     """
     draft = find_draft(model.graph, lineage=lineage, where=where)
     _restore_rows(model)
@@ -413,4 +423,5 @@ class MultiDraftPass(ir.passes.FunctionalPass):
         self.lineage = lineage
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Build the ``rows``-row verify graph from a clone of ``model`` (always reported modified)."""
         return ir.passes.PassResult(build_multidraft(model, self.rows, lineage=self.lineage), modified=True)

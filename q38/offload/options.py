@@ -94,8 +94,9 @@ def format_node_overrides(caps: Mapping[str, int]) -> str:
 
 
 def parse_node_overrides(text: str) -> dict[str, int]:
-    """``node -> max_resident_slots`` read back from a ``node_overrides`` value q38 wrote (the
-    hit-rate report reads what was emitted, not what was planned); the one reader is
+    """``node -> max_resident_slots`` read back from a ``node_overrides`` value q38 wrote.
+
+    The hit-rate report reads what was emitted, not what was planned; the one reader is
     :func:`q38.package.memory.parse_caps`, which ``q38 fit`` uses too.
     """
     return parse_caps(text)

@@ -16,9 +16,10 @@ __all__ = ["place_unchanged", "read_expert_profile", "serialize_graph", "source_
 
 
 def serialize_graph(model: ir.Model, *, where: str) -> bytes:
-    """The graph's protobuf bytes; external tensors stay references and inline initializers stay
-    inline, whatever their size (the builder inlines 64 KiB rotary caches). Refused in one line
-    only where protobuf cannot hold the graph (2 GiB).
+    """The graph's protobuf bytes; external tensors stay references, inline initializers inline.
+
+    Inline stays inline whatever its size (the builder inlines 64 KiB rotary caches). Refused in
+    one line only where protobuf cannot hold the graph (2 GiB).
     """
     try:
         return ir.serde.serialize_model(model).SerializeToString()
@@ -34,9 +35,10 @@ def read_expert_profile(options: OffloadOptions) -> ExpertProfile | None:
 
 
 def place_unchanged(writer: PackageWriter, items: list[tuple[Path, str]], label: str) -> dict[str, FileRecord]:
-    """Place the files the conversion does not change (source path, output rel) by the writer's
-    :class:`~q38.package.Placer` (the shared link policy: never a hard link unless asked), under
-    one progress bar in bytes; their manifest records, by output rel.
+    """Place the files the conversion does not change; returns their manifest records by output rel.
+
+    ``items`` are (source path, output rel), placed by the writer's :class:`~q38.package.Placer`
+    (the shared link policy: never a hard link unless asked), under one progress bar in bytes.
     """
     records: dict[str, FileRecord] = {}
     with writer.placer.progress([src for src, _ in items], label):

@@ -71,6 +71,12 @@ class Move:
 
 @dataclass(frozen=True)
 class PoolPlan:
+    """The converted pool: entries re-placed, the byte moves into the aligned file, and counts.
+
+    ``relocated`` maps (old file, old offset) to (new file, new offset) for the graph's
+    references; ``counts``: entries made ``cpu_mmap`` / ``host_mapped``, moved, added.
+    """
+
     pool: WeightsPool
     moves: tuple[Move, ...]
     # (old file, old offset) -> (new file, new offset) for graph references
@@ -154,8 +160,9 @@ def plan_pool(
 
 
 def _missing_expert_entries(pool: WeightsPool, experts: Mapping[str, ir.Value]) -> list[PoolEntry]:
-    """Pool entries for routed-expert tensors the source pool does not list (in graph order),
-    so that every offloaded expert has a placement; ids ``expert.NNNN`` avoid existing ids.
+    """Pool entries for routed-expert tensors the source pool does not list, in graph order.
+
+    So every offloaded expert has a placement; ids ``expert.NNNN`` avoid existing ids.
     """
     known_locs = {(e.file, e.offset) for e in pool.entries}
     known_names = set().union(*(_provenance_names(e) for e in pool.entries)) if pool.entries else set()
@@ -210,8 +217,9 @@ def retarget_graph(model: ir.Model, relocated: Mapping[tuple[str, int], tuple[st
 
 
 def write_moves(moves: Iterable[Move], *, src_root: Path, dst: Path) -> None:
-    """Copy each move's byte range into ``dst`` (created) by the shared kernel copy
-    (copy_file_range, else sendfile across filesystems, else read/write): no buffering of weight
+    """Copy each move's byte range into ``dst`` (created) by the shared kernel copy.
+
+    copy_file_range, else sendfile across filesystems, else read/write: no buffering of weight
     bytes in Python; holes between aligned entries stay sparse zeros.
     """
     with open(dst, "xb") as out:

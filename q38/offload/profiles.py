@@ -126,10 +126,11 @@ def apply_offload_config(
     source: str = "genai_config.json",
     decoder_file: str = PROFILE_TARGET,
 ) -> Config:
-    """The converted config: decoder = model.onnx with the offload entries, CUDA graph + arena
-    options, the four runtime profiles (selecting ``decoder_file``: ``model_s4.onnx``, or the
-    target itself when it has no MTP draft and so no verify graphs), the multidraft graph names
-    and the expert profile.
+    """The converted config: offload entries, runtime profiles, multidraft graphs and expert profile.
+
+    The decoder is model.onnx with the offload entries and CUDA graph + arena options; the four
+    runtime profiles select ``decoder_file`` (``model_s4.onnx``, or the target itself when it
+    has no MTP draft and so no verify graphs).
 
     Offload entries already present (an older conversion) are replaced, never merged.
     """

@@ -33,6 +33,7 @@ class OffloadReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
+        """The report as JSON (``--json``): kept nodes as {node, reason}, hit rates per tier."""
         d = dataclasses.asdict(self)
         d["kept_resident"] = [{"node": n, "reason": r} for n, r in self.kept_resident]
         d["hit_rates"] = [h.to_dict() for h in self.hit_rates]

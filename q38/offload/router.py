@@ -109,5 +109,6 @@ class ClearRouterWeightsPass(ir.passes.FunctionalPass):
         self.cleared = 0
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Clear the router weights of a copy of ``model``; modified only when some were cleared."""
         out, self.cleared = clear_router_weights(model)
         return ir.passes.PassResult(out, modified=bool(self.cleared))

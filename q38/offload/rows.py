@@ -52,6 +52,7 @@ class Site:
 
     @property
     def label(self) -> str:
+        """``graph:node``, how messages and notes name the site."""
         return f"{self.graph}:{self.name}"
 
 
@@ -68,8 +69,9 @@ def qmoe_sites(model: ir.Model, graph: str, *, draft_graph: bool = False) -> lis
 
 @dataclass(frozen=True, eq=False)
 class ProfileRows:
-    """A profile matched to the sites it describes: ``rows[i]`` is the profile row of ``sites[i]``
-    (``None``: the profile leaves that site out).
+    """A profile matched to the sites it describes: ``rows[i]`` is the profile row of ``sites[i]``.
+
+    ``None``: the profile leaves that site out.
     """
 
     profile: ExpertProfile
@@ -77,17 +79,21 @@ class ProfileRows:
     rows: tuple[int | None, ...]
 
     def counts(self, index: int) -> np.ndarray | None:
+        """The selection counts of site ``index`` (one per expert); None when the profile leaves it out."""
         row = self.rows[index]
         return None if row is None else self.profile.counts[row]
 
     @property
     def covered(self) -> list[int]:
+        """Indices of the sites the profile has a row for."""
         return [i for i, r in enumerate(self.rows) if r is not None]
 
 
 def match_profile(profile: ExpertProfile, sites: Sequence[Site], *, source: str) -> ProfileRows:
-    """Match ``profile`` to ``sites``: one row per site, or one per non-draft site; every covered
-    site must have the profile's expert count. One :class:`ProfileError` line otherwise.
+    """Match ``profile`` to ``sites``: one row per site, or one per non-draft site.
+
+    Every covered site must have the profile's expert count; one :class:`ProfileError` line
+    otherwise.
     """
     source = clip(source)
     layers = [i for i, s in enumerate(sites) if not s.draft]

@@ -1,5 +1,6 @@
-"""The offload plan of a package whose graphs each run in their own session (the genai surface, or any reader
-with ``edit_sessions``): phase 1 of :func:`q38.offload.convert.convert_package`.
+"""Phase 1 of :func:`q38.offload.convert.convert_package` for a package with one session per graph.
+
+That is the genai surface, or any reader with ``edit_sessions``.
 
 For an onnxruntime-genai builder package the output is again a builder package — ``genai_config.json`` as onnxruntime-genai 0.18.0 parses
 it (re-parsed strictly before anything is written), the same graph files, data files, tokenizer

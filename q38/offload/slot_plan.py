@@ -32,6 +32,12 @@ Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class SlotPlan:
+    """The resident-slot cap of every capped site, by (graph file, node name), and notes for the report.
+
+    ``total``: the requested ``--total-resident-slots`` (None under a per-node cap or none);
+    ``kept``: the sites kept on the GPU.
+    """
+
     caps: dict[Key, int]
     notes: tuple[str, ...] = ()
     rows: ProfileRows | None = None
@@ -76,9 +82,10 @@ def plan_caps(
 
 
 def chained_caps(plan: SlotPlan, graph: str, draft_nodes: Sequence[str]) -> dict[str, int]:
-    """Caps for the chained drafts ``/mtp/j/...`` of a verify graph built from ``graph``: the cap of
-    the ``/mtp/0/`` node they copy under a per-node cap, ``0`` under a total (they share draft 0's
-    expert bank: the total stays exact in every verify graph).
+    """Caps for the chained drafts ``/mtp/j/...`` of a verify graph built from ``graph``.
+
+    Under a per-node cap, the cap of the ``/mtp/0/`` node they copy; under a total, ``0`` (they
+    share draft 0's expert bank: the total stays exact in every verify graph).
     """
     out: dict[str, int] = {}
     for name in draft_nodes:
