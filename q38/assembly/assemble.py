@@ -64,11 +64,14 @@ class BuildRequest:
 
 @dataclass
 class BuildResult:
+    """What ``q38 build`` wrote: the package directories, how each file was placed, pool sizes."""
+
     packages: list[Path]
     link_modes: Counter[str] = field(default_factory=Counter)
     pool_entries: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
+        """The JSON summary ``q38 build --json`` prints: package paths, link-mode counts, pool entries."""
         return {
             "packages": [os.fspath(p) for p in self.packages],
             "link_modes": dict(sorted(self.link_modes.items())),

@@ -38,6 +38,11 @@ class DataFile:
 
 @dataclass
 class Source:
+    """One source bundle read for a build: its role, graph proto, external refs and data files.
+
+    ``files`` maps each normalized external-data location to the file it resolves to.
+    """
+
     role: str
     bundle: Path
     graph_rel: str
@@ -46,6 +51,7 @@ class Source:
     files: dict[str, DataFile]  # normalized location -> file
 
     def eff_length(self, ref: ExtRef) -> int:
+        """The bytes ``ref`` covers: its length, or to the end of its data file when it has none."""
         return ref.length if ref.length is not None else self.files[ref.location].size - ref.offset
 
 

@@ -24,6 +24,8 @@ __all__ = ["Composition", "PoolRow", "compose"]
 
 @dataclass(frozen=True)
 class PoolRow:
+    """One shared-pool entry: a byte range of a package file, dtype, shape, and every tensor name using it."""
+
     file: str
     offset: int
     length: int | None
@@ -34,6 +36,11 @@ class PoolRow:
 
 @dataclass
 class Composition:
+    """A planned package: every path's entry, the pool rows, and how many tensors each role redirected.
+
+    ``redirected`` counts, by role, the folded tensors pointed at the base's bytes.
+    """
+
     entries: dict[str, Entry]
     pool: list[PoolRow]
     redirected: dict[str, int] = field(default_factory=dict)  # role -> tensors pointed at the base

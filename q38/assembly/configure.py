@@ -82,6 +82,7 @@ class GraphFacts:
 
 
 def graph_facts(model: onnx.ModelProto) -> GraphFacts:
+    """Read what the builder needs from ``model``'s interface and ops (a :class:`GraphFacts`)."""
     return GraphFacts(model)
 
 

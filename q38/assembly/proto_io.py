@@ -68,6 +68,7 @@ class ExtRef:
 
 
 def load_proto(path: Path, *, what: str) -> onnx.ModelProto:
+    """Load the graph proto at ``path`` without its external data; any failure is one GraphError line."""
     try:
         return onnx.load(os.fspath(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, OSError, ValueError...
@@ -149,6 +150,10 @@ def set_external(t: onnx.TensorProto, location: str, offset: int, length: int | 
 
 
 def range_sha256(path: Path, offset: int, length: int | None) -> str:
+    """sha256 of ``length`` bytes of ``path`` from ``offset`` (None: to the end), read in 8 MiB chunks.
+
+    How the builder compares tensors stored in different files without loading them.
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
         f.seek(offset)

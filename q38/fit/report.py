@@ -77,9 +77,11 @@ class Estimate:
 
     @property
     def total(self) -> int:
+        """Sum of the estimated parts (context, cuBLAS workspace, CUDA-graph pool, arena slack)."""
         return self.cuda_context + self.cublas_workspace + self.cuda_graph_pool + self.arena_slack
 
     def to_dict(self) -> dict[str, int]:
+        """The parts and their total as JSON (``q38 fit --json``)."""
         return {"cuda_context": self.cuda_context, "cublas_workspace": self.cublas_workspace,
                 "cuda_graph_pool": self.cuda_graph_pool, "arena_slack": self.arena_slack, "total": self.total}  # fmt: skip
 
@@ -109,6 +111,7 @@ class FitRow:
 
     @property
     def exact(self) -> int:
+        """Device bytes known exactly from the graphs and the options (weights, resident experts, state)."""
         return self.memory.device_total
 
     @property
@@ -118,6 +121,10 @@ class FitRow:
 
     @property
     def verdict(self) -> Verdict:
+        """``over``: exact bytes exceed the budget; ``tight``: exact plus the estimate do; else ``fits``.
+
+        ``n/a`` without a budget.
+        """
         if self.budget is None:
             return "n/a"
         if self.exact > self.budget:
@@ -125,6 +132,7 @@ class FitRow:
         return "fits" if self.exact + self.estimate.total <= self.budget else "tight"
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as JSON: verdict and headroom, device and host bytes by part, state, the estimate."""
         m = self.memory
         return {
             "name": self.name, "decoder": self.decoder, "context": self.context, "batch": m.batch,
@@ -148,6 +156,7 @@ class FitReport:
     rows: tuple[FitRow, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON (``q38 fit --json``): files, weight classes, routed experts, then the rows."""
         b = self.base
         return {
             "package": self.package, "surface": self.surface,

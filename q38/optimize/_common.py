@@ -104,8 +104,10 @@ class Produced:
 
 
 def first_dtype(*values: ir.Value | None) -> ir.DataType | None:
-    """The dtype of the first typed value (a rewritten producer may have left its output untyped;
-    a value_info with elem_type 0 declares ``UNDEFINED``, which says no more than no type).
+    """The dtype of the first typed value among ``values``; None when none is typed.
+
+    A rewritten producer may have left its output untyped; a value_info with elem_type 0
+    declares ``UNDEFINED``, which says no more than no type, so it is skipped too.
     """
     return next((v.dtype for v in values if v is not None and v.dtype not in (None, ir.DataType.UNDEFINED)), None)
 

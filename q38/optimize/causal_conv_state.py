@@ -86,6 +86,7 @@ class FuseCausalConvStatePass(RewritePass):
     contrib_op = None
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        """Every ``com.microsoft::CausalConvWithState``: each may carry its state by an exporter chain."""
         return [n for n in graph if n.op_type == CAUSAL_CONV_WITH_STATE and n.domain == MS_DOMAIN]
 
     def _guards(self, ctx: RewriteContext, conv: ir.Node) -> Decline | None:
@@ -115,6 +116,11 @@ class FuseCausalConvStatePass(RewritePass):
         return (int(w.shape[2]) - 1) * int(attr_int(conv, "dilation", 1))  # type: ignore[arg-type]
 
     def match(self, ctx: RewriteContext, conv: ir.Node) -> _Match | Decline:
+        """The conv's carry chain (Concat/Slice, or the first-token form), private to it; else a Decline.
+
+        When both its input and state come through ``Transpose([0,2,1])`` the match is channels-last:
+        those transposes and the output's are absorbed as well.
+        """
         x, past = inp(conv, 0), inp(conv, 3)
         if x is None or past is None:
             return Decline("conv has no past_state input (no state to carry)")
@@ -222,6 +228,11 @@ class FuseCausalConvStatePass(RewritePass):
         return (Produced(CAUSAL_CONV_WITH_STATE, MS_DOMAIN, dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Feed the carried state's readers from the conv's ``present_state`` and remove the chain.
+
+        Channels-last: a new conv with ``channels_last=1`` reads the untransposed input and state.
+        A reader that sat before the conv is handled by moving the conv up after its inputs.
+        """
         assert isinstance(match, _Match)
         conv = match.conv
         if not match.channels_last:

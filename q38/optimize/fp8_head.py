@@ -64,6 +64,7 @@ class QuantizeFp8HeadPass(RewritePass):
     contrib_op = MATMUL_FP8
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        """Float MatMuls producing a graph output, and FP8 / NBits head projections (declined, with why)."""
         return [
             n for n in graph
             if (n.op_type == "MatMul" and n.domain == "" and n.outputs[0].is_graph_output())
@@ -72,6 +73,10 @@ class QuantizeFp8HeadPass(RewritePass):
         ]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline:
+        """A logits projection: a constant static [H, V] weight, a float16/bfloat16 activation; else a Decline.
+
+        Only outputs named ``*logits`` qualify: other head outputs (``next_embeds``) keep precision.
+        """
         if node.op_type == MATMUL_NBITS:
             return Decline("head projection is already quantized (MatMulNBits); FP8 needs a float weight")
         if node.op_type == MATMUL_FP8:
@@ -101,10 +106,15 @@ class QuantizeFp8HeadPass(RewritePass):
         return _Match(node, dtype)
 
     def produces(self, match: object) -> tuple[Produced, ...]:
+        """The fused FP8 MatMul, at the activation dtype (float16 / bfloat16)."""
         assert isinstance(match, _Match)
         return (Produced(MATMUL_FP8, MS_DOMAIN, match.dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Replace the MatMul by the FP8 op on a block-quantized weight and FP32 scales.
+
+        The quantized weight is made once per source weight (cached), so heads reading one weight share it.
+        """
         assert isinstance(match, _Match)
         node = match.node
         w = node.inputs[1]

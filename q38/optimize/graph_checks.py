@@ -153,9 +153,11 @@ class NameTable:
                         self.values.add(used.name)
 
     def fresh_value(self, base: str) -> str:
+        """``base``, or ``base_N`` for the first N that no value of the model has; reserved at once."""
         return self._fresh(base, self.values)
 
     def fresh_node(self, base: str) -> str:
+        """``base``, or ``base_N`` for the first N that no node of the model has; reserved at once."""
         return self._fresh(base, self.nodes)
 
     @staticmethod

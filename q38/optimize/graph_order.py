@@ -155,6 +155,7 @@ class NodeOrder:
                         return
 
     def before(self, a: ir.Node, b: ir.Node) -> bool:
+        """Whether ``a`` runs before ``b`` in this graph; False when either has no position (removed)."""
         ka, kb = self.key(a), self.key(b)
         return ka is not None and kb is not None and ka < kb
 

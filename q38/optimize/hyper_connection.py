@@ -177,13 +177,17 @@ class FuseHyperConnectionPass(RewritePass):
     contrib_op = HC_LOW_RANK_MIX
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        # Phase one anchors on every PreMix; phase two (see ``call``) on every LowRankMix that
-        # reads a PostMix's streams (a prologue candidate).
+        """Phase one: every PreMix; phase two (see :meth:`call`): every LowRankMix reading a PostMix's streams."""
         if self._phase == 1:
             return [n for n in graph if _ms(n, HC_PRE_MIX)]
         return [n for n in graph if _ms(n, HC_LOW_RANK_MIX) and _ms(producer_of(inp(n, 0), HC_POST_MIX, domain=MS_DOMAIN), HC_POST_MIX)]
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Run both phases: fuse every chain, then absorb PostMix prologues into the new LowRankMix nodes.
+
+        The second phase needs the first's output, so one call is two candidate loops; ``count``
+        adds both.
+        """
         result = super().call(model)
         first = self.count
         self._phase = 2
@@ -197,6 +201,7 @@ class FuseHyperConnectionPass(RewritePass):
     _phase = 1
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline:
+        """The whole gate chain of a PreMix (phase one) or an absorbable PostMix (phase two); else a Decline."""
         if self._phase == 2:
             return self._match_prologue(ctx, node)
         return self._match_chain(ctx, node)
@@ -372,6 +377,7 @@ class FuseHyperConnectionPass(RewritePass):
         return (Produced(HC_LOW_RANK_MIX, MS_DOMAIN, dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Replace a matched chain by one LowRankMix, or give a LowRankMix the PostMix's inputs as prologue."""
         if isinstance(match, _Prologue):
             self._rewrite_prologue(ctx, match)
             return

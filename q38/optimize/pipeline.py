@@ -51,6 +51,7 @@ class OptimizeResult:
     origins: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def merge(self, other: OptimizeResult) -> None:
+        """Fold ``other`` (another graph of the package) into this result: counts summed, the rest joined."""
         for key, count in other.rewrites.items():
             self.rewrites[key] = self.rewrites.get(key, 0) + count
         self.outcomes.extend(other.outcomes)

@@ -120,13 +120,16 @@ class FuseRMSNormRotaryPass(RewritePass):
     contrib_op = RMS_NORM_ROTARY
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        # The rotary halves' Concat(Sub(...), Add(...)); anything short of the whole chain is declined.
-        # The builder's fused rotary (MRotaryEmbedding) is a candidate too, declined with its reason.
+        """The rotary halves' ``Concat(Sub(...), Add(...))``, and the builder's MRotaryEmbedding.
+
+        Anything short of the whole chain is declined; MRotaryEmbedding always is, with its reason.
+        """
         return [n for n in graph if (n.op_type == "Concat" and n.domain == "" and len(n.inputs) == 2
                 and producer_of(n.inputs[0], "Sub") is not None and producer_of(n.inputs[1], "Add") is not None)
                 or (n.op_type == M_ROTARY_EMBEDDING and n.domain == MS_DOMAIN)]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline:
+        """Walk back from the rotary Concat through the RMS norm to its input; a Decline names the first misfit."""
         if node.op_type == M_ROTARY_EMBEDDING:
             return Decline("MRotaryEmbedding (multi-section rotary over [3, B, S] positions) has no "
                            "RMSNormRotary form; kept as exported")
@@ -299,10 +302,15 @@ class FuseRMSNormRotaryPass(RewritePass):
         return ctx.cache[key]
 
     def produces(self, match: object) -> tuple[Produced, ...]:
+        """The fused RMSNormRotary, at the activation dtype (its compute dtype)."""
         assert isinstance(match, _Match)
         return (Produced(RMS_NORM_ROTARY, MS_DOMAIN, match.dtype),)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Replace the chain by RMSNormRotary; the scale (and non-bf16 caches) become FP32 once per source.
+
+        The chain's private nodes go; shared ones (the caches' Gather / Unsqueeze) once unread.
+        """
         assert isinstance(match, _Match)
         m = match
         scale = self._as(ctx, m.scale, ir.DataType.FLOAT, "fp32")

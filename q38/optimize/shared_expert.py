@@ -69,8 +69,10 @@ class FuseSharedExpertPass(RewritePass):
     contrib_op = None
 
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
-        # The gate MatMul: its output g feeds Sigmoid(g) and the SiLU product Mul(g, Sigmoid(g)).
-        # A quantized gate (MatMulNBits, the builder's int4 exports) is an anchor too: declined.
+        """Gate MatMuls: output ``g`` feeds Sigmoid(g) and the SiLU product ``Mul(g, Sigmoid(g))``.
+
+        A quantized gate (MatMulNBits, the builder's int4 exports) is an anchor too: declined.
+        """
         return [n for n in graph if (_is_matmul(n) or _is_nbits(n)) and _silu_of(n.outputs[0]) is not None]
 
     def _roles(self, gate: ir.Node) -> tuple[ir.Node, ir.Node, ir.Node] | Decline:
@@ -98,6 +100,10 @@ class FuseSharedExpertPass(RewritePass):
         return gate, up, shared[0]
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> _Match | Decline | None:
+        """The gate, up and shared-gate MatMuls on one input, with constant 2-D weights of one dtype.
+
+        A Decline names what differs (quantized gate, non-constant weight, widths, a graph output).
+        """
         if _is_nbits(node):
             return Decline("gate projection is already quantized (MatMulNBits); the fusion concatenates "
                            "float weights; kept as exported")
@@ -135,6 +141,7 @@ class FuseSharedExpertPass(RewritePass):
         return Produced("MatMul", "", dtype), Produced("Split", "", dtype)
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Replace the three MatMuls by one on the concatenated weight and a Split into their widths."""
         assert isinstance(match, _Match)
         weights = [m.inputs[1] for m in match.matmuls]
         key = ("concat", *(id(w) for w in weights))
