@@ -1,8 +1,8 @@
 r"""Session config entries as onnxruntime stores them, and the limits it puts on them.
 
 ``SessionOptions.add_session_config_entry(key, value)`` hands ORT C strings: ORT reads each up to
-its first NUL (``"session.moe.offload.mode\\0x"`` is the key ``session.moe.offload.mode``,
-``"auto\\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
+its first NUL (``"session.moe.offload.mode\0x"`` is the key ``session.moe.offload.mode``,
+``"auto\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
 ``ConfigOptions::AddConfigEntry`` refuses an empty key, a key over 1024 bytes and a value over
 8192 bytes (UTF-8, after the NUL cut; probed on 1.31.1 and 1.32.0). A key or value that is not
 valid Unicode (an unpaired surrogate, anywhere, even after a NUL: a near-miss spelling of a key such
