@@ -95,10 +95,10 @@ def properties(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """Mutmut over the packages that guard data (tests/mutation/mutate.py TARGETS: q38/optimize,
-    q38/offload, q38/assembly, q38/package, contracts) or those given, targeted tests per function.
+    """Mutation testing (mutmut) of the packages that guard data, with targeted tests per function.
 
-    By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson
+    The packages are tests/mutation/mutate.py's TARGETS (q38/optimize, q38/offload, q38/assembly,
+    q38/package, contracts) or those given. By default a fixed-seed uniform sample of 601 mutants per package (seed 0: a 95 % Wilson
     interval of at most +-4 points), each package's score with its interval, per module, the
     allowlisted equivalents with their reasons and every survivor with its diff. Resumable: a rerun
     over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops

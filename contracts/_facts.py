@@ -18,7 +18,14 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts._dtypes import dtype_of, type_str
-from contracts._graph import AttributeKindError, as_ir_model, attr, attr_int, subgraphs_of
+from contracts._graph import (
+    AttributeKindError,
+    ModelLike,
+    as_ir_model,
+    attr,
+    attr_int,
+    subgraphs_of,
+)
 from contracts.schema_registry import OpSchema, Registry
 
 __all__ = ["GraphScope", "ModelFacts", "Typing", "dtype_of", "forget", "model_facts", "nodes_of", "type_str"]
@@ -99,8 +106,10 @@ class Typing:
         return self._schemas[key]
 
     def elem_type(self, value: ir.Value | None) -> ir.DataType | None:
-        """The element type ORT sees for ``value``: inferred from its producer where the schema
-        determines it, else the declared one (graph inputs, initializers, value_info).
+        """The element type ORT sees for ``value`` (None when neither inferred nor declared).
+
+        Inferred from its producer where the schema determines it, else the declared one (graph
+        inputs, initializers, value_info).
         """
         if value is None:
             return None
@@ -124,8 +133,10 @@ class Typing:
         return declared, inferred
 
     def _infer_all(self) -> None:
-        """One forward pass over every graph in node order; a node whose inputs come from a node
-        not yet typed (an unsorted graph) is typed depth-first from its ancestors.
+        """Type every value of every graph in one forward pass over the nodes in graph order.
+
+        A node whose inputs come from a node not yet typed (an unsorted graph) is typed
+        depth-first from its ancestors.
         """
         self._done = True
         for scope in self.facts.scopes:
@@ -142,8 +153,9 @@ class Typing:
         self._typed.add(id(node))
 
     def _infer_from(self, start: ir.Node) -> None:
-        """Type ``start`` after every ancestor not yet typed (iterative DFS; a cycle, which ORT
-        rejects elsewhere, leaves the node's declared types).
+        """Type ``start`` after every ancestor not yet typed (an iterative DFS).
+
+        A cycle, which ORT rejects elsewhere, leaves the node's declared types.
         """
         typed = self._typed
         if all(v is None or (p := v.producer()) is None or id(p) in typed for v in start.inputs):
@@ -296,7 +308,7 @@ def forget(model: ir.Model) -> None:
     model.meta.pop(_META_KEY, None)
 
 
-def nodes_of(model: Any, domain: str, *op_types: str) -> list[ir.Node]:
+def nodes_of(model: ModelLike, domain: str, *op_types: str) -> list[ir.Node]:
     """Every node (subgraphs included) of ``domain`` whose op type is one of ``op_types``."""
     facts = model_facts(as_ir_model(model))
     return [node for op in op_types for node in facts.nodes(domain, op)]

@@ -11,12 +11,14 @@ malformed attribute.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TypeAlias, TypeVar
 
+import onnx
 import onnx_ir as ir
 
 __all__ = [
     "AttributeKindError",
+    "ModelLike",
     "as_ir_model",
     "attr",
     "attr_float",
@@ -35,6 +37,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
+# What a graph rule's ``model`` argument may be: an onnx_ir model, or a ModelProto that
+# :func:`as_ir_model` converts (external data is never read).
+ModelLike: TypeAlias = ir.Model | onnx.ModelProto
+
 
 class AttributeKindError(Exception):
     """An attribute is present with another kind than the one a check reads."""
@@ -44,7 +50,7 @@ class AttributeKindError(Exception):
         self.node, self.name, self.expected, self.actual = node, name, expected, actual
 
 
-def as_ir_model(model: Any) -> ir.Model:
+def as_ir_model(model: ModelLike) -> ir.Model:
     """An ``onnx_ir.Model`` for ``model`` (a ModelProto is converted; external data is not read)."""
     if isinstance(model, ir.Model):
         return model
@@ -52,10 +58,11 @@ def as_ir_model(model: Any) -> ir.Model:
 
 
 def has_attr(node: ir.Node, name: str) -> bool:
+    """Whether ``node`` carries attribute ``name`` at all, whatever its kind."""
     return name in node.attributes
 
 
-def attr(node: ir.Node, name: str, default: Any = None) -> Any:
+def attr(node: ir.Node, name: str, default: object = None) -> object:
     """The raw python value of attribute ``name`` whatever its kind, or ``default``."""
     found = node.attributes.get(name)
     if found is None:
@@ -63,31 +70,45 @@ def attr(node: ir.Node, name: str, default: Any = None) -> Any:
     return found.value
 
 
-def _typed(node: ir.Node, name: str, kind: ir.AttributeType, default: _T) -> Any:
+def _typed(node: ir.Node, name: str, kind: ir.AttributeType) -> ir.Attr | None:
+    """Attribute ``name`` when present (None when absent); AttributeKindError for another kind."""
     found = node.attributes.get(name)
     if found is None:
-        return default
+        return None
     if found.type != kind:
         raise AttributeKindError(node, name, kind.name, found.type.name)
-    return found.value
+    return found
 
 
 def attr_int(node: ir.Node, name: str, default: int) -> int:
     """INT attribute ``name`` (``default`` when absent; AttributeKindError for another kind)."""
-    return int(_typed(node, name, ir.AttributeType.INT, default))
+    found = _typed(node, name, ir.AttributeType.INT)
+    return int(default if found is None else found.value)
 
 
 def attr_float(node: ir.Node, name: str, default: float) -> float:
-    return float(_typed(node, name, ir.AttributeType.FLOAT, default))
+    """FLOAT attribute ``name`` (``default`` when absent; AttributeKindError for another kind)."""
+    found = _typed(node, name, ir.AttributeType.FLOAT)
+    return float(default if found is None else found.value)
 
 
 def attr_str(node: ir.Node, name: str, default: str) -> str:
-    value = _typed(node, name, ir.AttributeType.STRING, default)
+    """STRING attribute ``name`` decoded as UTF-8 (undecodable bytes replaced), or ``default``.
+
+    Raises AttributeKindError when the attribute is present with another kind.
+    """
+    found = _typed(node, name, ir.AttributeType.STRING)
+    value = default if found is None else found.value
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def attr_ints(node: ir.Node, name: str, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    value = _typed(node, name, ir.AttributeType.INTS, default)
+    """INTS attribute ``name`` as a tuple, or ``default`` (None: absent is distinguishable).
+
+    Raises AttributeKindError when the attribute is present with another kind.
+    """
+    found = _typed(node, name, ir.AttributeType.INTS)
+    value = default if found is None else found.value
     return None if value is None else tuple(int(v) for v in value)
 
 
@@ -135,6 +156,7 @@ def static_dims(value: ir.Value | None) -> tuple[int, ...] | None:
 
 
 def node_label(node: ir.Node) -> str:
+    """The name a violation reports for ``node`` (its node name; "" for an unnamed node)."""
     return node.name or ""
 
 

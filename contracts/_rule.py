@@ -10,14 +10,17 @@ at most ``os.stat``/``os.lstat``, and returns :class:`Violation` records.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Final, Literal, TypeAlias
+
+from contracts._graph import ModelLike
 
 __all__ = [
     "REFERENCE_ORT_VERSION",
     "Enforced",
     "Ep",
+    "ModelCheck",
     "OrtVersions",
     "Rule",
     "RuleKind",
@@ -72,6 +75,7 @@ class OrtVersions:
     until: str | None = None
 
     def applies(self, version: str) -> bool:
+        """Whether ``version`` lies in ``[since, until)`` (compared numerically, never as strings)."""
         v = parse_version(version)
         if self.since is not None and v < parse_version(self.since):
             return False
@@ -93,6 +97,7 @@ class Violation:
         return Violation(self.rule_id, self.message, graph, self.node, self.severity)
 
     def to_dict(self) -> dict[str, str]:
+        """The violation as the flat JSON record reports print (all five fields, as strings)."""
         return {
             "rule_id": self.rule_id,
             "graph": self.graph,
@@ -100,6 +105,10 @@ class Violation:
             "severity": self.severity,
             "message": self.message,
         }
+
+
+# A graph rule's check (kind "graph"): the model and the session's config entries.
+ModelCheck: TypeAlias = Callable[[ModelLike, Mapping[str, str]], list[Violation]]
 
 
 @dataclass(frozen=True)
@@ -124,5 +133,5 @@ class Rule:
         """Whether onnxruntime ``version`` has this rule (non-ORT rules apply to every version)."""
         return self.ort_versions.applies(version)
 
-    def __call__(self, *args: Any) -> list[Violation]:
+    def __call__(self, *args: object) -> list[Violation]:
         return self.check(*args)

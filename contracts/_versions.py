@@ -8,9 +8,9 @@ runner's version filter picks the right one and every rule keeps the ``(model, e
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
+from contracts._graph import ModelLike
 from contracts._rule import Enforced, Ep, OrtVersions, Rule, RuleKind, Violation, parse_version
 from contracts.schema_registry import available_versions
 
@@ -33,7 +33,7 @@ def version_spans(since: str | None = None) -> list[tuple[str, OrtVersions]]:
 
 
 def _bind(check: Callable[..., list[Violation]], version: str) -> Callable[..., list[Violation]]:
-    def bound(model: Any, entries: Any) -> list[Violation]:
+    def bound(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
         return check(model, entries, version)
 
     return bound

@@ -32,6 +32,10 @@ _KV_QUANT = frozenset({"NONE", "PER_TENSOR", "PER_CHANNEL"})
 
 
 def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
+    """GQA-SCHEMA-001: the first refusal of GroupQueryAttention's shape inference, ORT's text.
+
+    None when inference accepts the node (or the dims it checks are not known statically).
+    """
     query = input_at(node, 0)
     rank = shapes.rank(query)
     if rank is not None and rank != 3:
@@ -56,6 +60,10 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
 
 
 def cpu_constructor_problems(node: ir.Node) -> list[str]:
+    """GQA-CPU-001: every refusal of the CPU kernel constructor, in its order (ORT reports the first).
+
+    The texts are ORT's (``ORT_ENFORCE`` conditions included); only attributes are read.
+    """
     found = []
     if attr_int(node, "num_heads", 0) <= 0:
         found.append('info.GetAttr("num_heads", &num_heads).IsOK() && num_heads > 0 was false.')

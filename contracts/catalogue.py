@@ -16,12 +16,15 @@ documentation entry for no rule): the test suite builds it, so such a rule canno
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Enforced, Ep, Rule, RuleKind, Severity, parse_version
+
+if TYPE_CHECKING:
+    from contracts.rule_docs import RuleDoc
 
 __all__ = ["FAMILIES", "RuleEntry", "build_catalogue", "catalogue", "entry", "family_of", "matches"]
 
@@ -143,7 +146,7 @@ def _span(rules: Sequence[Rule]) -> tuple[str | None, str | None]:
     return lo, hi
 
 
-def build_catalogue(rules: Iterable[Rule], docs: Any) -> tuple[RuleEntry, ...]:
+def build_catalogue(rules: Iterable[Rule], docs: Mapping[str, RuleDoc]) -> tuple[RuleEntry, ...]:
     """Join ``rules`` with ``docs`` (rule id -> RuleDoc), one entry per id, in registry order.
 
     Raises:
@@ -195,8 +198,10 @@ def entry(rule_id: str) -> RuleEntry | None:
 
 
 def matches(rule_id: str, selectors: Iterable[str]) -> bool:
-    """Whether ``rule_id`` is selected by any of ``selectors``: an exact id or an id prefix
-    (``ORT-SCHEMA`` selects ``ORT-SCHEMA-001``, ruff-style), or ``ALL``; case-insensitive.
+    """Whether ``rule_id`` is selected by any of ``selectors`` (case-insensitive).
+
+    A selector is an exact id, an id prefix (``ORT-SCHEMA`` selects ``ORT-SCHEMA-001``,
+    ruff-style), or ``ALL``.
     """
     rid = rule_id.upper()
     for sel in selectors:

@@ -19,12 +19,12 @@ as ORT stops at the schema layer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import (
+    ModelLike,
     attr_int,
     attr_str,
     input_at,
@@ -32,10 +32,11 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import OrtVersions, Rule, Violation
+from contracts._rule import ModelCheck, OrtVersions, Rule, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
+from contracts.shape_types import Dim
 from contracts.shapes import Shape, Shapes, shapes_of
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN, VARLEN_CAUSAL_CONV_WITH_STATE
 
@@ -52,7 +53,7 @@ _V132 = OrtVersions(since="1.32.0")
 _P = "CausalConvWithState: "
 
 
-def _checked_nodes(model: Any, op_type: str) -> list[ir.Node]:
+def _checked_nodes(model: ModelLike, op_type: str) -> list[ir.Node]:
     """The nodes of ``op_type`` that pass ORT's schema layer (the ones ORT infers shapes of)."""
     return [n for n in nodes_of(model, MS_DOMAIN, op_type) if schema_clean(model, n)]
 
@@ -140,8 +141,8 @@ def _cc_schema(node: ir.Node, shapes: Shapes, *, v132: bool) -> tuple[str, str] 
     return None if found is None else ("CCONV-SCHEMA-001", found)
 
 
-def _schema_rule(rule_id: str, *, v132: bool) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _schema_rule(rule_id: str, *, v132: bool) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         shapes = shapes_of(model)
 
         def one(node: ir.Node) -> Iterable[Violation]:
@@ -171,7 +172,7 @@ def cc_cpu_kernel_problems(node: ir.Node) -> list[str]:
     return out
 
 
-def _check_cc_cpu_kernel(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_cc_cpu_kernel(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     if not runs_on_cpu(model, version):
         return []  # a node without a CPU kernel fails the session first: no constructor runs
     shapes = shapes_of(model)
@@ -185,7 +186,7 @@ def _check_cc_cpu_kernel(model: Any, _entries: Mapping[str, str], version: str) 
     return per_node(_checked_nodes(model, _CC), one)
 
 
-def _check_cc_cuda_kernel(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_cc_cuda_kernel(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     shapes = shapes_of(model)
 
     def one(node: ir.Node) -> Iterable[Violation]:
@@ -203,26 +204,26 @@ def _check_cc_cuda_kernel(model: Any, _entries: Mapping[str, str]) -> list[Viola
     return per_node(_checked_nodes(model, _CC), one)
 
 
-def expected_state_shape(node: ir.Node, batch: Any, channel_dims: tuple[Any, ...], *, kernel: int) -> tuple[Any, ...]:
+def expected_state_shape(node: ir.Node, batch: Dim, channel_dims: tuple[Dim, ...], *, kernel: int) -> Shape:
     """The ``past_state`` shape ORT expects (§3C.2) for a weight of ``kernel`` taps.
 
     ``channel_dims`` are (C,) for channels-first or (d_1, ..., d_n) for channels-last inputs.
     """
     length = (kernel - 1) * attr_int(node, "dilation", 1)
     window = attr_int(node, "state_window", 0)
-    lead: tuple[Any, ...] = (window,) if window > 0 else ()
+    lead: Shape = (window,) if window > 0 else ()
     if attr_int(node, "channels_last", 0) == 1:
         return (*lead, batch, length, *channel_dims)
     return (*lead, batch, *channel_dims, length)
 
 
-def _mismatch(got: Shape, expected: tuple[Any, ...]) -> bool:
+def _mismatch(got: Shape, expected: Shape) -> bool:
     if len(got) != len(expected):
         return True
     return any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(got, expected, strict=True))
 
 
-def _dims_text(dims: tuple[Any, ...]) -> str:
+def _dims_text(dims: Shape) -> str:
     return ",".join("?" if d is None else str(d) for d in dims)
 
 
@@ -251,8 +252,8 @@ def run_time_problems(node: ir.Node, shapes: Shapes) -> list[tuple[str, str]]:
     return found
 
 
-def _run_rule(rule_id: str) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _run_rule(rule_id: str) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         shapes = shapes_of(model)
 
         def one(node: ir.Node) -> Iterable[Violation]:
@@ -286,8 +287,8 @@ def _vl_schema(node: ir.Node, shapes: Shapes, *, v132: bool = True) -> str | Non
     return None
 
 
-def _vl_schema_rule(*, v132: bool) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _vl_schema_rule(*, v132: bool) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         shapes = shapes_of(model)
 
         def one(node: ir.Node) -> Iterable[Violation]:
@@ -300,7 +301,7 @@ def _vl_schema_rule(*, v132: bool) -> Any:
     return check
 
 
-def _check_vl_cpu_kernel(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_vl_cpu_kernel(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     if not runs_on_cpu(model, version):
         return []
     shapes = shapes_of(model)

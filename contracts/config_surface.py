@@ -174,8 +174,10 @@ def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
 
 
 def _only(rule_id: str) -> Callable[[Mapping[str, Any]], list[Violation]]:
-    """The part of :func:`_check_surface` one rule record owns: one parse yields both ids, and
-    ``check_genai_config`` runs that parse once; each record reports only its own id.
+    """The part of :func:`_check_surface` that rule record ``rule_id`` owns.
+
+    One parse yields both ids, and ``check_genai_config`` runs that parse once; each record
+    reports only its own id.
     """
 
     def check(config: Mapping[str, Any]) -> list[Violation]:

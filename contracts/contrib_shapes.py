@@ -38,8 +38,9 @@ def _skip_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
 
 
 def _branches(ctx: ShapeContext, streams: Shape) -> tuple[Dim, Dim, bool]:
-    """(C, H, flattened) of hyper-connection streams: flattened (..., C*H) with num_branches > 0,
-    else grouped (..., C, H).
+    """(C, H, flattened) of hyper-connection streams.
+
+    The streams are flattened (..., C*H) when ``num_branches`` > 0, else grouped (..., C, H).
     """
     branches = attr_int(ctx.node, "num_branches", 0)
     if branches > 0:

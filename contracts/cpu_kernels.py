@@ -11,12 +11,12 @@ Casts around it (``ort-cpu-capabilities.md`` §0); bfloat16 gets no such fallbac
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts, type_str
-from contracts._graph import as_ir_model
+from contracts._graph import ModelLike, as_ir_model
 from contracts.schema_registry import registry_for
 
 __all__ = ["has_cpu_kernel", "missing_cpu_kernels", "runs_on_cpu"]
@@ -37,7 +37,12 @@ def has_cpu_kernel(node: ir.Node, typing: Typing) -> bool:
     return False
 
 
-def _covered(node: ir.Node, index: int, allowed: Any, typing: Typing) -> bool:
+def _covered(node: ir.Node, index: int, allowed: Mapping[str, frozenset[str]], typing: Typing) -> bool:
+    """Whether input ``index``'s element type is one the kernel lists for its type parameter.
+
+    Only a known element type the registration does not list rules it out (float16 passes where
+    float is listed: ORT inserts Casts); an unconstrained parameter or an unknown type is covered.
+    """
     value = node.inputs[index]
     schema = typing.schema(node)
     param = None if schema is None or value is None else schema.input_param(index)
@@ -50,7 +55,7 @@ def _covered(node: ir.Node, index: int, allowed: Any, typing: Typing) -> bool:
     return text in allowed[param.type_str] or (text == _FLOAT16 and _FLOAT in allowed[param.type_str])
 
 
-def missing_cpu_kernels(model: Any, ort_version: str) -> list[ir.Node]:
+def missing_cpu_kernels(model: ModelLike, ort_version: str) -> list[ir.Node]:
     """The nodes (subgraphs included) with no CPU kernel in onnxruntime ``ort_version``."""
     ir_model = as_ir_model(model)
     facts = model_facts(ir_model)
@@ -63,6 +68,6 @@ def missing_cpu_kernels(model: Any, ort_version: str) -> list[ir.Node]:
     return found
 
 
-def runs_on_cpu(model: Any, ort_version: str) -> bool:
+def runs_on_cpu(model: ModelLike, ort_version: str) -> bool:
     """Whether a CPU session of ``model`` gets as far as creating its kernels."""
     return not missing_cpu_kernels(model, ort_version)

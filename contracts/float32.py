@@ -99,8 +99,10 @@ def parse_strtof(text: str) -> float | None:
 
 
 def parse_from_chars(text: str) -> float | None:
-    """``std::from_chars<float>`` (general format) consuming the whole text; None when it does not
-    parse, or parses out of range (overflow, or a nonzero value that rounds to zero).
+    """``std::from_chars<float>`` (general format) consuming the whole text.
+
+    None when it does not parse, or parses out of range (overflow, or a nonzero value that rounds
+    to zero).
     """
     body, sign = text, 1.0
     if body.startswith("-"):

@@ -16,12 +16,11 @@ session is created whatever ``num_branches`` says), so they have no creation-tim
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import nodes_of
-from contracts._graph import as_ir_model, attr_int, input_at, node_label, per_node
+from contracts._graph import ModelLike, as_ir_model, attr_int, input_at, node_label, per_node
 from contracts._rule import Rule, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
@@ -71,7 +70,7 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
     return None
 
 
-def _check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     ir_model = as_ir_model(model)
     shapes = shapes_of(ir_model)
     nodes = [n for n in nodes_of(ir_model, MS_DOMAIN, HC_PRE_MIX, HC_LOW_RANK_MIX) if schema_clean(ir_model, n)]

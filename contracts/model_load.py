@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from contracts._graph import as_ir_model
+from contracts._graph import ModelLike, as_ir_model
 from contracts._rule import Rule, Violation
 from contracts._versions import per_version
+from contracts.package_layout import PackageView
 
 __all__ = [
     "EXTERNAL_DATA_KEYS",
@@ -81,7 +82,12 @@ class ModelHeader:
     external: tuple[ExternalTensor, ...] = ()
 
 
-def _varint(buf: Any, pos: int) -> tuple[int, int]:
+# What the header reader decodes: the graph file mapped read-only (bytes in the same shape).
+_Buffer: TypeAlias = mmap.mmap | bytes
+
+
+def _varint(buf: _Buffer, pos: int) -> tuple[int, int]:
+    """(protobuf varint at ``pos``, the position after it); ValueError past 64 bits."""
     shift = value = 0
     while True:
         byte = buf[pos]
@@ -94,7 +100,7 @@ def _varint(buf: Any, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def _fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
+def _fields(buf: _Buffer, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value: an int, or a (start, end) span for length-delimited)."""
     pos = start
     while pos < end:
@@ -117,7 +123,7 @@ def _fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
             raise ValueError(f"unsupported wire type {wire}")
 
 
-def _text(buf: Any, span: tuple[int, int]) -> str:
+def _text(buf: _Buffer, span: tuple[int, int]) -> str:
     return bytes(buf[span[0]:span[1]]).decode("utf-8", "replace")
 
 
@@ -125,7 +131,7 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _tensor(buf: Any, span: tuple[int, int]) -> ExternalTensor | None:
+def _tensor(buf: _Buffer, span: tuple[int, int]) -> ExternalTensor | None:
     """An initializer (TensorProto) if it is stored externally (data_location EXTERNAL)."""
     name, dtype, external = "", 0, False
     dims: list[int] = []
@@ -154,9 +160,11 @@ def _tensor(buf: Any, span: tuple[int, int]) -> ExternalTensor | None:
 
 
 def read_header(path: Path) -> ModelHeader | None:
-    """The model-level fields of the graph file ``path`` (None: not a readable protobuf; the graph
-    reader's refusal, ``PKG-GRAPH-001``, names that). Only the model's and the main graph's own
-    fields are decoded; nodes and tensor bytes are skipped by length, nothing is copied.
+    """The model-level fields of the graph file ``path`` (None: not a readable protobuf).
+
+    An unreadable file is the graph reader's refusal, ``PKG-GRAPH-001``, to name. Only the model's
+    and the main graph's own fields are decoded; nodes and tensor bytes are skipped by length,
+    nothing is copied.
     """
     try:
         with open(path, "rb") as handle:
@@ -253,9 +261,11 @@ def external_problem(tensor: ExternalTensor, model_dir: Path) -> str | None:
     return None
 
 
-def check_model_headers(view: Any) -> list[Violation]:
-    """ORT-MODEL-002 / -004 on every graph file of a package view (``view.extra['model_headers']``:
-    label -> :class:`ModelHeader`, read by the runner with :func:`read_header`).
+def check_model_headers(view: PackageView) -> list[Violation]:
+    """ORT-MODEL-002 / -004 on every graph file of a package view.
+
+    The headers come from ``view.extra['model_headers']`` (label -> :class:`ModelHeader`, read by
+    the runner with :func:`read_header`); a graph without a header is skipped.
     """
     headers: Mapping[str, ModelHeader | None] = view.extra.get("model_headers", {})
     found: list[Violation] = []
@@ -272,7 +282,7 @@ def check_model_headers(view: Any) -> list[Violation]:
     return found
 
 
-def _check_ir_version(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_ir_version(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     ir_version = as_ir_model(model).ir_version
     top = max_ir_version(version)
     if ir_version is not None and ir_version > top:
@@ -280,7 +290,7 @@ def _check_ir_version(model: Any, _entries: Mapping[str, str], version: str) -> 
     return []
 
 
-def _check_input_names(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_input_names(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     seen: set[str] = set()
     for value in as_ir_model(model).graph.inputs:
         name = value.name or ""
@@ -290,8 +300,8 @@ def _check_input_names(model: Any, _entries: Mapping[str, str]) -> list[Violatio
     return []
 
 
-def _package_rule(rule_id: str) -> Any:
-    def check(view: Any) -> list[Violation]:
+def _package_rule(rule_id: str) -> Callable[[PackageView], list[Violation]]:
+    def check(view: PackageView) -> list[Violation]:
         return [v for v in check_model_headers(view) if v.rule_id == rule_id]
 
     return check

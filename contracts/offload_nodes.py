@@ -20,6 +20,7 @@ import onnx_ir as ir
 
 from contracts._graph import (
     AttributeKindError,
+    ModelLike,
     as_ir_model,
     attr_int,
     attr_str,
@@ -431,7 +432,7 @@ def _shared_initializer(graph: ir.Graph, node: ir.Node, offloaded: set[int]) -> 
 
 
 def _evaluate(
-    model: Any, *, compute_capability: tuple[int, int] | None
+    model: ModelLike, *, compute_capability: tuple[int, int] | None
 ) -> list[tuple[ir.Node, str, str | None, str]]:
     """Per candidate: (node, rule id, reason, kind) with kind 'node' or 'shared' (§1D)."""
     graph = as_ir_model(model).graph
@@ -460,7 +461,7 @@ def _evaluate(
 
 
 def offload_eligibility(
-    model: Any, mode: str = "auto", *, compute_capability: tuple[int, int] | None = None
+    model: ModelLike, mode: str = "auto", *, compute_capability: tuple[int, int] | None = None
 ) -> list[tuple[str, str | None]]:
     """Per QMoE/MoE/MoEPacked node of the main graph: (node name, first failing reason or None).
 
@@ -496,8 +497,10 @@ def required_rejection_message(node_name: str, op_type: str, reason: str) -> str
 
 
 def _moe_owners(graph: ir.Graph) -> Iterator[ir.Node]:
-    """The If / Loop / Scan nodes, at any depth, one of whose subgraphs holds a candidate node
-    itself: ORT names the node whose subgraph holds the MoE, not an enclosing one (probed).
+    """The If / Loop / Scan nodes, at any depth, one of whose subgraphs holds a candidate node.
+
+    The candidate must be in the subgraph itself: ORT names the node whose subgraph holds the MoE,
+    not an enclosing one (probed).
     """
     for owner, sub in iter_subgraph_owners(graph):
         if owner.op_type in _CONTROL_FLOW and any(n.domain == MS_DOMAIN and n.op_type in _CANDIDATE_OPS for n in sub):
@@ -505,7 +508,7 @@ def _moe_owners(graph: ir.Graph) -> Iterator[ir.Node]:
         yield from _moe_owners(sub)
 
 
-def _check_subgraphs(model: Any, entries: Mapping[str, str]) -> list[Violation]:
+def _check_subgraphs(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
     if offload_mode(entries) != "required":
         return []
     found = []
@@ -519,7 +522,7 @@ def _check_subgraphs(model: Any, entries: Mapping[str, str]) -> list[Violation]:
     return found
 
 
-def _check_nodes(model: Any, entries: Mapping[str, str]) -> list[Violation]:
+def _check_nodes(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
     mode = offload_mode(entries)
     if mode not in {"auto", "required"}:
         return []
@@ -551,7 +554,7 @@ def _threshold_enabled(entries: Mapping[str, str]) -> bool:
     return value is not None and value > 0.0
 
 
-def _check_tail_rank(model: Any, entries: Mapping[str, str]) -> list[Violation]:
+def _check_tail_rank(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
     if offload_mode(entries) not in {"auto", "required"} or not _threshold_enabled(entries):
         return []
     try:
@@ -591,7 +594,7 @@ RULES: tuple[Rule, ...] = (
 def _reported(rule_id: str) -> Callable[..., list[Violation]]:
     """OFFLOAD-NODE-001's results of one per-check id (the check behind that id's record)."""
 
-    def check(model: Any, entries: Mapping[str, str]) -> list[Violation]:
+    def check(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
         return [v for v in _check_nodes(model, entries) if v.rule_id == rule_id]
 
     return effective(check)
@@ -614,7 +617,7 @@ experts): documentation for the catalogue; the runner runs OFFLOAD-NODE-001 only
 
 
 def check_offload_nodes(
-    model: Any, entries: Mapping[str, str], *, ort_version: str = REFERENCE_ORT_VERSION, cuda: bool = False
+    model: ModelLike, entries: Mapping[str, str], *, ort_version: str = REFERENCE_ORT_VERSION, cuda: bool = False
 ) -> list[Violation]:
     """The offload graph rules for ``model`` under session config ``entries``.
 

@@ -10,12 +10,11 @@ fails never reaches its constructor, so it gets the inference row only.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import nodes_of
-from contracts._graph import as_ir_model, node_label, per_node
+from contracts._graph import ModelLike, as_ir_model, node_label, per_node
 from contracts._rule import Violation
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
@@ -23,7 +22,8 @@ from contracts.shapes import Shapes, shapes_of
 
 __all__ = ["GraphCheck", "inference_and_cpu_checks"]
 
-GraphCheck = Callable[[Any, Mapping[str, str], str], list[Violation]]
+# A versioned graph check, ``check(model, entries, version)``, as ``contracts._versions.per_version`` binds it.
+GraphCheck = Callable[[ModelLike, Mapping[str, str], str], list[Violation]]
 
 
 def inference_and_cpu_checks(
@@ -35,14 +35,16 @@ def inference_and_cpu_checks(
     inference_problem: Callable[[ir.Node, Shapes], str | None],
     cpu_problems: Callable[[ir.Node], list[str]],
 ) -> tuple[GraphCheck, GraphCheck]:
-    """(inference check, CPU-constructor check) for ``domain::op``; the CPU check runs only on
-    graphs the CPU provider runs (``runs_on_cpu``).
+    """(inference check, CPU-constructor check) for ``domain::op``, in ORT's order.
+
+    The CPU check runs only on graphs the CPU provider runs (``runs_on_cpu``), and skips a node
+    whose inference already failed.
     """
 
     def nodes(model: ir.Model) -> list[ir.Node]:
         return [n for n in nodes_of(model, domain, op) if schema_clean(model, n)]
 
-    def check_inference(model: Any, _entries: Mapping[str, str], _version: str) -> list[Violation]:
+    def check_inference(model: ModelLike, _entries: Mapping[str, str], _version: str) -> list[Violation]:
         ir_model = as_ir_model(model)
         shapes = shapes_of(ir_model)
 
@@ -53,7 +55,7 @@ def inference_and_cpu_checks(
 
         return per_node(nodes(ir_model), one)
 
-    def check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    def check_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
         ir_model = as_ir_model(model)
         if not runs_on_cpu(ir_model, version):
             return []

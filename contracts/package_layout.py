@@ -52,8 +52,9 @@ def _inside(root: Path, path: Path) -> bool:
 
 
 def _location_problem(graph: GraphFile, location: str) -> str | None:
-    """Why ``location`` is not a safe external-data path of ``graph`` (None: it is); one
-    resolution per (graph, location), however many tensors share the file.
+    """Why ``location`` is not a safe external-data path of ``graph`` (None: it is).
+
+    Resolved once per (graph, location), however many tensors share the file.
     """
     return _location_problem_cached(graph.path, graph.root, location)
 
@@ -193,8 +194,10 @@ def _check_readable(view: PackageView) -> list[Violation]:
 
 
 def _check_graph_loads(view: PackageView) -> list[Violation]:
-    """The graph reader's own refusal (external data out of range, malformed protobuf or graph,
-    duplicate names, undefined inputs), which no ORT-facing rule above names.
+    """PKG-GRAPH-001: the graph reader's own refusal, which no ORT-facing rule above names.
+
+    That is external data out of range, a malformed protobuf or graph, duplicate names or
+    undefined inputs.
     """
     return [Violation("PKG-GRAPH-001", g.load_error, graph=g.label) for g in view.graphs if g.load_error]
 

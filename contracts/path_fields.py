@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Rule, Violation
 from contracts.package_layout import PackageView
+
+if TYPE_CHECKING:
+    from q38.package.path_fields import Problem
 
 __all__ = ["RULES", "check_path_fields", "path_view", "refused_graph_paths"]
 
@@ -42,7 +45,11 @@ def path_view(root: Path, config_dir: Path, config: Mapping[str, Any]) -> Packag
     return PackageView(root=root, extra={"config": config, "config_dir": config_dir, "head_dir": head_dir})
 
 
-def _problems(view: PackageView) -> list[Any]:
+def _problems(view: PackageView) -> list[Problem]:
+    """Every path field of the view's config that breaks the contract, one problem each.
+
+    Library paths that ``config_surface.library_paths`` already checks are left to that rule.
+    """
     from contracts.config_surface import library_paths
     from q38.package.path_fields import field_problem, path_fields
 
@@ -60,7 +67,7 @@ def _problems(view: PackageView) -> list[Any]:
     return found
 
 
-def _category_rule(category: str) -> Any:
+def _category_rule(category: str) -> Callable[[PackageView], list[Violation]]:
     def check(view: PackageView) -> list[Violation]:
         return [Violation(_RULE_OF[category], p.message) for p in _problems(view) if p.category == category]
 
@@ -121,8 +128,9 @@ def check_path_fields(view: PackageView) -> list[Violation]:
 
 
 def refused_graph_paths(view: PackageView) -> set[Path]:
-    """The graph files (as named, under their directory) whose path field breaks a rule here:
-    the runner does not open them, the violation says why.
+    """The graph files (as named, under their directory) whose path field breaks a rule here.
+
+    The runner does not open them; the violation says why.
     """
     return {
         p.field.base / str(p.field.value)

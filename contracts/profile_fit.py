@@ -15,12 +15,15 @@ them; estimates (CUDA context, workspaces) are not part of this check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Rule, Violation
 from contracts.package_layout import PackageView
+
+if TYPE_CHECKING:
+    from q38.package.memory import MemoryBreakdown
 
 __all__ = ["RULES", "check_profile_fit", "profile_fit_violations"]
 
@@ -70,14 +73,14 @@ def profile_fit_violations(
     return found
 
 
-def _remedy(m: Any, over: int, budget: int) -> str:
+def _remedy(m: MemoryBreakdown, over: int, budget: int) -> str:
     """What to drop: resident slots (how many, of what size) and/or the largest tier that fits."""
     parts = []
     capped = [e for e in m.experts if e.resident]
     if m.offloaded and capped:
         per = max(e.bytes_per_expert for e in capped)
         slots = -(-over // per) if per else 0
-        held = sum(e.resident for e in capped)
+        held = sum(e.resident or 0 for e in capped)  # every one is set (capped keeps truthy ones)
         if slots <= held:
             parts.append(f"drop at least {slots} resident slots ({per} bytes each, {held} planned)")
         else:
@@ -101,7 +104,7 @@ def _check(view: PackageView) -> list[Violation]:
         return []
 
 
-def _only(rule_id: str) -> Any:
+def _only(rule_id: str) -> Callable[[PackageView], list[Violation]]:
     def check(view: PackageView) -> list[Violation]:
         return [v for v in _check(view) if v.rule_id == rule_id]
 

@@ -26,12 +26,12 @@ a node without a CPU kernel fails the session first with ``NOT_IMPLEMENTED``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import model_facts, nodes_of
 from contracts._graph import (
+    ModelLike,
     as_ir_model,
     attr_int,
     attr_str,
@@ -148,15 +148,16 @@ def cpu_constructor_problems(node: ir.Node, version: str, activation_type: ir.Da
     return found
 
 
-def _cpu_nodes(model: Any, version: str) -> list[ir.Node]:
+def _cpu_nodes(model: ModelLike, version: str) -> list[ir.Node]:
     if not runs_on_cpu(model, version):
         return []  # NOT_IMPLEMENTED comes first: no constructor runs
     return [n for n in nodes_of(model, MS_DOMAIN, QMOE) if schema_clean(model, n)]
 
 
 def prepack_problems(node: ir.Node, version: str) -> list[str]:
-    """What the per-expert CPU kernel's PrePack refuses once the constructor accepted ``node``:
-    an initializer fc1 / fc2 weight (inputs 2 and 5) of a rank other than 3. 1.31.1 has only
+    """What the per-expert CPU kernel's PrePack refuses once the constructor accepted ``node``.
+
+    That is an initializer fc1 / fc2 weight (inputs 2 and 5) of a rank other than 3. 1.31.1 has only
     that kernel; 1.32.0's shared kernel (``_shared``) packs any rank (probed). A rank above 3 is
     ORT's error; below 3 the process aborts (``terminate called``), a refusal all the same. A
     weight that is no initializer is not prepacked: it is checked when the model runs.
@@ -175,7 +176,7 @@ def prepack_problems(node: ir.Node, version: str) -> list[str]:
     return found
 
 
-def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     ir_model = as_ir_model(model)
     typing = model_facts(ir_model).typing(registry_for(version))
 
@@ -188,7 +189,7 @@ def _check_cpu(model: Any, _entries: Mapping[str, str], version: str) -> list[Vi
     return per_node(_cpu_nodes(ir_model, version), one)
 
 
-def _check_deferred_scale(model: Any, entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_deferred_scale(model: ModelLike, entries: Mapping[str, str], version: str) -> list[Violation]:
     value = effective_entries(entries).get(DEFERRED_SCALE_KEY, "0")
     if value in {"0", "1"}:
         return []
@@ -224,7 +225,7 @@ def int3_problems(node: ir.Node, activation_type: ir.DataType | None, shapes: Sh
     return ["QMoE INT3 incompatible"] if wrong else []
 
 
-def _check_int3(model: Any, _entries: Mapping[str, str], version: str) -> list[Violation]:
+def _check_int3(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     ir_model = as_ir_model(model)
     typing = model_facts(ir_model).typing(registry_for(version))
     shapes = shapes_of(ir_model)

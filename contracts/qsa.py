@@ -11,12 +11,12 @@ types are the generic schema rules' (``contracts.schema_rules``): a node they re
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import (
+    ModelLike,
     attr_float,
     attr_int,
     attr_str,
@@ -26,7 +26,7 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import Enforced, OrtVersions, Rule, Violation
+from contracts._rule import Enforced, ModelCheck, OrtVersions, Rule, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import (
@@ -46,7 +46,7 @@ _DSA = DYNAMIC_SPARSE_ATTENTION
 _MERGE = PACKED_SPARSE_ATTENTION_INDEXER_MERGE
 
 
-def _nodes(model: Any, *op_types: str) -> list[ir.Node]:
+def _nodes(model: ModelLike, *op_types: str) -> list[ir.Node]:
     """The nodes of ``op_types`` that pass ORT's schema layer (the ones whose inference runs)."""
     return [n for n in nodes_of(model, MS_DOMAIN, *op_types) if schema_clean(model, n)]
 
@@ -128,8 +128,9 @@ def _psai_cache_ranks(node: ir.Node, shapes: Shapes, p: str) -> str | None:
 
 
 def _psai_dims(node: ir.Node, shapes: Shapes, p: str, mode: str) -> str | None:
-    """The dim checks of PackedSparseAttentionIndexer inference, in ORT's order (probed 1.32.0,
-    one fault at a time and every pair of faults).
+    """The dim checks of PackedSparseAttentionIndexer inference, in ORT's order.
+
+    Probed on 1.32.0, one fault at a time and every pair of faults.
     """
     dim = shapes.dim
     query, key, pks, pkv, psl = (input_at(node, i) for i in (0, 1, 12, 13, 15))
@@ -216,8 +217,10 @@ _SAI_POLICY_INPUTS = (8, 9, 10, 11, 13)  # forbidden in qsa, required in csa
 
 
 def _sai_schema(node: ir.Node, shapes: Shapes) -> str | None:
-    """§2E, probed on 1.32.0: checker arity, attributes, inputs/outputs by policy, ranks, widths,
-    past_proj_buffer (csa). The first failure in ORT's order.
+    """§2E: the first failure of SparseAttentionIndexer's schema checks, in ORT's order.
+
+    Probed on 1.32.0: checker arity, attributes, inputs/outputs by policy, ranks, widths,
+    past_proj_buffer (csa).
     """
     p = f"{_SAI}: "
     reason = _indexer_policy(node, p)
@@ -278,8 +281,10 @@ _IS_STATE_POLICIES = {"qsa": frozenset({"default", "hold"}), "csa": frozenset({"
 
 
 def _psai_indexshare(node: ir.Node, shapes: Shapes) -> str | None:
-    """§2C.11 (1.32.0 only), probed: state policy, the IndexShare input group, max_output_entries,
-    the status output, then the group's shapes and the selection budget.
+    """§2C.11 (1.32.0 only): the IndexShare checks of PackedSparseAttentionIndexer, in ORT's order.
+
+    Probed: state policy, the IndexShare input group, max_output_entries, the status output,
+    then the group's shapes and the selection budget.
     """
     p = f"{_PSAI}: "
     mode = attr_str(node, "policy_mode", "")
@@ -343,8 +348,10 @@ _MERGE_RANKS = {1: (1,), 2: (1,), 3: (1,), 4: (1,), 5: (2,), 6: (1,)}
 
 
 def _merge_schema(node: ir.Node, shapes: Shapes) -> str | None:
-    """§2F, probed on 1.32.0: attributes, ranks, inputs by policy (arity and the int32 types are
-    the generic schema rules').
+    """§2F: the first schema failure of PackedSparseAttentionIndexerMerge, probed on 1.32.0.
+
+    Checks attributes, ranks and inputs by policy; arity and the int32 types are the generic
+    schema rules'.
     """
     entries = attr_int(node, "max_output_entries", 0)
     mode = attr_str(node, "policy_mode", "")
@@ -370,8 +377,8 @@ _SCHEMAS: dict[str, Callable[[ir.Node, Shapes], str | None]] = {
 }  # fmt: skip
 
 
-def _schema_rule(rule_id: str, op_type: str) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _schema_rule(rule_id: str, op_type: str) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         shapes = shapes_of(model)
 
         def one(node: ir.Node) -> list[Violation]:
@@ -383,7 +390,7 @@ def _schema_rule(rule_id: str, op_type: str) -> Any:
     return check
 
 
-def _is_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _is_rule(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     shapes = shapes_of(model)
 
     def one(node: ir.Node) -> list[Violation]:
@@ -396,8 +403,9 @@ def _is_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
 
 
 def dsa_cuda_problems(node: ir.Node) -> list[str]:
-    """§2B: the CUDA constructor's refusals of one DynamicSparseAttention node (onnxruntime-gpu
-    strings), all of them: ORT reports the first.
+    """§2B: the CUDA constructor's refusals of one DynamicSparseAttention node, all of them.
+
+    The texts are onnxruntime-gpu's; ORT reports the first.
     """
     p = f"{_DSA}: "
     reasons = []
@@ -422,7 +430,7 @@ def dsa_cuda_problems(node: ir.Node) -> list[str]:
     return reasons
 
 
-def _check_dsa_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_dsa_cuda(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     """§2B constructor rules (CUDA-only; the message texts of the onnxruntime-gpu strings)."""
     shapes = shapes_of(model)
 
@@ -434,7 +442,7 @@ def _check_dsa_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
     return per_node(_nodes(model, _DSA), one)
 
 
-def _check_indexer_cuda(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _check_indexer_cuda(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     """§2D: the indexer constructors add epsilon >= 0 (0 itself is accepted)."""
 
     def one(node: ir.Node) -> list[Violation]:

@@ -38,8 +38,10 @@ _SCHEMA_SRC = (
 )
 
 def _node_check(rule: str, what: str, reason: str, example: str, fix: str) -> RuleDoc:
-    """One id OFFLOAD-NODE-001 reports (ORT's offload planner, ort-contract-rules.md ``rule``):
-    what the check requires, ORT's reason text, a violating node and the fix.
+    """The RuleDoc of one id OFFLOAD-NODE-001 reports (ORT's offload planner).
+
+    Built from the ort-contract-rules.md section ``rule``, what the check requires, ORT's reason
+    text, a violating node and the fix.
     """
     return RuleDoc(
         f"ORT 1.32.0's offload planner (ort-contract-rules.md §{rule}) examines every MoE candidate "

@@ -41,11 +41,13 @@ from contracts import (
     session_config,
     shared_initializers,
 )
+from contracts._graph import ModelLike
 from contracts._rule import REFERENCE_ORT_VERSION, Rule, Violation
 from contracts.package_layout import GraphFile, PackageView
 from q38.package.session_options import session_entries
 
 if TYPE_CHECKING:
+    from q38.ort_kernels import MissingKernel
     from q38.package.surface import GraphListing
 
 __all__ = [
@@ -113,6 +115,7 @@ class GraphCheck:
     rules: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON object (one ``graph_checks`` entry of the report document)."""
         return {"graph": self.graph, "file": self.file, "provider": self.provider, "rules": self.rules}
 
 
@@ -133,13 +136,16 @@ class CheckReport:
 
     @property
     def errors(self) -> list[Violation]:
+        """The violations of severity ``error`` (warnings never fail a check)."""
         return [v for v in self.violations if v.severity == "error"]
 
     @property
     def ok(self) -> bool:
+        """Whether the package passes: no error violation and no ORT session that failed."""
         return not self.errors and all(s.status != "failed" for s in self.sessions)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON document (``ok`` and every record included): the JSON output's base."""
         return {
             "package": self.package,
             "ort_version": self.ort_version,
@@ -237,10 +243,10 @@ def check_session_config(entries: Mapping[str, str], *, ort_version: str | None 
 def check_environment(
     env: Mapping[str, str], *, entries: Mapping[str, str] | None = None, ort_version: str | None = None
 ) -> list[Violation]:
-    """Every environment rule of onnxruntime ``ort_version``: the variables of ``env`` (e.g.
-    ``os.environ``) ORT reads when it creates a session with config ``entries``.
+    """Every environment rule of onnxruntime ``ort_version`` over the variables of ``env``.
 
-    ``check_package`` does not run these: a package holds no environment, and the machine that
+    These are the variables (of e.g. ``os.environ``) ORT reads when it creates a session with
+    config ``entries``. ``check_package`` does not run these: a package holds no environment, and the machine that
     checks it is not the one that runs it.
     """
     version = ort_version or installed_ort_version()
@@ -252,12 +258,14 @@ def check_environment(
 
 
 def check_graph(
-    model: Any, *, entries: Mapping[str, str] | None = None, eps: frozenset[str] = frozenset({"cpu"}),
+    model: ModelLike, *, entries: Mapping[str, str] | None = None, eps: frozenset[str] = frozenset({"cpu"}),
     ort_version: str | None = None, custom_library: bool = False,
 ) -> list[Violation]:  # fmt: skip
-    """Every graph rule of onnxruntime ``ort_version`` on one model, as ``check_package`` runs them
-    on a graph whose session has config ``entries`` and runs on ``eps`` (``"cpu"``, ``"cuda"``);
+    """Every graph rule of onnxruntime ``ort_version`` on one model, as ``check_package`` runs them.
+
+    The graph's session has config ``entries`` and runs on ``eps`` (``"cpu"``, ``"cuda"``);
     ``custom_library``: the session registers a custom-op library (unknown domains are its).
+    A violation reported by several rule records is returned once.
     """
     from contracts._graph import as_ir_model
 
@@ -381,7 +389,7 @@ def _session_providers(g: _Graph, available: list[str]) -> tuple[list[str], str]
     return ["CPUExecutionProvider"], ""
 
 
-def _no_kernel_message(missing: list[Any]) -> str:
+def _no_kernel_message(missing: list[MissingKernel]) -> str:
     """``op X has no CPU kernel`` (``... for bfloat16`` when X has kernels for other dtypes)."""
     names = list(dict.fromkeys(m.describe() for m in missing))
     first, rest = names[0], names[1:]

@@ -21,7 +21,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # onnxruntime's own schema class (what get_all_operator_schema() returns), not onnx's.
+    from onnxruntime.capi.onnxruntime_pybind11_state.schemadef import OpSchema as OrtOpSchema
 
 __all__ = ["SCHEMA_DIR", "dump_installed", "dump_path", "main", "render"]
 
@@ -48,7 +53,7 @@ def _attr_type_name(code: int) -> str:
     return str(onnx.AttributeProto.AttributeType.Name(code))
 
 
-def _default(raw: bytes) -> Any:
+def _default(raw: bytes) -> object:
     """The JSON value of a schema attribute's default (None when it has none)."""
     import onnx
     from onnx import helper
@@ -67,7 +72,8 @@ def _default(raw: bytes) -> Any:
     return {"type": _attr_type_name(proto.type)}  # a tensor/graph default: its kind only
 
 
-def _formal(param: Any) -> dict[str, Any]:
+def _formal(param: OrtOpSchema.FormalParameter) -> dict[str, Any]:
+    """One input / output of a schema as its dump record."""
     option = str(param.option).rsplit(".", 1)[-1]
     return {
         "name": param.name,
@@ -77,7 +83,8 @@ def _formal(param: Any) -> dict[str, Any]:
     }
 
 
-def _schema(schema: Any) -> dict[str, Any]:
+def _schema(schema: OrtOpSchema) -> dict[str, Any]:
+    """One onnxruntime schema as its dump record (attribute defaults as JSON values)."""
     attributes = {}
     for name, attribute in sorted(schema.attributes.items()):
         attributes[name] = {
@@ -132,8 +139,10 @@ def _opset_accepted(domain: str, version: int) -> bool:
 
 
 def _opset_max(domain: str) -> int | None:
-    """The highest opset version of ``domain`` a session accepts (bisection; monotone), or None
-    when every version is accepted (a domain ORT does not validate).
+    """The highest opset version of ``domain`` a session accepts, found by bisection.
+
+    Acceptance is monotone in the version. None when every version is accepted (a domain ORT
+    does not validate).
     """
     lo, hi = 1 if domain in ("", "ai.onnx") else 0, _PROBE_LIMIT
     if _opset_accepted(domain, hi):
@@ -147,8 +156,11 @@ def _opset_max(domain: str) -> int | None:
     return lo
 
 
-def _cpu_kernels(state: Any) -> list[dict[str, Any]]:
-    """The CPU EP's kernel registrations: per (domain, op), each version range and type set."""
+def _cpu_kernels(state: ModuleType) -> list[dict[str, Any]]:
+    """The CPU EP's kernel registrations: per (domain, op), each version range and type set.
+
+    ``state`` is onnxruntime's ``onnxruntime_pybind11_state`` module.
+    """
     by_op: dict[tuple[str, str], list[Any]] = {}
     for kernel in state.get_all_opkernel_def():
         if kernel.provider != "CPUExecutionProvider":
@@ -185,8 +197,9 @@ def dump_installed() -> dict[str, Any]:
 
 
 def _line(schema: dict[str, Any]) -> str:
-    """One schema as one line: domain, name and since first (the reader indexes lines by them
-    without parsing the rest), then the other keys sorted.
+    """One schema as one JSON line: domain, name and since first, then the other keys sorted.
+
+    The reader indexes lines by the first three without parsing the rest.
     """
     ident = {"domain": schema["domain"], "name": schema["name"], "since": schema["since"]}
     rest = {k: v for k, v in schema.items() if k not in ident}
@@ -194,8 +207,10 @@ def _line(schema: dict[str, Any]) -> str:
 
 
 def render(dump: dict[str, Any]) -> str:
-    """The canonical text of ``dump``: header keys, then one schema per line, then one CPU kernel
-    list per line (``"cpu_kernels"``).
+    """The canonical text of ``dump``, the committed ``contracts/schemas`` file format.
+
+    Header keys first, then one schema per line, then one CPU kernel list per line
+    (``"cpu_kernels"``).
     """
     head = {k: v for k, v in dump.items() if k not in ("schemas", "cpu_kernels")}
     schemas = [_line(s) for s in dump["schemas"]]
@@ -206,6 +221,10 @@ def render(dump: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m contracts.schema_dump``: write (or with ``--check`` compare) the installed dump.
+
+    Returns 0, or 1 when ``--check`` finds the committed dump differs from the installed wheel.
+    """
     parser = argparse.ArgumentParser(prog="python -m contracts.schema_dump", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=SCHEMA_DIR, help="directory of the dumps (default: contracts/schemas)")
     parser.add_argument("--check", action="store_true", help="compare with the committed dump instead of writing")

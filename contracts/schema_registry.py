@@ -22,10 +22,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts._dtypes import dtype_of
 from contracts._rule import parse_version
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = [
     "CUDA_SCHEMA_DIFFERENCES",
@@ -76,22 +79,26 @@ class OpSchema:
 
     @functools.cached_property
     def input_type_strs(self) -> tuple[str, ...]:
+        """The formal type string of each input, in order (a type parameter or one fixed type)."""
         return tuple(p.type_str for p in self.inputs)
 
     @functools.cached_property
     def output_type_strs(self) -> tuple[str, ...]:
+        """The formal type string of each output, in order (a type parameter or one fixed type)."""
         return tuple(p.type_str for p in self.outputs)
 
     @functools.cached_property
     def variadic_input(self) -> bool:
+        """Whether the last input is variadic (it then stands for every input beyond it)."""
         return bool(self.inputs) and self.inputs[-1].option == "variadic"
 
     @functools.cached_property
     def variadic_output(self) -> bool:
+        """Whether the last output is variadic (it then stands for every output beyond it)."""
         return bool(self.outputs) and self.outputs[-1].option == "variadic"
 
     @functools.cached_property
-    def output_fixed(self) -> tuple[Any, ...]:
+    def output_fixed(self) -> tuple[ir.DataType | None, ...]:
         """Per output: its element type when the formal type allows exactly one, else None."""
         fixed = []
         for param in self.outputs:
@@ -112,6 +119,7 @@ class OpSchema:
         return _param_at(self.inputs, index)
 
     def output_param(self, index: int) -> FormalParam | None:
+        """The formal parameter of output ``index`` (the last one when it is variadic)."""
         return _param_at(self.outputs, index)
 
 
@@ -199,6 +207,7 @@ class Registry:
         return self.lookup_max(domain)
 
     def has_op(self, domain: str, name: str) -> bool:
+        """Whether the registry has any schema of ``domain::name``, at whatever version."""
         return (_canonical_domain(domain), name) in self._lines
 
     def resolve(self, domain: str, name: str, version: int) -> OpSchema | None:

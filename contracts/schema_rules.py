@@ -31,13 +31,12 @@ CUDA is judged by the same schemas.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts, type_str
-from contracts._graph import as_ir_model, node_label
-from contracts._rule import OrtVersions, Rule, Violation
+from contracts._graph import ModelLike, as_ir_model, node_label
+from contracts._rule import ModelCheck, OrtVersions, Rule, Violation
 from contracts.schema_registry import (
     ONNX_DOMAINS,
     OpSchema,
@@ -163,7 +162,7 @@ def node_schema_problem(node: ir.Node, typing: Typing) -> tuple[str, str] | None
     return _verify(node, schema) or _types(node, schema, typing) or _outputs(node, typing)
 
 
-def _problems(model: Any, registry: Registry) -> list[tuple[ir.Node, str, str]]:
+def _problems(model: ModelLike, registry: Registry) -> list[tuple[ir.Node, str, str]]:
     """Every node's first schema failure (cached per model and version)."""
     ir_model = as_ir_model(model)
     facts = model_facts(ir_model)
@@ -180,9 +179,11 @@ def _problems(model: Any, registry: Registry) -> list[tuple[ir.Node, str, str]]:
     return cached
 
 
-def schema_clean(model: Any, node: ir.Node) -> bool:
-    """Whether ``node`` passes the schema layer of the newest onnxruntime mirrored: the op-specific
-    rules (shape inference, kernels) look only at such nodes, as ORT stops at the schema layer.
+def schema_clean(model: ModelLike, node: ir.Node) -> bool:
+    """Whether ``node`` passes the schema layer of the newest onnxruntime mirrored.
+
+    The op-specific rules (shape inference, kernels) look only at such nodes, as ORT stops at the
+    schema layer.
     """
     registry = registry_for(available_versions()[-1])
     facts = model_facts(as_ir_model(model))
@@ -193,7 +194,7 @@ def schema_clean(model: Any, node: ir.Node) -> bool:
     return id(node) not in bad
 
 
-def _opset_problems(model: Any, registry: Registry) -> Iterator[str]:
+def _opset_problems(model: ModelLike, registry: Registry) -> Iterator[str]:
     imports = as_ir_model(model).opset_imports
     if not imports:
         yield ("Missing opset in the model. All ModelProtos MUST have at least one entry that specifies which "
@@ -211,7 +212,7 @@ def _opset_problems(model: Any, registry: Registry) -> Iterator[str]:
             yield f"opset import of domain {domain or 'ai.onnx'!r} has version {version}: no operator resolves at a version below 1"
 
 
-def _unknown_imports(model: Any, registry: Registry) -> Iterator[str]:
+def _unknown_imports(model: ModelLike, registry: Registry) -> Iterator[str]:
     known = registry.domains | {"ai.onnx"}
     for domain, version in sorted(as_ir_model(model).opset_imports.items()):
         if domain not in known:
@@ -219,7 +220,7 @@ def _unknown_imports(model: Any, registry: Registry) -> Iterator[str]:
                    "and the graph's session registers no custom-op library")  # fmt: skip
 
 
-def _shape_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _shape_rule(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     """Standard ops whose inference refuses the shapes they get (contracts.shapes)."""
     from contracts.shapes import shapes_of
 
@@ -228,23 +229,23 @@ def _shape_rule(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
             if schema_clean(ir_model, node)]  # fmt: skip
 
 
-def _unknown_import_rule(version: str) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _unknown_import_rule(version: str) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         return [Violation("ORT-OPSET-002", text) for text in _unknown_imports(model, registry_for(version))]
 
     return check
 
 
-def _node_rule(rule_id: str, version: str) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _node_rule(rule_id: str, version: str) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         registry = registry_for(version)
         return [Violation(rid, text, node=node_label(node)) for node, rid, text in _problems(model, registry) if rid == rule_id]
 
     return check
 
 
-def _opset_rule(version: str) -> Any:
-    def check(model: Any, _entries: Mapping[str, str]) -> list[Violation]:
+def _opset_rule(version: str) -> ModelCheck:
+    def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
         return [Violation("ORT-OPSET-001", text) for text in _opset_problems(model, registry_for(version))]
 
     return check

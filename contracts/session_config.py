@@ -1,8 +1,8 @@
-"""Session config entries as onnxruntime stores them, and the limits it puts on them.
+r"""Session config entries as onnxruntime stores them, and the limits it puts on them.
 
 ``SessionOptions.add_session_config_entry(key, value)`` hands ORT C strings: ORT reads each up to
-its first NUL (``"session.moe.offload.mode\\0x"`` is the key ``session.moe.offload.mode``,
-``"auto\\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
+its first NUL (``"session.moe.offload.mode\0x"`` is the key ``session.moe.offload.mode``,
+``"auto\0junk"`` the value ``auto``), a later entry of the same key overwrites an earlier one, and
 ``ConfigOptions::AddConfigEntry`` refuses an empty key, a key over 1024 bytes and a value over
 8192 bytes (UTF-8, after the NUL cut; probed on 1.31.1 and 1.32.0). A key or value that is not
 valid Unicode (an unpaired surrogate, anywhere, even after a NUL: a near-miss spelling of a key such
@@ -14,7 +14,7 @@ what every other session-config rule reads; ``SESSION-CFG-001`` reports the refu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import cast
 
 from contracts._rule import Rule, Violation
 
@@ -37,8 +37,10 @@ def _refusal(key: str, value: str) -> str | None:
 
 
 def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
-    """The entries ORT ends up with: keys and values cut at the first NUL, later entries of the
-    same key winning, refused entries (empty or over-long) absent.
+    """The entries ORT ends up with, after its own normalisation of ``entries``.
+
+    Keys and values are cut at the first NUL, later entries of the same key win, and refused
+    entries (empty or over-long) are absent.
     """
     out: dict[str, str] = {}
     for raw_key, raw_value in entries.items():
@@ -52,9 +54,9 @@ def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
 def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Violation]]:
     """``check`` reading the effective entries (its last argument) instead of the raw ones."""
 
-    def wrapped(*args: Any) -> list[Violation]:
+    def wrapped(*args: object) -> list[Violation]:
         *head, entries = args
-        return check(*head, effective_entries(entries))
+        return check(*head, effective_entries(cast(Mapping[str, str], entries)))
 
     return wrapped
 

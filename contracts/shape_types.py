@@ -61,6 +61,7 @@ class ShapeInferenceError(Exception):
 
 
 def declared_shape(value: ir.Value) -> Shape | None:
+    """The shape ``value`` declares (None: no shape); a nameless symbolic dim becomes None."""
     shape = value.shape
     if shape is None:
         return None
@@ -85,8 +86,10 @@ def merge(inferred: Shape | None, declared: Shape | None) -> Shape | None:
 
 
 def broadcast(*shapes: Shape | None, strict: bool = False) -> Shape | None:
-    """Onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank);
-    ``strict``: two different static dims, neither 1, are onnx's "Incompatible dimensions".
+    """Onnx's multidirectional broadcast of shapes with symbolic dims (None: unknown rank).
+
+    With ``strict``, two different static dims, neither 1, raise onnx's "Incompatible
+    dimensions" (ShapeInferenceError); otherwise that dim is left unknown.
     """
     if any(s is None for s in shapes):
         return None
@@ -117,16 +120,20 @@ class ShapeContext:
         self.node = node
 
     def shape(self, index: int) -> Shape | None:
+        """The shape of input ``index`` (None: absent, or unknown rank)."""
         value = self.node.inputs[index] if index < len(self.node.inputs) else None
         return None if value is None else self.shapes.shape(value)
 
     def present(self, index: int) -> bool:
+        """Whether input ``index`` is given (not beyond the list, not an omitted optional '')."""
         return index < len(self.node.inputs) and self.node.inputs[index] is not None
 
     def const(self, index: int) -> np.ndarray | None:
-        """The data of input ``index`` as onnx's inference reads it (ParseData): an initializer stored
-        in an external data file is refused, whatever its size (probed 1.32.0: Reshape, Expand,
-        Tile, Split, Slice, Unsqueeze, ReduceSum, TopK all fail the session).
+        """The data of input ``index`` as onnx's inference reads it (ParseData).
+
+        An initializer stored in an external data file is refused with ShapeInferenceError,
+        whatever its size (probed 1.32.0: Reshape, Expand, Tile, Split, Slice, Unsqueeze,
+        ReduceSum, TopK all fail the session).
         """
         value = self.node.inputs[index] if index < len(self.node.inputs) else None
         if value is None:
@@ -137,6 +144,7 @@ class ShapeContext:
         return self.shapes.const(value)
 
     def ints(self, index: int) -> list[int] | None:
+        """Input ``index``'s constant data flattened to ints (None: not constant, or not integer)."""
         data = self.const(index)
         if data is None or data.dtype.kind not in "iu":
             return None
@@ -144,12 +152,15 @@ class ShapeContext:
 
     @property
     def n_out(self) -> int:
+        """How many outputs the node declares (a handler returns one shape per output)."""
         return len(self.node.outputs)
 
 
 def normalize_axis(axis: int, rank: int, error: str | None = None, kind: str = "ShapeInferenceError") -> int:
-    """``axis`` in [0, rank); out of range raises ShapeInferenceError(``error``) when given, else
-    ValueError (the dims are then left unknown).
+    """``axis`` normalised into [0, rank).
+
+    Out of range raises ShapeInferenceError(``error``) when ``error`` is given, else ValueError
+    (the dims are then left unknown).
     """
     if not -rank <= axis < max(rank, 1):
         if error is not None:

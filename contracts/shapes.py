@@ -1,9 +1,9 @@
-"""Shapes as onnxruntime's graph resolve sees them, derived once per model: no producer needs to
-carry a declared shape.
+"""Shapes as onnxruntime's graph resolve sees them, derived once per model.
 
-ORT infers every value's shape at session creation (onnx's inference functions for standard ops,
-its own for contrib ops) and the contrib ops' shape checks (rank, divisibility) read those shapes.
-This module does the same, in one forward pass per graph, cached in the model's facts:
+No producer needs to carry a declared shape: ORT infers every value's shape at session creation
+(onnx's inference functions for standard ops, its own for contrib ops) and the contrib ops' shape
+checks (rank, divisibility) read those shapes. This module does the same, in one forward pass per
+graph, cached in the model's facts:
 
 * a value's shape is its producer's inferred shape merged with its declared one (graph inputs and
   initializers are declared only);
@@ -23,14 +23,13 @@ or None when even the rank is unknown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from contracts import contrib_shapes, standard_shapes
 from contracts._facts import ModelFacts, model_facts
-from contracts._graph import AttributeKindError, as_ir_model
+from contracts._graph import AttributeKindError, ModelLike, as_ir_model
 from contracts.shape_types import (
     Handler,
     Shape,
@@ -69,6 +68,7 @@ class Shapes:
         return self._problems
 
     def shape(self, value: ir.Value | None) -> Shape | None:
+        """The shape ORT infers for ``value``, merged with its declared one (None: unknown rank)."""
         if value is None:
             return None
         if not self._ran:
@@ -81,6 +81,7 @@ class Shapes:
         return found
 
     def rank(self, value: ir.Value | None) -> int | None:
+        """The rank of ``value`` when its shape is known, else None."""
         found = self.shape(value)
         return None if found is None else len(found)
 
@@ -154,7 +155,7 @@ _CONSTANT_NUMBERS = {ir.AttributeType.INT: np.int64, ir.AttributeType.INTS: np.i
 def _const_data(value: ir.Value) -> np.ndarray | None:
     """Initializer or Constant-node data of ``value`` when it is small (never large weights)."""
     producer = value.producer()
-    tensor: Any = None
+    tensor: ir.TensorProtocol | None = None
     if producer is not None:
         if producer.op_type != "Constant" or producer.domain != "":
             return None
@@ -172,10 +173,10 @@ def _const_data(value: ir.Value) -> np.ndarray | None:
         tensor = value.const_value
     if tensor is None:
         return None
-    try:
-        count = int(np.prod([int(d) for d in tensor.shape]))
-    except (TypeError, ValueError):
-        return None
+    dims = [d for d in tensor.shape if isinstance(d, int)]
+    if len(dims) != len(tensor.shape):
+        return None  # a symbolic dim: no data a shape could be read from
+    count = int(np.prod(dims))
     if count > _CONST_LIMIT:
         return None
     if isinstance(tensor, ir.ExternalTensor):
@@ -190,7 +191,7 @@ def _handler(node: ir.Node) -> Handler | None:
     return HANDLERS.get((node.domain, node.op_type))
 
 
-def shapes_of(model: Any) -> Shapes:
+def shapes_of(model: ModelLike) -> Shapes:
     """The (cached) shapes of ``model``."""
     facts = model_facts(as_ir_model(model))
     found = facts.extra.get("shapes")

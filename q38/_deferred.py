@@ -21,7 +21,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from typing import Any, Final
+from typing import Final
 
 __all__ = ["DEFERRED_MODULES", "DeferredModule", "defer_sympy"]
 
@@ -42,7 +42,7 @@ class DeferredModule(types.ModuleType):
         self.__spec__ = spec
         self.__loader__ = spec.loader
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> object:
         real = self._q38_load()
         return getattr(real, attr)
 
@@ -57,9 +57,10 @@ class DeferredModule(types.ModuleType):
 
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
-    """The spec of ``name`` without importing it (nor, for a submodule, its package); None when
-    it cannot be found (not installed, or an import hook refuses it: the command's own import
-    then reports the missing dependency).
+    """The spec of ``name`` without importing it (nor, for a submodule, its package).
+
+    None when it cannot be found (not installed, or an import hook refuses it: the command's own
+    import then reports the missing dependency).
     """
     parent = name.rpartition(".")[0]
     try:

@@ -144,6 +144,11 @@ def _command_modules() -> list[tuple[str, ModuleType]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``q38`` parser: global -v/-q/--version and one subcommand per landed command module.
+
+    Each ``q38.commands.<name>`` module registers its own subparser (``register(sub, common)``);
+    ``common`` gives every subcommand -v/-q/--json, so they work before or after the command.
+    """
     parser = _Parser(
         prog="q38",
         description=(

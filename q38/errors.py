@@ -70,7 +70,7 @@ def _int_text(value: int) -> str:
 
 
 def _escape(text: str) -> str:
-    """``text`` with control characters and lone surrogates escaped (``\\n``, ``\\x1b``, ``\\ud800``)."""
+    r"""``text`` with control characters and lone surrogates escaped (``\n``, ``\x1b``, ``\ud800``)."""
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

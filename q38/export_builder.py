@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import onnx_ir as ir
 
@@ -40,6 +40,8 @@ from q38.errors import ExportError, quote
 from q38.export_plan import ExportPlan
 
 if TYPE_CHECKING:
+    from q38.package.genai_config import GenaiConfig, GenaiSessionOptions
+    from q38.package.genai_package import GenaiPackage
     from q38.package.links import LinkPolicy
 
 __all__ = ["plan_builder_export"]
@@ -59,11 +61,12 @@ def _missing_kernels(model: ir.Model) -> list[str]:
     return list(dict.fromkeys(f"op {m.describe()}" for m in cpu_kernels().missing(model.graph.all_nodes())))
 
 
-def _cpu_session_options(so: Any) -> Any:
+def _cpu_session_options(so: GenaiSessionOptions) -> GenaiSessionOptions:
+    """``so`` with only its CPU provider entries (a CPU export names no other EP)."""
     return replace(so, providers=tuple(p for p in so.providers if p.canonical == "CPU"))
 
 
-def _rewrite(pkg: Any, provider: str, dropped_mtp: bool) -> tuple[Any, list[str]]:
+def _rewrite(pkg: GenaiPackage, provider: str, dropped_mtp: bool) -> tuple[GenaiConfig, list[str]]:
     """The 0.18.0-loadable config of ``pkg`` and one line per change made."""
     cfg = pkg.config
     m = cfg.model
@@ -97,7 +100,12 @@ def _rewrite(pkg: Any, provider: str, dropped_mtp: bool) -> tuple[Any, list[str]
     return replace(cfg, model=model, runtime_profiles=profiles), notes
 
 
-def _check_loadable(pkg: Any) -> None:
+def _check_loadable(pkg: GenaiPackage) -> None:
+    """Refuse a builder package onnxruntime-genai 0.18.0 cannot load at all (ExportError).
+
+    That is a research-builder key 0.18.0 refuses, a model type with no text decoder, or an
+    engram section; what 0.18.0 merely lacks is rewritten by :func:`_rewrite` instead.
+    """
     from q38.package.genai_config import OG_MODEL_TYPES
 
     cfg = pkg.config
@@ -114,7 +122,7 @@ def _check_loadable(pkg: Any) -> None:
         raise ExportError(f"{pkg.config_path}: model.engram: onnxruntime-genai 0.18.0 has no engram section")
 
 
-def plan_builder_export(pkg: Any, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
+def plan_builder_export(pkg: GenaiPackage, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
     """The export of the builder package ``pkg`` (see the module docstring); nothing is written.
 
     Raises:

@@ -21,15 +21,22 @@ nothing behind and the package is never modified.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
 from q38.export_plan import ExportPlan, write_export
 from q38.ort_kernels import cpu_kernels
 from q38.package.links import LinkPolicy
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from q38.package.config import Config
+    from q38.package.readers.v12b import V12bPackage
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -76,7 +83,7 @@ def _io_names(decoder_inputs: dict[str, str], decoder_outputs: dict[str, str]) -
     return inputs, outputs
 
 
-def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, int]:
+def _check_graph(model: ir.Model, graph_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, int]:
     """Refuse a graph 0.18.0 cannot run on CPU; returns the state counts per kind."""
     kernels = cpu_kernels()
     for node in model.graph:
@@ -95,7 +102,7 @@ def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: d
                 f"{graph_name}: node {node.name or node.op_type!r} is {MS_DOMAIN}::{node.op_type}, "
                 f"which has no onnxruntime {kernels.ort_version} CPU kernel{which}"
             )
-    graph_inputs = [v.name for v in model.graph.inputs]
+    graph_inputs = [v.name or "" for v in model.graph.inputs]  # a loaded graph input always has a name
     graph_outputs = {v.name for v in model.graph.outputs}
     fed = {inputs[k] for k in _SCALAR_INPUTS}
     if inputs["input_ids"] not in graph_inputs:
@@ -129,8 +136,12 @@ def _check_graph(model: Any, graph_name: str, inputs: dict[str, str], outputs: d
     return counts
 
 
-def genai_config(cfg: Any, graph_name: str, *, provider: str = "cpu") -> dict[str, Any]:
-    """The 0.18.0 ``genai_config.json`` document for q38 config ``cfg`` (a q38.package.Config)."""
+def genai_config(cfg: Config, graph_name: str, *, provider: str = "cpu") -> dict[str, Any]:
+    """The 0.18.0 ``genai_config.json`` document for q38 config ``cfg``.
+
+    Only what 0.18.0 reads is written: the decoder's scalar session options, the ``provider``'s
+    options (none for CPU), the search keys it knows, ``max_length`` capped at the context length.
+    """
     m = cfg.model
     d = m.decoder
     inputs, outputs = _io_names(d.inputs, d.outputs)
@@ -191,7 +202,8 @@ def export_genai(
     check_destination(out, what="output")
     check_output_outside(Path(out), [Path(src)])
     package = open_any(src)
-    planners = {"v12b": _plan_v12b_export, "genai": plan_builder_export}  # one plan per surface
+    # One plan per surface; each planner takes that surface's package type.
+    planners: dict[str, Callable[..., ExportPlan]] = {"v12b": _plan_v12b_export, "genai": plan_builder_export}
     planner = planners.get(package.surface)
     if planner is None:
         raise ExportError(f"{src}: a {package.surface} package; q38 export-genai exports q38 and builder packages")
@@ -200,7 +212,7 @@ def export_genai(
     return ExportResult(out, plan.graph, files, plan.states, plan.rewrites, plan.dropped)
 
 
-def _plan_v12b_export(opened: Any, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
+def _plan_v12b_export(opened: V12bPackage, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
     """A q38 package's export: its target graph and data, and a config written for 0.18.0."""
     from q38.package import load_graph
     from q38.package.graphs import external_refs

@@ -44,7 +44,14 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from types import ModuleType
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+if TYPE_CHECKING:
+    import onnx
+
+    # onnxruntime's own schema class (what get_all_operator_schema() returns), not onnx's.
+    from onnxruntime.capi.onnxruntime_pybind11_state.schemadef import OpSchema as OrtOpSchema
 
 MS_DOMAIN: Final = "com.microsoft"
 ONNX_DOMAIN: Final = ""
@@ -60,6 +67,8 @@ VERDICT_CTOR: Final = "ctor"
 VERDICT_NONE: Final = "none"
 VERDICT_UNDETERMINED: Final = "undetermined"
 _BAD: Final = "bad"
+# A python attribute value helper.make_node takes for the INT(S) / FLOAT(S) / STRING(S) kinds.
+AttrValue: TypeAlias = int | float | str | list[int] | list[float] | list[str]
 
 
 
@@ -67,10 +76,10 @@ _BAD: Final = "bad"
 class Hint:
     """What a schema's prose requires of a valid node, which no generic rule can read off it."""
 
-    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
     omit_inputs: frozenset[str] = frozenset()
     # Attributes that select the output type, per compute dtype (e.g. output_fp16).
-    dtype_attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dtype_attributes: dict[str, dict[str, AttrValue]] = field(default_factory=dict)
 
 
 # The ops of Qwen3.8 packages whose inference rejects the generic placeholders; values from
@@ -91,7 +100,7 @@ HINTS: Final[dict[tuple[str, str], Hint]] = {
     ),
 }
 # Per-type placeholder values for required attributes without a hint.
-_GENERIC_ATTRIBUTE: Final[dict[str, Any]] = {
+_GENERIC_ATTRIBUTE: Final[dict[str, AttrValue]] = {
     "INT": 1, "FLOAT": 1.0, "STRING": "none", "INTS": [1], "FLOATS": [1.0], "STRINGS": ["none"],
 }
 _NO_KERNEL: Final = re.compile(r"Could not find an implementation for \w+\(|Failed to find kernel for ")
@@ -114,6 +123,7 @@ class Case:
 
     @property
     def key(self) -> str:
+        """``domain|op|dtype``: the case's name in the child protocol and the resume state."""
         return f"{self.domain}|{self.op}|{self.dtype}"
 
 
@@ -127,21 +137,21 @@ class Outcome:
     reason: str
 
 
-def _ort() -> Any:
+def _ort() -> ModuleType:
     import onnxruntime
 
     return onnxruntime
 
 
-def _state() -> Any:
+def _state() -> ModuleType:
     from onnxruntime.capi import onnxruntime_pybind11_state
 
     return onnxruntime_pybind11_state
 
 
-def latest_schemas() -> list[Any]:
+def latest_schemas() -> list[OrtOpSchema]:
     """The latest schema ORT registers for every (domain, op), sorted."""
-    latest: dict[tuple[str, str], Any] = {}
+    latest: dict[tuple[str, str], OrtOpSchema] = {}
     for s in _state().get_all_operator_schema():
         key = (s.domain, s.name)
         if key not in latest or s.since_version > latest[key].since_version:
@@ -149,9 +159,11 @@ def latest_schemas() -> list[Any]:
     return [latest[k] for k in sorted(latest)]
 
 
-def probed_schemas() -> list[Any]:
-    """The schemas the probe covers: com.microsoft, and ORT's own contrib ops in the ONNX domain
-    (``SimplifiedLayerNormalization``; not ONNX's own ops, not schemas deprecated at opset 21).
+def probed_schemas() -> list[OrtOpSchema]:
+    """The schemas the probe covers: com.microsoft, and ORT's own contrib ops in the ONNX domain.
+
+    An ONNX-domain contrib op is e.g. ``SimplifiedLayerNormalization``; ONNX's own ops and schemas
+    deprecated at opset 21 are not probed.
     """
     schemas = latest_schemas()
     standard = {s.name for s in schemas if s.domain == ONNX_DOMAIN and _ORT_CONTRIB_SCHEMA_DIR not in s.file}
@@ -162,7 +174,7 @@ def probed_schemas() -> list[Any]:
     ]
 
 
-def compute_slot(schema: Any) -> tuple[str, int, str] | None:
+def compute_slot(schema: OrtOpSchema) -> tuple[str, int, str] | None:
     """Where an op's compute dtype lives: (``output``|``input``, index, type parameter).
 
     The type parameter of output 0 when it admits several types (T of QMoE, T2 of
@@ -177,7 +189,7 @@ def compute_slot(schema: Any) -> tuple[str, int, str] | None:
     return None
 
 
-def cases_for(schema: Any) -> list[Case]:
+def cases_for(schema: OrtOpSchema) -> list[Case]:
     """One case per tensor dtype of the op's compute slot (one case for a monomorphic op)."""
     slot = compute_slot(schema)
     if slot is None:
@@ -203,7 +215,7 @@ def _tensor_type(type_str: str) -> int | None:
 
 
 def _bindings(
-    schema: Any, case: Case, kernel_defs: Sequence[dict[str, list[str]]]
+    schema: OrtOpSchema, case: Case, kernel_defs: Sequence[dict[str, list[str]]]
 ) -> Iterator[tuple[dict[str, str], bool]]:
     """Type-parameter bindings to try, each with whether a registered CPU kernel made it.
 
@@ -243,10 +255,11 @@ def _bindings(
 
 
 def attempt_models(
-    schema: Any, case: Case, kernel_defs: Sequence[dict[str, list[str]]], limit: int = ATTEMPT_LIMIT
+    schema: OrtOpSchema, case: Case, kernel_defs: Sequence[dict[str, list[str]]], limit: int = ATTEMPT_LIMIT
 ) -> Iterator[tuple[bytes, bool]]:
-    """The serialized one-node models to try for ``case`` (lazy, at most ``limit``), each with
-    whether its type binding is one of a registered CPU kernel.
+    """The serialized one-node models to try for ``case`` (lazy, at most ``limit``, no duplicates).
+
+    Each comes with whether its type binding is one of a registered CPU kernel.
     """
     made: list[bytes] = []
     for binding, registered in _bindings(schema, case, kernel_defs):
@@ -259,7 +272,7 @@ def attempt_models(
                 return
 
 
-def _one_node_model(schema: Any, case: Case, binding: dict[str, str], with_optional: bool) -> bytes | None:
+def _one_node_model(schema: OrtOpSchema, case: Case, binding: dict[str, str], with_optional: bool) -> bytes | None:
     """A one-node model with rank-unknown graph values (shape inference has nothing to reject).
 
     ``with_optional``: every optional input and output present, else only the required ones
@@ -269,7 +282,9 @@ def _one_node_model(schema: Any, case: Case, binding: dict[str, str], with_optio
 
     hint = HINTS.get((schema.domain, schema.name), Hint())
 
-    def slots(params: Sequence[Any], prefix: str, omit: frozenset[str]) -> tuple[list[str], list[Any]] | None:
+    def slots(
+        params: Sequence[OrtOpSchema.FormalParameter], prefix: str, omit: frozenset[str]
+    ) -> tuple[list[str], list[onnx.ValueInfoProto]] | None:
         names: list[str] = []
         infos = []
         for index, param in enumerate(params):
@@ -295,7 +310,8 @@ def _one_node_model(schema: Any, case: Case, binding: dict[str, str], with_optio
             if attr.type.name not in _GENERIC_ATTRIBUTE:
                 return None  # a GRAPH / TENSOR / SPARSE_TENSOR attribute: no generic value
             attrs[name] = _GENERIC_ATTRIBUTE[attr.type.name]
-    node = helper.make_node(schema.name, ins[0], outs[0], domain=schema.domain, **attrs)
+    node = helper.make_node(schema.name, ins[0], outs[0], domain=schema.domain)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in sorted(attrs.items()))  # make_node's order
     graph = helper.make_graph([node], "probe", ins[1], outs[1])
     versions = {ONNX_DOMAIN: ONNX_OPSET, MS_DOMAIN: MS_OPSET}
     versions[schema.domain] = max(versions[schema.domain], schema.since_version)
@@ -379,7 +395,7 @@ def _child_main() -> int:
     return 0
 
 
-def _emit(record: list[Any]) -> None:
+def _emit(record: list[object]) -> None:
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
 
@@ -388,6 +404,7 @@ def _emit(record: list[Any]) -> None:
 
 
 def all_cases() -> list[Case]:
+    """Every case the probe decides: each probed schema's compute dtypes (see :func:`cases_for`)."""
     return [c for s in probed_schemas() for c in cases_for(s)]
 
 

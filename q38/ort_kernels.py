@@ -32,13 +32,16 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from q38 import ort_kernel_probe as probe
 from q38._ops import MS_DOMAIN
 from q38.errors import PackageError, Q38Error
 from q38.package.files import read_bounded
 from q38.package.jsonio import dumps_json, loads_strict
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = [
     "CACHE_ENV",
@@ -78,6 +81,11 @@ class OpKernels:
     reasons: Mapping[str, str]  # dtype -> ORT's text for every verdict but "kernel"
 
     def has(self, dtype: str | None) -> bool:
+        """Whether a CPU session runs the op at ``dtype`` (None: at some dtype, any will do).
+
+        A probe verdict decides; an op or dtype the probe did not decide falls back to the
+        registry, where float16 also runs on a float kernel (ORT inserts Casts).
+        """
         if dtype is None:
             return any(self._has(d) for d in {*self.probed, *self.registered}) or "*" in self.registered
         return self._has(dtype)
@@ -106,6 +114,7 @@ class MissingKernel:
     op_has_other_dtypes: bool
 
     def describe(self) -> str:
+        """``"Op"``, or ``"Op for dtype"`` when only that dtype lacks a kernel (message wording)."""
         if self.dtype is not None and self.op_has_other_dtypes:
             return f"{self.op} for {self.dtype}"
         return self.op
@@ -119,7 +128,7 @@ class CpuKernels:
     identity: str
     ops: Mapping[tuple[str, str], OpKernels]
 
-    def has(self, op: str, domain: str = MS_DOMAIN, dtype: Any = None) -> bool:
+    def has(self, op: str, domain: str = MS_DOMAIN, dtype: str | int | None = None) -> bool:
         """Whether a CPU session accepts a ``domain::op`` node of compute dtype ``dtype``.
 
         ``dtype=None``: for some dtype. An op ORT has neither a schema nor a CPU kernel for
@@ -136,7 +145,7 @@ class CpuKernels:
         kind, index = entry.slot.split(":")
         return kind, int(index)
 
-    def node_dtype(self, node: Any) -> str | None:
+    def node_dtype(self, node: ir.Node) -> str | None:
         """The compute dtype of an ``onnx_ir`` node (``None`` when its value has no type)."""
         where = self.slot(node.op_type, node.domain)
         if where is None:
@@ -146,7 +155,7 @@ class CpuKernels:
         dtype = getattr(value, "dtype", None)
         return None if dtype is None else dtype_name(int(dtype))
 
-    def has_node(self, node: Any) -> bool:
+    def has_node(self, node: ir.Node) -> bool:
         """Whether a CPU session runs this ``onnx_ir`` node (its op at its compute dtype)."""
         return self.has(node.op_type, node.domain, self.node_dtype(node))
 
@@ -155,7 +164,7 @@ class CpuKernels:
         entry = self.ops.get((_domain(domain), op))
         return entry is not None and bool(entry.probed)
 
-    def missing(self, nodes: Iterable[Any]) -> list[MissingKernel]:
+    def missing(self, nodes: Iterable[ir.Node]) -> list[MissingKernel]:
         """The nodes of ``nodes`` (in order) of a probed op that has no CPU kernel for them.
 
         Standard ONNX ops and ops ORT has no schema for are left to the session itself (an
@@ -196,8 +205,10 @@ class CpuKernels:
 
     @classmethod
     def from_json(cls, data: bytes | str, *, version: str | None, identity: str | None) -> CpuKernels:
-        """Parse a cache document (strict JSON); ``ValueError`` / ``PackageError`` on anything
-        this module would not write.
+        """Parse a cache document (strict JSON) written by :meth:`to_json`.
+
+        Raises ``ValueError`` / ``PackageError`` on anything this module would not write, or on a
+        table of another ``version`` / ``identity`` than the one asked for.
         """
         doc = loads_strict(data, what="CPU-kernel cache", limit=CACHE_LIMIT)
         _expect(isinstance(doc, dict) and set(doc) == {"format", "probe_revision", "onnxruntime", "ops"}, "keys")
@@ -235,9 +246,11 @@ def _domain(domain: str | None) -> str:
     return "" if domain in (None, "", "ai.onnx") else str(domain)
 
 
-def dtype_name(dtype: Any) -> str | None:
-    """``"float16"`` for ``"tensor(float16)"``, ``"float16"``, ``TensorProto.FLOAT16`` or
-    ``ir.DataType.FLOAT16``; ``"float"`` for float32 (ORT's own spelling).
+def dtype_name(dtype: str | int | None) -> str | None:
+    """ORT's lower-case name of an element type given in any of the spellings q38 meets.
+
+    ``"float16"`` for ``"tensor(float16)"``, ``"float16"``, ``TensorProto.FLOAT16`` or
+    ``ir.DataType.FLOAT16`` (an int enum); ``"float"`` for float32 (ORT's own spelling).
     """
     if dtype is None:
         return None
@@ -262,8 +275,10 @@ def cache_dir() -> Path:
 
 
 def installed_identity() -> tuple[str, str]:
-    """(version, identity) of the installed onnxruntime, found without importing it (an import
-    costs about as much as reading the cache); ``KernelKnowledgeError`` when there is none.
+    """(version, identity) of the installed onnxruntime, found without importing it.
+
+    An import costs about as much as reading the cache. Raises ``KernelKnowledgeError`` when
+    onnxruntime is not installed.
     """
     spec = importlib.util.find_spec("onnxruntime")
     if spec is None or spec.origin is None:

@@ -42,6 +42,7 @@ class Progress:
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def advance(self, n: int = 1) -> None:
+        """Count ``n`` more done (capped at ``total``); redraws only on a TTY, after ``delay``."""
         self.done = min(self.done + n, self.total) if self.total else self.done + n
         if self.enabled and time.monotonic() - self._start >= self.delay:
             self._draw()
@@ -63,6 +64,7 @@ class Progress:
         self._drawn = True
 
     def close(self) -> None:
+        """Erase the bar if one was drawn, so the next output starts on a clean line."""
         if self._drawn:  # leave the terminal on a clean line
             self.stream.write("\r\x1b[K")
             self.stream.flush()

@@ -7,7 +7,10 @@ layer when the command runs. The policy itself lives in :mod:`q38.package.links`
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from q38.package.links import LinkPolicy
 
 __all__ = ["add_placement_arguments", "placement_options"]
 
@@ -26,7 +29,7 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
                         "and digests the source's manifest already holds)")
 
 
-def placement_options(args: argparse.Namespace) -> tuple[Any, bool]:
+def placement_options(args: argparse.Namespace) -> tuple[LinkPolicy, bool]:
     """(LinkPolicy, digest) from the flags; the command's core builds one Placer from them."""
     from q38.errors import FlagError
     from q38.package.links import LinkPolicy

@@ -51,6 +51,10 @@ class _BuildParser(argparse.ArgumentParser):
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 build`` to the command line.
+
+    Its parser also accepts the ``--lib-NAME PATH`` flag family, which argparse cannot declare.
+    """
     p = sub.add_parser(
         "build",
         parents=[common],
@@ -83,6 +87,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Assemble the package(s) from the bundles; print what was built (or, with --json, a summary).
+
+    Returns 0; a bundle or flag the builder refuses raises its one-line error (exit 2).
+    """
     from q38.assembly import BuildRequest, build_package
 
     link, digest = placement_options(args)

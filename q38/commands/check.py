@@ -1,7 +1,7 @@
-"""``q38 check PKG [--ort] [--format FMT] [--select/--ignore IDS] [--baseline FILE]``: run every
-contract on a package and report the results (text, json, sarif, github, junit; q38.report).
+"""``q38 check PKG [--ort] [--format FMT] [--select/--ignore IDS] [--baseline FILE]``: run the contracts.
 
-Exit codes: 0 no errors (warnings do not fail unless --warnings-as-errors; results suppressed by
+Every contract runs on a package and the results are reported (text, json, sarif, github, junit;
+q38.report). Exit codes: 0 no errors (warnings do not fail unless --warnings-as-errors; results suppressed by
 --ignore / --select / the baseline do not count), 1 contract violations (or a failed ``--ort``
 session), 2 unreadable input or a bad flag / baseline (one line on stderr, nothing written).
 """
@@ -17,6 +17,7 @@ __all__ = ["register", "run"]
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 check`` to the command line (report, selection and baseline options included)."""
     p = sub.add_parser(
         "check",
         parents=[common],
@@ -63,8 +64,10 @@ def _register_report_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the package, classify its violations (selection, baseline) and print or write the
-    report in the chosen format; 0 when no active error (and no failed session), else 1.
+    """Check the package, classify its violations (selection, baseline) and print or write the report.
+
+    The report is in the chosen format. Returns 0 when no active error (and no failed session),
+    else 1; a contradictory flag pair raises FlagError (exit 2) before anything runs.
     """
     from contracts.runner import check_package
     from q38.errors import FlagError, bound_line

@@ -11,6 +11,7 @@ from typing import Any
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 demo`` to the command line."""
     p = sub.add_parser(
         "demo",
         parents=[common],
@@ -34,6 +35,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the demo in --workdir (see :mod:`q38.demo`); the exit code of the first failed step, or 0."""
     from q38.demo import run_demo
 
     return run_demo(

@@ -14,6 +14,7 @@ __all__ = ["register", "run"]
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 diff`` to the command line."""
     p = sub.add_parser(
         "diff",
         parents=[common],
@@ -35,6 +36,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the differences between packages A and B, one line each (or the --json document).
+
+    Returns 0 when they are the same, 1 when they differ; an unreadable package raises (exit 2).
+    """
     from q38.diff import diff_packages
 
     result = diff_packages(args.a, args.b)

@@ -14,6 +14,7 @@ __all__ = ["DEFAULT_PROMPT", "register", "run"]
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """Add ``q38 export-genai`` to the command line."""
     p = sub.add_parser(
         "export-genai",
         parents=[common],
@@ -47,6 +48,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    """Export PKG to OUT (gated on the source passing ``q38 check``); with --generate, prove it runs.
+
+    With ``--generate N`` the export is staged, N tokens are generated with onnxruntime-genai,
+    and only then is it moved to OUT: a failed generation leaves no OUT. Returns 0.
+    """
     from q38.errors import FlagError, quote
     from q38.export_genai import export_genai, generate_tokens
     from q38.package.staging import StagedDirectory, rename_noreplace

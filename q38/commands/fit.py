@@ -43,6 +43,7 @@ def _positive(text: str) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 fit`` to the command line."""
     p = sub.add_parser("fit", parents=[common], help="device and host memory per tier and runtime profile",
                        description=_DESCRIPTION)  # fmt: skip
     p.add_argument("package", metavar="PKG", help="package directory (either surface; only read)")
@@ -55,6 +56,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the memory fit of the package per tier and profile (or --json); --plot also draws it.
+
+    Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 0.
+    """
     from q38.errors import FlagError
     from q38.fit import fit_package, parse_gpu
 

@@ -45,6 +45,7 @@ def _nonneg(text: str) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 offload`` to the command line; the old QMoEOffload tool's flags are refused."""
     p = sub.add_parser(
         "offload", parents=[common], help="convert a package for QMoE offload (GPUs with 20-34 GiB)",
         description=_DESCRIPTION,
@@ -77,6 +78,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Convert SRC into OUT for QMoE offload (gated on the source passing ``q38 check``); returns 0."""
     from q38.offload.convert import convert_package
     from q38.offload.options import OffloadOptions
 

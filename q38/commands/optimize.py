@@ -21,6 +21,7 @@ PASSES_HELP = "rms_norm_rotary, shared_expert, hyper_connection, causal_conv_sta
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """Add ``q38 optimize`` to the command line."""
     p = sub.add_parser(
         "optimize",
         parents=[common],
@@ -64,6 +65,11 @@ def default_target(src: Path) -> tuple[Target, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Rewrite SRC into OUT for the --target EP (default: what SRC can run), gated on ``q38 check``.
+
+    --target-ort rewrites only into ops that onnxruntime version has kernels for; --explain prints
+    each pass's outcome. Returns 0.
+    """
     from q38.optimize.driver import optimize_package
 
     target: Target

@@ -9,7 +9,13 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from q38.offload.convert import OffloadReport
+    from q38.package.profile import ExpertProfile
+    from q38.profile.replay import ReplayReport
+    from q38.profile.run import ProfileRun
 
 __all__ = ["register", "run"]
 
@@ -46,6 +52,7 @@ def _nonneg(text: str) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``q38 profile`` to the command line."""
     p = sub.add_parser("profile", parents=[common], help="measure which experts a workload selects (STRP v1)",
                        description=_DESCRIPTION)  # fmt: skip
     p.add_argument("package", metavar="PKG", help="package directory (either surface; never modified)")
@@ -119,8 +126,9 @@ def _check_trace_args(args: argparse.Namespace) -> None:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a hidden file beside ``path`` and rename it into place: an interrupted run
-    leaves neither ``path`` nor the temporary file.
+    """Write ``data`` to a hidden file beside ``path`` and rename it into place, never replacing a file.
+
+    An interrupted run leaves neither ``path`` nor the temporary file.
     """
     import tempfile
 
@@ -143,6 +151,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measure (or read) an expert profile, and write, plan and replay what the flags ask for.
+
+    ``--from-ort-state`` converts onnxruntime's state file instead. Returns 0; a profile that
+    cannot be measured or written raises ProfileError (exit 2).
+    """
     from q38.errors import ProfileError
     from q38.package.profile import encode_profile, read_profile
 
@@ -191,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, profile: Any, measured: Any, plan: Any) -> Any:
+def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileRun | None,
+            plan: OffloadReport) -> ReplayReport | None:
     """The plan's first tier replayed against LRU, LFU and Belady over the trace (None without one)."""
     import numpy as np
 
@@ -215,7 +229,8 @@ def _replay(args: argparse.Namespace, profile: Any, measured: Any, plan: Any) ->
     return report
 
 
-def _write_trace(path: str, measured: Any) -> None:
+def _write_trace(path: str, measured: ProfileRun) -> None:
+    """Write the measured run's selection trace to ``path`` (never replacing a file)."""
     from q38.errors import ProfileError
     from q38.profile.replay import trace_bytes, trace_document
 
@@ -228,7 +243,8 @@ def _write_trace(path: str, measured: Any) -> None:
         raise ProfileError(f"--trace-out {path}: cannot write it: {exc.strerror or exc}") from None
 
 
-def _measure(args: argparse.Namespace) -> Any:
+def _measure(args: argparse.Namespace) -> ProfileRun:
+    """Run the workload (--prompts FILE, else synthetic prompts from --seed) over the package on CPU."""
     from q38.profile.run import open_runnable, profile_package
     from q38.profile.workload import Workload, og_tokenizer, read_prompts, synthetic_prompts
 
@@ -247,7 +263,8 @@ def _measure(args: argparse.Namespace) -> Any:
     return profile_package(pkg, Workload(prompts, args.tokens, source), threads=args.threads)
 
 
-def _plan(args: argparse.Namespace, profile: Any) -> Any:
+def _plan(args: argparse.Namespace, profile: ExpertProfile) -> OffloadReport:
+    """The offload plan (resident slots, hit rates) ``profile`` gives, as ``q38 offload`` would make it."""
     from q38.offload.convert import preview_offload
     from q38.offload.options import OffloadOptions
 
@@ -261,7 +278,7 @@ def _plan(args: argparse.Namespace, profile: Any) -> Any:
     return preview_offload(Path(args.package), options, profile=profile)
 
 
-def _write_ort_state(args: argparse.Namespace, measured: Any) -> None:
+def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
     """The measured counts of the decoder's rows as onnxruntime's expert counter state file."""
     from q38.errors import ProfileError
     from q38.profile.ort_state import decoder_nodes, encode_state

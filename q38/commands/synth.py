@@ -10,6 +10,7 @@ __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """Add ``q38 synth`` to the command line."""
     p = sub.add_parser(
         "synth",
         parents=[common],
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0."""
     from q38.progress import elapsed
     from q38.synth import synthesize
 
