@@ -99,7 +99,7 @@ def _diff_mapping(
             yield from changed(key, a[key], b[key])
 
 
-def _diff_attribute(file: str, where: str, name: str, a: Any, b: Any, facts: dict[str, Any]) -> Iterator[Difference]:
+def _diff_attribute(file: str, where: str, name: str, a: object, b: object, facts: dict[str, Any]) -> Iterator[Difference]:
     at = f"{where} attribute {name}"
     f = {**facts, "field": "attribute", "attribute": name}
     if isinstance(a, dict) and isinstance(b, dict) and "graph" in a and "graph" in b:

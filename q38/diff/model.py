@@ -29,7 +29,7 @@ ABSENT: Final = _Absent()
 """Shown as ``absent`` in a line and as ``null`` in JSON."""
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """``value`` with lazy digests resolved, for JSON."""
     if value is ABSENT:
         return None
@@ -42,7 +42,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def short_value(value: Any) -> str:
+def short_value(value: object) -> str:
     """A value as compact JSON for one line: digests shortened, long values cut with their length."""
     if value is ABSENT:
         return "absent"
@@ -69,8 +69,8 @@ class Difference:
     file: str
     change: Change
     where: str
-    a: Any = None
-    b: Any = None
+    a: object = None
+    b: object = None
     facts: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:

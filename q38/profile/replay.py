@@ -28,9 +28,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
+    from q38.offload.hitrate import HitReport
 
 __all__ = [
     "POLICIES", "PolicyResult", "ReplayReport", "RowReplay", "coverage_curve", "plot_coverage", "read_trace", "replay",
@@ -235,7 +241,7 @@ def replay(
     return ReplayReport(tuple(rows), coverage_curve(counts, bytes_per_expert))
 
 
-def plot_coverage(report: ReplayReport, path: Any, title: str) -> None:
+def plot_coverage(report: ReplayReport, path: str | os.PathLike[str], title: str) -> None:
     """The coverage curve as a PNG, with each policy's overall hit rate at the plan's resident bytes."""
     import matplotlib
 
@@ -285,7 +291,7 @@ def trace_bytes(document: Mapping[str, Any]) -> bytes:
     return (json.dumps(document, separators=(",", ":")) + "\n").encode()
 
 
-def read_trace(path: Any, *, rows: int, experts: int) -> tuple[list[np.ndarray], list[int]]:
+def read_trace(path: Path, *, rows: int, experts: int) -> tuple[list[np.ndarray], list[int]]:
     """A trace file written by ``q38 profile --trace-out``: per row the picks and the tokens processed.
 
     Raises:
@@ -320,7 +326,7 @@ def read_trace(path: Any, *, rows: int, experts: int) -> tuple[list[np.ndarray],
     return trace, tokens
 
 
-def expert_bytes_by_node(root: Any) -> dict[tuple[str, str], int]:
+def expert_bytes_by_node(root: Path | str) -> dict[tuple[str, str], int]:
     """(graph file name, QMoE node) -> bytes per expert, from shapes and dtypes (q38.package.memory)."""
     from pathlib import Path
 
@@ -340,7 +346,7 @@ def expert_bytes_by_node(root: Any) -> dict[tuple[str, str], int]:
     return out
 
 
-def replay_plan(root: Any, hit_report: Any, counts: np.ndarray, trace: Sequence[np.ndarray],
+def replay_plan(root: Path | str, hit_report: HitReport, counts: np.ndarray, trace: Sequence[np.ndarray],
                 tokens: Sequence[int]) -> ReplayReport:  # fmt: skip
     """Replay ``trace`` with the capacities of one plan tier (a :class:`q38.offload.hitrate.HitReport`).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class StateNames:
     pairs: tuple[tuple[str, str], ...]  # (present template, past template)
 
     @classmethod
-    def from_sections(cls, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> StateNames:
+    def from_sections(cls, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> StateNames:
         pairs = []
         for key, past in inputs.items():
             if not (isinstance(past, str) and key.startswith("past_") and "%d" in past):

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import onnx_ir as ir
 
 from q38.errors import ProfileError, clip
 from q38.offload.router import qmoe_nodes
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["TAP_PREFIX", "Tap", "TappedGraph", "select_experts", "tapped_graph"]
 
@@ -39,7 +42,7 @@ class TappedGraph:
     """A session over the tapped copy of one graph."""
 
     where: str
-    session: Any  # onnxruntime.InferenceSession
+    session: ort.InferenceSession
     taps: tuple[Tap, ...]
 
     @property

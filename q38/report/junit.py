@@ -12,14 +12,17 @@ failed, ``<skipped>`` when it was skipped.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import TYPE_CHECKING
 
 from q38.report.results import CheckResults, Result
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = ["render_junit"]
 
 
-def _case_key(report: Any, r: Result, family: str) -> tuple[str, str]:
+def _case_key(report: CheckReport, r: Result, family: str) -> tuple[str, str]:
     """(case graph, family): a graph's own results on it, config rules on the config file,
     package-wide results on ``package``.
     """

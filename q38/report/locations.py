@@ -16,9 +16,12 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from contracts._rule import Violation
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = ["Location", "artifact_uri", "locate", "package_prefix"]
 
@@ -38,11 +41,11 @@ _KEY_PATH = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[\w\-]+|\[\d+\])+):\s")
 _FILE_PREFIX = re.compile(r"^([\w][\w.\-]*(?:/[\w.\-]+)*):\s")
 
 
-def _graph_files(report: Any) -> dict[str, str]:
+def _graph_files(report: CheckReport) -> dict[str, str]:
     return {c.graph: c.file for c in getattr(report, "graph_checks", ())}
 
 
-def locate(report: Any, v: Violation) -> Location:
+def locate(report: CheckReport, v: Violation) -> Location:
     """The :class:`Location` of ``v`` in ``report``'s package."""
     config = str(getattr(report, "config_file", "") or "genai_config.json")
     files = _graph_files(report)

@@ -24,9 +24,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from contracts._rule import Severity, Violation
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = [
     "BASELINE_VERSION",
@@ -93,7 +96,7 @@ class CheckResults:
     when skips fail).
     """
 
-    report: Any
+    report: CheckReport
     results: list[Result] = field(default_factory=list)
     require_sessions: bool = False
     baseline_path: str = ""
@@ -147,7 +150,7 @@ def _matches(rule_id: str, selectors: Iterable[str]) -> bool:
     return matches(rule_id, selectors)
 
 
-def classify(report: Any, selection: Selection = Selection(), *, baseline: Sequence[str] = (),
+def classify(report: CheckReport, selection: Selection = Selection(), *, baseline: Sequence[str] = (),
              require_sessions: bool = False, ort_sessions: bool = False,
              baseline_path: str = "") -> CheckResults:  # fmt: skip
     """Every violation of ``report`` as a :class:`Result`: ``--ignore`` first, then ``--select``,

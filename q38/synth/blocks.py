@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from onnx import TensorProto
 
 from q38 import _ops
 from q38.ort_targets import ort_target
-from q38.synth.graph import GraphBuilder
+from q38.synth.graph import AttrValue, GraphBuilder
 from q38.synth.qmoe import pack_sm80_int4
 from q38.synth.spec import Spec
 from q38.synth.weights import Weights
@@ -29,7 +30,7 @@ class Ctx:
         self.variant, self.experts = variant, experts
 
     # -- small helpers -------------------------------------------------------------------
-    def c64(self, name: str, value: object) -> str:
+    def c64(self, name: str, value: npt.ArrayLike) -> str:
         return self.g.const(name, value, np.int64)
 
     def f16(self, name: str, value: float) -> str:
@@ -537,7 +538,7 @@ class Ctx:
                 g, f"{ep}.fc2.scales", (e, h, i // s.block), 0.01, 0.03, misalign=misalign
             )
             ins = [x2, lg2, fc1w, fc1s, "", fc2w, fc2s, "", "", "", "", "", "", "", rw]
-            attrs = {"quant_type": "int", "expert_weight_bits": 4, "block_size": s.block}
+            attrs: dict[str, AttrValue] = {"quant_type": "int", "expert_weight_bits": 4, "block_size": s.block}
         else:
             import ml_dtypes
 

@@ -10,15 +10,21 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper
 
 from q38 import _ops
 
-__all__ = ["EXTERNAL_THRESHOLD", "DataFile", "ExtRef", "GraphBuilder", "known_sha256", "rng_for"]
+__all__ = ["EXTERNAL_THRESHOLD", "AttrValue", "DataFile", "ExtRef", "GraphBuilder", "known_sha256", "rng_for"]
+
+AttrValue: TypeAlias = (
+    int | float | str | bytes | TensorProto | onnx.GraphProto | Sequence[int] | Sequence[float] | Sequence[str]
+)
+"""A node attribute as ``onnx.helper.make_node`` takes it (its type is inferred from the value)."""
 
 # sha256 of data files taken while they were written (DataFile), keyed by the file's identity
 # (device, inode, size, mtime): the manifest need not read GBs back. A stale key never matches.
@@ -175,7 +181,7 @@ class GraphBuilder:
         n_out: int = 1,
         outputs: Sequence[str] | None = None,
         domain: str = "",
-        **attrs: Any,
+        **attrs: AttrValue,
     ) -> list[str]:
         if name in self._names:
             raise ValueError(f"duplicate node name {name}")
@@ -183,18 +189,20 @@ class GraphBuilder:
         outs = (
             list(outputs) if outputs is not None else [f"{name}/output_{i}" for i in range(n_out)]
         )
+        # doc_string and overload are named (their defaults) so that no attribute can fill them.
         node = helper.make_node(
-            op_type, list(inputs), outs, name=name, domain=domain or None, **attrs
+            op_type, list(inputs), outs, name=name, doc_string=None, domain=domain or None,
+            overload=None, **attrs,
         )
         if domain:
             self.domains.add(domain)
         self.nodes.append(node)
         return outs
 
-    def op1(self, op_type: str, inputs: Sequence[str], name: str, **kw: Any) -> str:
-        return self.op(op_type, inputs, name, **kw)[0]
+    def op1(self, op_type: str, inputs: Sequence[str], name: str, *, domain: str = "", **attrs: AttrValue) -> str:
+        return self.op(op_type, inputs, name, n_out=1, outputs=None, domain=domain, **attrs)[0]
 
-    def const(self, name: str, value: Any, dtype: Any = np.int64) -> str:
+    def const(self, name: str, value: npt.ArrayLike, dtype: npt.DTypeLike = np.int64) -> str:
         """An inline initializer (shape constants and other small values)."""
         arr = np.asarray(value, dtype=dtype)
         return self._add_init(name, onnx.numpy_helper.from_array(arr, name))

@@ -27,7 +27,7 @@ LIB_QSA = shared_object_header() + b"q38 synthetic placeholder: qsa libcustom_op
 LIB_HC = shared_object_header() + b"q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
 
 
-def dumps_json(data: Any) -> str:
+def dumps_json(data: object) -> str:
     return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
 

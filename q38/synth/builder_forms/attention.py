@@ -9,6 +9,7 @@ from onnx import TensorProto
 
 from q38 import _ops
 from q38.synth.builder_forms.forms import KV_DIM, TOKENS, B, Forms, P, S, T
+from q38.synth.graph import AttrValue
 
 __all__ = ["attention"]
 
@@ -35,7 +36,7 @@ def attention(f: Forms, x: str, i: int, state: int) -> str:
     return f.matmul(gated, f"{p}/o_proj/MatMul", qd, s.hidden)
 
 
-def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: object) -> str:
+def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: AttrValue) -> str:
     s, e = f.s, f.io.elem
     name = f"{p}/{op}"
     return f.g.node(op, ins, name,

@@ -143,7 +143,7 @@ def for_og018(doc: dict[str, Any]) -> dict[str, Any]:
 
     out = copy.deepcopy(doc)
     for path, key in OG018_REJECTED:
-        node: Any = out
+        node: object = out
         for part in path:
             node = node.get(part, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):

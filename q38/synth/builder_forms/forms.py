@@ -9,6 +9,7 @@ import numpy as np
 from onnx import TensorProto
 
 from q38.synth.builder_forms.typed import Shape, TypedGraph
+from q38.synth.graph import AttrValue
 from q38.synth.spec import Spec
 from q38.synth.weights import Weights, cast_generated
 
@@ -93,8 +94,8 @@ class Forms:
         w = src.normal(self.g, wn, (k, n), dtype=self.io.np_type)
         return self.g.node1("MatMul", [x, w], name, self.io.elem, [*lead, n])
 
-    def act(self, op: str, x: str, name: str, shape: Shape, **kw: object) -> str:
-        return self.g.node1(op, [x], name, self.io.elem, shape, **kw)
+    def act(self, op: str, x: str, name: str, shape: Shape, *, domain: str = "", **attrs: AttrValue) -> str:
+        return self.g.node1(op, [x], name, self.io.elem, shape, domain=domain, **attrs)
 
     def binary(self, op: str, a: str, b: str, name: str, shape: Shape) -> str:
         return self.g.node1(op, [a, b], name, self.io.elem, shape)

@@ -12,6 +12,7 @@ from onnx import TensorProto
 from q38 import _ops
 from q38.synth.builder_forms.forms import TOKENS, B, Forms, S
 from q38.synth.builder_forms.typed import Shape
+from q38.synth.graph import AttrValue
 from q38.synth.qmoe import pack_sm80_int4
 
 __all__ = [
@@ -125,7 +126,7 @@ def gated_delta_net(f: Forms, x: str, i: int) -> str:
     return f.matmul(n, f"{p}/out_proj/MatMul", zd, s.hidden)
 
 
-def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
+def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, AttrValue]]:
     g, s, w = f.g, f.s, f.w
     e, h, i, blk = s.experts, s.hidden, s.moe_inter, s.block
 
@@ -142,14 +143,14 @@ def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
         codes(f"{ep}.down_proj.qweight", h, i), scales(f"{ep}.down_proj.scales", h, i),
         f.zeros(f"{ep}.down_proj.bias", (e, h)),
     ]  # fmt: skip
-    attrs: dict[str, object] = {"activation_type": "swiglu", "expert_weight_bits": 4,
+    attrs: dict[str, AttrValue] = {"activation_type": "swiglu", "expert_weight_bits": 4,
                                 "swiglu_fusion": 1, "block_size": blk}  # fmt: skip
     if f.prepacked:
         attrs["weights_prepacked"] = 1
     return [*ins, "", "", "", "", "", ""], attrs  # fc3 w/s/b, zero points 1-3: absent
 
 
-def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
+def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, AttrValue]]:
     """The MTP head's FP8 experts: gate as fc1, down as fc2, up as fc3 (``swiglu_fusion=0``),
     float8e4m3fn row-major [E, N, K] with float32 block scales [E, ceil(N/128), ceil(K/128)].
     """
@@ -169,7 +170,7 @@ def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
     w3, s3 = fp8(f"{ep}.up_proj", i, h)
     ins = [w1, s1, f.zeros(f"{ep}.gate_proj.bias", (e, i)), w2, s2,
            f.zeros(f"{ep}.down_proj.bias", (e, h)), w3, s3, "", "", "", ""]  # fmt: skip
-    attrs: dict[str, object] = {"activation_type": "silu", "expert_weight_bits": 8,
+    attrs: dict[str, AttrValue] = {"activation_type": "silu", "expert_weight_bits": 8,
                                 "swiglu_fusion": 0, "block_size": blk, "quant_type": "fp8"}  # fmt: skip
     return ins, attrs
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from q38 import _ops
-from q38.synth.graph import GraphBuilder
+from q38.synth.graph import AttrValue, GraphBuilder
 
 __all__ = ["BUILDER_PRODUCER", "Dim", "Shape", "TypedGraph", "Value"]
 
@@ -66,7 +65,7 @@ class TypedGraph(GraphBuilder):
         *,
         outputs: Sequence[str] | None = None,
         domain: str = "",
-        **attrs: Any,
+        **attrs: AttrValue,
     ) -> list[str]:
         """Add one node; ``types[k]`` is output k's (elem, shape), None for an unused optional
         output (written as the empty name).
@@ -74,16 +73,17 @@ class TypedGraph(GraphBuilder):
         outs = list(outputs) if outputs is not None else [
             f"{name}/output_{k}" if t is not None else "" for k, t in enumerate(types)
         ]
-        made = self.op(op_type, list(inputs), name, outputs=outs, domain=domain, **attrs)
+        made = self.op(op_type, list(inputs), name, n_out=len(outs), outputs=outs, domain=domain, **attrs)
         for out, t in zip(made, types):
             if out and t is not None:
                 self.values[out] = Value(t[0], tuple(t[1]))
         return made
 
     def node1(
-        self, op_type: str, inputs: Sequence[str], name: str, elem: int, shape: Shape, **kw: Any
+        self, op_type: str, inputs: Sequence[str], name: str, elem: int, shape: Shape, *, domain: str = "",
+        **attrs: AttrValue,
     ) -> str:
-        return self.node(op_type, inputs, name, [(elem, shape)], **kw)[0]
+        return self.node(op_type, inputs, name, [(elem, shape)], outputs=None, domain=domain, **attrs)[0]
 
     def annotate(self, node_name: str, key: str, value: str) -> None:
         """A metadata_props entry on one node (e.g. ``layer_ann=cpu_embedding``)."""
