@@ -68,12 +68,15 @@ class RowReplay:
     experts: int = 0
 
     def share(self, policy: str) -> float:
+        """The hit rate of ``policy``: selections served by resident experts (1.0 for a row never selected)."""
         return self.results[policy].hits / self.selections if self.selections else 1.0
 
     def bytes_per_token(self, policy: str) -> float:
+        """Host->device expert bytes per processed token under ``policy`` (0 when no token ran)."""
         return self.results[policy].transfers * self.bytes_per_expert / self.tokens if self.tokens else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The row's JSON record: identity, capacity, counts and each policy's hit rate and bytes per token."""
         return {"row": self.row, "node": self.label, "capacity": self.capacity, "selections": self.selections,
                 "tokens": self.tokens, "bytes_per_expert": self.bytes_per_expert,
                 "policies": {p: {"hits": r.hits, "hit_rate": round(self.share(p), 6),
@@ -95,6 +98,7 @@ class ReplayReport:
         return hits, sel, sum(r.bytes_per_token(policy) for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
+        """The replay's JSON document: overall totals per policy, each row, and the coverage curve."""
         overall = {}
         for p in POLICIES:
             hits, sel, per_token = self.total(p)
@@ -104,6 +108,7 @@ class ReplayReport:
                 "coverage": [{"resident_bytes": round(b, 6), "selections_served": round(s, 6)} for b, s in self.coverage]}  # fmt: skip
 
     def lines(self) -> list[str]:
+        """The text report: one line per policy overall, then each row's hit rate under every policy."""
         out = ["replay of the measured trace (hit rate, host->device bytes per token):"]
         for p in POLICIES:
             hits, sel, per_token = self.total(p)
