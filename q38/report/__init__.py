@@ -1,5 +1,6 @@
-"""``q38 check``'s results where reviewers read them: text, json, SARIF 2.1.0, GitHub workflow
-annotations and JUnit XML, with rule selection, suppression and baselines.
+"""``q38 check``'s results where reviewers read them, with rule selection, suppression and baselines.
+
+The formats: text, json, SARIF 2.1.0, GitHub workflow annotations and JUnit XML.
 
 :mod:`q38.report.results` classifies a :class:`contracts.runner.CheckReport`'s violations once;
 each format module renders those results (:func:`render` picks one by name).

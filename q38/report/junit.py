@@ -23,8 +23,10 @@ __all__ = ["render_junit"]
 
 
 def _case_key(report: CheckReport, r: Result, family: str) -> tuple[str, str]:
-    """(case graph, family): a graph's own results on it, config rules on the config file,
-    package-wide results on ``package``.
+    """The (case graph, family) a result is reported under in the JUnit document.
+
+    A graph's own results go on that graph, config rules on the config file, package-wide results
+    on ``package``.
     """
     v = r.violation
     if v.graph in report.graphs:

@@ -28,7 +28,9 @@ __all__ = ["Location", "artifact_uri", "locate", "package_prefix"]
 
 @dataclass(frozen=True)
 class Location:
-    """``file``: the artifact, relative to the package root (posix); ``logical``: the node or key
+    """Where one result points: a package file and, optionally, a logical place inside it.
+
+    ``file``: the artifact, relative to the package root (posix); ``logical``: the node or key
     path inside it (``""``: none); ``kind``: the SARIF logical-location kind of ``logical``.
     """
 
@@ -65,9 +67,10 @@ def locate(report: CheckReport, v: Violation) -> Location:
 
 
 def package_prefix(package: str) -> str:
-    """The package directory as a path prefix for artifact URIs: relative to the working
-    directory when the package is inside it (what GitHub code scanning resolves against the
-    repository root), else absolute; posix, ``""`` for the working directory itself.
+    """The package directory as a posix path prefix for artifact URIs (``""``: the working directory).
+
+    Relative to the working directory when the package is inside it (what GitHub code scanning
+    resolves against the repository root), else absolute.
     """
     here = Path.cwd().resolve()
     root = Path(package).resolve()
@@ -79,8 +82,9 @@ def package_prefix(package: str) -> str:
 
 
 def artifact_uri(prefix: str, file: str) -> str:
-    """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`): a
-    percent-encoded relative reference, or a ``file://`` URI when the path is absolute.
+    """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`).
+
+    A percent-encoded relative reference, or a ``file://`` URI when the path is absolute.
     """
     path = prefix + file
     if path.startswith("/"):

@@ -1,5 +1,6 @@
-"""``q38 check --format sarif``: a SARIF 2.1.0 log for code scanning (GitHub, Azure DevOps, VS
-Code's SARIF viewer).
+"""``q38 check --format sarif``: a SARIF 2.1.0 log for code scanning.
+
+Read by GitHub, Azure DevOps and VS Code's SARIF viewer.
 
 One run. ``tool.driver`` is q38 with its version and the whole rule catalogue as
 ``reportingDescriptor`` s (id, name, short / full description, help with the violating example
