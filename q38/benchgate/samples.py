@@ -167,6 +167,7 @@ class SampleSet:
         return sorted(mine - theirs)
 
     def to_dict(self) -> dict[str, Any]:
+        """The samples document (``--samples``): identity of both sides and every paired sample."""
         return {
             "format": SAMPLES_FORMAT,
             "version": 1,
@@ -181,6 +182,10 @@ class SampleSet:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "samples") -> SampleSet:
+        """Read a samples document back; anything malformed is one GateError naming ``source``.
+
+        A document without ``clock`` reads as ``wall``.
+        """
         if not isinstance(data, Mapping) or data.get("format") != SAMPLES_FORMAT:
             raise GateError(f"{source}: not a {SAMPLES_FORMAT} document")
         try:
@@ -200,6 +205,7 @@ class SampleSet:
 
     @classmethod
     def load(cls, path: Path | str) -> SampleSet:
+        """:meth:`from_dict` of the JSON file at ``path``; an unreadable file is one GateError."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

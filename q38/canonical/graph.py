@@ -105,9 +105,10 @@ NODE_KEYS: Final = ("domain", "op", "name", "attributes", "inputs", "outputs")
 
 
 class LazyNode(Mapping[str, object]):
-    """A node record built only when it must be: two nodes whose protobuf bytes are equal are
-    equal without building either (``q38 diff`` on two 10 000-node graphs that differ in one
-    attribute builds two records). Reads like the dict :meth:`_Canonicalizer.node` returns.
+    """A node record built only when it must be; reads like the dict :meth:`_Canonicalizer.node` returns.
+
+    Two nodes whose protobuf bytes are equal are equal without building either (``q38 diff`` on
+    two 10 000-node graphs that differ in one attribute builds two records).
     """
 
     __slots__ = ("_canon", "_full", "_proto", "_wire")
@@ -119,11 +120,13 @@ class LazyNode(Mapping[str, object]):
         self._full: dict[str, Any] | None = None
 
     def full(self) -> dict[str, Any]:
+        """The whole canonical record, built on first use and cached."""
         if self._full is None:
             self._full = self._canon.node(self._proto)
         return self._full
 
     def wire(self) -> bytes:
+        """The node's deterministic protobuf bytes (cached): equal bytes mean equal records."""
         if self._wire is None:
             self._wire = self._proto.SerializeToString(deterministic=True)
         return self._wire

@@ -52,8 +52,10 @@ def _node_summary(node: Mapping[str, Any]) -> str:
 
 
 def present_names(names: Sequence[str]) -> list[str]:
-    """``names`` without its trailing empty names: ONNX defines a trailing optional input or
-    output given as ``''`` to be the same as one left out (the list may simply stop).
+    """``names`` without its trailing empty names.
+
+    ONNX defines a trailing optional input or output given as ``''`` to be the same as one left
+    out (the list may simply stop).
     """
     end = len(names)
     while end and not names[end - 1]:

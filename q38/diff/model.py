@@ -74,6 +74,7 @@ class Difference:
     facts: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
+        """The difference as one indented report line: ``~ where: a -> b``, or ``+`` / ``-`` with one value."""
         sym = SYMBOLS[self.change]
         if self.change == "changed":
             return f"  {sym} {self.where}: {short_value(self.a)} -> {short_value(self.b)}"
@@ -84,6 +85,7 @@ class Difference:
         return f"  {sym} {self.where}" + (f": {shown}" if shown != "" else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` record: file, change, place, the facts, and the side values (digests resolved)."""
         out: dict[str, Any] = {"file": self.file, "change": self.change, "where": self.where, **self.facts}
         out.pop("summary", None)
         if self.change != "added":
