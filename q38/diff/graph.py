@@ -89,7 +89,7 @@ def _diff_mapping(
     b: Mapping[str, Any],
     where_of: Callable[[str], str],
     facts_of: Callable[[str], dict[str, Any]],
-    changed: Callable[[str, Any, Any], Iterator[Difference]],
+    changed: Callable[[str, object, object], Iterator[Difference]],
 ) -> Iterator[Difference]:
     """Keys of ``a`` / ``b`` removed, added, or (where the values differ) what ``changed`` says."""
     for key in sorted(a.keys() | b.keys()):
