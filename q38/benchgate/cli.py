@@ -116,6 +116,7 @@ def threshold(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m q38.benchgate`` parser: ``run`` (measure, then decide) and ``compare`` (decide again)."""
     p = argparse.ArgumentParser(prog="python -m q38.benchgate", description=(__doc__ or "").strip(),
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand and return its exit code; a GateError is one stderr line and EXIT_REFUSED."""
     logging.basicConfig(level=logging.INFO, format="benchgate: %(message)s")
     args = build_parser().parse_args(argv)
     try:

@@ -40,12 +40,14 @@ class Row:
     verdict: Verdict
 
     def line(self, width: int) -> str:
+        """The row of the report table: name padded to ``width``, medians, change and its 95% interval, verdict."""
         e = self.estimate
         interval = f"[{100 * (e.lo - 1):+6.1f}%, {100 * (e.hi - 1):+6.1f}%]"
         return (f"{self.bench.name:<{width}} {self.bench.kind:>7} {self.base_median:>11.4g} {self.head_median:>11.4g} "
                 f"{100 * e.change:>+7.1f}% {interval}  {self.verdict.upper()}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The row's JSON record, with every paired sample so a verdict can be re-derived."""
         e = self.estimate
         return {"name": self.bench.name, "kind": self.bench.kind, "tier": self.bench.tier,
                 "base_median": self.base_median, "head_median": self.head_median, "ratio": e.ratio,
@@ -63,6 +65,7 @@ class GateResult:
     threshold: float = DEFAULT_THRESHOLD
 
     def rows_with(self, wanted: Verdict) -> list[Row]:
+        """The benchmarks whose verdict is ``wanted``, in report order."""
         return [r for r in self.rows if r.verdict == wanted]
 
 

@@ -1,4 +1,4 @@
-"""A whole-process benchmark against its floor: ``COMMAND`` within ``RATIO`` x of ``FLOOR``.
+r"""A whole-process benchmark against its floor: ``COMMAND`` within ``RATIO`` x of ``FLOOR``.
 
 The base/head gate (:mod:`q38.benchgate.runner`) catches a command getting slower than it was;
 it cannot say the command was already too slow. Some costs have a floor outside q38: ``q38

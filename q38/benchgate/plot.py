@@ -22,6 +22,7 @@ COLOURS: Final = {"ok": "#4c72b0", "faster": "#55a868", "inconclusive": "#dd8452
 
 
 def describe_machine(machine: dict[str, Any]) -> str:
+    """One line naming what measured: CPU and cores, OS and architecture, onnxruntime, GPU if any."""
     cpu = machine.get("cpu") or {}
     env = machine.get("q38_env") or {}
     parts = [str(cpu.get("brand_raw") or machine.get("processor") or "unknown CPU")]

@@ -83,6 +83,7 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def head_sha(repo: Path) -> str | None:
+    """The commit ``HEAD`` of ``repo`` resolves to, or None (no commit yet, or not a repository)."""
     sha = _git(repo, "rev-parse", "--verify", "HEAD^{commit}").stdout.strip()
     return sha or None
 

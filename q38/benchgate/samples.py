@@ -87,8 +87,8 @@ def load_report(path: Path | str) -> Report:
     return Report(dict(data.get("machine_info") or {}), medians, tiers, extra)
 
 
-def _dig(data: Mapping[str, Any], path: Sequence[str]) -> Any:
-    cur: Any = data
+def _dig(data: Mapping[str, Any], path: Sequence[str]) -> object:
+    cur: object = data
     for key in path:
         if not isinstance(cur, Mapping):
             return None
@@ -142,7 +142,8 @@ class SampleSet:
     @classmethod
     def from_reports(cls, base: Sequence[Report], head: Sequence[Report],
                      processes: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-                     **identity: Any) -> SampleSet:
+                     *, base_sha: str | None = None, base_ref: str = "", head_sha: str | None = None,
+                     base_note: str = "", clock: Clock = "cpu") -> SampleSet:
         """Pairs the rounds (``base[i]`` with ``head[i]``); benchmarks missing from a round drop out."""
         if len(base) != len(head):
             raise GateError(f"{len(base)} base rounds but {len(head)} head rounds")
@@ -156,7 +157,8 @@ class SampleSet:
                 benches.append(Benchmark(f"process:{name}", "process", "process", tuple(b), tuple(h)))
         machine = dict(head[0].machine) if head else {}
         base_machine = dict(base[0].machine) if base else {}
-        return cls(machine=machine, base_machine=base_machine, benchmarks=benches, **identity)
+        return cls(base_sha=base_sha, base_ref=base_ref, head_sha=head_sha, machine=machine,
+                   base_machine=base_machine, benchmarks=benches, base_note=base_note, clock=clock)
 
     def only_in(self, side: Iterable[Report], other: Iterable[Report]) -> list[str]:
         """Benchmarks some report of ``side`` has that no report of ``other`` has."""
@@ -165,6 +167,7 @@ class SampleSet:
         return sorted(mine - theirs)
 
     def to_dict(self) -> dict[str, Any]:
+        """The samples document (``--samples``): identity of both sides and every paired sample."""
         return {
             "format": SAMPLES_FORMAT,
             "version": 1,
@@ -179,6 +182,10 @@ class SampleSet:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "samples") -> SampleSet:
+        """Read a samples document back; anything malformed is one GateError naming ``source``.
+
+        A document without ``clock`` reads as ``wall``.
+        """
         if not isinstance(data, Mapping) or data.get("format") != SAMPLES_FORMAT:
             raise GateError(f"{source}: not a {SAMPLES_FORMAT} document")
         try:
@@ -198,6 +205,7 @@ class SampleSet:
 
     @classmethod
     def load(cls, path: Path | str) -> SampleSet:
+        """:meth:`from_dict` of the JSON file at ``path``; an unreadable file is one GateError."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

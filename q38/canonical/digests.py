@@ -44,6 +44,10 @@ class FileIdentity:
 
     @classmethod
     def of(cls, path: Path, recorded: Mapping[str, str] | None = None) -> FileIdentity:
+        """The identity of ``path`` now, with the digest ``recorded`` holds for its real path.
+
+        Anything but a regular file is refused (GraphError).
+        """
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             raise GraphError(f"{path}: not a regular file")
@@ -78,6 +82,7 @@ class TensorDigest:
     _hex: str | None = field(default=None, repr=False)
 
     def hexdigest(self) -> str:
+        """The hex sha256 of the range, read from the file on first use and cached."""
         if self._hex is None:
             self._hex = sha256_range(self.file.path, self.offset, self.length)
         return self._hex

@@ -21,7 +21,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import onnx
@@ -34,6 +34,9 @@ from q38.canonical.version import VERSION
 from q38.errors import GraphError, UnsafePathError
 from q38.package.files import GRAPH_LIMIT, read_bounded
 from q38.package.paths import resolve_inside
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["GRAPH_FORMAT", "TINY_TENSOR_VALUES", "LazyNode", "canonical_graph", "load_proto"]
 
@@ -101,10 +104,11 @@ def _tensor_values(t: onnx.TensorProto) -> list[Any] | None:
 NODE_KEYS: Final = ("domain", "op", "name", "attributes", "inputs", "outputs")
 
 
-class LazyNode(Mapping[str, Any]):
-    """A node record built only when it must be: two nodes whose protobuf bytes are equal are
-    equal without building either (``q38 diff`` on two 10 000-node graphs that differ in one
-    attribute builds two records). Reads like the dict :meth:`_Canonicalizer.node` returns.
+class LazyNode(Mapping[str, object]):
+    """A node record built only when it must be; reads like the dict :meth:`_Canonicalizer.node` returns.
+
+    Two nodes whose protobuf bytes are equal are equal without building either (``q38 diff`` on
+    two 10 000-node graphs that differ in one attribute builds two records).
     """
 
     __slots__ = ("_canon", "_full", "_proto", "_wire")
@@ -116,16 +120,18 @@ class LazyNode(Mapping[str, Any]):
         self._full: dict[str, Any] | None = None
 
     def full(self) -> dict[str, Any]:
+        """The whole canonical record, built on first use and cached."""
         if self._full is None:
             self._full = self._canon.node(self._proto)
         return self._full
 
     def wire(self) -> bytes:
+        """The node's deterministic protobuf bytes (cached): equal bytes mean equal records."""
         if self._wire is None:
             self._wire = self._proto.SerializeToString(deterministic=True)
         return self._wire
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         p = self._proto
         if key == "name":
             return p.name
@@ -260,7 +266,7 @@ class _Canonicalizer:
         return rec
 
     # Attributes, nodes and graphs --------------------------------------------------------------
-    def attribute(self, a: onnx.AttributeProto) -> Any:
+    def attribute(self, a: onnx.AttributeProto) -> object:
         if a.ref_attr_name:
             return {"ref": a.ref_attr_name}
         A = onnx.AttributeProto
@@ -338,7 +344,7 @@ def load_proto(path: Path) -> onnx.ModelProto:
     return model
 
 
-def _as_proto(model: Any) -> tuple[onnx.ModelProto, Path | None]:
+def _as_proto(model: str | os.PathLike[str] | onnx.ModelProto | ir.Model) -> tuple[onnx.ModelProto, Path | None]:
     """Returns a ModelProto and the directory its external data is relative to."""
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
@@ -359,7 +365,7 @@ def _as_proto(model: Any) -> tuple[onnx.ModelProto, Path | None]:
 
 
 def canonical_graph(
-    model: Any,
+    model: str | os.PathLike[str] | onnx.ModelProto | ir.Model,
     *,
     base_dir: str | os.PathLike[str] | None = None,
     root: str | os.PathLike[str] | None = None,

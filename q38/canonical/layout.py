@@ -9,7 +9,7 @@ the canonical form (which sorts what has no meaningful order). Ends with a newli
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Final
 
 __all__ = ["WIDTH", "dumps"]
 
@@ -17,14 +17,14 @@ WIDTH: Final = 160
 """The longest line the layout writes, unless one scalar (a long name) is longer by itself."""
 
 
-def _inline(value: Any) -> str:
+def _inline(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), allow_nan=False, default=str)
 
 
-def dumps(data: Any, *, width: int = WIDTH) -> str:
+def dumps(data: object, *, width: int = WIDTH) -> str:
     """``data`` as JSON in the reviewable layout (see the module docstring)."""
 
-    def emit(value: Any, indent: int, lead: int) -> str:
+    def emit(value: object, indent: int, lead: int) -> str:
         if not isinstance(value, (dict, list)) or not value:
             return _inline(value)
         # A container longer than the width by its size alone is never tried inline.

@@ -76,7 +76,7 @@ class Normalizer:
                 value = value.replace(prefix, marker)
         return value
 
-    def data(self, value: Any, *, key: str | None = None, library: bool = False, graph: bool = False) -> Any:
+    def data(self, value: object, *, key: str | None = None, library: bool = False, graph: bool = False) -> object:
         """Normalizes a JSON-like value; masks volatile keys and the hashes of libraries and graphs.
 
         A hash is a library's when a sibling value or the enclosing key names a library file;

@@ -41,7 +41,7 @@ def read_text_document(path: Path) -> str:
     return read_text_bounded(path, what="package document", limit=_limit(path))
 
 
-def read_json_document(path: Path) -> Any:
+def read_json_document(path: Path) -> object:
     """A package's JSON document, strict (no NaN, no duplicate keys ...); one PackageError line."""
     return read_json(path, what="package document", limit=_limit(path))
 

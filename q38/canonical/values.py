@@ -14,14 +14,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["shortest_float", "shortest_floats"]
 
 
-def shortest_float(value: float | np.floating[Any] | Any, dtype: Any = np.float32) -> float | str:
+def shortest_float(value: SupportsFloat, dtype: npt.DTypeLike = np.float32) -> float | str:
     """The shortest decimal (as a Python float) that reads back as ``value`` in ``dtype``.
 
     Args:
@@ -48,6 +49,6 @@ def _shortest(x: float, dtype: np.dtype[Any]) -> float | str:
     return x
 
 
-def shortest_floats(values: Iterable[Any], dtype: Any) -> list[float | str]:
+def shortest_floats(values: Iterable[SupportsFloat], dtype: npt.DTypeLike) -> list[float | str]:
     """:func:`shortest_float` of each value."""
     return [shortest_float(v, dtype) for v in values]

@@ -52,8 +52,10 @@ def _node_summary(node: Mapping[str, Any]) -> str:
 
 
 def present_names(names: Sequence[str]) -> list[str]:
-    """``names`` without its trailing empty names: ONNX defines a trailing optional input or
-    output given as ``''`` to be the same as one left out (the list may simply stop).
+    """``names`` without its trailing empty names.
+
+    ONNX defines a trailing optional input or output given as ``''`` to be the same as one left
+    out (the list may simply stop).
     """
     end = len(names)
     while end and not names[end - 1]:
@@ -87,7 +89,7 @@ def _diff_mapping(
     b: Mapping[str, Any],
     where_of: Callable[[str], str],
     facts_of: Callable[[str], dict[str, Any]],
-    changed: Callable[[str, Any, Any], Iterator[Difference]],
+    changed: Callable[[str, object, object], Iterator[Difference]],
 ) -> Iterator[Difference]:
     """Keys of ``a`` / ``b`` removed, added, or (where the values differ) what ``changed`` says."""
     for key in sorted(a.keys() | b.keys()):
@@ -99,7 +101,7 @@ def _diff_mapping(
             yield from changed(key, a[key], b[key])
 
 
-def _diff_attribute(file: str, where: str, name: str, a: Any, b: Any, facts: dict[str, Any]) -> Iterator[Difference]:
+def _diff_attribute(file: str, where: str, name: str, a: object, b: object, facts: dict[str, Any]) -> Iterator[Difference]:
     at = f"{where} attribute {name}"
     f = {**facts, "field": "attribute", "attribute": name}
     if isinstance(a, dict) and isinstance(b, dict) and "graph" in a and "graph" in b:

@@ -29,7 +29,7 @@ ABSENT: Final = _Absent()
 """Shown as ``absent`` in a line and as ``null`` in JSON."""
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """``value`` with lazy digests resolved, for JSON."""
     if value is ABSENT:
         return None
@@ -42,7 +42,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def short_value(value: Any) -> str:
+def short_value(value: object) -> str:
     """A value as compact JSON for one line: digests shortened, long values cut with their length."""
     if value is ABSENT:
         return "absent"
@@ -69,11 +69,12 @@ class Difference:
     file: str
     change: Change
     where: str
-    a: Any = None
-    b: Any = None
+    a: object = None
+    b: object = None
     facts: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
+        """The difference as one indented report line: ``~ where: a -> b``, or ``+`` / ``-`` with one value."""
         sym = SYMBOLS[self.change]
         if self.change == "changed":
             return f"  {sym} {self.where}: {short_value(self.a)} -> {short_value(self.b)}"
@@ -84,6 +85,7 @@ class Difference:
         return f"  {sym} {self.where}" + (f": {shown}" if shown != "" else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` record: file, change, place, the facts, and the side values (digests resolved)."""
         out: dict[str, Any] = {"file": self.file, "change": self.change, "where": self.where, **self.facts}
         out.pop("summary", None)
         if self.change != "added":

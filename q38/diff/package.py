@@ -63,9 +63,11 @@ class PackageDiff:
 
     @property
     def same(self) -> bool:
+        """Whether the two packages have no difference (``q38 diff`` exits 0)."""
         return not self.differences
 
     def groups(self) -> list[tuple[str, list[Difference]]]:
+        """The differences by file, files in the order their first difference was found."""
         order: dict[str, list[Difference]] = {}
         for d in self.differences:
             order.setdefault(d.file, []).append(d)
@@ -85,6 +87,7 @@ class PackageDiff:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: both package paths, whether they are the same, every difference."""
         return {
             "a": str(self.a),
             "b": str(self.b),

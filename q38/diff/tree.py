@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 from q38.diff.model import Difference
 
 __all__ = ["diff_tree", "key_path", "same"]
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: object, b: object) -> bool:
     """Equality as JSON means it: ``true`` is not ``1``, ``1`` is not ``1.0``."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, dict):
+    if isinstance(a, dict) and isinstance(b, dict):  # b is one too: the types are the same
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
+    if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return bool(a == b)
 
@@ -33,7 +32,7 @@ def key_path(parent: str, key: str | int) -> str:
     return f"{parent}.{part}" if simple else f"{parent}[{part}]"
 
 
-def diff_tree(file: str, a: Any, b: Any, *, path: str = "") -> Iterator[Difference]:
+def diff_tree(file: str, a: object, b: object, *, path: str = "") -> Iterator[Difference]:
     """Every difference between ``a`` and ``b``: keys added / removed, values changed.
 
     Objects are compared key by key; arrays of equal length element by element (an array

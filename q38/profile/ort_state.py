@@ -32,11 +32,14 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from q38.errors import ProfileError, clip
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["HEADER", "SCALE", "OrtNode", "encode_state", "ort_qmoe_nodes", "parse_state", "state_to_counts"]
 
@@ -69,7 +72,7 @@ def _stderr_to(path: Path) -> Iterator[None]:
             os.close(saved)
 
 
-def _feeds(session: Any, head_size: int) -> dict[str, np.ndarray]:
+def _feeds(session: ort.InferenceSession, head_size: int) -> dict[str, np.ndarray]:
     dtypes = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float16)": np.float16,
               "tensor(float)": np.float32, "tensor(bfloat16)": np.float16}  # fmt: skip
     feeds = {}

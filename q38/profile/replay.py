@@ -28,9 +28,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
+    from q38.offload.hitrate import HitReport
 
 __all__ = [
     "POLICIES", "PolicyResult", "ReplayReport", "RowReplay", "coverage_curve", "plot_coverage", "read_trace", "replay",
@@ -62,12 +68,15 @@ class RowReplay:
     experts: int = 0
 
     def share(self, policy: str) -> float:
+        """The hit rate of ``policy``: selections served by resident experts (1.0 for a row never selected)."""
         return self.results[policy].hits / self.selections if self.selections else 1.0
 
     def bytes_per_token(self, policy: str) -> float:
+        """Host->device expert bytes per processed token under ``policy`` (0 when no token ran)."""
         return self.results[policy].transfers * self.bytes_per_expert / self.tokens if self.tokens else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The row's JSON record: identity, capacity, counts and each policy's hit rate and bytes per token."""
         return {"row": self.row, "node": self.label, "capacity": self.capacity, "selections": self.selections,
                 "tokens": self.tokens, "bytes_per_expert": self.bytes_per_expert,
                 "policies": {p: {"hits": r.hits, "hit_rate": round(self.share(p), 6),
@@ -89,6 +98,7 @@ class ReplayReport:
         return hits, sel, sum(r.bytes_per_token(policy) for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
+        """The replay's JSON document: overall totals per policy, each row, and the coverage curve."""
         overall = {}
         for p in POLICIES:
             hits, sel, per_token = self.total(p)
@@ -98,6 +108,7 @@ class ReplayReport:
                 "coverage": [{"resident_bytes": round(b, 6), "selections_served": round(s, 6)} for b, s in self.coverage]}  # fmt: skip
 
     def lines(self) -> list[str]:
+        """The text report: one line per policy overall, then each row's hit rate under every policy."""
         out = ["replay of the measured trace (hit rate, host->device bytes per token):"]
         for p in POLICIES:
             hits, sel, per_token = self.total(p)
@@ -235,7 +246,7 @@ def replay(
     return ReplayReport(tuple(rows), coverage_curve(counts, bytes_per_expert))
 
 
-def plot_coverage(report: ReplayReport, path: Any, title: str) -> None:
+def plot_coverage(report: ReplayReport, path: str | os.PathLike[str], title: str) -> None:
     """The coverage curve as a PNG, with each policy's overall hit rate at the plan's resident bytes."""
     import matplotlib
 
@@ -285,7 +296,7 @@ def trace_bytes(document: Mapping[str, Any]) -> bytes:
     return (json.dumps(document, separators=(",", ":")) + "\n").encode()
 
 
-def read_trace(path: Any, *, rows: int, experts: int) -> tuple[list[np.ndarray], list[int]]:
+def read_trace(path: Path, *, rows: int, experts: int) -> tuple[list[np.ndarray], list[int]]:
     """A trace file written by ``q38 profile --trace-out``: per row the picks and the tokens processed.
 
     Raises:
@@ -320,7 +331,7 @@ def read_trace(path: Any, *, rows: int, experts: int) -> tuple[list[np.ndarray],
     return trace, tokens
 
 
-def expert_bytes_by_node(root: Any) -> dict[tuple[str, str], int]:
+def expert_bytes_by_node(root: Path | str) -> dict[tuple[str, str], int]:
     """(graph file name, QMoE node) -> bytes per expert, from shapes and dtypes (q38.package.memory)."""
     from pathlib import Path
 
@@ -340,7 +351,7 @@ def expert_bytes_by_node(root: Any) -> dict[tuple[str, str], int]:
     return out
 
 
-def replay_plan(root: Any, hit_report: Any, counts: np.ndarray, trace: Sequence[np.ndarray],
+def replay_plan(root: Path | str, hit_report: HitReport, counts: np.ndarray, trace: Sequence[np.ndarray],
                 tokens: Sequence[int]) -> ReplayReport:  # fmt: skip
     """Replay ``trace`` with the capacities of one plan tier (a :class:`q38.offload.hitrate.HitReport`).
 

@@ -58,6 +58,7 @@ class ProfileRun:
 
     @property
     def profile(self) -> ExpertProfile:
+        """The counts as the STRP expert profile ``q38 offload`` plans from (uint64 counters)."""
         return ExpertProfile(self.counts.astype(np.uint64))
 
     def check_sums(self) -> None:
@@ -68,6 +69,7 @@ class ProfileRun:
                 raise ProfileError(f"internal: {site.label} counted {int(row.sum())} selections, expected {want}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The run's JSON summary: workload, rows processed, timing and per-row expert counts."""
         return {
             "surface": self.surface,
             "prompts": self.prompts,
@@ -84,8 +86,10 @@ class ProfileRun:
 
 @dataclass
 class RunnablePackage:
-    """The graphs a profile runs: (role, package-relative file, its directory, model) in run order,
-    the config's state names and symbolic dims, and the vocabulary size.
+    """The graphs a profile runs, in run order, with what stepping them needs from the config.
+
+    Each graph is (role, package-relative file, its directory, model); with them the config's
+    state names and symbolic dims, and the vocabulary size.
     """
 
     surface: str
@@ -180,8 +184,10 @@ def profile_package(
     threads: int = 1,
     progress: Callable[[int], Progress] | None = None,
 ) -> ProfileRun:
-    """Run ``workload`` over the package at ``path`` (or already opened) on the CPU and count
-    expert selections.
+    """Run ``workload`` on the CPU over a package and count every QMoE node's expert selections.
+
+    ``path`` is the package directory or what :func:`open_runnable` opened. Refuses
+    (ProfileError) a package the CPU cannot run and token ids outside the vocabulary.
     """
     start = time.perf_counter()
     pkg = path if isinstance(path, RunnablePackage) else open_runnable(Path(path))

@@ -1,5 +1,7 @@
-"""Step a decoder-like graph token by token with its state carried: the feeds ``q38 profile``
-builds from the graph's own inputs, and the present -> past mapping from the config's names.
+"""Step a decoder-like graph token by token with its state carried.
+
+The feeds ``q38 profile`` builds from the graph's own inputs, and the present -> past mapping
+from the config's names.
 
 Inputs a step feeds: ``input_ids [B, S]``; ``attention_mask [B, past + S]``; ``position_ids``
 ``[B, S]`` or MRoPE ``[3, B, S]`` (positions ``past .. past + S - 1``); ``past_sequence_length``
@@ -13,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
@@ -36,14 +38,19 @@ def _template(text: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class StateNames:
-    """present name -> past name, from the config's ``inputs`` / ``outputs`` name templates
-    (``past_key_names`` <-> ``present_key_names``, ...).
+    """present name -> past name, from the config's ``inputs`` / ``outputs`` name templates.
+
+    The templates pair by key: ``past_key_names`` <-> ``present_key_names``, ...
     """
 
     pairs: tuple[tuple[str, str], ...]  # (present template, past template)
 
     @classmethod
-    def from_sections(cls, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> StateNames:
+    def from_sections(cls, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> StateNames:
+        """Pair each ``past_*`` template of ``inputs`` holding ``%d`` with its ``present_*`` one in ``outputs``.
+
+        Keys that are not such templates, or have no present partner, are skipped.
+        """
         pairs = []
         for key, past in inputs.items():
             if not (isinstance(past, str) and key.startswith("past_") and "%d" in past):
@@ -54,6 +61,7 @@ class StateNames:
         return cls(tuple(pairs))
 
     def past_of(self, present: str) -> str | None:
+        """The past input fed by output ``present`` (same layer index), or None when no template matches."""
         for out_t, in_t in self.pairs:
             m = _template(out_t).match(present)
             if m:
@@ -94,6 +102,7 @@ class Stepper:
         self.reset()
 
     def reset(self) -> None:
+        """Start a new prompt: no past tokens, every state input zeros of length 0 in its sequence dims."""
         self.past = 0
         self.state = {name: self._empty(name) for name in self._state_inputs}
 
@@ -117,6 +126,10 @@ class Stepper:
         return np.zeros(shape, dtype=_DTYPES[arg.type])
 
     def feeds(self, ids: np.ndarray, hidden: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The inputs of the next step for ``ids`` (see the module docstring), state included.
+
+        ``hidden`` is required by a graph with a ``hidden_states`` input (ProfileError without it).
+        """
         rows = ids.shape[1]
         positions = np.arange(self.past, self.past + rows, dtype=np.int64)[None]
         out: dict[str, np.ndarray] = {"input_ids": ids.astype(np.int64)}

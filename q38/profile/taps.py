@@ -1,5 +1,6 @@
-"""Router taps: an in-memory copy of a graph whose outputs also carry every QMoE node's router
-logits (input 1, ``[tokens, E]``), and the node's selection rule applied to them.
+"""Router taps: a graph copy that also outputs every QMoE node's router logits, and its top-k rule.
+
+The logits are the node's input 1, ``[tokens, E]``; the selection rule is applied to them here.
 
 The copy is the package's graph with one ``Identity`` per QMoE node (``/q38/profile/router_i``,
 output ``q38.profile.router.i``) added as a graph output; it is serialized to bytes and opened
@@ -12,13 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import onnx_ir as ir
 
 from q38.errors import ProfileError, clip
 from q38.offload.router import qmoe_nodes
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["TAP_PREFIX", "Tap", "TappedGraph", "select_experts", "tapped_graph"]
 
@@ -28,6 +32,8 @@ _FOLDER_KEY: Final = "session.model_external_initializers_file_folder_path"
 
 @dataclass(frozen=True)
 class Tap:
+    """One QMoE node's tap: the graph output carrying its router logits and its top-``k`` of ``experts``."""
+
     output: str  # the graph output carrying the router logits
     node: str
     k: int
@@ -39,14 +45,16 @@ class TappedGraph:
     """A session over the tapped copy of one graph."""
 
     where: str
-    session: Any  # onnxruntime.InferenceSession
+    session: ort.InferenceSession
     taps: tuple[Tap, ...]
 
     @property
     def input_names(self) -> list[str]:
+        """The inputs the session expects, in the graph's order."""
         return [i.name for i in self.session.get_inputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one step and return every output (taps included) by name; an ORT failure is one ProfileError line."""
         names = [o.name for o in self.session.get_outputs()]
         try:
             values = self.session.run(names, feeds)
@@ -99,8 +107,9 @@ def tapped_graph(model: ir.Model, graph_dir: Path, *, where: str, threads: int =
 
 
 def select_experts(logits: np.ndarray, k: int) -> np.ndarray:
-    """The experts a QMoE node picks per token: the ``k`` largest router logits of each row
-    (``[tokens, E]``), ties to the lower index. Returns ``[tokens, k]`` indices.
+    """The experts a QMoE node picks per token: ``[tokens, k]`` indices.
+
+    The ``k`` largest router logits of each row of ``[tokens, E]``, ties to the lower index.
     """
     rows = np.asarray(logits, dtype=np.float32).reshape(-1, logits.shape[-1])
     order = np.argsort(-rows, axis=1, kind="stable")

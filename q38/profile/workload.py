@@ -28,6 +28,8 @@ MAX_PROMPTS: Final = 100_000
 
 @dataclass(frozen=True)
 class Workload:
+    """Token-id prompts to profile and the greedy tokens to generate after each; refuses an empty one."""
+
     prompts: tuple[tuple[int, ...], ...]
     tokens: int  # greedy tokens generated per prompt
     source: str  # what the prompts came from (for the report)
@@ -49,8 +51,10 @@ def synthetic_prompts(count: int, length: int, vocab: int, seed: int) -> tuple[t
 
 
 def read_prompts(path: Path, *, vocab: int, tokenizer: Callable[[], Tokenizer | str]) -> tuple[tuple[int, ...], ...]:
-    """The prompts of ``path``; ``tokenizer()`` gives an encoder, or the reason there is none
-    (asked only when a line is text). One :class:`ProfileError` line naming file and line.
+    """The prompts of ``path``; a bad file is one :class:`ProfileError` line naming file and line.
+
+    ``tokenizer()`` gives an encoder, or the reason there is none; it is asked only when a line
+    is text.
     """
     data = read_bounded(path, what="--prompts", limit=TEXT_LIMIT, error=ProfileError)
     try:

@@ -1,5 +1,6 @@
-"""``q38 check``'s results where reviewers read them: text, json, SARIF 2.1.0, GitHub workflow
-annotations and JUnit XML, with rule selection, suppression and baselines.
+"""``q38 check``'s results where reviewers read them, with rule selection, suppression and baselines.
+
+The formats: text, json, SARIF 2.1.0, GitHub workflow annotations and JUnit XML.
 
 :mod:`q38.report.results` classifies a :class:`contracts.runner.CheckReport`'s violations once;
 each format module renders those results (:func:`render` picks one by name).
@@ -7,7 +8,10 @@ each format module renders those results (:func:`render` picks one by name).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from q38.report.results import CheckResults
 
 __all__ = ["FORMATS", "render"]
 
@@ -15,7 +19,7 @@ FORMATS: tuple[str, ...] = ("text", "json", "sarif", "github", "junit")
 """The names ``q38 check --format`` accepts (text is the default)."""
 
 
-def render(fmt: str, results: Any) -> str:
+def render(fmt: str, results: CheckResults) -> str:
     """``results`` (a :class:`q38.report.results.CheckResults`) in format ``fmt``, newline-ended."""
     if fmt == "text":
         from q38.report.text import render_text as renderer

@@ -12,16 +12,21 @@ failed, ``<skipped>`` when it was skipped.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import TYPE_CHECKING
 
 from q38.report.results import CheckResults, Result
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = ["render_junit"]
 
 
-def _case_key(report: Any, r: Result, family: str) -> tuple[str, str]:
-    """(case graph, family): a graph's own results on it, config rules on the config file,
-    package-wide results on ``package``.
+def _case_key(report: CheckReport, r: Result, family: str) -> tuple[str, str]:
+    """The (case graph, family) a result is reported under in the JUnit document.
+
+    A graph's own results go on that graph, config rules on the config file, package-wide results
+    on ``package``.
     """
     v = r.violation
     if v.graph in report.graphs:

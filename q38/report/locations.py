@@ -16,16 +16,21 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from contracts._rule import Violation
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = ["Location", "artifact_uri", "locate", "package_prefix"]
 
 
 @dataclass(frozen=True)
 class Location:
-    """``file``: the artifact, relative to the package root (posix); ``logical``: the node or key
+    """Where one result points: a package file and, optionally, a logical place inside it.
+
+    ``file``: the artifact, relative to the package root (posix); ``logical``: the node or key
     path inside it (``""``: none); ``kind``: the SARIF logical-location kind of ``logical``.
     """
 
@@ -38,11 +43,11 @@ _KEY_PATH = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[\w\-]+|\[\d+\])+):\s")
 _FILE_PREFIX = re.compile(r"^([\w][\w.\-]*(?:/[\w.\-]+)*):\s")
 
 
-def _graph_files(report: Any) -> dict[str, str]:
+def _graph_files(report: CheckReport) -> dict[str, str]:
     return {c.graph: c.file for c in getattr(report, "graph_checks", ())}
 
 
-def locate(report: Any, v: Violation) -> Location:
+def locate(report: CheckReport, v: Violation) -> Location:
     """The :class:`Location` of ``v`` in ``report``'s package."""
     config = str(getattr(report, "config_file", "") or "genai_config.json")
     files = _graph_files(report)
@@ -62,9 +67,10 @@ def locate(report: Any, v: Violation) -> Location:
 
 
 def package_prefix(package: str) -> str:
-    """The package directory as a path prefix for artifact URIs: relative to the working
-    directory when the package is inside it (what GitHub code scanning resolves against the
-    repository root), else absolute; posix, ``""`` for the working directory itself.
+    """The package directory as a posix path prefix for artifact URIs (``""``: the working directory).
+
+    Relative to the working directory when the package is inside it (what GitHub code scanning
+    resolves against the repository root), else absolute.
     """
     here = Path.cwd().resolve()
     root = Path(package).resolve()
@@ -76,8 +82,9 @@ def package_prefix(package: str) -> str:
 
 
 def artifact_uri(prefix: str, file: str) -> str:
-    """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`): a
-    percent-encoded relative reference, or a ``file://`` URI when the path is absolute.
+    """A SARIF ``artifactLocation.uri`` for ``prefix + file`` (see :func:`package_prefix`).
+
+    A percent-encoded relative reference, or a ``file://`` URI when the path is absolute.
     """
     path = prefix + file
     if path.startswith("/"):

@@ -1,5 +1,7 @@
-"""What ``q38 check`` reports: each violation as a result with its level and, if any, why it
-is suppressed (``--ignore`` / ``--select`` / the baseline); the exit decision; baselines.
+"""What ``q38 check`` reports: each violation as a leveled, maybe suppressed result; the exit decision.
+
+A result says why it is suppressed, if it is (``--ignore`` / ``--select`` / the baseline).
+Baselines are written and read here too.
 
 Every output format (text, json, sarif, github, junit) renders one :class:`CheckResults`, so the
 formats can never disagree on which results exist, their level or the exit code. A suppressed
@@ -24,9 +26,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from contracts._rule import Severity, Violation
+
+if TYPE_CHECKING:
+    from contracts.runner import CheckReport
 
 __all__ = [
     "BASELINE_VERSION",
@@ -50,8 +55,9 @@ Suppression = Literal["ignore", "select", "baseline"]
 
 @dataclass(frozen=True)
 class Selection:
-    """Which results count: ``select`` (ids / prefixes kept; empty keeps all), ``ignore`` (ids /
-    prefixes dropped), and whether warnings fail like errors.
+    """Which results count, and whether warnings fail like errors.
+
+    ``select``: ids / prefixes kept (empty keeps all); ``ignore``: ids / prefixes dropped.
     """
 
     select: tuple[str, ...] = ()
@@ -61,8 +67,10 @@ class Selection:
 
 @dataclass(frozen=True)
 class Result:
-    """One violation as reported: its level (``warning`` promoted by ``--warnings-as-errors``),
-    its stable fingerprint, and why it is suppressed (``None``: it is active).
+    """One violation as reported: its level, its stable fingerprint, and why it is suppressed.
+
+    The level is the rule's severity, or ``error`` under ``--warnings-as-errors``;
+    ``suppressed`` is ``None`` for an active result.
     """
 
     violation: Violation
@@ -93,7 +101,7 @@ class CheckResults:
     when skips fail).
     """
 
-    report: Any
+    report: CheckReport
     results: list[Result] = field(default_factory=list)
     require_sessions: bool = False
     baseline_path: str = ""
@@ -137,7 +145,7 @@ def fingerprint(violation: Violation, package: str = "") -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` with control characters and lone surrogates escaped (``\\x00``, ``\\ud800``)."""
+    r"""``text`` with control characters and lone surrogates escaped (``\x00``, ``\ud800``)."""
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
@@ -147,11 +155,13 @@ def _matches(rule_id: str, selectors: Iterable[str]) -> bool:
     return matches(rule_id, selectors)
 
 
-def classify(report: Any, selection: Selection = Selection(), *, baseline: Sequence[str] = (),
+def classify(report: CheckReport, selection: Selection = Selection(), *, baseline: Sequence[str] = (),
              require_sessions: bool = False, ort_sessions: bool = False,
              baseline_path: str = "") -> CheckResults:  # fmt: skip
-    """Every violation of ``report`` as a :class:`Result`: ``--ignore`` first, then ``--select``,
-    then the ``baseline`` fingerprints (a multiset: each entry suppresses one result).
+    """Every violation of ``report`` as a :class:`Result`, suppressed or not.
+
+    ``--ignore`` is applied first, then ``--select``, then the ``baseline`` fingerprints (a
+    multiset: each entry suppresses one result). Unprintable graph / node names are escaped.
     """
     left = Counter(baseline)
     out = CheckResults(report, require_sessions=require_sessions, baseline_path=baseline_path,
@@ -174,9 +184,9 @@ def classify(report: Any, selection: Selection = Selection(), *, baseline: Seque
 
 
 def check_selectors(flag: str, selectors: Iterable[str], found: Iterable[str] = ()) -> None:
-    """Refuse (FlagError) a selector that selects no registered rule and none of the ``found``
-    result ids (a result id without a catalogue entry): a typo must not
-    silently disable a gate.
+    """Refuse (FlagError) a selector that matches no registered rule and none of the ``found`` ids.
+
+    ``found`` are result ids without a catalogue entry. A typo must not silently disable a gate.
     """
     from contracts.catalogue import catalogue, matches
     from q38.errors import FlagError, quote
@@ -199,8 +209,10 @@ def baseline_document(results: CheckResults) -> dict[str, Any]:
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in its directory and a rename, so a
-    reader never sees half a file and a failure leaves no file behind.
+    """Write ``text`` to ``path`` through a temporary file in its directory and a rename.
+
+    A reader never sees half a file and a failure leaves no file behind; a directory at ``path``
+    is refused (FlagError).
     """
     target = Path(path)
     if target.is_dir():

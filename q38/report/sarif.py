@@ -1,5 +1,6 @@
-"""``q38 check --format sarif``: a SARIF 2.1.0 log for code scanning (GitHub, Azure DevOps, VS
-Code's SARIF viewer).
+"""``q38 check --format sarif``: a SARIF 2.1.0 log for code scanning.
+
+Read by GitHub, Azure DevOps and VS Code's SARIF viewer.
 
 One run. ``tool.driver`` is q38 with its version and the whole rule catalogue as
 ``reportingDescriptor`` s (id, name, short / full description, help with the violating example
@@ -15,11 +16,15 @@ that failed or were skipped are tool execution notifications of the invocation.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from q38 import __version__
 from q38.report.locations import artifact_uri, locate, package_prefix
 from q38.report.results import CheckResults, Result
+
+if TYPE_CHECKING:
+    from contracts.catalogue import RuleEntry
+    from contracts.runner import CheckReport
 
 __all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "render_sarif", "sarif_log"]
 
@@ -28,7 +33,7 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 _FINGERPRINT = "q38/v1"
 
 
-def _descriptor(entry: Any) -> dict[str, Any]:
+def _descriptor(entry: RuleEntry) -> dict[str, Any]:
     help_text = f"{entry.explanation}\n\nViolating example: {entry.example}\n\nFix: {entry.fix}"
     markdown = (f"{entry.explanation}\n\n**Violating example:** `{entry.example}`\n\n**Fix:** {entry.fix}\n\n"
                 f"ORT source: {entry.source}")  # fmt: skip
@@ -50,7 +55,7 @@ def _descriptor(entry: Any) -> dict[str, Any]:
     }
 
 
-def _result(r: Result, report: Any, prefix: str, index: dict[str, int], why: dict[str, str]) -> dict[str, Any]:
+def _result(r: Result, report: CheckReport, prefix: str, index: dict[str, int], why: dict[str, str]) -> dict[str, Any]:
     v = r.violation
     where = locate(report, v)
     location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(prefix, where.file)}}}
@@ -73,7 +78,7 @@ def _result(r: Result, report: Any, prefix: str, index: dict[str, int], why: dic
     return out
 
 
-def _notifications(report: Any) -> list[dict[str, Any]]:
+def _notifications(report: CheckReport) -> list[dict[str, Any]]:
     out = []
     for s in report.sessions:
         if s.status == "ok":

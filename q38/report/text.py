@@ -1,5 +1,6 @@
-"""``q38 check``'s text output: a header, the table of active results with repeats grouped,
-the ``--ort`` sessions and a summary line.
+"""``q38 check``'s text output: a header, the active results with repeats grouped, a summary.
+
+The ``--ort`` sessions are listed between the table and the summary line.
 
 Grouping: results of one rule whose messages have the same words but at most one (the op, node
 or key the message names) share a cause. The first :data:`SHOWN` results of a cause are rows of

@@ -36,8 +36,10 @@ _BASES: dict[tuple[object, ...], np.ndarray] = {}
 def base_block(
     key: tuple[object, ...], dtype: np.dtype, draw: Callable[[np.random.Generator, int], np.ndarray]
 ) -> np.ndarray:
-    """The doubled base block for ``key`` (``2 * n`` elements, the second half a copy of the
-    first, so that any rotation is a zero-copy slice); drawn once per process and key.
+    """The doubled base block for ``key``, drawn once per process and key.
+
+    ``2 * n`` elements, the second half a copy of the first, so that any rotation is a zero-copy
+    slice.
 
     ``draw(rng, n)`` returns ``n`` elements of ``dtype``; ``rng`` is seeded from ``key`` only.
     """

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from onnx import TensorProto
 
 from q38 import _ops
 from q38.ort_targets import ort_target
-from q38.synth.graph import GraphBuilder
+from q38.synth.graph import AttrValue, GraphBuilder
 from q38.synth.qmoe import pack_sm80_int4
 from q38.synth.spec import Spec
 from q38.synth.weights import Weights
@@ -29,14 +30,20 @@ class Ctx:
         self.variant, self.experts = variant, experts
 
     # -- small helpers -------------------------------------------------------------------
-    def c64(self, name: str, value: object) -> str:
+    def c64(self, name: str, value: npt.ArrayLike) -> str:
+        """An int64 inline initializer (shapes, axes, split sizes); returns its name."""
         return self.g.const(name, value, np.int64)
 
     def f16(self, name: str, value: float) -> str:
+        """A float16 scalar inline initializer (epsilons, scales, exponents); returns its name."""
         return self.g.const(name, value, np.float16)
 
     # -- pattern: plain RMSNorm over the last axis (final norms; no rotary) ----------------
     def rms_norm(self, x: str, p: str, wname: str, dim: int) -> str:
+        """Unfused RMSNorm of ``x`` over its last axis (Mul, ReduceMean, Add eps, Sqrt, Div, Mul weight).
+
+        The form the exporter writes for the final norms; node names start with ``p``.
+        """
         g = self.g
         sq = g.op1("Mul", [x, x], f"{p}/Mul")
         ms = g.op1(
@@ -54,6 +61,11 @@ class Ctx:
     def rms_norm_rotary(
         self, x: str, p: str, wname: str, heads: int, *, alternate: bool = False
     ) -> str:
+        """Per-head RMSNorm followed by non-interleaved rotary embedding at ``position_ids`` (pattern 1).
+
+        ``alternate`` writes the other exporter spelling (Pow 2 and Reciprocal instead of Mul and
+        Div), which fusions must recognise too. Returns ``[B, S, heads * head_size]``.
+        """
         g, s = self.g, self.s
         d = s.head_size
         r = g.op1("Reshape", [x, self.c64(f"{p}/Reshape/shape", [0, 0, heads, d])], f"{p}/Reshape")
@@ -128,6 +140,7 @@ class Ctx:
         )
 
     def rotary_caches(self) -> tuple[str, str]:
+        """The float16 cos / sin caches ``[context, head_size / 2]`` (base 10000), added once per graph."""
         s = self.s
         half = s.head_size // 2
         inv = 1.0 / (10000.0 ** (np.arange(half, dtype=np.float64) * 2 / s.head_size))
@@ -142,6 +155,11 @@ class Ctx:
 
     # -- pattern 3: hyper-connection mix -----------------------------------------------------
     def hc_mix(self, x: str, p: str, wp: str) -> tuple[str, str]:
+        """Hyper-connection pre-mix of the ``hc`` residual streams (pattern 3).
+
+        Returns the block input (HyperConnectionPreMix of the normed streams) and the post-mix
+        gate (2 x sigmoid), which :meth:`hc_post` takes.
+        """
         g, s, w = self.g, self.s, self.w
         ch = s.streams
         hn = g.op1(
@@ -175,6 +193,7 @@ class Ctx:
         return pre, pg
 
     def hc_post(self, x: str, block_out: str, pg: str, p: str) -> str:
+        """Write ``block_out`` back into the residual streams ``x`` with the gate ``pg`` of :meth:`hc_mix`."""
         return self.g.op1(
             _ops.HC_POST_MIX,
             [x, block_out, pg],
@@ -185,6 +204,12 @@ class Ctx:
 
     # -- GatedDeltaNet layer with pattern 4 ------------------------------------------------------
     def gdn(self, x: str, i: int, *, prefill: bool) -> str:
+        """GatedDeltaNet layer ``i``: projections, causal conv with carried state, recurrence, gated norm.
+
+        Reads ``past.{i}.conv`` / ``past.{i}.recurrent`` and writes the ``present`` pair; the
+        prefill graph transposes the conv state around the conv. For a ``--target-ort`` release
+        without a CPU GatedDeltaNet kernel the cpu variant uses LinearAttention instead.
+        """
         g, s, w = self.g, self.s, self.w
         p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
         cd, zd = s.conv_dim, s.gdn_hv * s.gdn_dv
@@ -294,9 +319,9 @@ class Ctx:
         )
 
     def _linear_attention(self, yT: str, a: str, b: str, a_log: str, dt_b: str, p: str, i: int) -> str:
-        """The GatedDeltaNet layer's recurrence as LinearAttentionGate + LinearAttention{gated_delta}
-        (the 0.18.0 builder's form), for a target release with no CPU GatedDeltaNet kernel (1.31.1).
+        """The GatedDeltaNet recurrence as LinearAttentionGate + LinearAttention{gated_delta}.
 
+        The 0.18.0 builder's form, for a target release with no CPU GatedDeltaNet kernel (1.31.1).
         Same state (``past.{i}.recurrent``, float32 [B, Hv, Dk, Dv]) and the same maths: q / k
         L2-normalised per head (q also scaled by Dk^-0.5), decay = -exp(A_log) * softplus(a + dt_bias),
         beta = sigmoid(b). Returns the [B, S, Hv*Dv] output.
@@ -324,8 +349,9 @@ class Ctx:
     def attention(
         self, x: str, p: str, wp: str, *, layer: int | None, seqlens: str, total: str
     ) -> str:
-        """QSA attention of layer ``layer``; ``layer=None`` is the stateless MTP attention (GQA, no past,
-        alternate RMSNorm form).
+        """QSA attention of layer ``layer``; ``layer=None`` is the MTP head's attention.
+
+        The MTP form is stateless (GQA, no past) and uses the alternate RMSNorm spelling.
         """
         g, s, w = self.g, self.s, self.w
         qd, kd = s.heads * s.head_size, s.kv_heads * s.head_size
@@ -503,6 +529,11 @@ class Ctx:
 
     # -- MoE + pattern 2 ----------------------------------------------------------------------------
     def moe(self, x: str, p: str, wp: str, *, misalign: int = 0) -> str:
+        """Routed experts (QMoE, int4 or nvfp4 per ``experts``) plus the gated shared expert (pattern 2).
+
+        ``misalign`` > 0 places the expert weights that many bytes off the 64-byte alignment
+        (deliberately unaligned external data); the two paths join in GatedAdd.
+        """
         g, s, w = self.g, self.s, self.w
         h, e, i = s.hidden, s.experts, s.moe_inter
         mp = f"{p}/moe"
@@ -537,7 +568,7 @@ class Ctx:
                 g, f"{ep}.fc2.scales", (e, h, i // s.block), 0.01, 0.03, misalign=misalign
             )
             ins = [x2, lg2, fc1w, fc1s, "", fc2w, fc2s, "", "", "", "", "", "", "", rw]
-            attrs = {"quant_type": "int", "expert_weight_bits": 4, "block_size": s.block}
+            attrs: dict[str, AttrValue] = {"quant_type": "int", "expert_weight_bits": 4, "block_size": s.block}
         else:
             import ml_dtypes
 

@@ -10,15 +10,21 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper
 
 from q38 import _ops
 
-__all__ = ["EXTERNAL_THRESHOLD", "DataFile", "ExtRef", "GraphBuilder", "known_sha256", "rng_for"]
+__all__ = ["EXTERNAL_THRESHOLD", "AttrValue", "DataFile", "ExtRef", "GraphBuilder", "known_sha256", "rng_for"]
+
+AttrValue: TypeAlias = (
+    int | float | str | bytes | TensorProto | onnx.GraphProto | Sequence[int] | Sequence[float] | Sequence[str]
+)
+"""A node attribute as ``onnx.helper.make_node`` takes it (its type is inferred from the value)."""
 
 # sha256 of data files taken while they were written (DataFile), keyed by the file's identity
 # (device, inode, size, mtime): the manifest need not read GBs back. A stale key never matches.
@@ -31,8 +37,10 @@ def _identity(path: Path) -> tuple[int, int, int, int]:
 
 
 def known_sha256(path: Path) -> str | None:
-    """The sha256 a DataFile of this process computed while writing ``path``, if the file (same
-    inode, size and mtime: also a hard link to it) is still what it wrote; else None.
+    """The sha256 a DataFile of this process computed while writing ``path``, else None.
+
+    Only while the file is still what was written (same device, inode, size and mtime; a hard
+    link to it counts): a manifest then need not read GBs back. A changed or missing file: None.
     """
     try:
         return _WRITTEN.get(_identity(path))
@@ -97,8 +105,10 @@ class DataFile:
         self._q.put(item)
 
     def add(self, key: str, arr: np.ndarray, *, misalign: int = 0) -> ExtRef:
-        """Append ``arr``; ``misalign`` > 0 places it ``misalign`` bytes past a 64-byte boundary
-        (used for deliberately unaligned expert weights).
+        """Append ``arr`` at the next 64-byte boundary and return where its bytes lie.
+
+        ``misalign`` > 0 places it that many bytes past a boundary, never on a 4096-byte one
+        (the deliberately unaligned expert weights).
         """
         return self.add_chunks(key, [arr], arr.dtype, tuple(arr.shape), misalign=misalign)
 
@@ -111,8 +121,10 @@ class DataFile:
         *,
         misalign: int = 0,
     ) -> ExtRef:
-        """Append one tensor given as consecutive pieces of its C-order bytes (written as they come,
-        never held whole); same placement rules as ``add``.
+        """Append one tensor given as consecutive pieces of its C-order bytes, never held whole.
+
+        Placement as in :meth:`add`; a key already added returns its first :class:`ExtRef`. The
+        pieces must total ``shape`` x the dtype's item size, else ValueError.
         """
         if key in self.refs:
             return self.refs[key]
@@ -175,34 +187,47 @@ class GraphBuilder:
         n_out: int = 1,
         outputs: Sequence[str] | None = None,
         domain: str = "",
-        **attrs: Any,
+        **attrs: AttrValue,
     ) -> list[str]:
+        """Append one node; return its output names (``outputs``, else ``{name}/output_{i}``).
+
+        Node names are unique in a graph (a repeat raises ValueError); a non-empty ``domain`` is
+        recorded so :meth:`model` imports its opset; ``attrs`` become the node's attributes.
+        """
         if name in self._names:
             raise ValueError(f"duplicate node name {name}")
         self._names.add(name)
         outs = (
             list(outputs) if outputs is not None else [f"{name}/output_{i}" for i in range(n_out)]
         )
+        # doc_string and overload are named (their defaults) so that no attribute can fill them.
         node = helper.make_node(
-            op_type, list(inputs), outs, name=name, domain=domain or None, **attrs
+            op_type, list(inputs), outs, name=name, doc_string=None, domain=domain or None,
+            overload=None, **attrs,
         )
         if domain:
             self.domains.add(domain)
         self.nodes.append(node)
         return outs
 
-    def op1(self, op_type: str, inputs: Sequence[str], name: str, **kw: Any) -> str:
-        return self.op(op_type, inputs, name, **kw)[0]
+    def op1(self, op_type: str, inputs: Sequence[str], name: str, *, domain: str = "", **attrs: AttrValue) -> str:
+        """Append a node with a single output (see :meth:`op`) and return that output's name."""
+        return self.op(op_type, inputs, name, n_out=1, outputs=None, domain=domain, **attrs)[0]
 
-    def const(self, name: str, value: Any, dtype: Any = np.int64) -> str:
+    def const(self, name: str, value: npt.ArrayLike, dtype: npt.DTypeLike = np.int64) -> str:
         """An inline initializer (shape constants and other small values)."""
         arr = np.asarray(value, dtype=dtype)
         return self._add_init(name, onnx.numpy_helper.from_array(arr, name))
 
     def inline(self, name: str, arr: np.ndarray) -> str:
+        """Add ``arr`` as an initializer stored inside the model; a name already added keeps its first tensor."""
         return self._add_init(name, onnx.numpy_helper.from_array(arr, name))
 
     def external(self, name: str, ref: ExtRef, arr: np.ndarray) -> str:
+        """Add an initializer whose bytes lie at ``ref`` in an external data file.
+
+        ``arr`` gives only the dtype and shape (its bytes were written by a :class:`DataFile`).
+        """
         t = TensorProto()
         t.name = name
         t.data_type = _onnx_dtype(arr)
@@ -225,16 +250,24 @@ class GraphBuilder:
         return name
 
     def has_init(self, name: str) -> bool:
+        """Whether an initializer ``name`` exists already (shared weights are generated once)."""
         return name in self._inits
 
     def input(self, name: str, elem: int, shape: Sequence[int | str]) -> str:
+        """Declare a graph input of ONNX element type ``elem`` (dims: ints or symbols); return its name."""
         self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
         return name
 
     def output(self, name: str, elem: int, shape: Sequence[int | str]) -> None:
+        """Declare a graph output of ONNX element type ``elem`` (dims: ints or symbols)."""
         self.outputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
 
     def model(self) -> onnx.ModelProto:
+        """The ModelProto of everything added, with q38's pinned IR version and opsets.
+
+        The ONNX opset is always imported, and each custom domain used at the Microsoft opset
+        version; producer ``q38-synth``. Nothing time- or host-dependent is written (goldens compare bytes).
+        """
         graph = helper.make_graph(
             self.nodes, self.name, self.inputs, self.outputs, self.initializers
         )

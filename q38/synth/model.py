@@ -182,10 +182,11 @@ def _mtp(c: Ctx, x: str, emb: str) -> None:
 
 
 def build_head(shared: Weights, own: Weights, s: Spec) -> onnx.ModelProto:
-    """The head graph (``fold.head_r2``): final norm + fp16 lm_head (FP8-quantizable) over the streams,
-    then the next token's embedding. Norm, lm_head and embedding bytes come from ``shared`` (the
-    target's data file); ``fold.proj.weight`` is the head's own tensor (same name as an unrelated
-    target tensor, different bytes).
+    """The head graph (``fold.head_r2``): final norm, fp16 lm_head and the next token's embedding.
+
+    The lm_head (FP8-quantizable) runs over the streams. Norm, lm_head and embedding bytes come
+    from ``shared`` (the target's data file); ``fold.proj.weight`` is the head's own tensor (same
+    name as an unrelated target tensor, different bytes).
     """
     g = GraphBuilder("qwen38_flash_head_r2")
     B, S = "batch_size", "sequence_length"

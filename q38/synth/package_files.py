@@ -27,13 +27,19 @@ LIB_QSA = shared_object_header() + b"q38 synthetic placeholder: qsa libcustom_op
 LIB_HC = shared_object_header() + b"q38 synthetic placeholder: hc libcustom_ops (RegisterCustomOps), different bytes\n"
 
 
-def dumps_json(data: Any) -> str:
+def dumps_json(data: object) -> str:
+    """``data`` as the synthetic package writes JSON: sorted keys, indent 2, newline-ended (byte-stable)."""
     return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
 
 def config_dict(
     s: Spec, *, variant: str, lineage: str, decoder: str = "model.onnx"
 ) -> dict[str, Any]:
+    """The v12b ``genai_config.json`` document of a synthetic package with the graphs of ``s``.
+
+    ``lineage == "custom"`` names the custom-ops library in the decoder's session options;
+    only the ``faithful`` variant declares the indexer key cache inputs / outputs.
+    """
     session: dict[str, Any] = {
         "log_id": "q38",
         "provider_options": [{"cuda": {"enable_cuda_graph": "1", "gpu_mem_limit": "25769803776"}}],
@@ -118,6 +124,10 @@ def pool_text(entries: list[tuple[str, ExtRef, str]], *, file_prefix: str = "") 
 
 
 def manifest(root: Path, notes: list[str]) -> Manifest:
+    """The ``q38 synth`` manifest of every regular file under ``root`` (symlinks and the manifest left out).
+
+    Data files this process wrote reuse the sha256 taken while writing (:func:`known_sha256`).
+    """
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(root).as_posix()

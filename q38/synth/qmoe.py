@@ -27,8 +27,9 @@ _PERM_16_4 = (0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27,
 
 
 def quantize_int4(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric block int4 of ``w`` [N, K] along K: (raw uint8 [N, K/2] low nibble first, zp 8;
-    fp16 scales [N, K/block]).
+    """Symmetric block int4 of ``w`` [N, K] along K: (raw codes, scales).
+
+    Raw codes are uint8 [N, K/2], low nibble first, zero point 8; scales are fp16 [N, K/block].
     """
     n, k = w.shape
     blocks = w.astype(np.float32).reshape(n, k // block, block)

@@ -25,6 +25,12 @@ def _expert_bytes(h: int, i: int, block: int) -> int:
 
 @dataclass(frozen=True)
 class Spec:
+    """The dimensions of one synthetic model: every graph, weight file and config is built from them.
+
+    Frozen so a preset is shared safely; :func:`spec_for` derives variants with
+    ``dataclasses.replace``. The defaults are the ``tiny`` preset's; the goldens depend on them.
+    """
+
     preset: str
     layers: int
     hidden: int = 64
@@ -69,25 +75,31 @@ class Spec:
 
     @property
     def streams(self) -> int:
+        """Width of the hyper-connection residual: ``hc`` parallel streams of ``hidden`` each."""
         return self.hc * self.hidden
 
     @property
     def conv_dim(self) -> int:
+        """Channels of a GDN layer's causal conv: q and k (``gdn_hk`` x ``gdn_dk`` each) plus v."""
         return 2 * self.gdn_hk * self.gdn_dk + self.gdn_hv * self.gdn_dv
 
     @property
     def qsa_layers(self) -> tuple[int, ...]:
+        """The layers with QSA attention (every fourth, see :meth:`is_qsa`); the others are GDN."""
         return tuple(i for i in range(self.layers) if i % 4 == 3)
 
     def is_qsa(self, i: int) -> bool:
+        """Whether layer ``i`` is a QSA attention layer: the 3 GDN + 1 QSA pattern repeats per 4 layers."""
         return i % 4 == 3
 
     @property
     def ngram_total_heads(self) -> int:
+        """Engram lookup heads over all n-gram orders 2..``ngram`` (``ngram_heads`` per order)."""
         return (self.ngram - 1) * self.ngram_heads
 
     @property
     def ple_dim(self) -> int:
+        """Width of the PLE layer's concatenated n-gram embeddings (one ``ple_head_dim`` per head)."""
         return self.ngram_total_heads * self.ple_head_dim
 
 
@@ -127,6 +139,11 @@ SLICE = Spec(
 
 
 def spec_for(preset: str, weight_gb: float | None = None, context: int = DEFAULT_CONTEXT) -> Spec:
+    """The :class:`Spec` of a named preset (one of :data:`PRESETS`) with ``context`` as its context length.
+
+    ``weight_gb`` sizes only the ``large`` preset (its expert count is chosen so the routed
+    experts total about that many GB; default 2); an unknown preset raises ValueError.
+    """
     return replace(_preset(preset, weight_gb), context=context)
 
 

@@ -18,8 +18,7 @@ BLOCK_CHUNK_BYTES = 16 << 20
 
 
 def cast_generated(values: np.ndarray, dtype: type) -> np.ndarray:
-    """``values`` (float64, as numpy's generators draw them) cast to ``dtype``, bytes independent
-    of the installed ml_dtypes.
+    """``values`` (float64, as numpy's generators draw them) cast to ``dtype``, whatever the ml_dtypes.
 
     ml_dtypes < 0.7 casts float64 to bfloat16 / float8 through float32 (two roundings); 0.7 rounds
     once, directly, and about 5 in 10^6 values land on the other neighbour. Synthetic packages are
@@ -59,6 +58,11 @@ class Weights:
     def add(
         self, g: GraphBuilder, name: str, make: Callable[[], np.ndarray], *, misalign: int = 0
     ) -> str:
+        """The initializer ``name`` in ``g``, made by ``make()`` the first time any graph asks.
+
+        At least ``threshold`` bytes go to the data file (``misalign`` as in DataFile.add), smaller
+        ones inline; a later graph reuses the same bytes and offsets without calling ``make``.
+        """
         if g.has_init(name):
             return name
         if name in self.refs:
@@ -86,9 +90,10 @@ class Weights:
         rows_per_chunk: int,
         misalign: int = 0,
     ) -> str:
-        """Like ``add`` for a tensor made ``rows_per_chunk`` leading rows at a time: ``make(r)``
-        returns the next ``r`` rows (the generator's state carries over between calls). The pieces
-        go straight into the data file; the whole tensor is never held.
+        """Like ``add`` for a tensor made ``rows_per_chunk`` leading rows at a time.
+
+        ``make(r)`` returns the next ``r`` rows (the generator's state carries over between calls).
+        The pieces go straight into the data file; the whole tensor is never held.
         """
         if g.has_init(name) or name in self.refs or name in self._small:
             return self.add(g, name, lambda: np.empty(0))
@@ -146,6 +151,10 @@ class Weights:
         scale: float = 0.05,
         dtype: type = np.float16,
     ) -> str:
+        """A weight drawn from N(0, ``scale``^2), seeded by (seed, name) so build order does not matter.
+
+        Large tensors of the block presets are streamed (:meth:`normal_streamed`).
+        """
         if self._use_block(shape, dtype):
             return self.normal_streamed(g, name, shape, scale, dtype)
 
@@ -162,8 +171,9 @@ class Weights:
         scale: float,
         dtype: type,
     ) -> str:
-        """``normal`` generated and written a few MiB at a time (the large preset's expert tensors;
-        pieces continue the one generator stream, so the bytes equal a whole-tensor draw).
+        """``normal`` generated and written a few MiB at a time (the large preset's expert tensors).
+
+        Pieces continue the one generator stream, so the bytes equal a whole-tensor draw.
         """
         if self._use_block(shape, dtype):
             return self._block(
@@ -182,6 +192,8 @@ class Weights:
     def norm(
         self, g: GraphBuilder, name: str, shape: tuple[int, ...], dtype: type = np.float16
     ) -> str:
+        """A norm weight near 1 (1 + 0.02 x N(0, 1)): normalisation stays close to identity."""
+
         def make() -> np.ndarray:
             r = rng_for(self.seed, name).standard_normal(shape)
             return cast_generated(1.0 + 0.02 * r, dtype)
@@ -198,6 +210,11 @@ class Weights:
         dtype: type = np.float16,
         misalign: int = 0,
     ) -> str:
+        """A weight drawn uniformly from [``lo``, ``hi``) (quantization scales), streamed in pieces.
+
+        One double per element, so pieces continue the whole-tensor stream; block presets use
+        block generation for large tensors.
+        """
         if self._use_block(shape, dtype):
             return self._block(
                 g, name, shape, dtype, ("uniform", float(lo), float(hi)),
@@ -259,15 +276,17 @@ class Weights:
         )
 
     def raw_codes(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """The raw codes behind ``codes(name, shape)`` (for numerical references; not for
-        block-generated codes, which are drawn in stored order).
+        """The raw codes behind ``codes(name, shape)``, for numerical references.
+
+        Not for block-generated codes, which are drawn in stored order.
         """
         return rng_for(self.seed, name).integers(0, 256, shape, dtype=np.uint8)
 
 
 def _rows_per_chunk(shape: tuple[int, ...], itemsize: int) -> int:
-    """Leading rows per piece so that one piece (at ``itemsize`` bytes per element while it is
-    generated) stays near CHUNK_BYTES.
+    """Leading rows per piece so that one piece stays near CHUNK_BYTES.
+
+    ``itemsize`` is the bytes per element while the piece is generated (float64 draws: 8).
     """
     row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
     return max(1, CHUNK_BYTES // max(1, row))

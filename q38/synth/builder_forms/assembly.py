@@ -1,5 +1,6 @@
-"""Assembly of the builder-form graphs: the decoder ``model.onnx``, the stateful ``mtp.onnx`` and
-the ``engram.onnx`` n-gram lookup (docs/synthetic-model.md, "builder exporter").
+"""Assembly of the builder-form graphs: decoder ``model.onnx``, stateful ``mtp.onnx``, ``engram.onnx``.
+
+The engram graph is the n-gram lookup (docs/synthetic-model.md, "builder exporter").
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def _logits_elem(f: Forms) -> int:
 
 def build_decoder(w: Weights, s: Spec, *, io: IoType, variant: str, prepacked: bool,
                   lineage: str, linear_attn: str = "gated_delta_net") -> onnx.ModelProto:  # fmt: skip
-    """The decoder: embedding, Tile x hc, per layer two packed HC mixes around GDN or QSA and the
-    MoE, PLE on layer ``s.ple_layer``, ``hidden_states`` (the streams), final mixer, lm_head.
+    """The decoder graph: embedding, hc streams, per-layer HC mixes around GDN / QSA and MoE, lm_head.
+
+    The embedding is tiled x hc; each layer has two packed HC mixes (around GDN or QSA, and
+    around the MoE); PLE runs on layer ``s.ple_layer``; ``hidden_states`` (the streams) is an
+    output; a final mixer feeds lm_head.
     """
     g = TypedGraph("qwen4_exp_text")
     f = Forms(g, w, s, io=io, variant=variant, prepacked=prepacked, linear_attn=linear_attn)
@@ -147,10 +151,12 @@ def _skip_sln(f: Forms, x: str, skip: str, name: str, wname: str, *, last: bool)
 
 def build_mtp(own: Weights, shared: Weights, s: Spec, *, io: IoType, variant: str,
               prepacked: bool) -> onnx.ModelProto:  # fmt: skip
-    """The stateful one-layer MTP head: embedding (shared) + SimplifiedLayerNormalization,
-    BranchwiseRMSNorm over the target's streams, fc_embedding / fc_hidden, one QSA + MoE layer
-    (FP8 experts in the faithful variant, int4 in the cpu one: FP8 QMoE has no CPU kernel),
-    SkipSimplifiedLayerNormalization, lm_head (shared).
+    """The stateful one-layer MTP head graph (``mtp.onnx``).
+
+    Embedding (shared) + SimplifiedLayerNormalization, BranchwiseRMSNorm over the target's
+    streams, fc_embedding / fc_hidden, one QSA + MoE layer (FP8 experts in the faithful variant,
+    int4 in the cpu one: FP8 QMoE has no CPU kernel), SkipSimplifiedLayerNormalization, lm_head
+    (shared).
     """
     g = TypedGraph("qwen4_exp_text_mtp")
     f = Forms(g, own, s, io=io, variant=variant, prepacked=prepacked, shared=shared)
@@ -191,8 +197,9 @@ def build_mtp(own: Weights, shared: Weights, s: Spec, *, io: IoType, variant: st
 
 
 def build_engram(w: Weights, s: Spec, *, io: IoType = ENGRAM_IO) -> onnx.ModelProto:
-    """``engram.onnx``: NGramHashMapping (history ``past.{i}.ple_tokens``) + GatherBlockQuantized
-    over the FP8 table -> ``embeddings`` [B, S, ple_dim] (runs as a CPU session).
+    """``engram.onnx``: the n-gram embeddings ``[B, S, ple_dim]``, run as a CPU session.
+
+    NGramHashMapping (history ``past.{i}.ple_tokens``) + GatherBlockQuantized over the FP8 table.
     """
     g = TypedGraph("qwen4_exp_text_engram")
     f = Forms(g, w, s, io=io, variant="faithful", prepacked=False)

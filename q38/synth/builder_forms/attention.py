@@ -1,6 +1,7 @@
-"""Builder-form QSA attention: the faithful DynamicSparseAttention / SparseAttentionIndexer forms and
-the cpu variant's substitute (SimplifiedLayerNormalization q/k norms, MRotaryEmbedding,
-GroupQueryAttention), which ORT 1.32.0 CPU runs.
+"""Builder-form QSA attention: the faithful sparse-attention form and the cpu variant's substitute.
+
+Faithful: DynamicSparseAttention / SparseAttentionIndexer. cpu: SimplifiedLayerNormalization q/k
+norms, MRotaryEmbedding and GroupQueryAttention, which ORT 1.32.0 CPU runs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from onnx import TensorProto
 
 from q38 import _ops
 from q38.synth.builder_forms.forms import KV_DIM, TOKENS, B, Forms, P, S, T
+from q38.synth.graph import AttrValue
 
 __all__ = ["attention"]
 
@@ -17,9 +19,10 @@ I32, BOOL, F32 = TensorProto.INT32, TensorProto.BOOL, TensorProto.FLOAT
 
 
 def attention(f: Forms, x: str, i: int, state: int) -> str:
-    """QSA attention of layer ``i`` (node names ``/model/layers.{i}/attn/...``) whose states are
-    ``past_key_values.{state}.*`` (and ``past.{state}.indexer_key``): packed qkv MatMul, separate
-    gate MatMul, attention, ``Mul(o, Sigmoid(gate))``, o_proj.
+    """QSA attention of layer ``i``: packed qkv MatMul, gate MatMul, attention, gated o_proj.
+
+    Nodes are named ``/model/layers.{i}/attn/...``; the states are ``past_key_values.{state}.*``
+    (and ``past.{state}.indexer_key``); the output is ``o_proj(Mul(o, Sigmoid(gate)))``.
     """
     s = f.s
     p = f"/model/layers.{i}/attn"
@@ -35,7 +38,7 @@ def attention(f: Forms, x: str, i: int, state: int) -> str:
     return f.matmul(gated, f"{p}/o_proj/MatMul", qd, s.hidden)
 
 
-def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: object) -> str:
+def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: AttrValue) -> str:
     s, e = f.s, f.io.elem
     name = f"{p}/{op}"
     return f.g.node(op, ins, name,
@@ -45,9 +48,11 @@ def _kv(f: Forms, p: str, op: str, ins: list[str], state: int, **attrs: object) 
 
 
 def _sparse(f: Forms, x: str, qkv: str, i: int, state: int) -> str:
-    """SparseAttentionIndexer in its 13-input fixed-cache form (slot 12 ``past_sequence_length``),
-    the counts chain GreaterOrEqual -> Where -> ReduceSum and two Reshapes, then
-    DynamicSparseAttention with ``do_rotary=1`` and 17 inputs (q/k norm weights inside the op).
+    """The faithful sparse attention: SparseAttentionIndexer, then DynamicSparseAttention.
+
+    The indexer is in its 13-input fixed-cache form (slot 12 ``past_sequence_length``); the
+    counts chain is GreaterOrEqual -> Where -> ReduceSum and two Reshapes; DynamicSparseAttention
+    has ``do_rotary=1`` and 17 inputs (q/k norm weights inside the op).
     """
     g, s = f.g, f.s
     p, wp = f"/model/layers.{i}/attn", f"model.layers.{i}.attn"
@@ -83,9 +88,11 @@ def _sparse(f: Forms, x: str, qkv: str, i: int, state: int) -> str:
 
 
 def _qk(f: Forms, x: str, p: str, wp: str, tag: str, heads: int) -> str:
-    """``Reshape [0, -1, D]`` -> ``SimplifiedLayerNormalization`` (ai.onnx) -> ``Reshape`` back, then
-    ``MRotaryEmbedding`` over the [3, B, S] position ids (interleaved partial MRoPE, mrope_layout 1)
-    computed in float32 between two Casts: the Qwen3.5 builder's CPU attention form.
+    """Per-head norm and MRoPE of q or k in the Qwen3.5 builder's CPU attention form.
+
+    ``Reshape [0, -1, D]`` -> ``SimplifiedLayerNormalization`` (ai.onnx) -> ``Reshape`` back, then
+    ``MRotaryEmbedding`` over the [3, B, S] position ids (interleaved partial MRoPE, mrope_layout
+    1) computed in float32 between two Casts.
     """
     g, s, e = f.g, f.s, f.io.elem
     d = s.head_size

@@ -77,6 +77,11 @@ def _io_names(faithful: bool, *, mtp: bool) -> tuple[dict[str, str], dict[str, s
 def config_dict(
     s: Spec, *, variant: str, lineage: str, shared: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    """The builder-form ``genai_config.json``: decoder and stateful MTP head, (faithful) engram session.
+
+    Faithful: CUDA sessions, shared initializers (``shared``) and the keys 0.18.0 rejects
+    (:func:`for_og018` strips them); cpu: the Engram lookup assigned to CPU by layer annotation.
+    """
     faithful = variant == "faithful"
     cuda = [{"cuda": {"enable_cuda_graph": "0"}}] if faithful else []
     session: dict[str, Any] = {"log_id": "onnxruntime-genai", "provider_options": cuda}
@@ -136,14 +141,15 @@ OG018_REJECTED: tuple[tuple[tuple[str, ...], str], ...] = (
 
 
 def for_og018(doc: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``doc`` without the keys onnxruntime-genai 0.18.0 rejects (what a 0.18.0 user
-    strips to parse a Qwen3.8 builder config).
+    """A copy of ``doc`` without the keys onnxruntime-genai 0.18.0 rejects.
+
+    What a 0.18.0 user strips to parse a Qwen3.8 builder config; ``doc`` itself is not changed.
     """
     import copy
 
     out = copy.deepcopy(doc)
     for path, key in OG018_REJECTED:
-        node: Any = out
+        node: object = out
         for part in path:
             node = node.get(part, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):

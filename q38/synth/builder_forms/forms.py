@@ -9,6 +9,7 @@ import numpy as np
 from onnx import TensorProto
 
 from q38.synth.builder_forms.typed import Shape, TypedGraph
+from q38.synth.graph import AttrValue
 from q38.synth.spec import Spec
 from q38.synth.weights import Weights, cast_generated
 
@@ -63,20 +64,25 @@ class Forms:
 
     @property
     def faithful(self) -> bool:
+        """Whether the real QSA ops and external PLE state are emitted (else the cpu substitutes)."""
         return self.variant == "faithful"
 
     # -- weights -------------------------------------------------------------------------------
     def weight(self, name: str, shape: tuple[int, ...], scale: float = 0.05) -> str:
+        """A normal-drawn weight in the io dtype (seeded by name, see :meth:`Weights.normal`)."""
         return self.w.normal(self.g, name, shape, scale=scale, dtype=self.io.np_type)
 
     def norm_weight(self, name: str, shape: tuple[int, ...]) -> str:
+        """A norm weight near 1 in the io dtype."""
         return self.w.norm(self.g, name, shape, dtype=self.io.np_type)
 
     def zeros(self, name: str, shape: tuple[int, ...]) -> str:
+        """An all-zero initializer in the io dtype (the QMoE biases the builder writes as zeros)."""
         return self.w.add(self.g, name, lambda: np.zeros(shape, self.io.np_type))
 
     # -- common nodes ----------------------------------------------------------------------------
     def c(self, value: object, dtype: str = "INT64") -> str:
+        """The shared Constant output holding ``value`` (see :meth:`TypedGraph.constant`)."""
         return self.g.constant(value, dtype)
 
     def cf(self, value: float) -> str:
@@ -85,28 +91,33 @@ class Forms:
 
     def matmul(self, x: str, name: str, k: int, n: int, lead: Shape = (B, S), *,
                weights: Weights | None = None, wname: str | None = None) -> str:  # fmt: skip
-        """``MatMul(x, W[k, n])`` named ``name``; W is ``{name[1:] with dots}.weight`` (the
-        builder's rule) unless ``wname`` is given.
+        """``MatMul(x, W[k, n])`` named ``name``, with a fresh normal weight W in the io dtype.
+
+        W is named ``{name[1:] with dots}.weight`` (the builder's rule) unless ``wname`` is given.
         """
         wn = wname or name[1:].replace("/", ".") + ".weight"
         src = weights if weights is not None else self.w
         w = src.normal(self.g, wn, (k, n), dtype=self.io.np_type)
         return self.g.node1("MatMul", [x, w], name, self.io.elem, [*lead, n])
 
-    def act(self, op: str, x: str, name: str, shape: Shape, **kw: object) -> str:
-        return self.g.node1(op, [x], name, self.io.elem, shape, **kw)
+    def act(self, op: str, x: str, name: str, shape: Shape, *, domain: str = "", **attrs: AttrValue) -> str:
+        """A one-input node (an activation such as Sigmoid) with an io-dtype output of ``shape``."""
+        return self.g.node1(op, [x], name, self.io.elem, shape, domain=domain, **attrs)
 
     def binary(self, op: str, a: str, b: str, name: str, shape: Shape) -> str:
+        """An elementwise two-input node (Add, Mul ...) with an io-dtype output of ``shape``."""
         return self.g.node1(op, [a, b], name, self.io.elem, shape)
 
     def reshape(self, x: str, to: list[int], name: str, shape: Shape, elem: int | None = None) -> str:
+        """Reshape ``x`` by the shared constant ``to``; the output is declared ``shape`` (io dtype unless ``elem``)."""
         return self.g.node1(
             "Reshape", [x, self.c(to)], name, self.io.elem if elem is None else elem, shape
         )
 
     def mask(self) -> tuple[str, str]:
-        """``seqlens_k`` (int32 [B]) and ``total_sequence_length`` (int32 scalar) from the 2D mask,
-        as the builder's ``make_attention_mask_reformatting_for_gqa`` spells them.
+        """``seqlens_k`` (int32 [B]) and ``total_sequence_length`` (int32 scalar) from the 2D mask.
+
+        Spelled as the builder's ``make_attention_mask_reformatting_for_gqa`` spells them.
         """
         if self._mask is None:
             g, p = self.g, "/model/attn_mask_reformat/attn_mask_subgraph"
@@ -130,8 +141,9 @@ class Forms:
         return self._pos0
 
     def rotary_caches(self, fp32: bool = False) -> tuple[str, str]:
-        """``cos_cache`` / ``sin_cache`` [context, rotary_dim / 2] in the io dtype (``fp32``: float,
-        as the builder writes them when MRoPE runs in float32).
+        """``cos_cache`` / ``sin_cache`` [context, rotary_dim / 2] in the io dtype, or float with ``fp32``.
+
+        ``fp32`` is how the builder writes them when MRoPE runs in float32.
 
         Kept inline (32 KiB each in float16 at the default context): the one place where these
         packages hold initializers over 1 KiB inside the graph file, as some hand-made exports do.

@@ -12,6 +12,7 @@ from onnx import TensorProto
 from q38 import _ops
 from q38.synth.builder_forms.forms import TOKENS, B, Forms, S
 from q38.synth.builder_forms.typed import Shape
+from q38.synth.graph import AttrValue
 from q38.synth.qmoe import pack_sm80_int4
 
 __all__ = [
@@ -30,8 +31,10 @@ F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 def hc_mix(f: Forms, x: str, p: str, wp: str) -> tuple[str, str]:
-    """BranchwiseRMSNorm -> one packed MatMul [down|inject] -> Split -> ScaledSiLU -> up MatMul ->
-    Sigmoid -> HyperConnectionPreMix; inject Div/Sigmoid/Mul. Returns (pre [B,S,H], inject [B,S,hc]).
+    """One packed hyper-connection mix; returns (pre [B,S,H], inject [B,S,hc]).
+
+    BranchwiseRMSNorm -> one packed MatMul [down|inject] -> Split -> ScaledSiLU -> up MatMul ->
+    Sigmoid -> HyperConnectionPreMix; inject Div/Sigmoid/Mul.
     """
     g, s = f.g, f.s
     ch, r, hc, e = s.streams, s.hc_rank, s.hc, f.io.elem
@@ -54,13 +57,15 @@ def hc_mix(f: Forms, x: str, p: str, wp: str) -> tuple[str, str]:
 
 
 def hc_post(f: Forms, x: str, block_out: str, pg: str, p: str) -> str:
+    """HyperConnectionPostMix: ``block_out`` written back into the streams ``x`` with the inject gate ``pg``."""
     return f.g.node1(_ops.HC_POST_MIX, [x, block_out, pg], f"{p}/HyperConnectionPostMix",
                      f.io.elem, [B, S, f.s.streams], domain=MS, num_branches=f.s.hc)  # fmt: skip
 
 
 def final_mixer(f: Forms, x: str) -> str:
-    """The final hyper-connection mix without a combine (no inject, no PostMix): [B,S,H] that
-    feeds lm_head directly (no RMSNorm).
+    """The final hyper-connection mix, without a combine (no inject, no PostMix).
+
+    Its [B,S,H] output feeds lm_head directly (no RMSNorm).
     """
     g, s = f.g, f.s
     p, wp = "/model/final_hyper_connection", "model.final_hyper_connection"
@@ -77,8 +82,10 @@ def final_mixer(f: Forms, x: str) -> str:
 
 
 def _state_conv(f: Forms, x: str, i: int, transpose_in: str) -> str:
-    """Transpose [B,S,C] -> [B,C,S], ``CausalConvWithState`` whose output 1 is
-    ``present.{i}.conv`` (ndim 1, silu, state_window 0), Transpose back to [B,S,C].
+    """A GDN layer's causal conv on [B,S,C], its state carried from ``past.{i}.conv`` to ``present.{i}.conv``.
+
+    Transpose [B,S,C] -> [B,C,S], ``CausalConvWithState`` (ndim 1, silu, state_window 0) whose
+    output 1 is ``present.{i}.conv``, Transpose back to [B,S,C].
     """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/linear_attn", f"model.layers.{i}.linear_attn"
@@ -94,7 +101,9 @@ def _state_conv(f: Forms, x: str, i: int, transpose_in: str) -> str:
 
 
 def gated_delta_net(f: Forms, x: str, i: int) -> str:
-    """qkv_z / a_b projections; CausalConvWithState whose output 1 is ``present.{i}.conv``;
+    """GatedDeltaNet layer ``i`` in the fused GatedDeltaNet form.
+
+    qkv_z / a_b projections; CausalConvWithState whose output 1 is ``present.{i}.conv``;
     GatedDeltaNet(packed qkv, "", "", "", fp32 decay, fp32 beta, state, A_log, dt_bias) with
     ``gate_activation=qwen``; GatedRMSNorm; out_proj.
     """
@@ -125,7 +134,7 @@ def gated_delta_net(f: Forms, x: str, i: int) -> str:
     return f.matmul(n, f"{p}/out_proj/MatMul", zd, s.hidden)
 
 
-def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
+def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, AttrValue]]:
     g, s, w = f.g, f.s, f.w
     e, h, i, blk = s.experts, s.hidden, s.moe_inter, s.block
 
@@ -142,16 +151,18 @@ def _int4_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
         codes(f"{ep}.down_proj.qweight", h, i), scales(f"{ep}.down_proj.scales", h, i),
         f.zeros(f"{ep}.down_proj.bias", (e, h)),
     ]  # fmt: skip
-    attrs: dict[str, object] = {"activation_type": "swiglu", "expert_weight_bits": 4,
+    attrs: dict[str, AttrValue] = {"activation_type": "swiglu", "expert_weight_bits": 4,
                                 "swiglu_fusion": 1, "block_size": blk}  # fmt: skip
     if f.prepacked:
         attrs["weights_prepacked"] = 1
     return [*ins, "", "", "", "", "", ""], attrs  # fc3 w/s/b, zero points 1-3: absent
 
 
-def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
-    """The MTP head's FP8 experts: gate as fc1, down as fc2, up as fc3 (``swiglu_fusion=0``),
-    float8e4m3fn row-major [E, N, K] with float32 block scales [E, ceil(N/128), ceil(K/128)].
+def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, AttrValue]]:
+    """The MTP head's FP8 experts: QMoE inputs and attributes (gate fc1, down fc2, up fc3).
+
+    ``swiglu_fusion=0``; weights float8e4m3fn row-major [E, N, K] with float32 block scales
+    [E, ceil(N/128), ceil(K/128)].
     """
     import ml_dtypes
 
@@ -169,14 +180,16 @@ def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, object]]:
     w3, s3 = fp8(f"{ep}.up_proj", i, h)
     ins = [w1, s1, f.zeros(f"{ep}.gate_proj.bias", (e, i)), w2, s2,
            f.zeros(f"{ep}.down_proj.bias", (e, h)), w3, s3, "", "", "", ""]  # fmt: skip
-    attrs: dict[str, object] = {"activation_type": "silu", "expert_weight_bits": 8,
+    attrs: dict[str, AttrValue] = {"activation_type": "silu", "expert_weight_bits": 8,
                                 "swiglu_fusion": 0, "block_size": blk, "quant_type": "fp8"}  # fmt: skip
     return ins, attrs
 
 
 def moe(f: Forms, x: str, i: int, *, fp8: bool = False) -> str:
-    """Router MatMul -> Reshape [-1, E] -> QMoE (14 inputs, zero biases at slots 4 and 7, no
-    router_weights); shared expert; GatedAdd.
+    """MoE of layer ``i``: routed experts (QMoE, int4 or ``fp8``) plus the shared expert, joined by GatedAdd.
+
+    Router MatMul -> Reshape [-1, E] -> QMoE (14 inputs, zero biases at slots 4 and 7, no
+    router_weights).
     """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}", f"model.layers.{i}"
@@ -201,8 +214,9 @@ def moe(f: Forms, x: str, i: int, *, fp8: bool = False) -> str:
 
 def engram_lookup(f: Forms, ids: str, p: str, past: str | None, *,
                   outputs: tuple[str, str] | None = None) -> str:  # fmt: skip
-    """NGramHashMapping over ``ids`` -> GatherBlockQuantized over the FP8 Engram table
-    (``layer_ann=cpu_embedding``) -> Reshape: the n-gram embeddings [B, S, ple_dim].
+    """The n-gram embeddings [B, S, ple_dim] of ``ids``, looked up in the FP8 Engram table.
+
+    NGramHashMapping -> GatherBlockQuantized (``layer_ann=cpu_embedding``) -> Reshape.
 
     ``past`` is the ``past.{i}.ple_tokens`` history (None: no history, pad ids); ``outputs`` names
     (embeddings, present ple tokens) when they are graph outputs.
@@ -236,10 +250,12 @@ def engram_lookup(f: Forms, ids: str, p: str, past: str | None, *,
 
 
 def ple(f: Forms, x: str, i: int, embeddings: str) -> str:
-    """The PLE block on the streams of layer ``i``: key/value projections of the n-gram
-    embeddings, EngramGate against the streams, a dilated channels-last CausalConvWithState over
-    the gated value, and the residual Adds. Faithful: the conv state is ``past.{i}.ple_conv`` ->
-    ``present.{i}.ple_conv``; cpu: no conv state (onnxruntime-genai 0.18.0 carries none).
+    """The PLE block on the streams of layer ``i``: n-gram embeddings gated into the residual.
+
+    Key/value projections of the n-gram embeddings, EngramGate against the streams, a dilated
+    channels-last CausalConvWithState over the gated value, and the residual Adds. Faithful: the
+    conv state is ``past.{i}.ple_conv`` -> ``present.{i}.ple_conv``; cpu: no conv state
+    (onnxruntime-genai 0.18.0 carries none).
     """
     g, s, e = f.g, f.s, f.io.elem
     p, wp = f"/model/layers.{i}/ple", f"model.layers.{i}.ple"
@@ -271,8 +287,9 @@ def ple(f: Forms, x: str, i: int, embeddings: str) -> str:
 
 
 def linear_attention(f: Forms, x: str, i: int) -> str:
-    """The 0.18.0 builder's default linear-attention form (``linear_attn_op=linear_attention``):
-    separate qkv / z / b / a projections, CausalConvWithState (output 1 = ``present.{i}.conv``),
+    """GatedDeltaNet layer ``i`` in the 0.18.0 builder's default linear-attention form.
+
+    ``linear_attn_op=linear_attention``: separate qkv / z / b / a projections, CausalConvWithState (output 1 = ``present.{i}.conv``),
     split q/k/v, LpNormalization q/k (q scaled by Dk^-0.5), LinearAttentionGate ->
     LinearAttention{gated_delta} (state ``past.{i}.recurrent`` in the io dtype), GatedRMSNorm,
     out_proj.

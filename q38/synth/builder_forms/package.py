@@ -1,6 +1,8 @@
-"""Writes a builder-form package: flat folder with ``model.onnx``, ``mtp.onnx``, (faithful)
-``engram.onnx``, their ``.data`` files, ``genai_config.json`` and the tokenizer files. No weights
-pool, no manifest (the public builder writes neither).
+"""Writes a builder-form package: one flat folder, as the public builder leaves it.
+
+``model.onnx``, ``mtp.onnx``, (faithful) ``engram.onnx``, their ``.data`` files,
+``genai_config.json`` and the tokenizer files. No weights pool, no manifest (the public builder
+writes neither).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Tokenizer files beside the graphs (what ``tokenizer.save_pretrained`` leaves in a builder
-package): a byte-level BPE ``tokenizer.json`` over the synthetic vocabulary and its
+"""Tokenizer files beside the graphs, as ``tokenizer.save_pretrained`` leaves them in a builder package.
+
+A byte-level BPE ``tokenizer.json`` over the synthetic vocabulary and its
 ``tokenizer_config.json``. Deterministic text, no merges.
 """
 

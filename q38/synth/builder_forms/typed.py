@@ -1,5 +1,6 @@
-"""A graph builder with the public builder's hygiene: value_info for every value, shared Constant
-nodes, opset 22, producer ``onnxruntime-genai``.
+"""A graph builder with the public builder's hygiene.
+
+Value_info for every value, shared Constant nodes, opset 22, producer ``onnxruntime-genai``.
 
 The public builder (onnxruntime_genai/models/builders/base.py) declares a dtype and shape for every
 value it makes (``make_value``), saves shape constants as ``Constant`` nodes named
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from q38 import _ops
-from q38.synth.graph import GraphBuilder
+from q38.synth.graph import AttrValue, GraphBuilder
 
 __all__ = ["BUILDER_PRODUCER", "Dim", "Shape", "TypedGraph", "Value"]
 
@@ -66,24 +66,28 @@ class TypedGraph(GraphBuilder):
         *,
         outputs: Sequence[str] | None = None,
         domain: str = "",
-        **attrs: Any,
+        **attrs: AttrValue,
     ) -> list[str]:
-        """Add one node; ``types[k]`` is output k's (elem, shape), None for an unused optional
-        output (written as the empty name).
+        """Add one node and record the declared type of each of its outputs; return the output names.
+
+        ``types[k]`` is output k's (elem, shape); None marks an unused optional output, written as
+        the empty name.
         """
         outs = list(outputs) if outputs is not None else [
             f"{name}/output_{k}" if t is not None else "" for k, t in enumerate(types)
         ]
-        made = self.op(op_type, list(inputs), name, outputs=outs, domain=domain, **attrs)
+        made = self.op(op_type, list(inputs), name, n_out=len(outs), outputs=outs, domain=domain, **attrs)
         for out, t in zip(made, types):
             if out and t is not None:
                 self.values[out] = Value(t[0], tuple(t[1]))
         return made
 
     def node1(
-        self, op_type: str, inputs: Sequence[str], name: str, elem: int, shape: Shape, **kw: Any
+        self, op_type: str, inputs: Sequence[str], name: str, elem: int, shape: Shape, *, domain: str = "",
+        **attrs: AttrValue,
     ) -> str:
-        return self.node(op_type, inputs, name, [(elem, shape)], **kw)[0]
+        """Add a one-output node whose output is declared (``elem``, ``shape``); return its name."""
+        return self.node(op_type, inputs, name, [(elem, shape)], outputs=None, domain=domain, **attrs)[0]
 
     def annotate(self, node_name: str, key: str, value: str) -> None:
         """A metadata_props entry on one node (e.g. ``layer_ann=cpu_embedding``)."""
@@ -102,9 +106,15 @@ class TypedGraph(GraphBuilder):
         return out
 
     def value(self, name: str) -> Value:
+        """The declared type of value ``name``; KeyError for a value no node or constant declared."""
         return self.values[name]
 
     def model(self) -> onnx.ModelProto:
+        """The ModelProto in the public builder's form: value_info for every intermediate value.
+
+        Node metadata from :meth:`annotate`, opset 22 plus the Microsoft opset for each custom
+        domain, producer :data:`BUILDER_PRODUCER` and the graph's ``metadata`` as model props.
+        """
         io = {v.name for v in (*self.inputs, *self.outputs)}
         inits = {t.name for t in self.initializers}
         graph = helper.make_graph(
