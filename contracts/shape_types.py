@@ -112,6 +112,11 @@ def broadcast(*shapes: Shape | None, strict: bool = False) -> Shape | None:
     return tuple(out)
 
 
+# The longest 1-D shape input whose length onnx's inference turns into an output rank (see
+# ShapeContext.rank_from_length).
+LENGTH_RANK_LIMIT = 1024
+
+
 class ShapeContext:
     """What a shape handler reads: the node, its input shapes and constant inputs."""
 
@@ -142,6 +147,20 @@ class ShapeContext:
             raise ShapeInferenceError("Cannot parse data from external tensors. Please load external data into raw "
                                       f"data for tensor: {value.name}")  # fmt: skip
         return self.shapes.const(value)
+
+    def rank_from_length(self, index: int) -> int | None:
+        """The output rank onnx's inference takes from 1-D shape input ``index``'s static length.
+
+        A ``Reshape`` / ``ConstantOfShape`` / ``Expand`` whose shape input is not constant still
+        gets a rank when that input's length is known. Onnx builds it only up to
+        ``LENGTH_RANK_LIMIT`` dims: a longer declared length (e.g. an int64-max ``value_info``
+        dim) leaves the rank unknown, and the session loads (probed on 1.32.0: 1,024 dims are
+        built, 1,025 and 2**63-1 are not). None: unknown length, or beyond the limit.
+        """
+        length = self.shape(index)
+        if length is None or len(length) != 1 or not isinstance(length[0], int):
+            return None
+        return length[0] if 0 <= length[0] <= LENGTH_RANK_LIMIT else None
 
     def ints(self, index: int) -> list[int] | None:
         """Input ``index``'s constant data flattened to ints (None: not constant, or not integer)."""

@@ -117,10 +117,8 @@ def _reshape(ctx: ShapeContext) -> Sequence[Shape | None]:
     target = ctx.ints(1)
     data = ctx.shape(0)
     if target is None:
-        length = ctx.shape(1)
-        if length is not None and len(length) == 1 and isinstance(length[0], int):
-            return [(None,) * length[0]]
-        return [None]
+        rank = ctx.rank_from_length(1)
+        return [None if rank is None else (None,) * rank]
     allowzero = attr_int(ctx.node, "allowzero", 0)
     if target.count(-1) > 1:
         raise ShapeInferenceError("Target shape may not have multiple -1 dimensions.")
@@ -341,10 +339,8 @@ def _constant_of_shape(ctx: ShapeContext) -> Sequence[Shape | None]:
     dims = ctx.ints(0)
     if dims is not None:
         return [tuple(dims)]
-    length = ctx.shape(0)
-    if length is not None and len(length) == 1 and isinstance(length[0], int):
-        return [(None,) * length[0]]
-    return [None]
+    rank = ctx.rank_from_length(0)
+    return [None if rank is None else (None,) * rank]
 
 
 @register("", "Expand")
@@ -352,10 +348,10 @@ def _expand(ctx: ShapeContext) -> Sequence[Shape | None]:
     data, target = ctx.shape(0), ctx.ints(1)
     if target is not None:
         return [broadcast(data, tuple(target), strict=True)]
-    length = ctx.shape(1)
-    if data is None or length is None or len(length) != 1 or not isinstance(length[0], int):
+    length = ctx.rank_from_length(1)
+    if data is None or length is None:
         return [None]
-    rank = max(len(data), length[0])
+    rank = max(len(data), length)
     padded = (None,) * (rank - len(data)) + data
     return [tuple(d if isinstance(d, int) and d != 1 else None for d in padded)]
 

@@ -161,3 +161,37 @@ def test_an_external_initializer_is_no_data_for_inference(tmp_path: Path, op: st
     assert text in str(refused.value)
     violations = check_graph(load_graph(path, root=tmp_path), ort_version=ORT_VERSION)
     assert [(v.rule_id, v.node, v.message) for v in violations] == [("ORT-SHAPE-001", "n", text)]
+
+
+@pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape", "Expand"])
+@pytest.mark.parametrize("length", [3, 1024, 1025, 2**63 - 1])
+def test_a_rank_from_a_shape_inputs_declared_length_is_built_as_onnxruntime_builds_it(
+    op: str, length: int, tmp_path: Path
+) -> None:
+    """A non-constant shape input whose declared length is huge (an int64-max value_info dim) gives
+    the same output rank as in a real session, never a crash: up to 1,024 dims the rank is the
+    length; beyond that it is unknown (and the session still loads)."""
+    inputs = ["s"] if op == "ConstantOfShape" else ["x", "s"]
+    graph = oh.make_graph(
+        [oh.make_node("Shape", ["s_in"], ["s"], name="shape"), oh.make_node(op, inputs, ["y"], name="op")],
+        "g",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [2, 3]), oh.make_tensor_value_info("s_in", TP.FLOAT, None)],
+        [onnx.ValueInfoProto(name="y")],  # undeclared: the session reports the shape it inferred
+        value_info=[oh.make_tensor_value_info("s", TP.INT64, [length])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    ort_shapes = _ort_shapes(path)
+    assert ort_shapes is not None, "onnxruntime refused the model"
+    ort_y = ort_shapes["y"]
+    ir_model = as_ir_model(model)
+    shapes = shapes_of(ir_model)
+    ours = shapes.shape(next(v for v in ir_model.graph.outputs if v.name == "y"))
+    assert shapes.problems == []
+    if length <= 1024:
+        assert ours is not None and len(ours) == (max(2, length) if op == "Expand" else length)
+        assert ort_y is not None and len(ort_y) == len(ours)
+    else:
+        assert ours is None
+        assert not ort_y  # onnxruntime reports no shape (unknown rank) either

@@ -9,6 +9,10 @@
 * **Invalid source** (24.4): a source ``check`` fails (opset 0 in the default domain) is refused by
   every writing command before anything is written, exit 2 naming the rule; with
   ``--allow-invalid-source`` the output carries no violation the source does not.
+* **Unusual value_info** (24.6): every value onnx can type declared with an int64-max last
+  dimension (both variants; a ``Shape`` feeding a ``Reshape`` then carries a 2**63-1 length)
+  goes through ``check``, ``optimize``, ``offload`` and ``export-genai``: exit 0 or one line,
+  never exit 70, and a written output has no violation its source lacks.
 * **Paths are bytes** (24.4): a package under a non-UTF-8 directory offloads; its manifest records
   the path in an escaped form plus its bytes, and :func:`recorded_path` gives the path back.
 
@@ -207,3 +211,47 @@ def test_a_package_under_a_non_utf8_directory_offloads_and_its_manifest_round_tr
     assert "\\\\xe9" in sources[0]["path"] or "\\xe9" in sources[0]["path"]
     assert check_package(out).errors == []
     assert tree_identity(src) == before
+
+
+def _with_huge_value_info(src: Path, dst: Path) -> Path:
+    """``src`` with a value_info for every value onnx types, its last dimension 2**63-1."""
+    shutil.copytree(src, dst)
+    path = dst / "model.onnx"
+    model = onnx.load(path, load_external_data=False)
+    typed = onnx.shape_inference.infer_shapes(model).graph.value_info
+    for info in typed:
+        tensor = info.type.tensor_type
+        dims: list[int | str] = [d.dim_param or d.dim_value for d in tensor.shape.dim] if tensor.HasField("shape") else []
+        shape = [*dims[:-1], 2**63 - 1] if dims else [2**63 - 1]
+        model.graph.value_info.append(onnx.helper.make_tensor_value_info(info.name, tensor.elem_type, shape))
+    assert len(model.graph.value_info) > 20
+    onnx.save(model, path)
+    return dst
+
+
+@pytest.fixture(scope="module", params=["cpu", "faithful"])
+def huge_value_info(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from q38.synth import synthesize
+
+    root = tmp_path_factory.mktemp(f"huge-vi-{request.param}")
+    src = synthesize(root / "src", preset="tiny", variant=request.param, seed=0)
+    return _with_huge_value_info(src, root / "pkg")
+
+
+@pytest.mark.parametrize("command", ["check", "optimize", "offload", "export-genai"])
+def test_an_int64_max_value_info_dimension_never_crashes_a_command(
+    command: str, huge_value_info: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree_identity(huge_value_info)
+    out = tmp_path / "out"
+    rc = main(_argv(command, huge_value_info, out, huge_value_info))
+    err = capsys.readouterr().err
+    _one_line_or_ok(rc, err, (0,))
+    assert tree_identity(huge_value_info) == before
+    assert staging_debris(tmp_path) == []
+    if command != "check" and rc == 0:
+        source_rules = {v.rule_id for v in check_package(huge_value_info).errors}
+        new = [(v.rule_id, v.message) for v in check_package(out).errors if v.rule_id not in source_rules]
+        assert new == []
+    elif command != "check":
+        assert not os.path.lexists(out)
