@@ -40,9 +40,10 @@ from q38.errors import ExportError, quote
 from q38.export_plan import ExportPlan
 
 if TYPE_CHECKING:
-    from q38.package.genai_config import GenaiConfig, GenaiSessionOptions
+    from q38.package.genai_config import GenaiConfig
     from q38.package.genai_package import GenaiPackage
     from q38.package.links import LinkPolicy
+    from q38.package.session_options import SessionBlock
 
 __all__ = ["plan_builder_export"]
 
@@ -61,7 +62,7 @@ def _missing_kernels(model: ir.Model) -> list[str]:
     return list(dict.fromkeys(f"op {m.describe()}" for m in cpu_kernels().missing(model.graph.all_nodes())))
 
 
-def _cpu_session_options(so: GenaiSessionOptions) -> GenaiSessionOptions:
+def _cpu_session_options(so: SessionBlock) -> SessionBlock:
     """``so`` with only its CPU provider entries (a CPU export names no other EP)."""
     return replace(so, providers=tuple(p for p in so.providers if p.canonical == "CPU"))
 

@@ -19,6 +19,7 @@ from q38.errors import ConfigError, clip, quote
 from q38.package.detect import CONFIG_FILENAME
 from q38.package.files import CONFIG_LIMIT
 from q38.package.jsonio import dumps_json, read_json
+from q38.package.session_options import read_session_options
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -293,24 +294,25 @@ def _kind(value: object) -> str:
 
 
 def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
+    """Validate a v12b ``session_options`` block strictly, then read it with the one reader.
+
+    v12b is stricter than GenAI's catch-all: only the typed options it knows, dotted config-entry
+    keys with string values, and the ``cuda`` / ``cpu`` providers with string options.
+    """
     if not isinstance(value, dict):
         raise r.fail(path, f"expected an object, got {_kind(value)}")
-    typed: dict[str, Any] = {}
-    entries: dict[str, str] = {}
-    providers: list[ProviderOptions] = []
     for key, item in value.items():
         kpath = f"{path}.{key}"
         if key in ("log_id", "custom_ops_library", "enable_profiling"):
-            typed[key] = r.string(item, kpath)
+            r.string(item, kpath)
         elif key in ("intra_op_num_threads", "inter_op_num_threads"):
-            typed[key] = r.integer(item, kpath, minimum=0)
+            r.integer(item, kpath, minimum=0)
         elif key == "log_severity_level":
             level = r.integer(item, kpath, minimum=0)
             if level > 4:
                 raise r.fail(kpath, f"must be in [0, 4], got {level}")
-            typed[key] = level
         elif key == "graph_optimization_level":
-            typed[key] = r.choice(item, kpath, GRAPH_LEVELS)
+            r.choice(item, kpath, GRAPH_LEVELS)
         elif key == "provider_options":
             if not isinstance(item, list):
                 raise r.fail(kpath, f"expected an array, got {_kind(item)}")
@@ -321,13 +323,18 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
                 (name, options), = entry.items()
                 if name not in PROVIDERS:
                     raise r.fail(f"{epath}.{name}", f"unknown provider (expected one of {', '.join(PROVIDERS)})")
-                providers.append(ProviderOptions(name, r.str_map(options, f"{epath}.{name}")))
+                r.str_map(options, f"{epath}.{name}")
         elif _CONFIG_ENTRY_RE.match(key):
             # GenAI passes these to ORT as config entries; GenAI 0.18 rejects non-strings.
-            entries[key] = r.string(item, kpath)
+            r.string(item, kpath)
         else:
             raise r.fail(kpath, "unknown key")
-    return SessionOptions(**typed, config_entries=entries, provider_options=tuple(providers))
+    block = read_session_options(value)  # what GenAI makes of it: providers merged by name
+    return SessionOptions(
+        **block.typed,
+        config_entries=block.session_entries,
+        provider_options=tuple(ProviderOptions(p.name, dict(p.options)) for p in block.providers),
+    )
 
 
 def _decoder(r: _Reader, value: object, path: str) -> DecoderConfig:

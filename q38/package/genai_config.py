@@ -32,6 +32,7 @@ from q38.package import genai_surface as gs
 from q38.package.detect import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
 from q38.package.genai_checks import check_document
 from q38.package.json_forms import keep_source_forms
+from q38.package.session_options import Provider, SessionBlock, read_session_options
 
 __all__ = [
     "BUILDER_MODEL_TYPES",
@@ -41,8 +42,8 @@ __all__ = [
     "GenaiEngram",
     "GenaiModel",
     "GenaiMtp",
-    "GenaiProvider",
-    "GenaiSessionOptions",
+    "Provider",
+    "SessionBlock",
     "SharedInitializer",
     "dumps_genai_config",
     "genai_config_to_dict",
@@ -137,44 +138,6 @@ RESEARCH_ROOT: Final = _research_root()
 
 # --------------------------------------------------------------------------- records
 @dataclass(frozen=True)
-class GenaiProvider:
-    """One execution provider of ``provider_options``; values are strings, as 0.18.0 requires."""
-
-    name: str
-    options: dict[str, str] = field(default_factory=dict)
-    device_filtering_options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def canonical(self) -> str:
-        """GenAI's ``NormalizeProviderName``: ``cpu`` -> ``CPU``, ``CUDAExecutionProvider`` -> ``cuda``."""
-        low = self.name.lower().removesuffix("executionprovider") or self.name.lower()
-        names = {"cpu": "CPU", "cuda": "cuda", "qnn": "QNN", "webgpu": "WebGPU", "dml": "DML",
-                 "openvino": "OpenVINO", "vitisai": "VitisAI", "ryzenai": "RyzenAI",
-                 "nvtensorrtrtx": "NvTensorRtRtx", "amdgpu": "AMDGPU"}  # fmt: skip
-        return names.get(low, self.name)
-
-
-@dataclass(frozen=True)
-class GenaiSessionOptions:
-    """A ``session_options`` object: typed options, string config entries, providers."""
-
-    typed: dict[str, Any] = field(default_factory=dict)  # log_id, intra_op_num_threads, ...
-    config_entries: dict[str, str] = field(default_factory=dict)
-    providers: tuple[GenaiProvider, ...] = ()
-
-    @property
-    def provider_names(self) -> tuple[str, ...]:
-        """Canonical provider names in config order (empty: the CPU provider)."""
-        return tuple(p.canonical for p in self.providers)
-
-    @property
-    def custom_ops_library(self) -> str | None:
-        """The ``custom_ops_library`` typed option when it is a string (GenAI registers it), else None."""
-        lib = self.typed.get("custom_ops_library")
-        return lib if isinstance(lib, str) else None
-
-
-@dataclass(frozen=True)
 class SharedInitializer:
     """A ``shared_initializers`` entry: one tensor both graphs read from one data file."""
 
@@ -197,7 +160,7 @@ class GenaiGraphSection:
     """What every graph section has: a file, session options, name maps, shared weights."""
 
     filename: str | None = None
-    session_options: GenaiSessionOptions | None = None
+    session_options: SessionBlock | None = None
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     shared_initializers: tuple[SharedInitializer, ...] = ()
@@ -302,33 +265,9 @@ class GenaiConfig:
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_session_options(raw: Mapping[str, Any] | None) -> GenaiSessionOptions | None:
-    """Split a validated ``session_options`` object into typed options, config entries and providers.
-
-    Repeated ``provider_options`` elements naming one provider merge into one (later keys win);
-    a string ``provider_options`` stays a config entry. None for an absent block.
-    """
-    if raw is None:
-        return None
-    typed_keys = {k for k in gs.SESSION_OPTIONS.fields if k != "provider_options"}
-    typed = {k: v for k, v in raw.items() if k in typed_keys}
-    entries = {k: v for k, v in raw.items() if k not in typed_keys and k != "provider_options"}
-    providers: dict[str, GenaiProvider] = {}
-    if isinstance(raw.get("provider_options"), list):
-        for element in raw["provider_options"]:
-            for name, options in element.items():
-                prev = providers.get(name, GenaiProvider(name))
-                dfo = options.get("device_filtering_options")
-                flat = {k: v for k, v in options.items() if isinstance(v, str)}  # a string dfo is an option
-                providers[name] = GenaiProvider(
-                    name,
-                    {**prev.options, **flat},
-                    {**prev.device_filtering_options, **(dfo if isinstance(dfo, dict) else {})},
-                )
-    else:
-        # A string "provider_options" is a config entry to GenAI (its catch-all takes it).
-        entries.update({k: v for k, v in raw.items() if k == "provider_options"})
-    return GenaiSessionOptions(typed, entries, tuple(providers.values()))
+def parse_session_options(raw: Mapping[str, Any] | None) -> SessionBlock | None:
+    """A section's ``session_options`` through the one reader (None: the section has none)."""
+    return None if raw is None else read_session_options(raw)
 
 
 def _int(value: float | None) -> int | None:
@@ -467,7 +406,7 @@ def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
 
 
 # --------------------------------------------------------------------------- writing
-def _session_dict(so: GenaiSessionOptions) -> dict[str, Any]:
+def _session_dict(so: SessionBlock) -> dict[str, Any]:
     out: dict[str, Any] = {**so.typed, **so.config_entries}
     if so.providers or "provider_options" not in so.config_entries:
         out["provider_options"] = [

@@ -25,16 +25,14 @@ from q38.package.config import CONFIG_FILENAME
 from q38.package.genai_config import (
     BUILDER_MODEL_TYPES,
     GenaiConfig,
-    GenaiProvider,
-    GenaiSessionOptions,
     dumps_genai_config,
     genai_config_to_dict,
     parse_genai_config,
-    parse_session_options,
     read_genai_config,
 )
 from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
+from q38.package.session_options import Provider, SessionBlock, read_session_options
 from q38.package.step_graphs import DecodeGraphs, StepGraph
 
 if TYPE_CHECKING:
@@ -57,11 +55,9 @@ def _obj(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _session_of(raw: object) -> GenaiSessionOptions | None:
-    try:
-        return parse_session_options(raw) if isinstance(raw, dict) else None
-    except (AttributeError, TypeError):  # a malformed block (check lists graphs of broken configs too)
-        return None
+def _session_of(raw: object) -> SessionBlock | None:
+    """A section's session options through the one (tolerant) reader; None when it has no block."""
+    return read_session_options(raw) if isinstance(raw, dict) else None
 
 
 def genai_graph_refs(root: Path, doc: dict[str, Any]) -> list[GraphRef]:
@@ -76,7 +72,7 @@ def genai_graph_refs(root: Path, doc: dict[str, Any]) -> list[GraphRef]:
     refs: list[GraphRef] = []
     seen: set[tuple[str, str]] = set()
 
-    def add(role: str, section: str, filename: object, so: GenaiSessionOptions | None) -> None:
+    def add(role: str, section: str, filename: object, so: SessionBlock | None) -> None:
         if not isinstance(filename, str) or not filename or (role, filename) in seen:
             return
         seen.add((role, filename))
@@ -87,7 +83,7 @@ def genai_graph_refs(root: Path, doc: dict[str, Any]) -> list[GraphRef]:
                 path=root / filename,
                 rel=filename,
                 section=section,
-                session_entries=dict(used.config_entries) if used is not None else {},
+                session_entries=used.session_entries if used is not None else {},
                 providers=used.provider_names if used is not None else (),
                 root=root,
             )
@@ -122,16 +118,16 @@ class EditedConfig:
 
 
 def _session_with(
-    so: GenaiSessionOptions | None,
+    so: SessionBlock | None,
     entries: Mapping[str, str],
     drop_prefix: str,
     provider_options: Mapping[str, Mapping[str, str]],
-) -> GenaiSessionOptions:
+) -> SessionBlock:
     """``so`` with ``entries`` (older ones under ``drop_prefix`` replaced) and the provider options merged."""
-    so = so or GenaiSessionOptions()
+    so = so or SessionBlock()
     kept = {k: v for k, v in so.config_entries.items() if not k.startswith(drop_prefix)}
     providers = tuple(
-        GenaiProvider(p.name, {**p.options, **provider_options[p.canonical]}, p.device_filtering_options)
+        Provider(p.name, {**p.options, **provider_options[p.canonical]}, p.device_filtering_options)
         if p.canonical in provider_options else p
         for p in so.providers
     )
