@@ -51,3 +51,20 @@ def comma_list(item: Callable[[str], object] = str) -> Callable[[str], list[obje
 
     parse.__name__ = "comma-separated list"
     return parse
+
+
+def _decimal(text: str, minimum: int, what: str) -> int:
+    """``text`` as a plain ASCII decimal integer of at least ``minimum`` (argparse's error otherwise)."""
+    if not (text.isascii() and text.isdigit()) or int(text, 10) < minimum:
+        raise argparse.ArgumentTypeError(f"expected a {what} decimal integer, got {text!r}")
+    return int(text, 10)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a decimal integer >= 1 in ASCII digits (``²`` or ``-1`` are refused)."""
+    return _decimal(text, 1, "positive")
+
+
+def nonneg_int(text: str) -> int:
+    """An argparse ``type``: a decimal integer >= 0 in ASCII digits."""
+    return _decimal(text, 0, "non-negative")

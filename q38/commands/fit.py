@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from q38.commands._options import positive_int
+
 __all__ = ["register", "run"]
 
 _DESCRIPTION = (
@@ -36,10 +38,6 @@ def _contexts(text: str) -> list[int]:
     return out
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}")
-    return int(text)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -50,7 +48,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=_contexts, metavar="N[,N..]",
                    help="context tiers in tokens (4096,32k; default: each profile's own tier)")
     p.add_argument("--gpu", metavar="SIZE|CLASS", help="a device to fit (24GiB, 24GB, rtx4090, h200; default: none)")
-    p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences held at once")
+    p.add_argument("--batch", type=positive_int, default=1, metavar="B", help="sequences held at once")
     p.add_argument("--plot", metavar="FILE.png", help="write stacked bars per tier and profile (must not exist; default: no plot)")
     p.set_defaults(run=run)
 

@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from q38.commands._options import nonneg_int
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
 from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
@@ -34,14 +35,6 @@ class _LegacyFlag(argparse.Action):
         parser.error(legacy_flag_message(str(option_string)))
 
 
-def _nonneg(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}")
-    return value
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -57,17 +50,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-placement", choices=("adaptive", "static"), default="adaptive",
                    help="session.moe.offload.placement (default adaptive)")
     p.add_argument("--cpu-execution", action="store_true", help="let ORT run cold experts on the CPU")
-    p.add_argument("--device-expert-bytes", type=_nonneg, metavar="BYTES", help="session.moe.offload device expert budget in bytes (default: not set, ORT decides)")
-    p.add_argument("--host-expert-bytes", type=_nonneg, metavar="BYTES", help="session.moe.offload host expert budget in bytes (default: not set, ORT decides)")
+    p.add_argument("--device-expert-bytes", type=nonneg_int, metavar="BYTES", help="session.moe.offload device expert budget in bytes (default: not set, ORT decides)")
+    p.add_argument("--host-expert-bytes", type=nonneg_int, metavar="BYTES", help="session.moe.offload host expert budget in bytes (default: not set, ORT decides)")
     p.add_argument("--expert-profile", metavar="FILE",
                    help="STRP v1 expert-popularity profile (copied as expert-profile.bin, set as popularity_file; "
                    "default: none)")
     slots = p.add_mutually_exclusive_group()
-    slots.add_argument("--target-resident-slots", type=_nonneg, metavar="N", help="per-layer resident-slot cap (default: not capped)")
-    slots.add_argument("--total-resident-slots", type=_nonneg, metavar="N",
+    slots.add_argument("--target-resident-slots", type=nonneg_int, metavar="N", help="per-layer resident-slot cap (default: not capped)")
+    slots.add_argument("--total-resident-slots", type=nonneg_int, metavar="N",
                        help="total resident slots spread by --expert-profile (met exactly or refused; default: not set)")
     p.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
-    p.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
+    p.add_argument("--min-slots-per-layer", type=nonneg_int, default=0, metavar="M", help="per-layer floor")
     p.add_argument("--mtp-moe-placement", choices=("cpu_mmap", "host_mapped"), default="cpu_mmap",
                    help="pool placement of the MTP draft's experts (host_mapped moves unaligned ones to an aligned file)")
     add_placement_arguments(p)

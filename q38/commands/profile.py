@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from q38.profile.replay import ReplayReport
     from q38.profile.run import ProfileRun
 
+from q38.commands._options import nonneg_int, positive_int
+
 __all__ = ["register", "run"]
 
 _DESCRIPTION = (
@@ -31,24 +33,8 @@ _DESCRIPTION = (
 )
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive decimal integer, got {text!r}")
-    return value
 
 
-def _nonneg(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative decimal integer, got {text!r}")
-    return value
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -60,20 +46,20 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="write the profile here (STRP v1; must not exist; default: not written, only with --plan)")
     work = p.add_argument_group("workload")
     work.add_argument("--prompts", metavar="FILE", help="one prompt a line: token ids (5 6 7 or 5,6,7) or text (default: --prompt-count random prompts)")
-    work.add_argument("--prompt-count", type=_positive, default=8, metavar="N",
+    work.add_argument("--prompt-count", type=positive_int, default=8, metavar="N",
                       help="random prompts when no --prompts file is given")
-    work.add_argument("--prompt-length", type=_positive, default=16, metavar="L", help="ids per random prompt")
-    work.add_argument("--tokens", type=_positive, default=16, metavar="N", help="greedy tokens generated per prompt")
-    work.add_argument("--seed", type=_nonneg, default=0, help="seed of the random prompts")
-    work.add_argument("--threads", type=_positive, default=1, metavar="N",
+    work.add_argument("--prompt-length", type=positive_int, default=16, metavar="L", help="ids per random prompt")
+    work.add_argument("--tokens", type=positive_int, default=16, metavar="N", help="greedy tokens generated per prompt")
+    work.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random prompts")
+    work.add_argument("--threads", type=positive_int, default=1, metavar="N",
                       help="onnxruntime intra-op threads (the profile is byte-identical for the same N)")
     plan = p.add_argument_group("plan (print what q38 offload would keep resident; converts nothing)")
     plan.add_argument("--plan", action="store_true", help="print the slot plan and its expected hit rate")
     plan.add_argument("--expert-profile", metavar="FILE",
                       help="plan from this STRP v1 profile instead of running the workload (default: run it)")
-    plan.add_argument("--total-resident-slots", type=_nonneg, metavar="N", help="total resident slots to plan (default: not capped)")
+    plan.add_argument("--total-resident-slots", type=nonneg_int, metavar="N", help="total resident slots to plan (default: not capped)")
     plan.add_argument("--uniform-profile-slots", action="store_true", help="the same share for every layer")
-    plan.add_argument("--min-slots-per-layer", type=_nonneg, default=0, metavar="M", help="per-layer floor")
+    plan.add_argument("--min-slots-per-layer", type=nonneg_int, default=0, metavar="M", help="per-layer floor")
     plan.add_argument("--offload-mode", choices=("auto", "required"), default="auto",
                       help="how ineligible nodes are treated (auto: kept on the GPU, all their selections hit)")
     # issue 29: the selection trace and its replay against LRU, LFU and Belady (q38/profile/replay.py)

@@ -18,7 +18,7 @@ from typing import Any, Final
 from q38.errors import ConfigError, clip, quote
 from q38.package.detect import CONFIG_FILENAME
 from q38.package.files import CONFIG_LIMIT
-from q38.package.jsonio import dumps_json, read_json
+from q38.package.jsonio import dumps_json, json_kind, read_json
 from q38.package.session_options import read_session_options
 
 __all__ = [
@@ -229,7 +229,7 @@ class _Reader:
 
     def obj(self, value: object, path: str, allowed: frozenset[str] | set[str] | Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {_kind(value)}")
+            raise self.fail(path, f"expected an object, got {json_kind(value)}")
         for key in value:
             if key not in allowed:
                 raise self.fail(f"{path}.{key}" if path else key, "unknown key")
@@ -242,12 +242,12 @@ class _Reader:
 
     def string(self, value: object, path: str) -> str:
         if not isinstance(value, str):
-            raise self.fail(path, f"expected a string, got {_kind(value)}")
+            raise self.fail(path, f"expected a string, got {json_kind(value)}")
         return value
 
     def integer(self, value: object, path: str, *, minimum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"expected an integer, got {_kind(value)}")
+            raise self.fail(path, f"expected an integer, got {json_kind(value)}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"must be >= {minimum}, got {quote(value)}")
         if value >= 2**63:
@@ -262,7 +262,7 @@ class _Reader:
 
     def str_map(self, value: object, path: str, allowed: frozenset[str] | None = None) -> dict[str, str]:
         if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {_kind(value)}")
+            raise self.fail(path, f"expected an object, got {json_kind(value)}")
         out = {}
         for key, item in value.items():
             if allowed is not None and key not in allowed:
@@ -275,22 +275,6 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a bool"
-    if isinstance(value, int):
-        return "a number"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
@@ -300,7 +284,7 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
     keys with string values, and the ``cuda`` / ``cpu`` providers with string options.
     """
     if not isinstance(value, dict):
-        raise r.fail(path, f"expected an object, got {_kind(value)}")
+        raise r.fail(path, f"expected an object, got {json_kind(value)}")
     for key, item in value.items():
         kpath = f"{path}.{key}"
         if key in ("log_id", "custom_ops_library", "enable_profiling"):
@@ -315,7 +299,7 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
             r.choice(item, kpath, GRAPH_LEVELS)
         elif key == "provider_options":
             if not isinstance(item, list):
-                raise r.fail(kpath, f"expected an array, got {_kind(item)}")
+                raise r.fail(kpath, f"expected an array, got {json_kind(item)}")
             for index, entry in enumerate(item):
                 epath = f"{kpath}[{index}]"
                 if not isinstance(entry, dict) or len(entry) != 1:
@@ -478,7 +462,7 @@ def _search(r: _Reader, value: object, path: str) -> dict[str, Any]:
             else isinstance(item, (int, float)) and not isinstance(item, bool)
         )
         if not ok:
-            raise r.fail(f"{path}.{key}", f"expected {want.__name__}, got {_kind(item)}")
+            raise r.fail(f"{path}.{key}", f"expected {want.__name__}, got {json_kind(item)}")
         if isinstance(item, float) and not math.isfinite(item):
             raise r.fail(f"{path}.{key}", f"{item!r} is not a finite number")
         if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
@@ -544,7 +528,7 @@ def parse_config(data: object, *, source: str = CONFIG_FILENAME) -> Config:
         top = _migrate_v12(top)
     profiles_raw = top.get("runtime_profiles", [])
     if not isinstance(profiles_raw, list):
-        raise r.fail("runtime_profiles", f"expected an array, got {_kind(profiles_raw)}")
+        raise r.fail("runtime_profiles", f"expected an array, got {json_kind(profiles_raw)}")
     profiles = tuple(_profile(r, p, f"runtime_profiles[{i}]") for i, p in enumerate(profiles_raw))
     seen: set[str] = set()
     for i, profile in enumerate(profiles):

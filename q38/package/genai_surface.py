@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from q38.errors import ConfigError
+from q38.package.jsonio import json_kind
 
 __all__ = ["ROOT", "Arr", "Obj", "Scalar", "json_kind", "validate"]
 
@@ -69,21 +70,6 @@ class Obj:
     reject: str = ""
 
 
-def json_kind(value: object) -> str:
-    """How a GenAI error names the JSON kind of ``value``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a bool"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 # --------------------------------------------------------------------------- value checks

@@ -259,3 +259,19 @@ def dumps_json(obj: Any, *, what: str = "JSON output", error: type[Q38Error] = P
 
     _check_writable(obj, fail)
     return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+def json_kind(value: object) -> str:
+    """How GenAI (and the v12b parser, in the same words) names the JSON kind of ``value``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
