@@ -78,6 +78,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "q38", "contracts", "noxfile.py")
     session.run("mypy", "q38", "contracts")
     session.run("lint-imports")
+    session.run("python", "tools/check_deferred_imports.py")
 
 
 @nox.session(python=PYTHON, default=False)

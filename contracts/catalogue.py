@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Enforced, Ep, Rule, RuleKind, Severity, parse_version
+from contracts.rule_docs import DOCS
 
 if TYPE_CHECKING:
     from contracts.rule_docs import RuleDoc
@@ -185,8 +186,7 @@ def build_catalogue(rules: Iterable[Rule], docs: Mapping[str, RuleDoc]) -> tuple
 @lru_cache(maxsize=1)
 def catalogue() -> tuple[RuleEntry, ...]:
     """Every registered rule (``contracts.runner.ALL_RULES``), documented, one entry per id."""
-    from contracts.rule_docs import DOCS
-    from contracts.runner import ALL_RULES
+    from contracts.runner import ALL_RULES  # deferred: pulls in numpy (contracts.shapes)
 
     return build_catalogue(ALL_RULES, DOCS)
 

@@ -32,6 +32,9 @@ from contracts._rule import Rule, Violation
 from contracts.package_layout import PackageView
 from contracts.shapes import shapes_of
 from q38._ops import MS_DOMAIN, QMOE
+from q38.errors import Q38Error
+from q38.package.paths import resolve_inside
+from q38.package.profile import read_profile
 
 __all__ = ["RULES", "state_patterns"]
 
@@ -113,10 +116,6 @@ def _experts(node: ir.Node, model: ir.Model) -> int | None:
 
 
 def _check_profile(view: PackageView) -> list[Violation]:
-    from q38.errors import Q38Error
-    from q38.package.paths import resolve_inside
-    from q38.package.profile import read_profile
-
     models = view.extra.get("graph_models") or {}
     config_dir = Path(view.extra.get("config_dir") or view.root)
     out: list[Violation] = []

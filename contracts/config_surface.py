@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from contracts._rule import Rule, Violation
+from q38.errors import UnsafePathError
 
 __all__ = ["RULES", "check_genai_config", "session_option_blocks"]
 
@@ -144,8 +145,7 @@ def library_paths(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _check_library_paths(config: Mapping[str, Any]) -> list[Violation]:
-    from q38.errors import UnsafePathError
-    from q38.package import safe_relpath
+    from q38.package import safe_relpath  # deferred: pulls in numpy (q38.package.profile)
 
     found = []
     for path, rel in library_paths(config):
@@ -162,6 +162,7 @@ def _check_surface(config: Mapping[str, Any]) -> list[Violation]:
     A genai config that only the Qwen3.8 research builder's keys keep 0.18.0 from loading is a
     warning (CFG-SURFACE-002): q38 reads it, released onnxruntime-genai would refuse it.
     """
+    # deferred: pulls in numpy (q38.package.profile)
     from q38.package.surface import document_reader
 
     problem = document_reader(config).config_problem(config)

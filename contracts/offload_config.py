@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, Violation
 from contracts.float32 import parse_from_chars, parse_strtof
 from contracts.session_config import effective, effective_entries
+from q38.errors import clip
 
 __all__ = [
     "ENV_RULES",
@@ -193,7 +194,6 @@ def shown(value: str) -> str:
     """A session-config value as ORT's message shows it (whole), cut when it is long."""
     if len(value) <= _SHOWN_LIMIT and "\n" not in value and "\r" not in value:
         return value  # ORT's own text, byte for byte
-    from q38.errors import clip
 
     return clip(value)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Rule, Violation
+from contracts.config_surface import library_paths
 from contracts.package_layout import PackageView
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _problems(view: PackageView) -> list[Problem]:
 
     Library paths that ``config_surface.library_paths`` already checks are left to that rule.
     """
-    from contracts.config_surface import library_paths
+    # deferred: pulls in numpy (q38.package.profile)
     from q38.package.path_fields import field_problem, path_fields
 
     config = view.extra.get("config")
@@ -75,6 +76,7 @@ def _category_rule(category: str) -> Callable[[PackageView], list[Violation]]:
 
 
 def _check_shared_ranges(view: PackageView) -> list[Violation]:
+    # deferred: pulls in numpy (q38.package.profile)
     from q38.package.path_fields import shared_initializer_ranges
 
     config = view.extra.get("config")
@@ -84,7 +86,7 @@ def _check_shared_ranges(view: PackageView) -> list[Violation]:
 
 
 def _check_special_files(view: PackageView) -> list[Violation]:
-    from q38.package.files import describe_mode
+    from q38.package.files import describe_mode  # deferred: pulls in numpy (q38.package.profile)
 
     found = []
     for dirpath, dirnames, filenames in os.walk(view.root, followlinks=False):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Rule, Violation
 from contracts.package_layout import PackageView
+from q38.errors import Q38Error
 
 if TYPE_CHECKING:
     from q38.package.memory import MemoryBreakdown
@@ -44,6 +45,7 @@ def profile_fit_violations(
 
     ``document`` / ``placements``: a planned config and pool placements not written yet.
     """
+    # deferred: pulls in numpy (q38.package.profile)
     from q38.package.memory import profile_breakdowns, read_package_facts
 
     facts = read_package_facts(root, document=document, placements=placements)
@@ -96,8 +98,6 @@ def _remedy(m: MemoryBreakdown, over: int, budget: int) -> str:
 
 
 def _check(view: PackageView) -> list[Violation]:
-    from q38.errors import Q38Error
-
     try:
         return profile_fit_violations(view.root)
     except (Q38Error, OSError):  # an unreadable config or graph: the layout and config rules say why

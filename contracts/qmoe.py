@@ -42,6 +42,7 @@ from contracts._graph import (
 from contracts._rule import Violation, parse_version
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
+from contracts.offload_config import shown
 from contracts.schema_registry import registry_for
 from contracts.schema_rules import schema_clean
 from contracts.session_config import effective_entries
@@ -193,7 +194,6 @@ def _check_deferred_scale(model: ModelLike, entries: Mapping[str, str], version:
     value = effective_entries(entries).get(DEFERRED_SCALE_KEY, "0")
     if value in {"0", "1"}:
         return []
-    from contracts.offload_config import shown
 
     return [Violation("QMOE-CPU-002", f"ep.cpu.qmoe_deferred_scale must be '0' or '1', got '{shown(value)}'.",
                       node=node_label(node)) for node in _cpu_nodes(model, version)][:1]  # fmt: skip

@@ -41,10 +41,17 @@ from contracts import (
     session_config,
     shared_initializers,
 )
-from contracts._graph import ModelLike
+from contracts._graph import ModelLike, as_ir_model
+from contracts._installed import installed_version
 from contracts._rule import REFERENCE_ORT_VERSION, Rule, Violation
 from contracts.package_layout import GraphFile, PackageView
+from q38.errors import GraphError, PackageError
+from q38.ort_kernels import cpu_kernels
+from q38.package import external_refs, load_graph
+from q38.package.detect import inside_package as inside
+from q38.package.graphs import quiet_deserializer
 from q38.package.session_options import session_entries
+from q38.package.surface import list_graphs
 
 if TYPE_CHECKING:
     from q38.ort_kernels import MissingKernel
@@ -91,8 +98,6 @@ def installed_ort_version() -> str:
 
     Read without importing onnxruntime (:mod:`contracts._installed`): only ORT sessions need it.
     """
-    from contracts._installed import installed_version
-
     return installed_version("onnxruntime") or REFERENCE_ORT_VERSION
 
 
@@ -174,15 +179,11 @@ class _Graph:
 
 def _inside_package(root: Path, path: Path) -> None:
     """Refuse (one PackageError line) a path whose links loop or resolve outside ``root``."""
-    from q38.package.detect import inside_package as inside
-
     inside(root, path)
 
 
 def _check_graph_path(root: Path, label: str, path: Path) -> None:
     """The config's graph file name stays inside the package, resolves, and names a file."""
-    from q38.errors import PackageError
-
     try:
         rel = path.relative_to(root).as_posix()
     except ValueError:
@@ -197,10 +198,6 @@ def _check_graph_path(root: Path, label: str, path: Path) -> None:
 
 def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str, str], ...], str]:
     """(model, external-data refs, load_graph's refusal or "")."""
-    from q38.errors import GraphError, PackageError
-    from q38.package import external_refs, load_graph
-    from q38.package.graphs import quiet_deserializer
-
     problem = ""
     try:
         model = load_graph(path, root=root)
@@ -267,8 +264,6 @@ def check_graph(
     ``custom_library``: the session registers a custom-op library (unknown domains are its).
     A violation reported by several rule records is returned once.
     """
-    from contracts._graph import as_ir_model
-
     version = ort_version or installed_ort_version()
     ir_model = as_ir_model(model)
     seen: set[Violation] = set()
@@ -292,8 +287,6 @@ def check_package(
         PackageError: the package cannot be read at all (no/unreadable config, unreadable graph).
 
     """
-    from q38.package.surface import list_graphs
-
     root = Path(path)
     version = ort_version or installed_ort_version()
     listing = list_graphs(root)
@@ -361,8 +354,6 @@ def _session_blocks(listing: GraphListing) -> list[tuple[str, Mapping[str, Any]]
 
 def _open_strictly(listing: GraphListing, report: CheckReport) -> None:
     """The surface's own reader; its refusal of a package no rule faulted is the answer."""
-    from q38.errors import PackageError
-
     try:
         listing.reader.open(listing.root)
     except PackageError:
@@ -401,9 +392,7 @@ def _no_kernel_message(missing: list[MissingKernel]) -> str:
 
 
 def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
-    import onnxruntime as ort
-
-    from q38.ort_kernels import cpu_kernels
+    import onnxruntime as ort  # deferred: heavy; only --ort sessions need it
 
     available = list(ort.get_available_providers())
     kernels = cpu_kernels()

@@ -24,6 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import onnx
+from onnx import helper
+
 if TYPE_CHECKING:
     # onnxruntime's own schema class (what get_all_operator_schema() returns), not onnx's.
     from onnxruntime.capi.onnxruntime_pybind11_state.schemadef import OpSchema as OrtOpSchema
@@ -48,16 +51,11 @@ def dump_path(version: str, directory: Path = SCHEMA_DIR) -> Path:
 
 
 def _attr_type_name(code: int) -> str:
-    import onnx
-
     return str(onnx.AttributeProto.AttributeType.Name(code))
 
 
 def _default(raw: bytes) -> object:
     """The JSON value of a schema attribute's default (None when it has none)."""
-    import onnx
-    from onnx import helper
-
     if not raw:
         return None
     proto = onnx.AttributeProto.FromString(raw)
@@ -113,9 +111,7 @@ def _schema(schema: OrtOpSchema) -> dict[str, Any]:
 
 def _opset_accepted(domain: str, version: int) -> bool:
     """Whether a session accepts an opset import of ``domain`` at ``version`` (Identity model)."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import helper
+    import onnxruntime as ort  # deferred: heavy; only the opset probe needs it
 
     opsets = [helper.make_opsetid(domain, version)]
     if domain not in ("", "ai.onnx"):
@@ -176,7 +172,9 @@ def _cpu_kernels(state: ModuleType) -> list[dict[str, Any]]:
 
 def dump_installed() -> dict[str, Any]:
     """The canonical dump of the installed onnxruntime (version, opset limits, schemas, CPU kernels)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # deferred: heavy; only a dump needs it
+
+    # deferred: heavy; only a dump needs it
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     schemas = sorted((_schema(s) for s in state.get_all_operator_schema()),

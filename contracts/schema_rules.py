@@ -222,7 +222,7 @@ def _unknown_imports(model: ModelLike, registry: Registry) -> Iterator[str]:
 
 def _shape_rule(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     """Standard ops whose inference refuses the shapes they get (contracts.shapes)."""
-    from contracts.shapes import shapes_of
+    from contracts.shapes import shapes_of  # deferred: pulls in numpy (contracts.shapes)
 
     ir_model = as_ir_model(model)
     return [Violation("ORT-SHAPE-001", text, node=node_label(node)) for node, text in shapes_of(ir_model).problems

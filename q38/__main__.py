@@ -35,6 +35,7 @@ def entry() -> int:
     """The console script: a Ctrl-C while the CLI itself is still being imported is one line too."""
     gc.set_threshold(*GC_THRESHOLDS)
     try:
+        # deferred: a Ctrl-C during this import is caught below (exit 130)
         from q38.cli import interrupt_exit_code, interrupted, main
     except KeyboardInterrupt:
         sys.stderr.write("q38: interrupted\n")

@@ -107,6 +107,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with q38's one-line, exit-2 error contract and defaults shown in ``--help``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # deferred: cli.py loads only q38.commands eagerly; light
         from q38.commands._options import HelpFormatter
 
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -114,7 +115,7 @@ class _Parser(argparse.ArgumentParser):
         self.commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
-        from q38.errors import bound_line
+        from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
         self.exit(2, f"{bound_line(f'{self.prog}: error: {message}')}\n")
 
@@ -176,7 +177,7 @@ class _BoundedFormatter(logging.Formatter):
     """Every log record is one bounded line too (a library may quote a hostile name in full)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from q38.errors import bound_line
+        from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
         return bound_line(super().format(record))
 
@@ -233,7 +234,7 @@ def missing_dependency_text(name: str | None) -> str:
 
 def _say(command: str, text: str) -> None:
     """Print ``q38 COMMAND: text`` as one bounded line on stderr (never raising on encoding)."""
-    from q38.errors import bound_line
+    from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
     line = bound_line(f"q38 {command}: {text}")
     try:
@@ -244,7 +245,9 @@ def _say(command: str, text: str) -> None:
 
 
 def _os_error_text(exc: OSError) -> str:
-    from q38.errors import clip
+    from q38.errors import clip  # deferred: cli.py loads only q38.commands eagerly; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.files import os_problem
 
     where = ""
@@ -260,7 +263,7 @@ def _user_cause(exc: BaseException) -> BaseException | None:
 
     Only explicit causes count: an exception raised while *handling* an OSError is a bug.
     """
-    from q38.errors import Q38Error
+    from q38.errors import Q38Error  # deferred: cli.py loads only q38.commands eagerly; light
 
     seen: set[int] = set()
     current: BaseException | None = exc.__cause__
@@ -338,8 +341,9 @@ def _say_interrupted(command: str) -> None:
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
-    from q38._deferred import defer_sympy  # stdlib-only module
-    from q38.errors import Q38Error  # stdlib-only module
+    # deferred: q38 --help never loads it; only a command run defers sympy
+    from q38._deferred import defer_sympy
+    from q38.errors import Q38Error  # deferred: cli.py loads only q38.commands eagerly; light
 
     defer_sympy()  # onnx-ir imports sympy eagerly; a command pays for it only if it uses it
 

@@ -72,6 +72,7 @@ def prepare_workdir(workdir: Path) -> Path:
 
 
 def _invoke(step: Step, label: str, progress: TextIO) -> None:
+    # deferred: the sanctioned upward import (pyproject.toml); only demo steps run it
     from q38.cli import main
 
     out, err = io.StringIO(), io.StringIO()

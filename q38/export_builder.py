@@ -54,7 +54,7 @@ CPU_TYPE: Final = "qwen3_5_moe_text"
 
 def _missing_kernels(model: ir.Model) -> list[str]:
     """``op X`` descriptions of the nodes the installed onnxruntime cannot run on CPU."""
-    from q38.ort_kernels import cpu_kernels
+    from q38.ort_kernels import cpu_kernels  # deferred: pulls in numpy (q38.package.profile)
 
     custom = sorted({n.domain for n in model.graph.all_nodes() if n.domain not in ("", "ai.onnx", "com.microsoft")})
     if custom:
@@ -107,6 +107,7 @@ def _check_loadable(pkg: GenaiPackage) -> None:
     That is a research-builder key 0.18.0 refuses, a model type with no text decoder, or an
     engram section; what 0.18.0 merely lacks is rewritten by :func:`_rewrite` instead.
     """
+    # deferred: pulls in numpy (q38.package.genai_surface)
     from q38.package.genai_config import OG_MODEL_TYPES
 
     cfg = pkg.config
@@ -130,7 +131,9 @@ def plan_builder_export(pkg: GenaiPackage, *, link: LinkPolicy, provider: str, d
         ExportError / PackageError: one line naming the file, node or key at fault.
 
     """
-    from q38.package import load_graph
+    from q38.package import load_graph  # deferred: pulls in numpy (q38.package.profile)
+
+    # deferred: pulls in numpy (q38.package.genai_surface)
     from q38.package.genai_config import dumps_genai_config
 
     src = pkg.root
@@ -174,7 +177,7 @@ def plan_builder_export(pkg: GenaiPackage, *, link: LinkPolicy, provider: str, d
 
 def _referenced_files(models: dict[str, ir.Model], root: Path, *, exclude: str = "") -> set[str]:
     """The data files (relative to ``root``) the graphs' external tensors name."""
-    from q38.package.graphs import external_refs
+    from q38.package.graphs import external_refs  # deferred: pulls in numpy (q38.package.graphs)
 
     files = set()
     for role, model in models.items():

@@ -26,11 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
 from q38.export_plan import ExportPlan, write_export
 from q38.ort_kernels import cpu_kernels
+from q38.package import check_destination, check_output_outside, load_graph, open_any
+from q38.package.jsonio import dumps_json
 from q38.package.links import LinkPolicy
+from q38.package.paths import resolve_inside
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -195,8 +200,8 @@ def export_genai(
         ExportError / PackageError: one line naming the file, node or key at fault.
 
     """
+    # deferred: pulls in onnx_ir (q38.export_builder)
     from q38.export_builder import plan_builder_export
-    from q38.package import check_destination, check_output_outside, open_any
 
     src, out = Path(src), Path(out)
     check_destination(out, what="output")
@@ -214,10 +219,7 @@ def export_genai(
 
 def _plan_v12b_export(opened: V12bPackage, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:
     """A q38 package's export: its target graph and data, and a config written for 0.18.0."""
-    from q38.package import load_graph
-    from q38.package.graphs import external_refs
-    from q38.package.jsonio import dumps_json
-    from q38.package.paths import resolve_inside
+    from q38.package.graphs import external_refs  # deferred: pulls in onnx (q38.package.graphs)
 
     package = opened.package
     src = package.root
@@ -253,8 +255,7 @@ def _plan_v12b_export(opened: V12bPackage, *, link: LinkPolicy, provider: str, d
 
 def generate_tokens(model_dir: Path | str, prompt: list[int], new_tokens: int) -> list[int]:
     """Greedy generation with onnxruntime-genai on CPU (``Config.clear_providers()``)."""
-    import numpy as np
-    import onnxruntime_genai as og
+    import onnxruntime_genai as og  # deferred: heavy, optional; only token generation needs it
 
     tokens: list[int] = []
     try:

@@ -41,6 +41,7 @@ class ExportPlan:
 
 def write_export(plan: ExportPlan, out: Path) -> dict[str, str]:
     """Stage the planned files and config at ``out`` (renamed into place; nothing left on failure)."""
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package import StagedDirectory
 
     files: dict[str, str] = {}

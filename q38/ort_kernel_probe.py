@@ -138,12 +138,13 @@ class Outcome:
 
 
 def _ort() -> ModuleType:
-    import onnxruntime
+    import onnxruntime  # deferred: heavy; only a probe run needs it
 
     return onnxruntime
 
 
 def _state() -> ModuleType:
+    # deferred: heavy; only a probe run needs it
     from onnxruntime.capi import onnxruntime_pybind11_state
 
     return onnxruntime_pybind11_state
@@ -204,7 +205,7 @@ def cases_for(schema: OrtOpSchema) -> list[Case]:
 
 def _tensor_type(type_str: str) -> int | None:
     """The TensorProto element type of an ORT type string, ``None`` for non-tensor types."""
-    from onnx import TensorProto
+    from onnx import TensorProto  # deferred: heavy; only a probe run needs it
 
     if not (type_str.startswith("tensor(") and type_str.endswith(")")):
         return None
@@ -278,7 +279,7 @@ def _one_node_model(schema: OrtOpSchema, case: Case, binding: dict[str, str], wi
     ``with_optional``: every optional input and output present, else only the required ones
     (an omitted optional slot in the middle is the empty name, as ONNX spells it).
     """
-    from onnx import helper
+    from onnx import helper  # deferred: heavy; only a probe run needs it
 
     hint = HINTS.get((schema.domain, schema.name), Hint())
 

@@ -257,7 +257,7 @@ def dtype_name(dtype: str | int | None) -> str | None:
     if isinstance(dtype, str):
         name = dtype[len("tensor("):-1] if dtype.startswith("tensor(") and dtype.endswith(")") else dtype
         return {"float32": "float", "float64": "double"}.get(name.lower(), name.lower())
-    from onnx import TensorProto
+    from onnx import TensorProto  # deferred: heavy; only an int dtype needs it
 
     return str(TensorProto.DataType.Name(int(dtype)).lower())
 
@@ -288,7 +288,7 @@ def installed_identity() -> tuple[str, str]:
     if dist is not None:
         version, record = dist
     else:  # no wheel metadata (a source build): ask the module itself
-        import onnxruntime
+        import onnxruntime  # deferred: heavy; only without wheel metadata
 
         version, record = str(onnxruntime.__version__), []
     digest = hashlib.sha256(f"{version}\n".encode())

@@ -25,6 +25,9 @@ from q38.assembly.inputs import Library, check_destinations, check_libraries, ch
 from q38.assembly.proto_io import save_proto
 from q38.assembly.qsa import qsa_constants
 from q38.errors import BuildError, InternalError, PackageError
+from q38.offload.build import emit_multidraft_graphs, offload_profiles_config
+from q38.offload.router import clear_router_weights
+from q38.package import load_graph, save_graph
 from q38.package.config import config_to_dict, dumps_config, parse_config
 from q38.package.hashing import KnownDigests, sha256_file
 from q38.package.links import LinkPolicy, Placed, Placer
@@ -206,10 +209,6 @@ def _emit_multidraft(root: Path, config_text: str, *, profiles: bool) -> tuple[s
     With ``profiles`` the router_weights inputs are cleared (the offload backend does not take
     them) and the config gains the runtime profiles and offload session options of ``q38 offload``.
     """
-    from q38.offload.build import emit_multidraft_graphs, offload_profiles_config
-    from q38.offload.router import clear_router_weights
-    from q38.package import load_graph, save_graph
-
     cfg = parse_config(json.loads(config_text))
     g = cfg.model.qwen38_graph
     target = load_graph(root / g.target, root=root)
@@ -363,8 +362,6 @@ def build_package(req: BuildRequest) -> BuildResult:
                     done.append(stage)
             except BaseException:
                 for stage in done:  # never leave half of a layered build
-                    import shutil
-
                     shutil.rmtree(stage.dest, ignore_errors=True)
                 raise
         finally:

@@ -44,11 +44,11 @@ def write_plot(result: GateResult, samples: SampleSet, path: Path) -> bool:
     if not result.rows:
         return False
     try:
-        import matplotlib
+        import matplotlib  # deferred: heavy and optional (ImportError: no plot)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.lines import Line2D
+        import matplotlib.pyplot as plt  # deferred: heavy; after matplotlib.use("Agg")
+        from matplotlib.lines import Line2D  # deferred: heavy and optional (ImportError: no plot)
     except ImportError:
         return False
     rows = list(result.rows)

@@ -351,7 +351,7 @@ def _as_proto(model: str | os.PathLike[str] | onnx.ModelProto | ir.Model) -> tup
         return load_proto(path), path.parent
     if isinstance(model, onnx.ModelProto):
         return model, None
-    import onnx_ir as ir
+    import onnx_ir as ir  # deferred: not imported by q38.canonical; loaded if model is an ir.Model
 
     if isinstance(model, ir.Model):
         base_dir: Path | None = None

@@ -31,7 +31,9 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
 
 def placement_options(args: argparse.Namespace) -> tuple[LinkPolicy, bool]:
     """(LinkPolicy, digest) from the flags; the command's core builds one Placer from them."""
-    from q38.errors import FlagError
+    from q38.errors import FlagError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.links import LinkPolicy
 
     if args.copy and args.link not in ("auto", "copy"):

@@ -51,6 +51,7 @@ def refuse_invalid_source(source: Path | str, args: argparse.Namespace) -> froze
     the contract runner cannot read at all is left to the command, whose own reader names the
     fault in its own words.
     """
+    # deferred: pulls numpy into q38 --help (contracts.shapes)
     from contracts.runner import check_package
 
     try:
@@ -83,11 +84,13 @@ def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
     Inside the block every staged output (:data:`q38.package.staging.COMMIT_CHECKS`) must pass
     the contract rules except those the source already broke (``--allow-invalid-source``).
     """
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.staging import COMMIT_CHECKS
 
     allowed = refuse_invalid_source(source, args)
 
     def check_output(tree: Path, dest: Path) -> None:
+        # deferred: pulls numpy into q38 --help (contracts.shapes)
         from contracts.runner import check_package
 
         try:

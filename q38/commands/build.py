@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     Returns 0; a bundle or flag the builder refuses raises its one-line error (exit 2).
     """
+    # deferred: pulls ml_dtypes into q38 --help (q38.assembly.proto_io)
     from q38.assembly import BuildRequest, build_package
 
     link, digest = placement_options(args)

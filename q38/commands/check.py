@@ -42,6 +42,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _register_report_options(p: argparse.ArgumentParser) -> None:
     """--format / --output, rule selection and baselines (rendered by q38.report)."""
+    # deferred: command modules import at call time; light
     from q38.commands._options import comma_list
 
     p.add_argument("--format", dest="output_format", default="text",
@@ -69,10 +70,15 @@ def run(args: argparse.Namespace) -> int:
     The report is in the chosen format. Returns 0 when no active error (and no failed session),
     else 1; a contradictory flag pair raises FlagError (exit 2) before anything runs.
     """
+    # deferred: pulls numpy into q38 --help (contracts.shapes)
     from contracts.runner import check_package
+
+    # deferred: command modules import at call time; light
     from q38.errors import FlagError, bound_line
-    from q38.progress import elapsed
-    from q38.report import render
+    from q38.progress import elapsed  # deferred: command modules import at call time; light
+    from q38.report import render  # deferred: command modules import at call time; light
+
+    # deferred: pulls onnx into q38 --help (contracts._graph)
     from q38.report.results import (
         Selection,
         check_selectors,

@@ -36,7 +36,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo in --workdir (see :mod:`q38.demo`); the exit code of the first failed step, or 0."""
-    from q38.demo import run_demo
+    from q38.demo import run_demo  # deferred: command modules import at call time; light
 
     return run_demo(
         workdir=args.workdir,

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     Returns 0 when they are the same, 1 when they differ; an unreadable package raises (exit 2).
     """
+    # deferred: pulls numpy into q38 --help (q38.canonical.graph)
     from q38.diff import diff_packages
 
     result = diff_packages(args.a, args.b)

@@ -27,11 +27,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the rule's text (or its catalogue entry as JSON with --json)."""
-    import json
-    import textwrap
+    import json  # deferred: command modules import at call time; stdlib
+    import textwrap  # deferred: command modules import at call time; stdlib
 
-    from contracts.catalogue import entry
-    from q38.errors import FlagError, quote
+    from contracts.catalogue import entry  # deferred: pulls onnx into q38 --help (contracts._graph)
+    from q38.errors import FlagError, quote  # deferred: command modules import at call time; light
 
     e = entry(args.rule_id)
     if e is None:

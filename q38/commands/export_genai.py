@@ -53,10 +53,14 @@ def run(args: argparse.Namespace) -> int:
     With ``--generate N`` the export is staged, N tokens are generated with onnxruntime-genai,
     and only then is it moved to OUT: a failed generation leaves no OUT. Returns 0.
     """
-    from q38.errors import FlagError, quote
+    from q38.errors import FlagError, quote  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.export_genai import export_genai, generate_tokens
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.staging import StagedDirectory, rename_noreplace
-    from q38.progress import elapsed
+    from q38.progress import elapsed  # deferred: command modules import at call time; light
 
     link, digest = placement_options(args)
 

@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
     Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 0.
     """
-    from q38.errors import FlagError
+    from q38.errors import FlagError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.fit import fit_package, parse_gpu
 
     if args.plot is not None and os.path.lexists(args.plot):
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = parse_gpu(args.gpu) if args.gpu is not None else None
     report = fit_package(args.package, contexts=args.context or (), gpu=gpu, batch=args.batch)
     if args.plot is not None:
+        # deferred: pulls numpy into q38 --help (q38.package.profile)
         from q38.fit.plot import plot_report
 
         if not report.rows:

@@ -72,7 +72,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert SRC into OUT for QMoE offload (gated on the source passing ``q38 check``); returns 0."""
+    # deferred: pulls numpy into q38 --help (q38.offload.session_plan)
     from q38.offload.convert import convert_package
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.offload.options import OffloadOptions
 
     options = OffloadOptions(

@@ -58,7 +58,7 @@ Target = Literal["cuda", "cpu"]
 
 def default_target(src: Path) -> tuple[Target, str]:
     """The ``--target`` SRC can run and why: cpu for a cpu variant or a CPU-only config, else cuda."""
-    from q38.package import open_any
+    from q38.package import open_any  # deferred: pulls numpy into q38 --help (q38.package.profile)
 
     target, why = open_any(src).preferred_target()
     return ("cuda" if target == "cuda" else "cpu"), why
@@ -70,12 +70,14 @@ def run(args: argparse.Namespace) -> int:
     --target-ort rewrites only into ops that onnxruntime version has kernels for; --explain prints
     each pass's outcome. Returns 0.
     """
+    # deferred: pulls ml_dtypes into q38 --help (q38.optimize.fp8_head)
     from q38.optimize.driver import optimize_package
 
     target: Target
     target, why = (args.target, "--target") if args.target else default_target(args.src)
     _LOG.info("target %s (%s)", target, why)
     link, digest = placement_options(args)
+    # deferred: pulls ml_dtypes into q38 --help (q38.optimize.fp8_head)
     from q38.optimize.target_kernels import active, for_target
 
     kernels = for_target(args.target_ort, target) if args.target_ort else None

@@ -74,7 +74,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from q38.errors import FlagError
+    from q38.errors import FlagError  # deferred: command modules import at call time; light
 
     if args.from_ort_state is not None and (args.output is None or args.plan or args.ort_state is not None):
         raise FlagError("--from-ort-state FILE writes -o FILE only (no --plan, no --ort-state)")
@@ -98,7 +98,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _check_trace_args(args: argparse.Namespace) -> None:
-    from q38.errors import FlagError
+    from q38.errors import FlagError  # deferred: command modules import at call time; light
 
     if args.trace is not None and args.expert_profile is None:
         raise FlagError("--trace is replayed with --plan --expert-profile (a measuring run has its own trace)")
@@ -116,7 +116,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
     An interrupted run leaves neither ``path`` nor the temporary file.
     """
-    import tempfile
+    import tempfile  # deferred: command modules import at call time; stdlib
 
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
     ``--from-ort-state`` converts onnxruntime's state file instead. Returns 0; a profile that
     cannot be measured or written raises ProfileError (exit 2).
     """
-    from q38.errors import ProfileError
+    from q38.errors import ProfileError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.profile import encode_profile, read_profile
 
     _check_args(args)
@@ -182,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
               f"{measured.prompts} prompts, {measured.generated} tokens generated, {total} rows processed "
               f"({', '.join(f'{g} {n}' for g, n in measured.rows_processed.items())}), {measured.seconds:.1f} s")  # fmt: skip
     if plan is not None:
+        # deferred: pulls numpy into q38 --help (q38.offload.hitrate)
         from q38.offload.hitrate import format_reports
 
         print("\n".join(format_reports(plan.hit_rates)))
@@ -193,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileRun | None,
             plan: OffloadReport) -> ReplayReport | None:
     """The plan's first tier replayed against LRU, LFU and Belady over the trace (None without one)."""
-    import numpy as np
+    import numpy as np  # deferred: heavy; keeps q38 --help free of numpy
 
+    # deferred: pulls numpy into q38 --help (q38.profile.replay)
     from q38.profile.replay import plot_coverage, read_trace, replay_plan
 
     counts = np.asarray(profile.counts)
@@ -217,7 +221,9 @@ def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileR
 
 def _write_trace(path: str, measured: ProfileRun) -> None:
     """Write the measured run's selection trace to ``path`` (never replacing a file)."""
-    from q38.errors import ProfileError
+    from q38.errors import ProfileError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.profile.replay)
     from q38.profile.replay import trace_bytes, trace_document
 
     labels = [s.label for s in measured.sites]
@@ -231,7 +237,10 @@ def _write_trace(path: str, measured: ProfileRun) -> None:
 
 def _measure(args: argparse.Namespace) -> ProfileRun:
     """Run the workload (--prompts FILE, else synthetic prompts from --seed) over the package on CPU."""
+    # deferred: pulls numpy into q38 --help (q38.profile.run)
     from q38.profile.run import open_runnable, profile_package
+
+    # deferred: pulls numpy into q38 --help (q38.profile.workload)
     from q38.profile.workload import Workload, og_tokenizer, read_prompts, synthetic_prompts
 
     root = Path(args.package)
@@ -241,6 +250,7 @@ def _measure(args: argparse.Namespace) -> ProfileRun:
         source = f"--prompts {args.prompts}"
     else:
         if not pkg.vocab:
+            # deferred: command modules import at call time; light
             from q38.errors import ProfileError
 
             raise ProfileError(f"{root}: the config has no vocab_size: give --prompts FILE")
@@ -251,7 +261,10 @@ def _measure(args: argparse.Namespace) -> ProfileRun:
 
 def _plan(args: argparse.Namespace, profile: ExpertProfile) -> OffloadReport:
     """The offload plan (resident slots, hit rates) ``profile`` gives, as ``q38 offload`` would make it."""
+    # deferred: pulls numpy into q38 --help (q38.offload.session_plan)
     from q38.offload.convert import preview_offload
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.offload.options import OffloadOptions
 
     options = OffloadOptions(
@@ -266,7 +279,9 @@ def _plan(args: argparse.Namespace, profile: ExpertProfile) -> OffloadReport:
 
 def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
     """The measured counts of the decoder's rows as onnxruntime's expert counter state file."""
-    from q38.errors import ProfileError
+    from q38.errors import ProfileError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.profile.ort_state)
     from q38.profile.ort_state import decoder_nodes, encode_state
 
     nodes, _experts = decoder_nodes(Path(args.package))
@@ -282,9 +297,15 @@ def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
 
 def _from_ort_state(args: argparse.Namespace) -> int:
     """``--from-ort-state FILE PKG -o OUT``: onnxruntime's state file as an STRP v1 profile."""
-    from q38.errors import ProfileError
+    from q38.errors import ProfileError  # deferred: command modules import at call time; light
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.files import read_text_bounded
+
+    # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.profile import ExpertProfile, encode_profile
+
+    # deferred: pulls numpy into q38 --help (q38.profile.ort_state)
     from q38.profile.ort_state import decoder_nodes, parse_state, state_to_counts
 
     source = f"--from-ort-state {args.from_ort_state}"

@@ -41,6 +41,7 @@ from q38.diff.graph import diff_graph
 from q38.diff.model import Difference
 from q38.diff.tree import diff_tree
 from q38.errors import PackageError
+from q38.package.surface import open_any
 
 __all__ = ["FILES_GROUP", "PackageDiff", "diff_packages"]
 
@@ -210,8 +211,6 @@ def _diff_files(a: _Side, b: _Side) -> Iterator[Difference]:
 def _roles(root: Path) -> dict[str, str]:
     """Graph file -> role(s) the config gives it, where the package opens (labels only)."""
     try:
-        from q38.package.surface import open_any
-
         roles: dict[str, list[str]] = {}
         for ref in open_any(root).graphs():
             roles.setdefault(os.path.relpath(ref.path, root), []).append(ref.role)

@@ -17,10 +17,10 @@ __all__ = ["plot_report"]
 
 def plot_report(report: FitReport, path: Path) -> None:
     """Write the report's stacked-bar chart as a PNG at ``path``."""
-    import matplotlib
+    import matplotlib  # deferred: heavy; only q38 fit --plot needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: heavy; after matplotlib.use("Agg")
 
     rows = report.rows
     labels = [f"{r.name}\n@{r.context}" for r in rows]

@@ -30,6 +30,7 @@ EligibilityCheck = Callable[[ir.Model, str], Sequence[Verdict]]
 def contracts_eligibility(model: ir.Model, mode: str) -> list[Verdict]:
     """Verdicts from ``contracts.offload_nodes.offload_eligibility`` for every candidate node of ``model``."""
     # function-level: the QMoE node rules load the schema registry, which ``q38 --help`` must not pay for
+    # deferred: pulls in onnx (contracts._graph)
     from contracts.offload_nodes import offload_eligibility
 
     return _normalize(offload_eligibility(model, mode), model)

@@ -24,10 +24,11 @@ def refuse_unfit_profiles(src: Path, config: Config, pool: WeightsPool) -> None:
 
     ``config``: the planned :class:`q38.package.Config`; ``pool``: the planned weights pool.
     """
+    # deferred: pulls in onnx (contracts._graph)
     from contracts.profile_fit import profile_fit_violations
-    from q38.package import config_to_dict
-    from q38.package.memory import pool_placements
-    from q38.package.surface import list_graphs
+    from q38.package import config_to_dict  # deferred: pulls in numpy (q38.package.profile)
+    from q38.package.memory import pool_placements  # deferred: pulls in numpy (q38.package.profile)
+    from q38.package.surface import list_graphs  # deferred: pulls in numpy (q38.package.profile)
 
     document = config_to_dict(config)
     target = config.model.qwen38_graph.target

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from q38.errors import OffloadError
 from q38.offload.options import OffloadOptions
 from q38.offload.rows import ProfileRows, Site
@@ -65,7 +67,6 @@ def plan_caps(
     covered = [s for s in planned if rows.rows[index[(s.graph, s.name)]] is not None]
     if not covered:
         raise OffloadError("--total-resident-slots: no offloaded QMoE node is covered by the profile")
-    import numpy as np
 
     matrix = np.stack([rows.profile.counts[rows.rows[index[(s.graph, s.name)]] or 0] for s in covered])
     caps = plan_from_profile(
@@ -101,6 +102,7 @@ def chained_caps(plan: SlotPlan, graph: str, draft_nodes: Sequence[str]) -> dict
 def check_emitted(entries: Mapping[str, str]) -> None:
     """The emitted ``session.moe.offload.*`` entries pass ``contracts.offload_config``."""
     try:
+        # deferred: the except lets q38.offload run without contracts
         from contracts.offload_config import check_offload_config
     except ModuleNotFoundError:  # pragma: no cover - contracts ship with q38
         return

@@ -33,6 +33,7 @@ from q38._ops import MS_DOMAIN, MS_OPSET
 from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
 from q38.optimize.graph_order import NodeOrder, remove_dead
 from q38.optimize.target_kernels import TargetKernels, active_kernels
+from q38.ort_kernels import cpu_kernels, dtype_name
 
 if TYPE_CHECKING:  # the kernel table (and its onnxruntime probe) is imported by --target cpu only
     from q38.ort_kernels import CpuKernels
@@ -421,8 +422,6 @@ class RewritePass(ir.passes.InPlacePass):
         ``targeted``: the kernels of ``--target-ort``'s release on the target EP (else the
         installed onnxruntime's CPU kernels, for ``--target cpu``).
         """
-        from q38.ort_kernels import cpu_kernels, dtype_name
-
         if self.kernels is None and targeted is not None:
             for node in self.produces(match):
                 if not targeted.has(node.op, node.domain, node.dtype):

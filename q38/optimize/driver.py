@@ -54,6 +54,7 @@ from q38.package import (
     save_graph,
     sha256_file,
 )
+from q38.package.genai_config import dumps_genai_config
 from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
 from q38.package.pool import POOL_FILENAME
 from q38.package.shared_initializers import shared_initializer_problems
@@ -127,8 +128,6 @@ class SharedInitializerWriteBack(WriteBack):
 
     def finish(self, writer: PackageWriter, total: OptimizeResult, target: Target) -> None:
         """Copy the config byte for byte, or write it without the broken shared-initializer entries."""
-        from q38.package.genai_config import dumps_genai_config
-
         pkg = self.genai
         config_rel = pkg.config_path.relative_to(pkg.root).as_posix()
         config, dropped = _reconciled_config(pkg, self.models, writer.path)

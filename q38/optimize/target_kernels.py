@@ -21,6 +21,7 @@ from importlib import resources
 from typing import Any, Final
 
 from q38.errors import FlagError
+from q38.ort_kernels import dtype_name
 from q38.ort_targets import ort_target
 
 __all__ = ["TargetKernels", "active", "active_kernels", "for_target"]
@@ -39,8 +40,6 @@ class TargetKernels:
 
     def has(self, op: str, domain: str = "com.microsoft", dtype: str | int | None = None) -> bool:
         """Whether the release has a kernel for ``domain::op`` (taking ``dtype`` when given)."""
-        from q38.ort_kernels import dtype_name
-
         key = ("" if domain == "ai.onnx" else domain or "", op)
         if key[0] == "" and self.ep == "cuda" and self.source.startswith("schemas"):
             return True  # standard ops: CUDA coverage is the fact file's to say, not the schemas'

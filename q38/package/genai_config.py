@@ -30,8 +30,10 @@ from typing import Any, Final
 from q38.errors import ConfigError
 from q38.package import genai_surface as gs
 from q38.package.detect import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
+from q38.package.files import CONFIG_LIMIT, read_bounded
 from q38.package.genai_checks import check_document
 from q38.package.json_forms import keep_source_forms
+from q38.package.jsonio import dumps_json, loads_strict
 from q38.package.session_options import Provider, SessionBlock, read_session_options
 
 __all__ = [
@@ -392,9 +394,6 @@ def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
     reader refuses them), and a document GenAI 0.18.0 accepts (``research``: or one the Qwen3.8
     research builder writes).
     """
-    from q38.package.files import CONFIG_LIMIT, read_bounded
-    from q38.package.jsonio import loads_strict
-
     raw = read_bounded(path, what="config", limit=CONFIG_LIMIT, error=ConfigError)
     try:
         text = raw.decode("utf-8")
@@ -491,8 +490,6 @@ def dumps_genai_config(cfg: GenaiConfig) -> str:
     Refuses (ConfigError, naming the key path) what strict JSON cannot carry and what GenAI's
     reader could not read back: a control character JSON would write as a ``\u`` escape.
     """
-    from q38.package.jsonio import dumps_json
-
     doc = genai_config_to_dict(cfg)
     dumps_json(doc, what="genai_config.json", error=ConfigError)  # NaN, >64-bit ints, NUL, surrogates
     _no_u_escapes(doc, "")

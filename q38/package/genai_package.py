@@ -32,6 +32,7 @@ from q38.package.genai_config import (
 )
 from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
+from q38.package.path_fields import check_path_fields
 from q38.package.session_options import Provider, SessionBlock, read_session_options
 from q38.package.step_graphs import DecodeGraphs, StepGraph
 
@@ -160,7 +161,7 @@ class GenaiPackage:
 
     def load(self, role: str) -> ir.Model:
         """Load one graph without its external weights (validated, hard-link tolerant)."""
-        from q38.package.graphs import load_graph  # onnx_ir loads when a graph does
+        from q38.package.graphs import load_graph  # deferred: pulls in onnx (q38.package.graphs)
 
         return load_graph(self.graph(role).path, root=self.root)
 
@@ -241,8 +242,8 @@ def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -
         config: the already parsed config, if the caller has it.
 
     """
+    # deferred: pulls in onnx (q38.package.graphs)
     from q38.package.package import _check_tree, _package_dirs, _require_file
-    from q38.package.path_fields import check_path_fields
 
     root = Path(path)
     layout, _dirs = _package_dirs(root)

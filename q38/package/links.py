@@ -247,6 +247,7 @@ class Placer:
     @contextlib.contextmanager
     def progress(self, files: list[Path], label: str) -> Iterator[None]:
         """A progress bar in bytes over ``files`` (TTY only) while the block places them."""
+        # deferred: read at call time, where tests patch q38.progress.Progress (test_progress_labels.py)
         from q38.progress import Progress
 
         saved = self.on_bytes

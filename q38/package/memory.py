@@ -34,6 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from q38.errors import GraphError, PackageError
+from q38.package.paths import resolve_inside
+from q38.package.pool import read_pool
+from q38.package.surface import list_graphs
+
 if TYPE_CHECKING:  # onnx loads when a graph is read, not at import
     import onnx
 
@@ -158,9 +163,7 @@ def _rel(root: Path, path: Path) -> str:
 
 def load_graph_header(path: Path) -> onnx.ModelProto:
     """The graph's ModelProto without external data (``onnx.load(..., load_external_data=False)``)."""
-    import onnx
-
-    from q38.errors import GraphError
+    import onnx  # deferred: heavy; only reading a graph header needs it
 
     try:
         return onnx.load(str(path), load_external_data=False)
@@ -354,8 +357,6 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
     ``document`` / ``placements``: a config and pool placements planned but not yet written
     (``q38 offload`` checks its profiles before writing); default: the package's own.
     """
-    from q38.package.surface import list_graphs
-
     root = Path(path)
     listing = list_graphs(root)
     doc = dict(document) if document is not None else listing.document
@@ -364,8 +365,6 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
     decoder = _obj(model.get("decoder"))
     refs = listing.graphs
     if not refs:
-        from q38.errors import PackageError
-
         raise PackageError(f"{root}: the config names no graph")
     decoder_rel = _rel(root, refs[0].path)
     alternates = {"s2", "s3", "s4"}
@@ -421,8 +420,6 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
 
 
 def _pool_placements(root: Path, config_dir: Path, graph: Mapping[str, Any]) -> dict[tuple[str, int], str]:
-    from q38.package.pool import read_pool
-
     name = graph.get("weights_pool")
     if not isinstance(name, str) or not (config_dir / name).is_file():
         return {}
@@ -570,16 +567,12 @@ def breakdown(facts: PackageFacts, graphs: Mapping[str, GraphMemory], *, decoder
 
 def load_memory(facts: PackageFacts, rels: Iterable[str]) -> dict[str, GraphMemory]:
     """:func:`graph_memory` of each graph in ``rels`` (each loaded once)."""
-    from q38.package.paths import resolve_inside
-
     out: dict[str, GraphMemory] = {}
     for rel in rels:
         if rel not in out:
             # a graph the config names outside the package is refused, never read
             path = resolve_inside(facts.root, rel, what="graph")
             if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
-                from q38.errors import PackageError
-
                 raise PackageError(f"{path}: graph is not a regular file")
             out[rel] = graph_memory(path, facts.root, head_size=facts.head_size)
     return out

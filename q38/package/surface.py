@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import PackageError
 from q38.package import detect
+from q38.package.config import read_config
 from q38.package.detect import CONFIG_FILENAME, SURFACES, SurfaceName, read_raw_config
+from q38.package.genai_config import read_genai_config
 from q38.package.graph_ref import GraphRef
 from q38.package.interface import AnyPackage, SurfaceReader
 from q38.package.readers import reader_for
@@ -67,9 +69,6 @@ def exporter_config(directory: Path) -> Config | GenaiConfig:
 
     ``q38 build`` reads the model fields from it; which surface it is shows in the type returned.
     """
-    from q38.package.config import read_config
-    from q38.package.genai_config import read_genai_config
-
     path = directory / CONFIG_FILENAME
     return read_genai_config(path) if detect.detect_surface(directory) == "genai" else read_config(path)
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from q38.errors import ProfileError, clip
+from q38.package.memory import graph_memory, load_graph_header, read_package_facts
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -96,7 +97,7 @@ def _feeds(session: ort.InferenceSession, head_size: int) -> dict[str, np.ndarra
 
 def ort_qmoe_nodes(graph: Path, *, head_size: int = 0) -> list[OrtNode]:
     """The QMoE nodes of ``graph`` with their optimized-graph indices, from one counted CPU step."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # deferred: heavy; only the counted CPU step needs it
 
     options = ort.SessionOptions()
     options.log_severity_level = 1  # INFO: RecordUsage's lines
@@ -185,8 +186,6 @@ def state_to_counts(state: Mapping[tuple[str, int, str], Mapping[int, float]], n
 
 def decoder_nodes(root: Path) -> tuple[list[OrtNode], int]:
     """The decoder's QMoE nodes in graph order (profile row order) with ORT's indices, and the expert count."""
-    from q38.package.memory import graph_memory, load_graph_header, read_package_facts
-
     facts = read_package_facts(root)
     graph = facts.path(facts.decoder)
     order = [n.name for n in load_graph_header(graph).graph.node if n.op_type == "QMoE"]

@@ -25,16 +25,21 @@ fraction of expert bytes resident against the fraction of selections served.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from q38.errors import ProfileError
+from q38.package.files import read_text_bounded
+from q38.package.memory import load_memory, read_package_facts
+
 if TYPE_CHECKING:
     import os
-    from pathlib import Path
 
     from q38.offload.hitrate import HitReport
 
@@ -120,7 +125,7 @@ class ReplayReport:
 
 
 def _static(seq: np.ndarray, capacity: int, counts: np.ndarray) -> PolicyResult:
-    from q38.offload.hitrate import resident_experts
+    from q38.offload.hitrate import resident_experts  # deferred: pulls in onnx (q38.offload.router)
 
     resident = {int(e) for e in resident_experts(counts, capacity)}
     hits = sum(1 for e in seq if int(e) in resident)
@@ -129,7 +134,7 @@ def _static(seq: np.ndarray, capacity: int, counts: np.ndarray) -> PolicyResult:
 
 def _warm(counts: np.ndarray, capacity: int) -> list[int]:
     """The plan's resident set, least popular first (the start of a warm LRU / LFU)."""
-    from q38.offload.hitrate import resident_experts
+    from q38.offload.hitrate import resident_experts  # deferred: pulls in onnx (q38.offload.router)
 
     chosen = [int(e) for e in resident_experts(counts, capacity)]
     return sorted(chosen, key=lambda e: (int(counts[e]), -e))
@@ -248,10 +253,10 @@ def replay(
 
 def plot_coverage(report: ReplayReport, path: str | os.PathLike[str], title: str) -> None:
     """The coverage curve as a PNG, with each policy's overall hit rate at the plan's resident bytes."""
-    import matplotlib
+    import matplotlib  # deferred: heavy; only q38 profile --coverage needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: heavy; after matplotlib.use("Agg")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
     xs = [100 * b for b, _s in report.coverage]
@@ -291,8 +296,6 @@ def trace_document(trace: Sequence[np.ndarray], labels: Sequence[str], tokens: S
 
 def trace_bytes(document: Mapping[str, Any]) -> bytes:
     """The trace as compact JSON bytes (the caller writes them atomically)."""
-    import json
-
     return (json.dumps(document, separators=(",", ":")) + "\n").encode()
 
 
@@ -303,11 +306,6 @@ def read_trace(path: Path, *, rows: int, experts: int) -> tuple[list[np.ndarray]
         ProfileError: not a trace, another version, or rows / experts that do not match the profile.
 
     """
-    import json
-
-    from q38.errors import ProfileError
-    from q38.package.files import read_text_bounded
-
     try:
         doc = json.loads(read_text_bounded(path, limit=1 << 30, what="--trace"))
     except ValueError as exc:
@@ -333,10 +331,6 @@ def read_trace(path: Path, *, rows: int, experts: int) -> tuple[list[np.ndarray]
 
 def expert_bytes_by_node(root: Path | str) -> dict[tuple[str, str], int]:
     """(graph file name, QMoE node) -> bytes per expert, from shapes and dtypes (q38.package.memory)."""
-    from pathlib import Path
-
-    from q38.package.memory import load_memory, read_package_facts
-
     facts = read_package_facts(root)
     graphs = load_memory(facts, [facts.decoder, *facts.companions, *facts.state_graphs])
     out: dict[tuple[str, str], int] = {}
@@ -357,8 +351,6 @@ def replay_plan(root: Path | str, hit_report: HitReport, counts: np.ndarray, tra
 
     Rows the runtime keeps on the GPU hold every expert; uncapped rows (ORT sizes them) are left out.
     """
-    from pathlib import Path
-
     per_node = expert_bytes_by_node(root)
     rows = counts.shape[0]
     labels = [f"row {i}" for i in range(rows)]

@@ -34,7 +34,9 @@ import onnx_ir as ir
 from q38.errors import ProfileError
 from q38.offload.router import qmoe_nodes
 from q38.offload.rows import Site, qmoe_sites
+from q38.ort_kernels import cpu_kernels
 from q38.package.profile import ExpertProfile
+from q38.package.surface import open_any
 from q38.profile.stepper import StateNames, Stepper
 from q38.profile.taps import TappedGraph, select_experts, tapped_graph
 from q38.profile.workload import Workload
@@ -107,8 +109,6 @@ def _decoder_dims(head_size: int | None) -> dict[str, int]:
 
 def open_runnable(path: Path) -> RunnablePackage:
     """Open a package of either surface and load the graphs a profile runs (no weights)."""
-    from q38.package.surface import open_any
-
     pkg = open_any(path)
     decode = pkg.decode_graphs()
     graphs = [(g.role, g.rel, g.root, g.model) for g in decode.graphs]
@@ -119,8 +119,6 @@ def open_runnable(path: Path) -> RunnablePackage:
 
 def check_cpu_runnable(pkg: RunnablePackage) -> None:
     """Refuse, naming the node, a graph the installed onnxruntime cannot run on the CPU."""
-    from q38.ort_kernels import cpu_kernels
-
     for _role, rel, _dir, model in pkg.graphs:
         for node in qmoe_nodes(model.graph):
             weights = node.inputs[2] if len(node.inputs) > 2 else None

@@ -75,7 +75,7 @@ def _int_attr(node: ir.Node, name: str, default: int) -> int:
 
 def tapped_graph(model: ir.Model, graph_dir: Path, *, where: str, threads: int = 1) -> TappedGraph:
     """Tap ``model`` (owned by the caller: taps are added in place) and open a CPU session."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # deferred: heavy; only the tapped session needs it
 
     taps = []
     graph = model.graph

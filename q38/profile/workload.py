@@ -94,7 +94,7 @@ def og_tokenizer(root: Path) -> Callable[[], Tokenizer | str]:
 
     def load() -> Tokenizer | str:
         try:
-            import onnxruntime_genai as og
+            import onnxruntime_genai as og  # deferred: heavy and optional (ImportError: why not)
         except ImportError:
             return "onnxruntime-genai is not installed (text prompts need its tokenizer)"
         try:

@@ -22,14 +22,19 @@ FORMATS: tuple[str, ...] = ("text", "json", "sarif", "github", "junit")
 def render(fmt: str, results: CheckResults) -> str:
     """``results`` (a :class:`q38.report.results.CheckResults`) in format ``fmt``, newline-ended."""
     if fmt == "text":
+        # deferred: one per --format; pulls in onnx (contracts._graph)
         from q38.report.text import render_text as renderer
     elif fmt == "json":
+        # deferred: one per --format; pulls in onnx (contracts._graph)
         from q38.report.jsonout import render_json as renderer
     elif fmt == "sarif":
+        # deferred: one per --format; pulls in onnx (contracts._graph)
         from q38.report.sarif import render_sarif as renderer
     elif fmt == "github":
+        # deferred: one per --format; pulls in onnx (contracts._graph)
         from q38.report.github import render_github as renderer
     elif fmt == "junit":
+        # deferred: one per --format; pulls in onnx (contracts._graph)
         from q38.report.junit import render_junit as renderer
     else:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")

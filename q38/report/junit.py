@@ -14,6 +14,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
+from contracts.catalogue import catalogue, entry, family_of
 from q38.report.results import CheckResults, Result
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ def _case_key(report: CheckReport, r: Result, family: str) -> tuple[str, str]:
     v = r.violation
     if v.graph in report.graphs:
         return v.graph, family
-    from contracts.catalogue import entry
 
     e = entry(v.rule_id)
     if e is not None and e.kind == "package":
@@ -48,8 +48,6 @@ def _line(r: Result) -> str:
 
 def render_junit(results: CheckResults) -> str:
     """The JUnit XML document (UTF-8 declaration), newline-ended."""
-    from contracts.catalogue import catalogue, family_of
-
     report = results.report
     checked = set(report.rules_checked)
     entries = [e for e in catalogue() if e.rule_id in checked]

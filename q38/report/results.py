@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from contracts._rule import Severity, Violation
+from contracts.catalogue import catalogue, matches
+from q38.errors import FlagError, quote
 
 if TYPE_CHECKING:
     from contracts.runner import CheckReport
@@ -150,8 +152,6 @@ def _printable(text: str) -> str:
 
 
 def _matches(rule_id: str, selectors: Iterable[str]) -> bool:
-    from contracts.catalogue import matches
-
     return matches(rule_id, selectors)
 
 
@@ -188,9 +188,6 @@ def check_selectors(flag: str, selectors: Iterable[str], found: Iterable[str] = 
 
     ``found`` are result ids without a catalogue entry. A typo must not silently disable a gate.
     """
-    from contracts.catalogue import catalogue, matches
-    from q38.errors import FlagError, quote
-
     ids = [e.rule_id for e in catalogue()] + list(found)
     for sel in selectors:
         if not any(matches(rid, [sel]) for rid in ids):
@@ -216,8 +213,6 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """
     target = Path(path)
     if target.is_dir():
-        from q38.errors import FlagError
-
         raise FlagError(f"{target}: is a directory")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
     try:
@@ -247,8 +242,6 @@ def read_baseline(path: str | os.PathLike[str]) -> list[str]:
         FlagError: the file is not a q38 baseline (one line naming the file and the fault).
 
     """
-    from q38.errors import FlagError
-
     p = Path(path)
     with open(p, "rb") as fh:  # an OSError is the CLI's one line (path and errno text)
         raw = fh.read(_BASELINE_LIMIT + 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from contracts.catalogue import catalogue
 from q38 import __version__
 from q38.report.locations import artifact_uri, locate, package_prefix
 from q38.report.results import CheckResults, Result
@@ -91,8 +92,6 @@ def _notifications(report: CheckReport) -> list[dict[str, Any]]:
 
 def sarif_log(results: CheckResults) -> dict[str, Any]:
     """The SARIF log of ``results`` as a JSON-ready dict."""
-    from contracts.catalogue import catalogue
-
     report = results.report
     entries = catalogue()
     index = {e.rule_id: i for i, e in enumerate(entries)}

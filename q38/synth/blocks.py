@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 from onnx import TensorProto
@@ -570,8 +571,6 @@ class Ctx:
             ins = [x2, lg2, fc1w, fc1s, "", fc2w, fc2s, "", "", "", "", "", "", "", rw]
             attrs: dict[str, AttrValue] = {"quant_type": "int", "expert_weight_bits": 4, "block_size": s.block}
         else:
-            import ml_dtypes
-
             f8 = ml_dtypes.float8_e4m3fn
             fc1w = w.codes(g, f"{ep}.fc1.weight", (e, h, i), misalign=misalign)
             fc1s = w.uniform(

@@ -11,7 +11,7 @@ import onnx
 from q38._ops import BUILDER_ONNX_OPSET, GATED_DELTA_NET, IR_VERSION, ONNX_DOMAIN, ONNX_OPSET
 from q38.errors import FlagError
 from q38.ort_targets import OrtTarget, ort_target
-from q38.package import dumps_config, dumps_manifest, parse_config
+from q38.package import StagedDirectory, dumps_config, dumps_manifest, parse_config
 from q38.synth import package_files as pf
 from q38.synth.builder_forms import write_builder_package
 from q38.synth.graph import DataFile, ExtRef
@@ -242,8 +242,6 @@ def synthesize(
     Deterministic: the same arguments give byte-identical files. ``out`` must not exist (one-line
     PackageError otherwise); the tree is built in a staging directory and renamed into place.
     """
-    from q38.package import StagedDirectory
-
     _check(preset, variant, layout, lineage, experts, weight_gb, context_length, exporter)
     if bundles and exporter == "builder":
         raise FlagError("--bundles applies to --exporter research")

@@ -12,6 +12,7 @@ fails model creation with them: "GetMemoryInfo for CPU should not be used").
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from q38.synth.graph import ExtRef
@@ -145,8 +146,6 @@ def for_og018(doc: dict[str, Any]) -> dict[str, Any]:
 
     What a 0.18.0 user strips to parse a Qwen3.8 builder config; ``doc`` itself is not changed.
     """
-    import copy
-
     out = copy.deepcopy(doc)
     for path, key in OG018_REJECTED:
         node: object = out

@@ -6,6 +6,7 @@ builder's node and initializer names.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
@@ -164,8 +165,6 @@ def _fp8_experts(f: Forms, ep: str) -> tuple[list[str], dict[str, AttrValue]]:
     ``swiglu_fusion=0``; weights float8e4m3fn row-major [E, N, K] with float32 block scales
     [E, ceil(N/128), ceil(K/128)].
     """
-    import ml_dtypes
-
     g, s, w = f.g, f.s, f.w
     e, h, i, blk = s.experts, s.hidden, s.moe_inter, s.fp8_block
 
@@ -221,8 +220,6 @@ def engram_lookup(f: Forms, ids: str, p: str, past: str | None, *,
     ``past`` is the ``past.{i}.ple_tokens`` history (None: no history, pad ids); ``outputs`` names
     (embeddings, present ple tokens) when they are graph outputs.
     """
-    import ml_dtypes
-
     g, s, w = f.g, f.s, f.w
     nh, dh = s.ngram_total_heads, s.ple_head_dim
     rows = nh * s.ngram_head_vocab
