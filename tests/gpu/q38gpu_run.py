@@ -433,10 +433,10 @@ def prepare(argv: Sequence[str]) -> int:
         dt = time.perf_counter() - t0
         return f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)"
 
-    # One q38 synth per 4 cores at once (the H200 runner's 16: all three; a 2-core machine: one
-    # after the other). Each writes its own directory; the bytes do not depend on the order.
+    # One q38 synth per core at once (each is one CPU-bound process writing its own directory; the
+    # bytes do not depend on the order): the H200 runner's 16 cores make all three at once.
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    jobs = max(1, min(len(wanted), cpus // 4))
+    jobs = max(1, min(len(wanted), cpus))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for line in pool.map(make, wanted):
             print(line)

@@ -4,15 +4,16 @@
 # DIR holds parts/ and manifest.json from `nox -s gpu-wheelhouse` (tests/gpu/wheelhouse.py download).
 # Steps, each timed into $WORK/out/prep-times.json:
 #   1. reassemble and verify the wheels (sha256 of every part and every wheel);
-#   2. install them with --no-index into a private target ($WORK/site; nothing else is touched);
+#   2. install them, with no index, into a private target ($WORK/site; nothing else is touched):
+#      extracted in parallel (Q38_GPU_PIP=1: pip install --no-index --target);
 #   3. preload the CUDA libraries: onnxruntime.preload_dlls() and the nvidia-* wheels' lib/ folders
 #      (those of the target and of the interpreter's own site-packages, where the image has them);
 #   4. synthesize the run's packages (q38 synth --target-ort <installed onnxruntime>) into
 #      $WORK/packages, reused by the suite (Q38_GPU_PACKAGES);
 #   5. run tests/gpu with the gate (a skip is not a pass), writing $WORK/out/figures.json + .png,
 #      the benchmark JSON and the CUDA kernel dump.
-# The interpreter: $Q38_PYTHON, else the first of python3.12, python3.13, python3.11, python3 that is
-# 3.11-3.13. WORK defaults to DIR/run. Exit: the suite's (0 only when the gate passes); 2 on a setup error.
+# The interpreter: the Python the wheelhouse was downloaded for (manifest "python", default 3.12):
+# $Q38_PYTHON if it is that version, else pythonX.Y, python3 or python of that version. WORK defaults to DIR/run. Exit: the suite's (0 only when the gate passes); 2 on a setup error.
 set -euo pipefail
 if [ $# -lt 1 ]; then echo "usage: $0 DIR [pytest args...]" >&2; exit 2; fi
 DIR=$(cd "$1" && pwd); shift
@@ -20,15 +21,22 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${Q38_GPU_WORK:-$DIR/run}
 mkdir -p "$WORK/out"
 
+# The wheels are built for one Python (the manifest's "python", e.g. 3.12): the interpreter must be it.
+WANT=$(sed -n 's/.*"python": *"\([0-9.]*\)".*/\1/p' "$DIR/manifest.json" | head -n 1)
+if [ -z "$WANT" ]; then echo "run-offline: error: $DIR/manifest.json names no python version" >&2; exit 2; fi
+is_want() { "$1" -c "import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$WANT')" >/dev/null 2>&1; }
 PY=${Q38_PYTHON:-}
+if [ -n "$PY" ] && ! is_want "$PY"; then
+  echo "run-offline: error: Q38_PYTHON=$PY is not Python $WANT, which the wheelhouse was downloaded for" >&2; exit 2
+fi
 if [ -z "$PY" ]; then
-  for cand in python3.12 python3.13 python3.11 python3; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then
-      PY=$(command -v "$cand"); break
-    fi
+  for cand in "python$WANT" python3 python; do
+    if command -v "$cand" >/dev/null 2>&1 && is_want "$cand"; then PY=$(command -v "$cand"); break; fi
   done
 fi
-if [ -z "$PY" ]; then echo "run-offline: error: no Python 3.11-3.13 found (set Q38_PYTHON)" >&2; exit 2; fi
+if [ -z "$PY" ]; then
+  echo "run-offline: error: no Python $WANT found, which the wheelhouse was downloaded for (set Q38_PYTHON)" >&2; exit 2
+fi
 echo "run-offline: $("$PY" -V 2>&1) at $PY; work $WORK"
 
 now() { "$PY" -c 'import time; print(f"{time.time():.3f}")'; }
@@ -36,7 +44,9 @@ T0=$(now)
 "$PY" "$REPO/tests/gpu/wheelhouse.py" assemble "$DIR" "$WORK/wheels" || exit 2
 T1=$(now)
 rm -rf "$WORK/site"
-if "$PY" -m pip --version >/dev/null 2>&1; then
+# The wheels are pinned and resolved already: installing is extracting them (in parallel, no
+# index, no pip needed). Q38_GPU_PIP=1 installs with pip --no-index --target instead.
+if [ "${Q38_GPU_PIP:-0}" = 1 ]; then
   PIP_NO_INDEX=1 PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --quiet --no-index --no-deps --no-compile \
     --disable-pip-version-check --target "$WORK/site" "$WORK"/wheels/*.whl || exit 2
 else

@@ -19,10 +19,14 @@ exit 2. Carry DIR/parts and DIR/manifest.json (not DIR/wheels) to the runner: do
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 FORMAT = "q38.gpu-wheelhouse/1"
@@ -90,30 +94,43 @@ def assemble(root: Path, out: Path) -> list[Path]:
     return written
 
 
-def unpack(wheels: Path, target: Path) -> int:
-    """Install without pip: extract every wheel into ``target`` (its .data/purelib|platlib too)."""
-    import zipfile
+def _unpack_one(wheel: Path, target: Path) -> None:
+    """Extract one wheel into ``target`` as pip --target lays it out (.data/purelib|platlib at the top)."""
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            member = info.filename
+            parts = Path(member).parts
+            if ".." in parts or member.startswith("/"):
+                raise ValueError(f"{wheel.name}: unsafe member {member}")
+            if member.endswith("/"):
+                continue
+            if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in {"purelib", "platlib"}:
+                dest = target.joinpath(*parts[2:])
+            elif parts[0].endswith(".data"):
+                continue  # scripts / headers: not needed to import
+            else:
+                dest = target / member
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(info) as src, dest.open("wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                dest.chmod(mode)
 
+
+def unpack(wheels: Path, target: Path) -> int:
+    """Install without pip or an index: extract every wheel into ``target``, several at once.
+
+    The wheelhouse is resolved and pinned when it is downloaded, so installing is extraction: the
+    same files pip --target writes (no scripts or headers, which the suite never runs). Wheels
+    are extracted in parallel (zlib releases the GIL); a file two wheels both hold (a namespace
+    package's ``__init__.py``) has the same bytes in each.
+    """
     target.mkdir(parents=True, exist_ok=True)
-    for wheel in sorted(wheels.glob("*.whl")):
-        with zipfile.ZipFile(wheel) as z:
-            for member in z.namelist():
-                parts = Path(member).parts
-                if ".." in parts or member.startswith("/"):
-                    raise ValueError(f"{wheel.name}: unsafe member {member}")
-                if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in {"purelib", "platlib"}:
-                    dest = target.joinpath(*parts[2:])
-                elif parts[0].endswith(".data"):
-                    continue  # scripts / headers: not needed to import
-                else:
-                    dest = target / member
-                if member.endswith("/"):
-                    continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(z.read(member))
-                mode = (z.getinfo(member).external_attr >> 16) & 0o777
-                if mode:
-                    dest.chmod(mode)
+    found = sorted(wheels.glob("*.whl"), key=lambda w: -w.stat().st_size)  # the largest first
+    with concurrent.futures.ThreadPoolExecutor(min(8, max(1, os.cpu_count() or 1))) as pool:
+        for done in [pool.submit(_unpack_one, wheel, target) for wheel in found]:
+            done.result()
     return 0
 
 
