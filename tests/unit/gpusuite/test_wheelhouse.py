@@ -78,3 +78,19 @@ def test_unpack_installs_importable_modules(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False, env={"PYTHONPATH": str(target)})
     assert proc.stdout.split() == ["2500000", "10"], proc.stderr
     assert (target / "big" / "blob.bin").read_bytes() == zipfile.ZipFile(made[0]).read("big/blob.bin")
+
+
+def test_run_offline_refuses_an_interpreter_the_wheels_were_not_built_for(tmp_path: Path) -> None:
+    """Wheels of one Python (the manifest's ``python``) need that interpreter: one line, exit 2."""
+    house, _made = _house(tmp_path)
+    doc = json.loads((house / "manifest.json").read_text())
+    doc["python"] = "2.7"
+    (house / "manifest.json").write_text(json.dumps(doc))
+    script = GPU_DIR / "run-offline.sh"
+    for env in ({}, {"Q38_PYTHON": sys.executable}):
+        proc = subprocess.run(["bash", str(script), str(house)], capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", **env}, check=False)  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Python 2.7" in lines[0], proc.stderr
+    assert not (house / "run" / "site").exists()  # refused before installing anything
