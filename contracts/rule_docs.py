@@ -422,6 +422,16 @@ DOCS: dict[str, RuleDoc] = {
         "GatedDeltaNet(gate_lower_bound=0.5, ...) on a CPU graph",
         "Use the supported spellings and a negative gate_lower_bound.",
     ),
+    "CUDA-FALLBACK-001": RuleDoc(
+        "A node of a graph the CUDA provider runs needs a CUDA kernel for its op, opset version and "
+        "input types; without one ORT places it on the CPU EP (a copy between device and host on "
+        "every run; with session.disable_cpu_ep_fallback=1 the session fails). The CUDA kernels come "
+        "from the GPU suite's dump of the EP's registry (contracts/schemas/cuda-kernels-VERSION.json "
+        "or the file Q38_CUDA_KERNELS names); without a dump the rule reports nothing.",
+        "Relu on a CUDA graph with a dump that registers no CUDA Relu",
+        "Use an op (or input type) the CUDA EP registers, or accept the fallback for that node.",
+        "warning",
+    ),
     "HC-SCHEMA-001": RuleDoc(
         "Hyper-connection shape inference requires PreMix num_branches > 0 dividing the flattened "
         "width (grouped rank >= 2) and LowRankMix num_branches > 0, rank >= 1 and a divisible "

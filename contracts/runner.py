@@ -27,6 +27,7 @@ from contracts import (
     causal_conv,
     config_graphs,
     config_surface,
+    cuda_kernels,
     gated_delta_net,
     hyper_connection,
     model_load,
@@ -89,6 +90,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *shared_initializers.RULES,
     *config_graphs.RULES,
     *profile_fit.RULES,
+    *cuda_kernels.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 

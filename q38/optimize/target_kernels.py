@@ -3,7 +3,8 @@
 A rewrite is declined (with the reason) when a node it would produce has no kernel in the targeted
 release: for ``--target cpu`` from that release's committed CPU-kernel dump
 (``contracts/schemas/ort-<version>.json``); for ``--target cuda`` from the CUDA kernel fact file a
-GPU run dumped (``contracts/schemas/cuda-kernels-<version>.json``) where one is committed, else from
+GPU run dumped (``contracts/schemas/cuda-kernels-<version>.json`` where one is committed, or the dump
+``$Q38_CUDA_KERNELS`` names: :mod:`contracts.cuda_kernels`), else from
 the release's operator schemas (an op the release has no schema for -- RMSNormRotary and
 HyperConnectionLowRankMix in 1.31.1 -- is never emitted; CUDA coverage beyond that is not yet
 probed, docs/gpu.md). The table is active for one optimize call (a context variable), so the
@@ -18,8 +19,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
+from contracts.cuda_kernels import cuda_kernels_document
 from q38.errors import FlagError
 from q38.ort_kernels import dtype_name
 from q38.ort_targets import ort_target
@@ -74,9 +77,11 @@ def for_target(version: str, target: str) -> TargetKernels:
         raise FlagError(f"--target-ort {version}: no committed schema dump contracts/schemas/ort-{version}.json")
     if target == "cpu":
         return TargetKernels(version, "cpu", _kernel_ops(dump["cpu_kernels"]), f"ort-{version}.json cpu_kernels")
-    cuda = _document(f"cuda-kernels-{version}.json")
+    cuda = cuda_kernels_document(version)  # the committed GPU dump, or the one $Q38_CUDA_KERNELS names
     if cuda is not None:
-        return TargetKernels(version, "cuda", _kernel_ops(cuda["kernels"]), f"cuda-kernels-{version}.json")
+        doc, source = cuda
+        kernels: list[dict[str, Any]] = doc["kernels"]  # type: ignore[assignment]  # checked a list on load
+        return TargetKernels(version, "cuda", _kernel_ops(kernels), Path(source).name)
     ops: dict[tuple[str, str], tuple[frozenset[str], ...] | None] = {
         (s["domain"], s["name"]): None for s in dump["schemas"]}
     return TargetKernels(version, "cuda", ops, f"schemas of ort-{version}.json (CUDA kernels not yet probed)")

@@ -55,6 +55,7 @@ class RuleCase:
     version: str = "1.32.0"
     base: str = "v12b"  # package cases: the tiny cpu package, "faithful", "genai" (a real export), "multidraft"
     reports: str = ""  # the id its violations carry when it is not the rule's (per-check ids)
+    env: Callable[[], dict[str, str]] | None = None  # environment the rule reads (set around both cases)
 
     @property
     def reported(self) -> str:
@@ -64,6 +65,26 @@ class RuleCase:
 def _graph(model: onnx.ModelProto | bytes, entries: dict[str, str] | None = None) -> tuple[onnx.ModelProto, dict[str, str]]:
     proto = onnx.load_from_string(model) if isinstance(model, bytes) else model
     return proto, dict(entries or {})
+
+
+def _cuda_facts_env() -> dict[str, str]:
+    """``Q38_CUDA_KERNELS`` naming a stand-in for the GPU run's CUDA dump of 1.32.0: the release's real
+    CPU registrations minus Relu (the format the GPU suite writes; no CUDA dump is committed yet)."""
+    import tempfile
+
+    from contracts.cuda_kernels import ENV_VAR
+
+    dump = json.loads((Path(__file__).resolve().parents[2] / "contracts" / "schemas" / "ort-1.32.0.json").read_text())
+    kernels = [e for e in dump["cpu_kernels"] if (e["domain"], e["name"]) != ("", "Relu")]
+    path = Path(tempfile.mkdtemp(prefix="q38-cuda-facts-")) / "cuda-kernels-1.32.0.json"
+    path.write_text(json.dumps({"ort_version": "1.32.0", "kernels": kernels}))
+    return {ENV_VAR: str(path)}
+
+
+def _unary(op: str) -> onnx.ModelProto:
+    graph = oh.make_graph([oh.make_node(op, ["x"], ["y"], name=op.lower())], "g",
+                          [oh.make_tensor_value_info("x", TP.FLOAT, [2])], [oh.make_tensor_value_info("y", TP.FLOAT, [2])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
 
 
 def _gated_add(n_inputs: int = 3, b_type: int = TP.FLOAT, out_type: int = TP.FLOAT, **attrs: Any) -> onnx.ModelProto:
@@ -202,6 +223,8 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("VCCONV-CPU-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(activation="gelu"))),
     RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
     RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
+    RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),
+             env=_cuda_facts_env),
     RuleCase("HC-SCHEMA-001", "graph", lambda: _graph(_premix(4)), lambda: _graph(_premix(3))),
     RuleCase("GQA-SCHEMA-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa([3, 32]))),
     RuleCase("GQA-CPU-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa(num_heads=0))),

@@ -48,8 +48,10 @@ _DIRECT = sorted(k for k, c in CASES.items() if c.kind in {"graph", "session", "
 
 
 @pytest.mark.parametrize("rule_id", _DIRECT)
-def test_each_rule_accepts_and_rejects_evaluated_directly(rule_id: str) -> None:
+def test_each_rule_accepts_and_rejects_evaluated_directly(rule_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     case = CASES[rule_id]
+    for name, value in (case.env() if case.env else {}).items():
+        monkeypatch.setenv(name, value)
     assert case.reported not in _ids(case, case.accepted()), "accepted case rejected"
     assert case.reported in _ids(case, case.rejected()), "rejected case accepted"
 
