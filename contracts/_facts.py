@@ -42,6 +42,7 @@ class GraphScope:
 
     @property
     def label(self) -> str:
+        """Where the scope sits: ``owner/subgraph`` for a subgraph, ``''`` for the main graph."""
         if self.owner is None:
             return ""
         return f"{self.owner.name or self.owner.op_type}/{self.graph.name or 'subgraph'}"
@@ -59,9 +60,11 @@ class ModelFacts:
     _typing: dict[str, Typing] = field(default_factory=dict)
 
     def nodes(self, domain: str, op_type: str) -> list[ir.Node]:
+        """The nodes of ``domain::op_type`` in every scope (subgraphs included), from the index built once."""
         return self.index.get((domain, op_type), [])
 
     def all_nodes(self) -> Iterator[ir.Node]:
+        """Every node of every scope, main graph first, then subgraphs in discovery order."""
         for scope in self.scopes:
             yield from scope.graph
 

@@ -61,6 +61,7 @@ def _processes(specs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``benchgate run``: measure base and head interleaved for ``--rounds`` rounds, then gate; exit 0/1."""
     repo, out = Path(args.repo).resolve(), Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     if args.rounds < MIN_ROUNDS:
@@ -91,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``benchgate compare``: gate saved samples (or per-round base/head reports) without measuring again."""
     if args.samples:
         samples = SampleSet.load(args.samples)
     else:

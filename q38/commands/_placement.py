@@ -21,6 +21,7 @@ LINK_HELP = (
 
 
 def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``--link`` / ``--copy`` / ``--digest``: how a writing command places the files it carries unchanged."""
     p.add_argument("--link", choices=("auto", "reflink", "hardlink", "copy"), default="auto", help=LINK_HELP)
     p.add_argument("--copy", action="store_true", help="shorthand for --link copy")
     p.add_argument("--digest", action="store_true",

@@ -87,6 +87,7 @@ class Outcome:
     reason: str = ""
 
     def line(self) -> str:
+        """The outcome as one log line: pass, anchor, then ``fused`` or ``declined: <reason>``."""
         verdict = "fused" if self.applied else f"declined: {self.reason}"
         return f"{self.pass_name}: {self.anchor}: {verdict}"
 
@@ -177,6 +178,7 @@ def const_array(value: ir.Value | None, reader: TensorReader) -> np.ndarray | No
 
 
 def const_ints(value: ir.Value | None, reader: TensorReader) -> list[int] | None:
+    """An integer constant's values flattened (None: not a constant, or not an integer tensor)."""
     arr = const_array(value, reader)
     if arr is None or arr.dtype.kind not in "iu":
         return None
@@ -184,6 +186,7 @@ def const_ints(value: ir.Value | None, reader: TensorReader) -> list[int] | None
 
 
 def const_scalar(value: ir.Value | None, reader: TensorReader) -> float | None:
+    """A one-element constant's value as a float (None: not a constant, or more than one element)."""
     arr = const_array(value, reader)
     if arr is None or arr.size != 1:
         return None
@@ -229,9 +232,11 @@ class RewriteContext:
         self.inserted: list[ir.Node] = []
 
     def value_name(self, base: str) -> str:
+        """A value name built from ``base`` that no value, initializer or subgraph of the model uses yet."""
         return self.names.fresh_value(base)
 
     def node_name(self, base: str) -> str:
+        """A node name built from ``base`` that no node of the model uses yet."""
         return self.names.fresh_node(base)
 
     def insert(self, new_nodes: Sequence[ir.Node], *, inputs: Iterable[ir.Value | None],
@@ -333,6 +338,7 @@ class RewritePass(ir.passes.InPlacePass):
 
     # -- to implement ---------------------------------------------------------------------------
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        """The nodes a match may start from, in graph order (each pass says which op anchors its pattern)."""
         raise NotImplementedError
 
     def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline | None:
@@ -340,6 +346,7 @@ class RewritePass(ir.passes.InPlacePass):
         raise NotImplementedError
 
     def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        """Replace the matched nodes with the fused node(s); every candidate gets an outcome."""
         raise NotImplementedError
 
     def produces(self, match: object) -> Sequence[Produced]:
@@ -348,6 +355,7 @@ class RewritePass(ir.passes.InPlacePass):
 
     # -- machinery ------------------------------------------------------------------------------
     def requires(self, model: ir.Model) -> None:
+        """Pre-condition: the model meets the optimizer's invariants before the pass (ValueError naming the break)."""
         if not self.check_requires:
             return
         problem = invariant_problem(model)
@@ -355,6 +363,7 @@ class RewritePass(ir.passes.InPlacePass):
             raise ValueError(f"{self.name}: input {problem}")
 
     def ensures(self, model: ir.Model) -> None:
+        """Post-condition: the invariants still hold after a pass that rewrote something (ValueError otherwise)."""
         if self.count == 0:
             # Nothing was rewritten (no node, value, initializer or import touched): the model is
             # the one this pass's requires, or the previous pass's ensures, already proved.
@@ -367,17 +376,20 @@ class RewritePass(ir.passes.InPlacePass):
 
     @staticmethod
     def describe(node: ir.Node, order: NodeOrder) -> str:
+        """How an anchor is named in outcomes: its name, or its op type and position when it has none."""
         if node.name:
             return node.name
         return f"<unnamed {node.op_type} #{order.index(node)}>"
 
     def context(self, model: ir.Model, graph: ir.Graph | None = None) -> RewriteContext:
+        """The rewrite context of one call: the model, tensor reader, provenance and one shared name table."""
         names = self.names if self.names is not None else NameTable(model)
         self.names = names  # a pass that calls itself twice (two phases) shares one table
         return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
                               origins=self.origins, names=names, graph=graph)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Run the pass over the model's graph: match each live anchor, rewrite or record the decline reason."""
         graph = model.graph
         ctx = self.context(model)
         self.count = 0
@@ -465,25 +477,30 @@ def producer_of(value: ir.Value | None, *op_types: str, domain: str = "") -> ir.
 
 
 def attr_int(node: ir.Node, key: str, default: int | None = None) -> int | None:
+    """Attribute ``key`` of ``node`` as an int, or ``default`` when the node does not set it."""
     attr = node.attributes.get(key)
     return int(attr.value) if isinstance(attr, ir.Attr) else default
 
 
 def attr_float(node: ir.Node, key: str, default: float | None = None) -> float | None:
+    """Attribute ``key`` of ``node`` as a float, or ``default`` when the node does not set it."""
     attr = node.attributes.get(key)
     return float(attr.value) if isinstance(attr, ir.Attr) else default
 
 
 def attr_ints(node: ir.Node, key: str) -> list[int] | None:
+    """Attribute ``key`` of ``node`` as a list of ints (None: not set)."""
     attr = node.attributes.get(key)
     return [int(x) for x in attr.value] if isinstance(attr, ir.Attr) else None
 
 
 def inp(node: ir.Node, index: int) -> ir.Value | None:
+    """Input ``index`` of ``node``; None when it is omitted or beyond the node's inputs."""
     return node.inputs[index] if index < len(node.inputs) else None
 
 
 def rank_of(value: ir.Value | None) -> int | None:
+    """The declared rank of ``value`` (None: no value, or no shape declared)."""
     if value is None or value.shape is None:
         return None
     return len(value.shape)

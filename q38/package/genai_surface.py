@@ -74,6 +74,7 @@ class Obj:
 
 # --------------------------------------------------------------------------- value checks
 def between(lo: float, hi: float) -> Check:
+    """A check: the number lies in ``[lo, hi]`` (GenAI's range error otherwise)."""
     def check(v: float) -> str | None:
         return None if lo <= v <= hi else f"must be between {lo:g} and {hi:g}, got {v:g}"
 
@@ -81,24 +82,29 @@ def between(lo: float, hi: float) -> Check:
 
 
 def positive(v: float) -> str | None:
+    """A check: the number is > 0."""
     return None if v > 0 else f"must be > 0, got {v:g}"
 
 
 def non_negative(v: float) -> str | None:
+    """A check: the number is >= 0."""
     return None if v >= 0 else f"must be >= 0, got {v:g}"
 
 
 def unit_interval_open_low(v: float) -> str | None:
+    """A check: the number lies in ``(0, 1]`` (e.g. top_p)."""
     return None if 0 < v <= 1 else f"must be > 0 and <= 1, got {v:g}"
 
 
 def finite_float32_positive(v: float) -> str | None:
+    """A check: the number is > 0 and stays finite when GenAI stores it as a float32."""
     if not math.isfinite(float(np.float32(v))) or v <= 0:
         return f"must be finite (as float32) and > 0, got {v:g}"
     return None
 
 
 def one_of(*choices: str, fold_case: bool = False) -> Check:
+    """A check: the string is one of ``choices`` (case-folded first when ``fold_case``)."""
     def check(v: str) -> str | None:
         probe = v.lower() if fold_case else v
         return None if probe in choices else f"expected one of {', '.join(choices)}, got {v!r}"
@@ -107,6 +113,7 @@ def one_of(*choices: str, fold_case: bool = False) -> Check:
 
 
 def ngram_size(v: float) -> str | None:
+    """A check: an n-gram size GenAI accepts, 0 (off) or 2 to 16."""
     return None if v == 0 or 2 <= v <= 16 else f"must be 0 or between 2 and 16, got {v:g}"
 
 
@@ -122,6 +129,7 @@ def config_path(v: str) -> str | None:
 
 
 def legacy(message: str) -> Check:
+    """A check that always fails with ``message``: a field GenAI 0.18.0 no longer reads."""
     def check(v: object) -> str | None:
         return message
 

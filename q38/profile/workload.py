@@ -114,4 +114,5 @@ def og_tokenizer(root: Path) -> Callable[[], Tokenizer | str]:
 
 
 def prompt_lengths(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """The token count of each prompt, in order (the profile's workload record)."""
     return [len(p) for p in prompts]
