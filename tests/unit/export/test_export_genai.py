@@ -244,13 +244,6 @@ def parity(got: np.ndarray, want: np.ndarray) -> None:
         raise ParityError(f"logits: max |diff| {err:.4g} > {REL} x max |ref| {scale:.4g}")
 
 
-def _greedy(graph: Path) -> list[int]:
-    ids = list(PROMPT)
-    for _ in range(NEW_TOKENS):
-        ids.append(int(_logits(graph, ids)[0, -1].argmax()))
-    return ids[len(PROMPT):]
-
-
 def _well_scaled(want: np.ndarray) -> None:
     assert 0.1 < np.abs(want).max() < 1e3 and want.std() > 1e-3
 
@@ -281,5 +274,6 @@ def test_broken_export_fails_parity_and_generates_other_tokens(exported: Path, t
     assert og is not None
     from q38.export_genai import generate_tokens
 
-    assert generate_tokens(exported, PROMPT, NEW_TOKENS) == _greedy(tiny_cpu_package / "model.onnx")
-    assert generate_tokens(broken, PROMPT, NEW_TOKENS) != _greedy(tiny_cpu_package / "model.onnx")
+    greedy = _ort_greedy(tiny_cpu_package / "model.onnx", PROMPT, NEW_TOKENS)  # one session, stepped
+    assert generate_tokens(exported, PROMPT, NEW_TOKENS) == greedy
+    assert generate_tokens(broken, PROMPT, NEW_TOKENS) != greedy
