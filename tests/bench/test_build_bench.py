@@ -282,6 +282,7 @@ def _rss(work: Path, name: str, args: list[str]) -> dict[str, Any]:
 _MEMORY: dict[str, dict[str, int]] = {}
 
 
+@pytest.mark.slow
 def test_bench_memory(benchmark: Any, bench_bundles: Path, workdir: Path, size: str) -> None:
     """Peak anonymous memory of build --copy, offload and check of this size (child processes)."""
     smoke = benchmark.disabled  # the CPU suite: the steps once on the tiny size, each child must succeed

@@ -124,7 +124,6 @@ def check_target_structure(before: collections.Counter[tuple[str, str]], after: 
     assert after[("", "Sqrt")] == before[("", "Sqrt")] - 2 * qsa - (2 if mtp else 0)
 
 
-@pytest.mark.slow
 def test_bench_optimize_full(benchmark, bench_package: Path, bench_layers: int, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     full_cpu_package = bench_package  # the full preset under nox -s bench, tiny in the CPU suite's smoke
     outs = iter(range(10**6))
@@ -226,7 +225,6 @@ def _graph_x4(tmp: Path, layers: int) -> Path:
     return tmp / "model.onnx"
 
 
-@pytest.mark.slow
 def test_bench_node_scaling(benchmark, tiny_cpu_package: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     graphs = {8: tiny_cpu_package / "model.onnx"}
     if not benchmark.disabled:  # the full preset and the 192-layer graph take a while to build: benchmarks only

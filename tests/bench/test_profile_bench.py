@@ -17,8 +17,6 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
-
 from q38.profile.run import _prompt_steps, open_runnable, profile_package
 from q38.profile.stepper import Stepper
 from q38.profile.taps import TappedGraph, tapped_graph
@@ -50,7 +48,6 @@ def _plain(src: Path, workload: Workload) -> tuple[list[int], float]:
     return tokens, time.perf_counter() - start
 
 
-@pytest.mark.slow
 def test_profile_full_bench(benchmark, bench_package: Path, bench_layers: int) -> None:  # type: ignore[no-untyped-def]
     full_cpu_package = bench_package  # the full preset under nox -s bench, tiny in the CPU suite's smoke
     pkg = open_runnable(full_cpu_package)

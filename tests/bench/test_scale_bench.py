@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SIZES = tuple(float(x) for x in os.environ.get("Q38_SCALE_GB", "1,8").split(","))
 CHILD = Path(__file__).resolve().parents[1] / "support" / "rss_child.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +62,7 @@ def _pipeline(root: Path, weight_gb: float | None) -> dict[str, dict[str, Any]]:
     return results
 
 
+@pytest.mark.slow
 def test_scale_large_pipeline_rss(benchmark: Any, tmp_path: Path) -> None:
     if benchmark.disabled:  # the CPU suite's smoke: the same steps on the tiny preset, each must succeed
         steps = _pipeline(tmp_path, None)

@@ -9,12 +9,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pytest
-
 from q38.cli import main
 
 
-@pytest.mark.slow
 def test_synth_full_bench(benchmark, bench_preset: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     counter = itertools.count()
 

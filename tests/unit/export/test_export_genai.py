@@ -120,6 +120,7 @@ def test_og_generates_the_ort_greedy_tokens(exported: Path, tiny_cpu_package: Pa
     assert tokens == _ort_greedy(tiny_cpu_package / "model.onnx", PROMPT, NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_tokens_identical_after_optimize_cpu(exported: Path, tiny_cpu_package: Path, tmp_path: Path) -> None:
     _og()
     from q38.export_genai import generate_tokens
@@ -190,6 +191,7 @@ def test_refuses_unfed_graph_input(tiny_cpu_package: Path, tmp_path: Path, capsy
     _refused(capsys, ["export-genai", "-q", "--allow-invalid-source", str(pkg), str(out)], out, "graph input 'past.0.indexer_key' is not fed")
 
 
+@pytest.mark.slow
 def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
     before = tree_snapshot(tiny_cpu_package)
     _export(tiny_cpu_package, tmp_path / "a", "--link", "hardlink")
@@ -198,6 +200,7 @@ def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
     assert (tmp_path / "b" / "model.onnx.data").read_bytes() == (tiny_cpu_package / "model.onnx.data").read_bytes()
 
 
+@pytest.mark.slow
 def test_layered_package_generates_same_tokens(exported: Path, tmp_path: Path) -> None:
     _og()
     from q38.export_genai import generate_tokens
@@ -208,6 +211,7 @@ def test_layered_package_generates_same_tokens(exported: Path, tmp_path: Path) -
     assert generate_tokens(tmp_path / "genai", PROMPT, NEW_TOKENS) == generate_tokens(exported, PROMPT, NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_refuses_offloaded_package(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     offloaded = tmp_path / "off"
     assert main(["offload", str(offloaded), "--from-package", str(tiny_cpu_package), "--offload-mode", "auto"]) == 0
@@ -254,6 +258,7 @@ def test_exported_graph_passes_parity(exported: Path, tiny_cpu_package: Path) ->
     parity(_logits(exported / "model.onnx", PROMPT), want)
 
 
+@pytest.mark.slow
 def test_broken_export_fails_parity_and_generates_other_tokens(exported: Path, tiny_cpu_package: Path,
                                                                tmp_path: Path) -> None:
     broken = tmp_path / "broken"

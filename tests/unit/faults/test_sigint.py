@@ -58,8 +58,10 @@ IMPORT_POINTS = (
 )
 
 
-@pytest.mark.parametrize(("command", "module", "as_import_error"), IMPORT_POINTS,
-                         ids=[f"{c}-{m}-{'ImportError' if e else 'KeyboardInterrupt'}" for c, m, e in IMPORT_POINTS])
+@pytest.mark.parametrize(("command", "module", "as_import_error"), [
+    pytest.param(c, m, e, id=f"{c}-{m}-{'ImportError' if e else 'KeyboardInterrupt'}",
+                 marks=[pytest.mark.slow] * (c == "check-ort"))  # onnxruntime's import: over ~5 s
+    for c, m, e in IMPORT_POINTS])
 def test_sigint_during_an_import_is_exit_130_and_one_line(
     command: str, module: str, as_import_error: bool, hookdir: Path, source: Path, tmp_path: Path
 ) -> None:
@@ -84,7 +86,8 @@ def _start(command: str, source: Path, out: Path, env: dict[str, str], ready: Pa
 
 
 @pytest.mark.parametrize(("command", "delay", "rerun"), [
-    ("offload", 0.0, False), ("offload", 1.5, True), ("optimize", 0.5, False), ("optimize", 2.5, True),
+    ("offload", 0.0, False), pytest.param("offload", 1.5, True, marks=pytest.mark.slow),  # slow: two runs
+    ("optimize", 0.5, False), pytest.param("optimize", 2.5, True, marks=pytest.mark.slow),
     ("export-genai", 1.0, False), ("check", 0.8, False),
 ])  # fmt: skip
 def test_sigint_at_a_timer_point_is_exit_130_or_a_complete_output(

@@ -66,6 +66,7 @@ _CASES = [
 _KILL_COMMANDS = ("synth", "export-genai", "optimize")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "signame", "at"), _CASES, ids=[f"{c}-{s}-{a}" for c, s, a in _CASES])
 def test_a_signal_while_staged_is_exit_128_plus_n_one_line_and_nothing_left(
     command: str, signame: str, at: str, hookdir: Path, sources: dict[str, Path], tmp_path: Path
@@ -87,6 +88,7 @@ def test_a_signal_while_staged_is_exit_128_plus_n_one_line_and_nothing_left(
     assert _inputs(sources) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _KILL_COMMANDS)
 def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     command: str, hookdir: Path, sources: dict[str, Path], tmp_path: Path
@@ -112,6 +114,7 @@ def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     assert _inputs(sources) == before
 
 
+@pytest.mark.slow
 def test_a_signal_the_caller_ignores_stays_ignored(hookdir: Path, sources: dict[str, Path], tmp_path: Path) -> None:
     """``nohup q38 ...``: SIGHUP is ignored by the caller's choice; the run goes on to a complete output."""
     work = tmp_path / "w"
