@@ -1,4 +1,4 @@
-"""nox sessions for q38: `nox -s demo` (the main job) and `nox -s cpu` (the CPU suite)."""
+"""nox sessions for q38: `nox -s demo` (the main job), `nox -s cpu` (the CPU suite) and `nox -s quick`."""
 
 from __future__ import annotations
 
@@ -39,17 +39,29 @@ def _print_env(session: nox.Session) -> None:
     )
 
 
-def _pytest(session: nox.Session, *paths: str, workers: str = "auto") -> None:
-    args = [*paths, "-n", workers, "--dist", "loadgroup", "-p", "no:cacheprovider"]
+def _pytest(session: nox.Session, *args: str, workers: str = "auto") -> None:
+    args = (*args, "-n", workers, "--dist", "loadgroup", "-p", "no:cacheprovider")
     session.run("pytest", *args, *session.posargs)
+
+
+# The CPU suite's paths: the unit tests and a smoke of every benchmark (tests/bench: each runs once
+# at its smallest size under --benchmark-disable, tests/bench/conftest.py). pyproject's testpaths.
+CPU_SUITE = ("tests/unit", "tests/bench")
 
 
 @nox.session(python=PYTHON)
 def cpu(session: nox.Session) -> None:
-    """The CPU suite: unit, contracts, differential and goldens check (pytest-xdist)."""
+    """The CPU suite: unit, contracts, differential and goldens check, and the benchmarks' smoke (pytest-xdist)."""
     _install(session)
     _print_env(session)
-    _pytest(session, "tests/unit")
+    _pytest(session, *CPU_SUITE)
+
+
+@nox.session(python=PYTHON, default=False)
+def quick(session: nox.Session) -> None:
+    """The developer loop: the CPU suite without the tests marked ``slow`` (each over ~5 s)."""
+    _install(session)
+    _pytest(session, *CPU_SUITE, "-m", "not slow")
 
 
 @nox.session(python=PYTHON, default=False)
@@ -247,8 +259,8 @@ def bench(session: nox.Session) -> None:
     _print_env(session)
     args = list(session.posargs)
     gate_args, pytest_args = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
-    if not pytest_args:
-        pytest_args = ["tests/unit", "-o", "python_files=test_*_bench.py", "--ignore=tests/unit/scale"]
+    if not pytest_args:  # every benchmark but the scale one (below)
+        pytest_args = ["tests/bench", "--ignore=tests/bench/test_scale_bench.py"]
     # The gate compares base and head on the small placement sizes; the large ones run once below.
     # Whole-process benchmarks next to the pytest (call) benchmarks: what a user waits for.
     # check-tiny (issue 27): what a tiny `q38 check` costs, mostly imports; import-onnx is its floor.
@@ -270,7 +282,7 @@ def bench(session: nox.Session) -> None:
     # of disk for 8 GB; Q38_PLACEMENT_SIZES=0 skips it.
     sizes = os.environ.get("Q38_PLACEMENT_SIZES", "large0,large1,large8")
     if sizes != "0":
-        session.run("pytest", "tests/unit/assembly/test_build_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
+        session.run("pytest", "tests/bench/test_build_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
                     "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "placement.json"),
                     env={"Q38_BENCH_SIZES": sizes})
     # The scale benchmark (issue 8) is a memory check on the head, not a base/head comparison:
@@ -282,5 +294,5 @@ def bench(session: nox.Session) -> None:
     if len(figures) == 2 and all(figures):
         session.run("python", "tests/gpu/q38gpu_figures.py", *figures)
     if os.environ.get("Q38_SCALE_GB", "1,8") != "0":
-        session.run("pytest", "tests/unit/scale", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
+        session.run("pytest", "tests/bench/test_scale_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
                     "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "scale.json"))

@@ -79,12 +79,15 @@ ALLOWLIST = Path(__file__).with_name("equivalent_mutants.toml")
 # Package -> the tests that exercise it (mutmut narrows these further, per function). The one list
 # of mutated packages: the command line, the default run, the report, the allowlist check
 # (tests/unit/mutation) and `nox -s mutation` all read it -- a renamed package is renamed here.
+# Each package's benchmark (tests/bench, its smoke size outside --benchmark-enable) judges it too.
 TARGETS: dict[str, tuple[str, ...]] = {
-    "q38/optimize": ("tests/unit/optimize", "tests/unit/properties/test_optimizer_properties.py"),
-    "q38/offload": ("tests/unit/offload",),
-    "q38/assembly": ("tests/unit/assembly",),
-    "q38/package": ("tests/unit/package", "tests/unit/assembly/test_links.py", "tests/unit/assembly/test_link_policy.py"),
-    "contracts": ("tests/unit/contracts",),
+    "q38/optimize": ("tests/unit/optimize", "tests/unit/properties/test_optimizer_properties.py",
+                     "tests/bench/test_optimize_bench.py"),
+    "q38/offload": ("tests/unit/offload", "tests/bench/test_offload_bench.py"),
+    "q38/assembly": ("tests/unit/assembly", "tests/bench/test_build_bench.py"),
+    "q38/package": ("tests/unit/package", "tests/unit/assembly/test_links.py", "tests/unit/assembly/test_link_policy.py",
+                    "tests/bench/test_package_bench.py"),
+    "contracts": ("tests/unit/contracts", "tests/bench/test_check_bench.py"),
 }
 # Directories the tests read besides the code and themselves.
 ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
@@ -222,7 +225,7 @@ def _package_of(workdir: Path) -> str:
 def _mutmut(workdir: Path, *args: str, **flags: str) -> subprocess.CompletedProcess[str]:
     """``mutmut ARGS`` in ``workdir`` through tests/mutation/mutmut_cli.py (``flags``: its env switches)."""
     # Every mutant runs in a new pytest session: the session's synthetic packages are built once
-    # per run (tests/unit/conftest.py) instead of once per mutant.
+    # per run (tests/support/synth_packages.py) instead of once per mutant.
     cache = workdir / "synth-cache"
     cache.mkdir(exist_ok=True)
     plugin_dir = str(workdir / "tests" / "mutation")  # import_hits, fixture_hits, for pytest's -p

@@ -295,3 +295,9 @@ def gdn_model(*, decay: int = TP.FLOAT16, beta: int | None = None, dtype: int = 
            _vi("beta", decay if beta is None else beta, [1, 3, 4]), _vi("st", TP.FLOAT, [1, 4, 16, 16]),
            _vi("alog", TP.FLOAT, [4]), _vi("dtb", TP.FLOAT, [4])]  # fmt: skip
     return _model([node], ins, [_vi("y", dtype, None), _vi("st_o", TP.FLOAT, None)])
+
+
+def rule_named(rules: Sequence[Any], rule_id: str) -> Any:
+    """The one rule of ``rules`` whose id is ``rule_id``."""
+    [rule] = [r for r in rules if r.rule_id == rule_id]
+    return rule

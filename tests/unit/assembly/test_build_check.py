@@ -48,7 +48,6 @@ def _build(bundles: Path, out: Path, extra: list[str], variant: str) -> int:
     return main(args)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["cpu", "faithful"])
 @pytest.mark.parametrize("build", sorted(BUILDS))
 def test_built_packages_pass_check(

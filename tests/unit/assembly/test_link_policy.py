@@ -154,7 +154,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("command", ["optimize", "offload", "export-genai"])
+@pytest.mark.parametrize("command", ["optimize", pytest.param("offload", marks=pytest.mark.slow), "export-genai"])
 def test_the_other_writers_share_the_policy(command, tiny_package, tmp_path, caplog):
     data = tiny_package / "model.onnx.data"
     links_before = os.stat(data).st_nlink

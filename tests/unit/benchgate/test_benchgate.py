@@ -187,6 +187,7 @@ def _reports(tmp_path: Path, env_change: tuple[str, str, Any] | None = None) -> 
     return bases, heads
 
 
+@pytest.mark.slow
 def test_compare_cli_from_per_round_reports_writes_comparison_and_the_plot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

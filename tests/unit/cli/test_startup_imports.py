@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from contracts._installed import installed_version
 
 
@@ -49,6 +51,7 @@ def test_check_of_a_tiny_package_imports_neither_sympy_nor_onnxruntime(tiny_cpu_
     assert got["loaded"] == ["onnx_ir"]
 
 
+@pytest.mark.slow
 def test_check_with_ort_sessions_still_imports_onnxruntime(tiny_cpu_package: Path) -> None:
     got = _child(_CHECK.format(argv=["check", str(tiny_cpu_package), "--ort"]))
     assert got["rc"] == 0
@@ -56,6 +59,7 @@ def test_check_with_ort_sessions_still_imports_onnxruntime(tiny_cpu_package: Pat
     assert "onnxruntime" in got["loaded"]
 
 
+@pytest.mark.slow
 def test_a_deferred_sympy_loads_when_onnx_ir_first_uses_it() -> None:
     got = _child("""
 import json, sys
@@ -77,6 +81,7 @@ print(json.dumps({"deferred": list(deferred), "before": before, "stand_in": stan
     assert got["again"] == []  # once onnx-ir is imported nothing is deferred
 
 
+@pytest.mark.slow
 def test_nothing_is_deferred_once_onnx_ir_is_imported() -> None:
     got = _child("""
 import json, sys

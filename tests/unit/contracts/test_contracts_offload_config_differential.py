@@ -179,6 +179,8 @@ def test_generated_offload_values_agree_with_onnxruntime(key: str, value: str) -
     prefix=st.sampled_from([_P, "moe.cpu_offload.", "session.moe.", "ep.cuda.moe_packed_gpu_experts"]),
     value=st.sampled_from(["1", "auto", "required", "", " 7", "x"]),
 )
+
+
 def test_generated_keys_agree_with_onnxruntime(prefix: str, suffix: str, value: str) -> None:
     key = prefix if prefix.startswith("ep.") else prefix + suffix
     entries = {key: value}
@@ -189,6 +191,8 @@ def test_generated_keys_agree_with_onnxruntime(prefix: str, suffix: str, value: 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(a=st.sampled_from(["auto", "AUTO", "0", "00", "1024", "01024", "2048", "x"]),
        b=st.sampled_from(["auto", "Auto", "0", "1024", "2048", "18446744073709551615"]))  # fmt: skip
+
+
 def test_generated_alias_pairs_agree_with_onnxruntime(a: str, b: str) -> None:
     entries = {_P + "device_expert_bytes": a, _P + "gpu_budget_bytes": b}
     violations = check_offload_config(entries, ort_version=ORT_VERSION)
@@ -217,3 +221,29 @@ def test_environment_fallbacks_agree_with_onnxruntime(variable: str, value: str,
     found = check_offload_environment({variable: value}, entries=entries)
     assert {v.rule_id for v in found} <= {"OFFLOAD-ENV-001", "OFFLOAD-ENV-002"}
     assert_agrees(found, ort_error(identity_model(), entries), context=f"{variable}={value!r} {entries}")
+
+
+_V132 = ORT_VERSION >= "1.32"
+
+_OVERRIDES = "session.moe.offload.node_overrides"
+
+
+@pytest.mark.parametrize(("value", "accepted"), [
+    ("moe0:max_resident_slots=2,", True),
+    ("moe0:max_resident_slots=2, ", True),
+    ("moe0:max_resident_slots=2 ,", True),
+    ("moe0:max_resident_slots=2,device_expert_bytes=1,", True),
+    ("moe0:max_resident_slots=2,;b:max_resident_slots=1,", True),
+    (",moe0:max_resident_slots=2", True),
+    ("moe0:max_resident_slots=2,,", False),
+    ("moe0:,", False),
+    ("moe0: ,", False),
+    ("moe0:,max_resident_slots=2", False),
+])  # fmt: skip
+
+
+def test_node_overrides_tolerate_exactly_one_trailing_comma(value: str, accepted: bool) -> None:
+    violations = check_offload_config({_OVERRIDES: value}, ort_version="1.32.0")
+    assert (not violations) == accepted, violations
+    if _V132:
+        assert_agrees(violations, ort_error(identity_model(), {_OVERRIDES: value}), context=value)

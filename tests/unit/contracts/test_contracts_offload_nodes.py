@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import onnx
 import pytest
 from onnx import TensorProto as TP
 from support.offload_node_cases import NEGATIVES
@@ -99,3 +100,24 @@ def test_tail_substitution_rank_must_stay_below_k(rank: str, threshold: str, fai
         if failing else []
     )  # fmt: skip
     assert [(v.rule_id, v.message) for v in found] == expected
+
+
+def _experts(fmt: str, hidden: int, inter: int) -> onnx.ModelProto:
+    scale = TP.FLOAT8E4M3FN if fmt == "nvfp4" else TP.FLOAT16
+    block = 16 if fmt == "nvfp4" else 32
+    return offload_model(fmt, slots={
+        2: (TP.UINT8, [4, 2 * inter, hidden // 2]), 3: (scale, [4, 2 * inter, hidden // block]),
+        5: (TP.UINT8, [4, hidden, inter // 2]), 6: (scale, [4, hidden, inter // block]),
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "dims", "reason"), [
+    ("nvfp4", 96, None),
+    ("int4", 96, "expert hidden_size and inter_size must be positive and divisible by 64"),
+    ("nvfp4", 80, "expert hidden_size and inter_size must be positive and divisible by 32"),
+    ("int4", 128, None),
+])  # fmt: skip
+
+
+def test_offload_alignment_is_32_for_nvfp4_and_64_for_int(fmt: str, dims: int, reason: str | None) -> None:
+    assert offload_eligibility(_experts(fmt, dims, dims), "required") == [("moe0", reason)]

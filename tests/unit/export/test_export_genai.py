@@ -12,6 +12,9 @@ Invariants guarded:
 * faithful-variant, custom-lineage and offloaded (fixed sequence length, multi-draft) packages
   are refused with one line, exit 2, nothing written;
 * the package is byte-identical afterwards; an existing OUT is refused; ``--link copy`` copies.
+* parity that can fail: the exported model.onnx computes the source's logits within 1e-3 of their
+  magnitude, and an export whose lm_head columns are rolled fails that check and (with
+  onnxruntime-genai) generates other tokens than the source's greedy ones.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 from support.fsnap import staging_debris, tree_snapshot
 
 from q38.cli import main
@@ -41,6 +46,22 @@ def _export(pkg: Path, out: Path, *extra: str) -> None:
     assert main(["export-genai", str(pkg), str(out), *extra]) == 0
 
 
+def _full_recompute_feeds(session: object, ids: list[int]) -> dict[str, np.ndarray]:
+    """The whole sequence ``ids`` with empty state (no cache): what a full recompute feeds."""
+    feeds: dict[str, np.ndarray] = {}
+    for arg in session.get_inputs():  # type: ignore[attr-defined]
+        if arg.name == "input_ids":
+            feeds[arg.name] = np.array([ids], dtype=np.int64)
+        elif arg.name == "attention_mask":
+            feeds[arg.name] = np.ones((1, len(ids)), dtype=np.int64)
+        elif arg.name == "position_ids":
+            feeds[arg.name] = np.arange(len(ids), dtype=np.int64)[None]
+        else:
+            shape = [1 if d == "batch_size" else 0 if isinstance(d, str) else int(d) for d in arg.shape]
+            feeds[arg.name] = np.zeros(shape, dtype=np.float16 if "float16" in arg.type else np.float32)
+    return feeds
+
+
 def _ort_greedy(graph: Path, prompt: list[int], n: int) -> list[int]:
     """Greedy tokens by re-running the whole sequence with empty state each step (no cache)."""
     import onnxruntime as ort
@@ -48,27 +69,9 @@ def _ort_greedy(graph: Path, prompt: list[int], n: int) -> list[int]:
     session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
     ids = list(prompt)
     for _ in range(n):
-        feeds: dict[str, np.ndarray] = {}
-        for arg in session.get_inputs():
-            if arg.name == "input_ids":
-                feeds[arg.name] = np.array([ids], dtype=np.int64)
-            elif arg.name == "attention_mask":
-                feeds[arg.name] = np.ones((1, len(ids)), dtype=np.int64)
-            elif arg.name == "position_ids":
-                feeds[arg.name] = np.arange(len(ids), dtype=np.int64)[None]
-            else:
-                shape = [1 if d == "batch_size" else 0 if isinstance(d, str) else int(d) for d in arg.shape]
-                feeds[arg.name] = np.zeros(shape, dtype=np.float16 if "float16" in arg.type else np.float32)
-        logits = session.run(["logits"], feeds)[0]
+        logits = session.run(["logits"], _full_recompute_feeds(session, ids))[0]
         ids.append(int(logits[0, -1].astype(np.float32).argmax()))
     return ids[len(prompt):]
-
-
-@pytest.fixture(scope="module")
-def exported(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("export") / "genai"
-    _export(tiny_cpu_package, out)
-    return out
 
 
 def test_config_is_018_shaped(exported: Path) -> None:
@@ -117,6 +120,7 @@ def test_og_generates_the_ort_greedy_tokens(exported: Path, tiny_cpu_package: Pa
     assert tokens == _ort_greedy(tiny_cpu_package / "model.onnx", PROMPT, NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_tokens_identical_after_optimize_cpu(exported: Path, tiny_cpu_package: Path, tmp_path: Path) -> None:
     _og()
     from q38.export_genai import generate_tokens
@@ -187,6 +191,7 @@ def test_refuses_unfed_graph_input(tiny_cpu_package: Path, tmp_path: Path, capsy
     _refused(capsys, ["export-genai", "-q", "--allow-invalid-source", str(pkg), str(out)], out, "graph input 'past.0.indexer_key' is not fed")
 
 
+@pytest.mark.slow
 def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
     before = tree_snapshot(tiny_cpu_package)
     _export(tiny_cpu_package, tmp_path / "a", "--link", "hardlink")
@@ -195,6 +200,7 @@ def test_package_byte_identical(tiny_cpu_package: Path, tmp_path: Path) -> None:
     assert (tmp_path / "b" / "model.onnx.data").read_bytes() == (tiny_cpu_package / "model.onnx.data").read_bytes()
 
 
+@pytest.mark.slow
 def test_layered_package_generates_same_tokens(exported: Path, tmp_path: Path) -> None:
     _og()
     from q38.export_genai import generate_tokens
@@ -205,9 +211,74 @@ def test_layered_package_generates_same_tokens(exported: Path, tmp_path: Path) -
     assert generate_tokens(tmp_path / "genai", PROMPT, NEW_TOKENS) == generate_tokens(exported, PROMPT, NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_refuses_offloaded_package(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     offloaded = tmp_path / "off"
     assert main(["offload", str(offloaded), "--from-package", str(tiny_cpu_package), "--offload-mode", "auto"]) == 0
     capsys.readouterr()
     out = tmp_path / "out"
     _refused(capsys, ["export-genai", str(offloaded), str(out)], out, "has a fixed sequence length 4")
+
+
+# -- parity that can fail ------------------------------------------------------------------------
+# _parity runs the whole prompt (full recompute, empty state) through the exported and the source
+# model.onnx with real ORT CPU sessions and requires every logit within REL x max |source logits|
+# (REL = 1e-3: the export passes the graph through; only the config changes). The self-test edits a
+# copy of the export: the MatMul that produces logits reads an inline copy of its weight rolled
+# along the vocabulary axis. Parity must fail, and onnxruntime-genai (when installed) must
+# generate tokens other than the source's greedy ones.
+REL = 1e-3
+
+
+class ParityError(AssertionError):
+    """The exported graph's logits differ from the source's beyond REL x max |source|."""
+
+
+def _logits(graph: Path, ids: list[int]) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(["logits"], _full_recompute_feeds(session, ids))[0], np.float64)
+
+
+def parity(got: np.ndarray, want: np.ndarray) -> None:
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got - want).max()) if got.shape == want.shape and np.isfinite(got).all() else float("inf")
+    if err > REL * scale:
+        raise ParityError(f"logits: max |diff| {err:.4g} > {REL} x max |ref| {scale:.4g}")
+
+
+def _well_scaled(want: np.ndarray) -> None:
+    assert 0.1 < np.abs(want).max() < 1e3 and want.std() > 1e-3
+
+
+def test_exported_graph_passes_parity(exported: Path, tiny_cpu_package: Path) -> None:
+    want = _logits(tiny_cpu_package / "model.onnx", PROMPT)
+    _well_scaled(want)
+    parity(_logits(exported / "model.onnx", PROMPT), want)
+
+
+@pytest.mark.slow
+def test_broken_export_fails_parity_and_generates_other_tokens(exported: Path, tiny_cpu_package: Path,
+                                                               tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(exported, broken, symlinks=True)
+    path = broken / "model.onnx"
+    model = onnx.load(path, load_external_data=False)
+    head = next(n for n in model.graph.node if "logits" in n.output)
+    inits = {t.name: t for t in model.graph.initializer}
+    weight = next(inits[i] for i in head.input if i in inits)
+    arr = numpy_helper.to_array(weight, base_dir=str(broken))
+    weight.CopyFrom(numpy_helper.from_array(np.roll(arr, 1, axis=-1), weight.name))
+    path.unlink()  # never write through a link
+    onnx.save(model, path)
+    want = _logits(tiny_cpu_package / "model.onnx", PROMPT)
+    with pytest.raises(ParityError):
+        parity(_logits(path, PROMPT), want)
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (0.18.0) is not installed")
+    assert og is not None
+    from q38.export_genai import generate_tokens
+
+    greedy = _ort_greedy(tiny_cpu_package / "model.onnx", PROMPT, NEW_TOKENS)  # one session, stepped
+    assert generate_tokens(exported, PROMPT, NEW_TOKENS) == greedy
+    assert generate_tokens(broken, PROMPT, NEW_TOKENS) != greedy

@@ -176,7 +176,7 @@ def test_a_source_check_fails_is_refused_before_writing(
     assert tree_identity(opset0) == before
 
 
-@pytest.mark.parametrize("command", ["optimize", "offload"])
+@pytest.mark.parametrize("command", ["optimize", pytest.param("offload", marks=pytest.mark.slow)])
 def test_allow_invalid_source_writes_an_output_with_only_the_sources_violations(
     command: str, opset0: Path, base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -190,6 +190,7 @@ def test_allow_invalid_source_writes_an_output_with_only_the_sources_violations(
     assert output_rules and output_rules <= source_rules, (output_rules, source_rules)
 
 
+@pytest.mark.slow
 def test_a_package_under_a_non_utf8_directory_offloads_and_its_manifest_round_trips(base: Path, tmp_path: Path) -> None:
     top = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9-\xff"))
     top.mkdir()

@@ -1,7 +1,7 @@
 """SIGTERM, SIGHUP and SIGINT end every writing command cleanly; SIGKILL's debris is swept (issue 24.1).
 
-Real child processes (``python -m q38``), as ``tests/unit/corpus/test_sigint.py`` runs them; that
-file covers SIGINT during imports and at timer points, this one every writing command (build,
+Real child processes (``python -m q38``) under the harness of tests/support/signal_harness.py, as
+``test_sigint.py`` runs them; that module covers SIGINT during imports and at timer points, this one every writing command (build,
 optimize, offload, export-genai, synth) and the other signals at fixed points of the staged
 write. A ``sitecustomize`` first on the child's ``PYTHONPATH`` wraps
 :class:`q38.package.staging.StagedDirectory` when q38 imports it: with ``Q38_PAUSE_AT=enter`` the
@@ -27,123 +27,28 @@ from pathlib import Path
 
 import pytest
 from support.fsnap import staging_debris, tree_identity
+from support.signal_harness import REPO, child_env, q38_argv, start_q38
 
 from q38.errors import LINE_LIMIT
 
-_REPO = Path(__file__).resolve().parents[3]
 WRITING_COMMANDS = ("build", "optimize", "offload", "export-genai", "synth")
-
-_SITECUSTOMIZE = '''
-import importlib.abc, importlib.util, os, sys, time
-
-_AT = os.environ.get("Q38_PAUSE_AT")
-_READY = os.environ.get("Q38_READY_FILE")
-
-
-def _pause():
-    with open(_READY, "w") as fh:
-        fh.write(str(os.getpid()))
-    time.sleep(120)
-
-
-def _patch(module):
-    cls = module.StagedDirectory
-    if _AT == "enter":
-        enter = cls.__enter__
-
-        def __enter__(self):
-            result = enter(self)
-            try:  # as a signal at the first statement of the with block: __exit__ runs
-                _pause()
-            except BaseException:
-                if not self.__exit__(*sys.exc_info()):
-                    raise
-            return result
-
-        cls.__enter__ = __enter__
-    elif _AT == "commit":
-        commit = cls.commit
-
-        def commit_paused(self):
-            _pause()
-            return commit(self)
-
-        cls.commit = commit_paused
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name != "q38.package.staging" or not _AT:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        loader = spec.loader
-        run = loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _patch(module)
-
-        loader.exec_module = exec_module
-        return spec
-
-
-sys.meta_path.insert(0, _Finder())
-'''
-
-
-@pytest.fixture(scope="module")
-def hookdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("pause-hook")
-    (d / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    return d
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from q38.synth import synthesize
-
-    root = tmp_path_factory.mktemp("signal-sources")
-    return {
-        "package": synthesize(root / "pkg", preset="tiny", variant="cpu", seed=0),
-        "bundles": synthesize(root / "bundles", preset="tiny", variant="cpu", seed=0, bundles=True),
-    }
 
 
 def _argv(command: str, src: dict[str, Path], out: Path) -> list[str]:
-    pkg, b = src["package"], src["bundles"]
-    if command == "build":
-        return ["build", str(out), "--target", str(b / "target"), "--head", str(b / "head"),
-                "--prefill", str(b / "prefill"), "--lib-qsa", str(b / "libs" / "qsa" / "libcustom_ops.so")]  # fmt: skip
-    if command == "offload":
-        return ["offload", str(out), "--from-package", str(pkg), "--offload-mode", "auto"]
-    if command == "synth":
-        return ["synth", str(out), "--preset", "tiny", "--variant", "cpu"]
-    return [command, str(pkg), str(out)]
+    return q38_argv(command, src["package"], out, src["bundles"])
 
 
 def _env(hookdir: Path, ready: Path, at: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(hookdir), str(_REPO)])
-    env["Q38_READY_FILE"] = str(ready)
-    env["Q38_PAUSE_AT"] = at
-    return env
+    return child_env(hookdir, Q38_READY_FILE=str(ready), Q38_PAUSE_AT=at)
 
 
 def _run_to_pause(argv: list[str], env: dict[str, str], ready: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "q38", *argv], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            pytest.fail(f"q38 {argv[0]} never reached the pause (exit {proc.returncode}): {err[-2000:]}")
-        time.sleep(0.005)
-    return proc
+    return start_q38(argv, env, ready, timeout=240, what="the pause")
+
+
+@pytest.fixture(scope="module")
+def sources(signal_sources: dict[str, Path]) -> dict[str, Path]:
+    return signal_sources
 
 
 def _inputs(sources: dict[str, Path]) -> dict[str, object]:
@@ -151,7 +56,7 @@ def _inputs(sources: dict[str, Path]) -> dict[str, object]:
 
 
 _SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGINT": signal.SIGINT}
-# SIGINT of optimize, offload and export-genai: tests/unit/corpus/test_sigint.py.
+# SIGINT of optimize, offload and export-genai: test_sigint.py.
 _CASES = [
     *((c, s, "enter") for c in WRITING_COMMANDS for s in ("SIGTERM", "SIGHUP")),
     *((c, "SIGINT", "enter") for c in ("build", "synth")),
@@ -161,6 +66,7 @@ _CASES = [
 _KILL_COMMANDS = ("synth", "export-genai", "optimize")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "signame", "at"), _CASES, ids=[f"{c}-{s}-{a}" for c, s, a in _CASES])
 def test_a_signal_while_staged_is_exit_128_plus_n_one_line_and_nothing_left(
     command: str, signame: str, at: str, hookdir: Path, sources: dict[str, Path], tmp_path: Path
@@ -182,6 +88,7 @@ def test_a_signal_while_staged_is_exit_128_plus_n_one_line_and_nothing_left(
     assert _inputs(sources) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _KILL_COMMANDS)
 def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     command: str, hookdir: Path, sources: dict[str, Path], tmp_path: Path
@@ -197,7 +104,7 @@ def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     assert proc.returncode == -signal.SIGKILL
     debris = staging_debris(work)
     assert len(debris) == 1 and not out.exists(), debris
-    env = dict(os.environ, PYTHONPATH=str(_REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     again = subprocess.run([sys.executable, "-m", "q38", *_argv(command, sources, out)], env=env,
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
@@ -207,6 +114,7 @@ def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     assert _inputs(sources) == before
 
 
+@pytest.mark.slow
 def test_a_signal_the_caller_ignores_stays_ignored(hookdir: Path, sources: dict[str, Path], tmp_path: Path) -> None:
     """``nohup q38 ...``: SIGHUP is ignored by the caller's choice; the run goes on to a complete output."""
     work = tmp_path / "w"

@@ -156,6 +156,7 @@ def test_two_goldens(graph_snapshot):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(XDIST))
 def test_a_failing_run_calls_no_golden_unused_and_deletes_none(project: pytest.Pytester, mode: str) -> None:
     project.makepyfile(test_pair=FAILING_FIRST.replace("{op}", "Relu"))
@@ -176,6 +177,7 @@ def test_a_failing_run_calls_no_golden_unused_and_deletes_none(project: pytest.P
     assert (project.path / "goldens" / "test_pair" / "test_two_goldens[b].json").exists()
 
 
+@pytest.mark.slow
 def test_identical_forms_are_stored_once_and_a_reference_keeps_its_meaning(project: pytest.Pytester) -> None:
     gdir = project.path / "goldens" / "test_sample"
     project.makepyfile(test_sample=MODULE.replace("{op}", "Elu"))  # test_graph == test_second
@@ -217,6 +219,7 @@ def test_identical_forms_are_stored_once_and_a_reference_keeps_its_meaning(proje
     assert json.loads(ref.read_text())["same_as"] == "test_graph.json"
 
 
+@pytest.mark.slow
 def test_golden_tests_are_marked_and_goldens_only_skips_the_rest(project: pytest.Pytester) -> None:
     _run(project, "serial", "--snapshot-update").assert_outcomes(passed=3)
     _run(project, "serial", "-m", "not golden").assert_outcomes(passed=1, deselected=2)

@@ -41,7 +41,6 @@ def test_tiny_package_goldens(
         assert graph_snapshot(name=role) == path
 
 
-@pytest.mark.slow
 def test_full_faithful_target_graph_golden(tmp_path: Path, graph_snapshot: SnapshotAssertion) -> None:
     package = synth.synthesize(tmp_path / "pkg", preset="full", variant="faithful")
     assert graph_snapshot(name="target") == _graph_paths(package)["target"]

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GPU_DIR = Path(__file__).resolve().parents[2] / "gpu"
 ROOT = GPU_DIR.parents[1]
 sys.path.insert(0, str(GPU_DIR))
@@ -71,6 +73,7 @@ def _pytest(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           env={**os.environ, **(env or {})}, check=False, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_visible_gpu_with_every_test_skipped_fails(tmp_path: Path) -> None:
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -84,6 +87,7 @@ def test_a_visible_gpu_with_every_test_skipped_fails(tmp_path: Path) -> None:
     assert "probe error: onnxruntime" in proc.stdout and "has no CUDAExecutionProvider" in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_dry_run_passes_the_gate_and_writes_figures(tmp_path: Path) -> None:
     figures = tmp_path / "figures.json"
     proc = _pytest(f"{GPU_DIR}/test_cuda_kernels.py::test_dump_the_ep_kernel_registry",

@@ -40,6 +40,22 @@ def converted_cpu(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+@pytest.fixture(scope="session")
+def converted_auto(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """tiny cpu package converted with mode=auto and 2 target resident slots, and the session config
+    entries its decoder graphs run with in a CPU session (mode auto): the setup of the ORT and parity tests.
+    """
+    from support.offload_synthpkg import AUTO_MODE
+
+    from q38.offload.convert import convert_package
+    from q38.offload.options import OffloadOptions
+    from q38.package import open_package
+
+    out = tmp_path_factory.mktemp("offload_auto") / "out"
+    convert_package(tiny_cpu_package, out, OffloadOptions(mode="auto", target_resident_slots=2))
+    return out, {**open_package(out).config.model.decoder.session_options.config_entries, **AUTO_MODE}
+
+
 @pytest.fixture
 def editable_copy(tmp_path: Path) -> Callable[[Path], Path]:
     def copy(src: Path) -> Path:

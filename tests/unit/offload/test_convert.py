@@ -27,11 +27,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from support.offload_synthpkg import tree_digest
+from support.offload_synthpkg import edit_graph, tree_digest
 
 from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Error
 from q38.offload.convert import convert_package
-from q38.offload.options import OffloadOptions
+from q38.offload.eligibility import contracts_eligibility
+from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.package import encode_profile, external_refs, open_package
 from q38.package.profile import ExpertProfile
 
@@ -137,6 +138,8 @@ def test_pool_bindings_never_dangle(converted_cpu: Path, tiny_cpu_package: Path)
 
 @pytest.mark.parametrize("fixture", ["tiny_cpu_package", "tiny_faithful_package", "tiny_layered_package",
                                      "tiny_custom_package"])
+
+
 def test_sources_untouched_and_outputs_open(fixture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     src: Path = request.getfixturevalue(fixture)
     before = tree_digest(src)
@@ -334,3 +337,141 @@ def test_existing_destination_refused(tiny_cpu_package: Path, tmp_path: Path) ->
     with pytest.raises(Exception, match="exists"):
         convert_package(tiny_cpu_package, out, OffloadOptions(mode="auto"))
     assert os.listdir(out) == ["keep"]
+
+
+S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
+
+
+def _nothing_written(out: Path) -> bool:
+    return not out.exists() and not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+def _rename_first(op: str, to: str) -> Callable[[onnx.ModelProto], None]:
+    def edit(model: onnx.ModelProto) -> None:
+        node = next(n for n in model.graph.node if n.op_type == op)
+        node.op_type, node.domain = to, "com.microsoft"
+
+    return edit
+
+
+def test_an_inline_16_kib_initializer_converts(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                               tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+    name = "model.layers.0.attn_hc.down.weight"
+
+    def inline(model: onnx.ModelProto) -> None:
+        tensor = next(t for t in model.graph.initializer if t.name == name)
+        info = {e.key: e.value for e in tensor.external_data}
+        with open(src / info["location"], "rb") as fh:
+            fh.seek(int(info["offset"]))
+            tensor.raw_data = fh.read(int(info["length"]))
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+    edit_graph(src / "model.onnx", inline)
+    want = next(t for t in onnx.load(src / "model.onnx", load_external_data=False).graph.initializer if t.name == name)
+    assert len(want.raw_data) == 16384
+    convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    for graph in (*S_GRAPHS, "model.onnx"):
+        got = next(t for t in onnx.load(tmp_path / "out" / graph, load_external_data=False).graph.initializer
+                   if t.name == name)
+        assert got.data_location == onnx.TensorProto.DEFAULT and got.raw_data == want.raw_data
+
+
+def test_a_target_without_mtp_draft_converts(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                             tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+
+    def drop_mtp(model: onnx.ModelProto) -> None:
+        keep = [n for n in model.graph.node if not n.name.startswith("/mtp/")]
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        outs = [o for o in model.graph.output if not o.name.startswith("mtp.")]
+        del model.graph.output[:]
+        model.graph.output.extend(outs)
+
+    edit_graph(src / "model.onnx", drop_mtp)
+    report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto", target_resident_slots=2))
+    out = tmp_path / "out"
+    assert report.graphs == {}
+    assert not [p for p in out.iterdir() if p.name.startswith("model_s")]
+    assert any("no MTP draft (/mtp/0/): no verify graphs" in n for n in report.notes)
+    assert "verify graphs none (no MTP draft)" in report.summary()[0]
+    pkg = open_package(out)
+    cfg = pkg.config
+    assert cfg.model.qwen38_graph.multidraft == {}
+    assert {p.overlay.decoder_filename for p in cfg.runtime_profiles} == {"model.onnx"}
+    entries = cfg.model.decoder.session_options.config_entries
+    assert parse_node_overrides(entries[OFFLOAD_PREFIX + "node_overrides"]) == {
+        f"/model/layers.{i}/moe/QMoE": 2 for i in range(8)
+    }
+    target = pkg.load("target")
+    assert [n.name for n in target.graph if n.op_type == "QMoE"] == [f"/model/layers.{i}/moe/QMoE" for i in range(8)]
+    assert all(len(n.inputs) <= 14 for n in target.graph if n.op_type == "QMoE")
+
+
+@pytest.mark.parametrize(("graph", "op"), [("head_r2.onnx", "HyperConnectionPreMix"), ("prefill.onnx", "QMoE")])
+def test_qmoe_offload_in_head_or_prefill_refused(graph: str, op: str, tiny_cpu_package: Path,
+                                                 editable_copy: Callable[[Path], Path], tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+    edit_graph(src / graph, _rename_first(op, "QMoEOffload"))
+    before = tree_digest(src)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value).startswith(f"{src / graph}: node ")
+    assert "is a com.microsoft::QMoEOffload node of the old offload tool" in str(info.value)
+    assert _nothing_written(tmp_path / "out")
+    assert tree_digest(src) == before
+
+
+def test_required_checks_the_prefill_graph(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                           tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+
+    def sparse_mixer(model: onnx.ModelProto) -> None:
+        node = next(n for n in model.graph.node if n.name == "/model/layers.5/moe/QMoE")
+        next(a for a in node.attribute if a.name == "use_sparse_mixer").i = 1
+
+    edit_graph(src / "prefill.onnx", sparse_mixer)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="required"))
+    assert str(info.value) == (
+        f"{src / 'prefill.onnx'}: QMoE node '/model/layers.5/moe/QMoE' would not be offloaded by onnxruntime "
+        "(--offload-mode required; --offload-mode auto keeps it on the GPU): use_sparse_mixer=1 is not supported "
+        "by the QMoE offload backend"
+    )
+    assert _nothing_written(tmp_path / "out")
+    convert_package(src, tmp_path / "auto", OffloadOptions(mode="auto"))  # auto: kept on the GPU
+
+
+def test_required_checks_the_chained_drafts(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """ORT sees /mtp/1/ and /mtp/2/ as candidates of their own: a checker refusing only those
+    (as ORT would if a copy differed) must stop the conversion at model_s3.onnx."""
+
+    def only_drafts_refused(model, mode):  # type: ignore[no-untyped-def]
+        return [(n, "refused copy" if (n.name or "").startswith("/mtp/1/") else r)
+                for n, r in contracts_eligibility(model, mode)]
+
+    with pytest.raises(OffloadError) as info:
+        convert_package(tiny_cpu_package, tmp_path / "out", OffloadOptions(mode="required"),
+                        eligibility=only_drafts_refused)
+    assert str(info.value).startswith(f"model_s3.onnx (built from {tiny_cpu_package / 'model.onnx'}): QMoE node "
+                                      "'/mtp/1/moe/QMoE' would not be offloaded")
+    assert _nothing_written(tmp_path / "out")
+
+
+def test_reconversion_writes_every_graph_and_links_nothing_to_the_source(converted_cpu: Path, tmp_path: Path) -> None:
+    out = tmp_path / "again"
+    src_links = {p.name: p.stat().st_nlink for p in converted_cpu.iterdir() if p.is_file()}
+    convert_package(converted_cpu, out, OffloadOptions(mode="auto"))
+    src_inodes = {p.stat().st_ino for p in converted_cpu.rglob("*") if p.is_file()}
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert path.stat().st_nlink == 1, path
+            assert path.stat().st_ino not in src_inodes, path
+    graphs = [p.name for p in out.glob("*.onnx")]
+    assert sorted(graphs) == ["head_r2.onnx", "model.onnx", *S_GRAPHS, "prefill.onnx"]
+    manifest = json.loads((out / "package_manifest.json").read_text())
+    for name in ("model.onnx", *S_GRAPHS, "prefill.onnx"):
+        assert manifest["files"][name]["link_mode"] == "write"
+    assert {p.name: p.stat().st_nlink for p in converted_cpu.iterdir() if p.is_file()} == src_links

@@ -6,18 +6,38 @@ Invariants guarded:
   ArgMax (draft ids) and a Tile (hidden to hyper-connection streams), sharing draft 0's
   initializers (no new external tensors), and one more graph output mtp.{j}.logits;
 - chained draft j consumes draft j-1's residual stream and the embedding of its argmax;
-- refusals: no /mtp/0/ draft, rows outside 2..4.
+- refusals: no /mtp/0/ draft, rows outside 2..4;
+- parity that can fail: model_s3 / model_s4 fed the same first tokens give model_s2's first rows
+  of logits within 1e-3 of their magnitude, and a rolled first-layer weight fails that check.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
+from onnx import numpy_helper
+from support.offload_synthpkg import (
+    ParityError,
+    cpu_session,
+    dims_of,
+    edit_graph,
+    feeds_for,
+    logits_of,
+    logits_parity,
+)
 
 from q38.errors import GraphError
+from q38.offload.convert import convert_package
 from q38.offload.multidraft import MultiDraftPass, build_multidraft
+from q38.offload.options import OffloadOptions
 from q38.offload.router import ClearRouterWeightsPass
 from q38.package import external_refs, open_package
 
@@ -81,3 +101,108 @@ def test_refusals(target: ir.Model) -> None:
     stripped.graph.remove([n for n in stripped.graph if (n.name or "").startswith("/mtp/0/")], safe=False)
     with pytest.raises(GraphError, match=r"no MTP draft \(no node named /mtp/0/\.\.\.\)"):
         build_multidraft(stripped, 3, lineage="contrib")
+
+
+S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
+
+
+def _slot14(path: Path) -> int:
+    nodes = onnx.load(path, load_external_data=False).graph.node
+    return sum(1 for n in nodes if n.op_type == "QMoE" and len(n.input) > 14 and n.input[14])
+
+
+def test_mrope_position_ids_keep_their_layout(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                              tmp_path: Path) -> None:
+    src = editable_copy(tiny_cpu_package)
+
+    def mrope(model: onnx.ModelProto) -> None:
+        pos = next(v for v in model.graph.input if v.name == "position_ids")
+        dims = pos.type.tensor_type.shape.dim
+        dims.insert(0, onnx.TensorShapeProto.Dimension(dim_value=3))
+
+    edit_graph(src / "model.onnx", mrope)
+    convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    for rows, name in zip((2, 3, 4), S_GRAPHS):
+        model = onnx.load(tmp_path / "out" / name, load_external_data=False)
+        inputs = {v.name: dims_of(v) for v in model.graph.input}
+        outputs = {v.name: dims_of(v) for v in model.graph.output}
+        assert inputs["position_ids"] == [3, "batch_size", rows]
+        assert inputs["input_ids"] == ["batch_size", rows]
+        assert inputs["attention_mask"] == ["batch_size", "total_sequence_length"]
+        assert outputs["logits"] == ["batch_size", rows, 512]
+        assert [outputs[f"mtp.{j}.logits"] for j in range(rows - 1)] == [["batch_size", rows, 512]] * (rows - 1)
+        assert inputs["past.0.conv"] == ["batch_size", 128, 3]  # state shapes untouched
+
+
+def test_router_weights_cleared_is_what_the_source_held(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    held = _slot14(tiny_cpu_package / "model.onnx") + _slot14(tiny_cpu_package / "prefill.onnx")
+    assert held > 0
+    out = tmp_path / "out"
+    report = convert_package(tiny_cpu_package, out, OffloadOptions(mode="auto"))
+    manifest = json.loads((out / "package_manifest.json").read_text())
+    assert report.router_weights_cleared == manifest["router_weights_cleared"] == held
+    assert manifest["rewrites"]["router_weights_cleared"] == held
+    assert manifest["rewrites"]["multidraft_graphs"] == 3
+    for graph in (*S_GRAPHS, "model.onnx", "prefill.onnx"):
+        assert _slot14(out / graph) == 0
+    assert os.stat(out / "model.onnx").st_ino != os.stat(out / "model_s4.onnx").st_ino
+
+
+# -- parity that can fail: a verify graph's first rows are the 2-row graph's ------------------------
+# The target is causal (attention, the conv carry and the linear-attention state only look back),
+# so model_s3.onnx / model_s4.onnx fed 3 / 4 tokens must give, for the first 2 rows, the logits
+# (target and draft 0) that model_s2.onnx gives for those 2 tokens -- the chained drafts (rows of
+# their own outputs mtp.1.logits ...) are added beside the shared computation and must not disturb
+# it. logits_parity(first_rows=True) compares them within MULTIDRAFT_REL x max |s2 logits| (1e-3:
+# the same kernels on the same values; only the row count differs). The self-test breaks the
+# verify graph alone: a weight of the first decoder layer that both graphs read from the shared
+# data file is given, in a copy of s3 / s4 only, its values rolled by one (an inline initializer
+# replacing the external reference), and parity must fail.
+MULTIDRAFT_REL = 1e-3
+
+
+def _verify_logits(path: Path, entries: dict[str, str], rows: int) -> dict[str, np.ndarray]:
+    session = cpu_session(path, entries)
+    return logits_of(session, feeds_for(session, rows=rows, seed=11))  # the same seed: the first 2 tokens are the same
+
+
+def _first_rows_fed_alike(rows: int) -> None:
+    a = np.random.default_rng(11).integers(0, 512, size=(1, 2), dtype=np.int64)
+    b = np.random.default_rng(11).integers(0, 512, size=(1, rows), dtype=np.int64)
+    assert np.array_equal(a, b[:, :2])  # numpy draws a prefix: feeds_for's tokens agree row by row
+
+
+def _want(out: Path, entries: dict[str, str]) -> dict[str, np.ndarray]:
+    want = _verify_logits(out / "model_s2.onnx", entries, 2)
+    assert {"logits", "mtp.0.logits"} <= set(want)
+    for w in want.values():
+        assert 0.1 < np.abs(w).max() < 1e3 and np.asarray(w, np.float64).std() > 1e-3
+    return want
+
+
+@pytest.mark.parametrize("rows", [3, 4])
+def test_verify_graph_first_rows_match_s2(converted_auto: tuple[Path, dict[str, str]], rows: int) -> None:
+    out, entries = converted_auto
+    _first_rows_fed_alike(rows)
+    got = _verify_logits(out / f"model_s{rows}.onnx", entries, rows)
+    assert {f"mtp.{j}.logits" for j in range(rows - 1)} <= set(got)
+    logits_parity(got, _want(out, entries), MULTIDRAFT_REL, first_rows=True)
+
+
+@pytest.mark.parametrize("rows", [3, 4])
+def test_verify_graph_with_a_rolled_weight_fails_parity(converted_auto: tuple[Path, dict[str, str]], tmp_path: Path,
+                                                        rows: int) -> None:
+    out, entries = converted_auto
+    copy = tmp_path / "broken"
+    shutil.copytree(out, copy, symlinks=True)
+    path = copy / f"model_s{rows}.onnx"
+    model = onnx.load(path, load_external_data=False)
+    used = {i for n in model.graph.node if n.name.startswith("/model/layers.0/") for i in n.input}
+    init = next(t for t in model.graph.initializer if t.name in used and t.data_type == onnx.TensorProto.FLOAT16
+                and t.data_location == onnx.TensorProto.EXTERNAL and len(t.dims) == 2)
+    arr = numpy_helper.to_array(init, base_dir=str(copy))
+    init.CopyFrom(numpy_helper.from_array(np.roll(arr, 1, axis=-1), init.name))
+    path.unlink()
+    onnx.save(model, path)
+    with pytest.raises(ParityError):
+        logits_parity(_verify_logits(path, entries, rows), _want(out, entries), MULTIDRAFT_REL, first_rows=True)

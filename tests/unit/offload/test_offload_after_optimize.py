@@ -13,6 +13,7 @@ import pytest
 from q38.cli import main
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "target"), [("faithful", "cuda"), ("cpu", "cpu"), ("cpu", "cuda")])
 def test_offload_converts_an_optimized_package(tmp_path: Path, variant: str, target: str) -> None:
     src, opt, off = tmp_path / "src", tmp_path / "opt", tmp_path / "off"

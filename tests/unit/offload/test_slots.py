@@ -14,14 +14,22 @@ Invariants guarded:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from q38.errors import FlagError
+from q38.offload.convert import convert_package
 from q38.offload.hitrate import resident_experts
+from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.offload.slots import plan_from_profile, uniform_caps
+from q38.package import encode_profile, open_package
+from q38.package.profile import ExpertProfile
 
 
 @st.composite
@@ -131,6 +139,8 @@ def test_popular_layer_gets_more_slots() -> None:
         (-1, {}, "--total-resident-slots -1: must be a non-negative integer"),
     ],
 )
+
+
 def test_refusals_name_the_flag(total: int, kwargs: dict[str, object], message: str) -> None:
     counts = np.ones((2, 4), dtype=np.uint64)
     with pytest.raises(FlagError) as info:
@@ -143,3 +153,40 @@ def test_uniform_caps() -> None:
     assert uniform_caps(0, [8]) == [0]
     with pytest.raises(FlagError, match=r"^--target-resident-slots 5: offloaded QMoE node #1 has only 4 experts$"):
         uniform_caps(5, [8, 4])
+
+
+S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
+
+
+def _caps_of_graph(entries: dict[str, str], graph: Path) -> dict[str, int]:
+    caps = parse_node_overrides(entries.get(OFFLOAD_PREFIX + "node_overrides", ""))
+    nodes = [n.name for n in onnx.load(graph, load_external_data=False).graph.node if n.op_type == "QMoE"]
+    return {n: caps[n] for n in nodes if n in caps}
+
+
+@pytest.mark.parametrize(("rows", "total", "floor"), [(9, 40, 0), (8, 21, 1)])
+def test_slot_totals_exact_in_every_graph_and_the_manifest(tiny_cpu_package: Path, tmp_path: Path, rows: int,
+                                                           total: int, floor: int) -> None:
+    counts = np.random.default_rng(rows).integers(0, 1000, size=(rows, 8)).astype(np.uint64)
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    out = tmp_path / "out"
+    convert_package(tiny_cpu_package, out, OffloadOptions(mode="auto", expert_profile=str(profile),
+                                                          total_resident_slots=total, min_slots_per_layer=floor))
+    cfg = open_package(out).config
+    tiers = [cfg.model.decoder.session_options.config_entries]
+    tiers += [p.overlay.session_options.config_entries for p in cfg.runtime_profiles if p.overlay.session_options]
+    assert len(tiers) == 5
+    for entries in tiers:
+        for graph in (*S_GRAPHS, "model.onnx"):
+            caps = _caps_of_graph(entries, out / graph)
+            assert sum(caps.values()) == total, (graph, caps)
+            assert all(c >= floor for n, c in caps.items() if n.startswith("/model/"))
+    manifest = json.loads((out / "package_manifest.json").read_text())
+    assert sum(manifest["resident_slots"].values()) == total
+    s4 = _caps_of_graph(tiers[0], out / "model_s4.onnx")
+    if rows == 9:  # the profile covers the draft: the chained copies share its bank, 0 slots of their own
+        assert s4["/mtp/0/moe/QMoE"] >= 0 and s4["/mtp/1/moe/QMoE"] == s4["/mtp/2/moe/QMoE"] == 0
+    else:  # a profile of the decoder layers only: the draft nodes are left uncapped, and said so
+        assert not [n for n in s4 if n.startswith("/mtp/")]
+        assert "no profile row (uncapped): model.onnx:/mtp/0/moe/QMoE" in manifest["notes"]

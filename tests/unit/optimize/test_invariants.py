@@ -25,16 +25,13 @@ import support.optimize_graphs as G
 from onnx import TensorProto, helper
 from support.optimize_helpers import apply, close, ops, reasons, run_ort, run_ref
 
-from q38.errors import FlagError
-from q38.optimize import PASS_NAMES, PIPELINE, optimize_model, select_passes
+from q38.optimize import PASS_NAMES
 from q38.optimize._common import SUBGRAPH_REASON, check_topological, iter_graphs
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.fp8_head import QuantizeFp8HeadPass
 from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 from q38.optimize.shared_expert import FuseSharedExpertPass
-
-MS = "com.microsoft"
 
 
 def _fp8_head() -> onnx.ModelProto:
@@ -156,64 +153,6 @@ def test_nodes_are_identified_by_identity_not_names(case: str, naming: str) -> N
     assert ops(model) == ops(reference)
     named = [n.name for n in model.graph if n.name and n.name != "same"]
     assert len(named) == len(set(named))  # generated names never collide
-
-
-def test_pipeline_order_is_pinned() -> None:
-    # RMSNormRotary and the shared-expert fusion first; the hyper-connection fusion (whose fused
-    # producers carry no shapes) before the FP8 head, which must handle such producers.
-    assert PASS_NAMES == ("rms_norm_rotary", "shared_expert", "hyper_connection", "causal_conv_state", "fp8_head")
-    assert [p.__name__ for p in PIPELINE] == [
-        "FuseRMSNormRotaryPass", "FuseSharedExpertPass", "FuseHyperConnectionPass",
-        "FuseCausalConvStatePass", "QuantizeFp8HeadPass",
-    ]
-
-
-def test_passes_and_skip_keep_pipeline_order() -> None:
-    assert [p.name for p in select_passes(["fp8_head", "rms_norm_rotary", "shared_expert"], ["shared_expert"])] == [
-        "rms_norm_rotary", "fp8_head",
-    ]
-    with pytest.raises(FlagError, match=r"^unknown pass 'fuse_all' \(known: rms_norm_rotary, "):
-        select_passes(["fuse_all"])
-
-
-def test_optimize_model_runs_passes_in_pipeline_order() -> None:
-    model = ir.from_proto(G.hc_model())
-    result = optimize_model(model, passes=list(reversed(PASS_NAMES)))
-    seen = list(dict.fromkeys(o.pass_name for o in result.outcomes))
-    assert seen == [n for n in PASS_NAMES if n in seen]
-    assert list(result.rewrites) == list(PASS_NAMES)
-
-
-def test_optimize_model_skips_the_skipped_passes_and_checks_its_input() -> None:
-    model = ir.from_proto(G.hc_model())
-    result = optimize_model(model, skip=("hyper_connection",))
-    assert list(result.rewrites) == [n for n in PASS_NAMES if n != "hyper_connection"]
-    assert ops(model)[(MS, "HyperConnectionPreMix")] == 1
-    # The first pass checks the input's invariants: an out-of-order graph is refused, not rewritten.
-    proto = G.hc_model()
-    nodes = list(proto.graph.node)
-    del proto.graph.node[:]
-    proto.graph.node.extend(reversed(nodes))
-    unsorted = ir.from_proto(proto)
-    with pytest.raises(ir.passes.PassError) as err:
-        optimize_model(unsorted)
-    chain: list[BaseException] = []
-    cause: BaseException | None = err.value
-    while cause is not None:
-        chain.append(cause)
-        cause = cause.__cause__
-    assert str(chain[-1]).startswith("rms_norm_rotary: input graph is not topologically sorted")
-    assert [n.op_type for n in unsorted.graph] == [n.op_type for n in reversed(nodes)]
-
-
-def test_one_hyper_connection_pass_instance_fuses_every_model_it_is_given() -> None:
-    """The pass runs its two phases per call and is back in phase one after it."""
-    p = FuseHyperConnectionPass()
-    for _ in range(2):
-        model = ir.from_proto(G.hc_model(two_blocks=True))
-        p(model)
-        assert p.count == 3
-        assert ops(model) == {(MS, "HyperConnectionLowRankMix"): 2, (MS, "HyperConnectionPostMix"): 1, ("", "Tanh"): 2}
 
 
 def _wrap_in_if(proto: onnx.ModelProto) -> onnx.ModelProto:

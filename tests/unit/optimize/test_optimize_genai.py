@@ -37,6 +37,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_every_builder_package_optimizes_and_the_output_passes_check(packages: list[Path], tmp_path: Path) -> None:
     for i, src in enumerate(packages):
         before = tree_snapshot(src)

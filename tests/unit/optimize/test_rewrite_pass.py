@@ -29,6 +29,7 @@ import pytest
 import support.optimize_graphs as G
 import support.optimize_property_kit as K
 from onnx import helper
+from support.optimize_helpers import apply, close, nth_node, run_ort, run_ref
 
 from q38.optimize._common import (
     SUBGRAPH_REASON,
@@ -36,6 +37,7 @@ from q38.optimize._common import (
     RewritePass,
     check_topological,
 )
+from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.graph_order import NodeOrder
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 
@@ -207,3 +209,31 @@ def test_a_pass_run_on_its_own_checks_its_input() -> None:
         FuseRMSNormRotaryPass()(model)
     assert str(caught.value.__cause__) == ("rms_norm_rotary: input graph is not topologically sorted: "
                                            "node Neg '/neg' reads 'early' before it is produced")
+
+
+def test_remove_dead_keeps_a_shared_node_whose_output_a_subgraph_captures() -> None:
+    proto = G.rms_rotary_model()
+    c = nth_node(proto, "Unsqueeze").output[0]
+    K.if_capture(proto, c)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    assert check_topological(model.graph) is None
+    kept = [n for n in model.graph if n.op_type == "Unsqueeze"]
+    assert [n.outputs[0].name for n in kept] == [c]
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16),
+             "position_ids": np.array([[0, 1, 2], [3, 4, 5]]), "cond": np.array(True)}
+    close(run_ref(model, feeds), run_ort(proto, feeds))
+
+
+# -- survivors of `nox -s mutation -- q38/optimize` (node positions) ---------------------------------
+def test_an_unnamed_anchor_is_described_by_its_position_in_the_graph() -> None:
+    """``--explain`` names an unnamed candidate by op and index (NodeOrder.index), a named one by name."""
+    proto = G.conv_carry_model(state_window=1)  # declined: non-default attribute
+    for node in proto.graph.node:
+        node.name = ""
+    idx = next(i for i, n in enumerate(proto.graph.node) if n.op_type == "CausalConvWithState")
+    assert idx > 1
+    _, p = apply(FuseCausalConvStatePass, proto)
+    assert [(o.anchor, o.applied) for o in p.outcomes] == [(f"<unnamed CausalConvWithState #{idx}>", False)]
+    _, p = apply(FuseCausalConvStatePass, G.conv_carry_model(state_window=1))
+    assert [o.anchor for o in p.outcomes] == ["/conv/CausalConvWithState"]

@@ -231,6 +231,7 @@ def test_the_op_a_failed_session_names_has_no_kernel(tiny_faithful_package: Path
 # ---------------------------------------------------------------- the cache
 
 
+@pytest.mark.slow
 def test_probe_once_then_the_cache(isolated: Path, counted_probe: _Counter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = cpu_kernels()
     sessions = counted_probe.sessions
@@ -487,6 +488,7 @@ def test_a_child_that_fails_outside_an_attempt_is_one_error(tmp_path: Path) -> N
         probe.run_probe([probe.Case("d", "a", "x")], workers=1, command=[sys.executable, str(script)])
 
 
+@pytest.mark.slow
 def test_a_session_that_aborts_the_probe_process_is_undetermined_never_none() -> None:
     """QLinearLeakyRelu without its optional inputs aborts ORT 1.32.0's process (its kernel reads
     a missing input). Started at that attempt (its last), the probe counts the crash as a bad

@@ -48,7 +48,11 @@ def _q38(doc: Any) -> str | None:
     return None
 
 
-@pytest.mark.parametrize(("name", "seed"), SEEDS, ids=[name for name, _ in SEEDS])
+_SLOW_SEEDS = ("hand/full", "int4-cpu-mtp")  # the most mutations: over ~5 s each
+
+
+@pytest.mark.parametrize(("name", "seed"), [pytest.param(name, seed, id=name, marks=[pytest.mark.slow] * (name in _SLOW_SEEDS))
+                                            for name, seed in SEEDS])
 def test_same_verdict_as_og_config_for_every_mutation(name: str, seed: dict[str, Any], og: OgProbe) -> None:
     cases = list(corpus([(name, seed)]))
     disagreements = []

@@ -146,6 +146,7 @@ def _skewed(src: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_skewed_routers_profiled_plan_beats_uniform_and_matches_a_rerun(
         tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = _skewed(tiny_cpu_package, tmp_path / "skewed")

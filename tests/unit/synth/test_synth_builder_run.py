@@ -160,7 +160,6 @@ def _kinds(m: onnx.ModelProto) -> collections.Counter[str]:
     return collections.Counter(n.op_type for n in m.graph.node)
 
 
-@pytest.mark.slow
 def test_full_cpu_schedule_runs_and_generates(full_builder_cpu_package: Path) -> None:
     m = onnx.load(str(full_builder_cpu_package / "model.onnx"), load_external_data=False)
     k = _kinds(m)
@@ -176,7 +175,6 @@ def test_full_cpu_schedule_runs_and_generates(full_builder_cpu_package: Path) ->
     assert len(tokens) == 12 - len(PROMPT) and tokens[0] == int(out[0]["logits"][0, -1].argmax())
 
 
-@pytest.mark.slow
 def test_full_faithful_schedule(tmp_path: Path) -> None:
     pkg = synthesize(tmp_path / "p", preset="full", exporter="builder", variant="faithful")
     m = onnx.load(str(pkg / "model.onnx"), load_external_data=False)

@@ -87,7 +87,6 @@ def test_tiny_faithful_op_counts(tiny_faithful_package: Path) -> None:
     assert _counts(m) == want
 
 
-@pytest.mark.slow
 def test_full_faithful_has_48_layers(tmp_path: Path) -> None:
     out = synthesize(tmp_path / "p", preset="full", variant="faithful")
     m = _load(out / "model.onnx")

@@ -80,6 +80,7 @@ def test_1_31_1_forms(targeted: dict[str, Path], tmp_path: Path) -> None:
         assert node.input[4] in casts and node.input[5] in casts, node.name
 
 
+@pytest.mark.slow
 def test_check_ort_version_names_what_1_31_1_cannot_read(targeted: dict[str, Path], tmp_path: Path) -> None:
     proc = _q38("check", targeted["1.32.0"], "--ort-version", "1.31.1", "--json")
     assert proc.returncode == 1, proc.stderr

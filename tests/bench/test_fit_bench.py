@@ -3,8 +3,8 @@ same graphs with ``onnx.load(..., load_external_data=False)``, on the full and l
 
 fit reads no weight byte, so its cost is the graph protobufs plus q38's start-up: under
 ``nox -s bench`` (``--benchmark-enable``) the ratio of the best of ``ROUNDS`` interleaved runs must
-be at most 1.5; in the CPU suite (benchmarks disabled) one round runs and the figures are printed,
-with no timing assertion. Also checked either way: the fit's weight bytes do not depend on the data
+be at most 1.5; in the CPU suite (benchmarks disabled) one round runs on the tiny preset and the
+figures are printed, with no timing assertion. Also checked either way: the fit's weight bytes do not depend on the data
 files (a package whose data files are truncated to zero bytes reports the same).
 """
 
@@ -49,7 +49,8 @@ def large_cpu_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_fit_cpu_time_next_to_onnx_load(which: str, request: pytest.FixtureRequest, benchmark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     if which == "large_cpu_package" and benchmark.disabled:
         pytest.skip("the large preset is synthesized under nox -s bench only (--benchmark-enable)")
-    root: Path = request.getfixturevalue(which)
+    # full_cpu_package: the bench package (the full preset under nox -s bench, tiny in the smoke)
+    root: Path = request.getfixturevalue("bench_package" if which == "full_cpu_package" else which)
     fit = [sys.executable, "-m", "q38", "fit", str(root), "--json"]
     load = [sys.executable, "-c", _LOAD, *_graphs(root)]
     rounds = 1 if benchmark.disabled else ROUNDS

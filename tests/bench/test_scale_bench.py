@@ -1,6 +1,8 @@
 """Scale benchmark: the ``large`` synthetic package through build -> optimize -> offload -> check.
 
-Runs only with ``--benchmark-enable`` (``nox -s bench``); skipped otherwise. For each weight size
+Measures only with ``--benchmark-enable`` (``nox -s bench``; several GB of disk and minutes); the
+CPU suite's smoke runs the same steps once on the tiny preset, each child succeeding and reporting
+its figures. For each weight size
 (default 1 GB and 8 GB of routed-expert weights, ``Q38_SCALE_GB=1,8``) every step runs in a child
 process (``tests/support/rss_child.py``) that reports its peak RSS (VmHWM) and its peak anonymous
 memory (RssAnon sampled every 10 ms; file-backed pages of mapped weights are reported separately
@@ -24,8 +26,8 @@ from typing import Any
 import pytest
 
 SIZES = tuple(float(x) for x in os.environ.get("Q38_SCALE_GB", "1,8").split(","))
-CHILD = Path(__file__).resolve().parents[2] / "support" / "rss_child.py"
-REPO = Path(__file__).resolve().parents[3]
+CHILD = Path(__file__).resolve().parents[1] / "support" / "rss_child.py"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _step(workdir: Path, name: str, args: list[str]) -> dict[str, Any]:
@@ -38,12 +40,14 @@ def _step(workdir: Path, name: str, args: list[str]) -> dict[str, Any]:
     return data
 
 
-def _pipeline(root: Path, weight_gb: float) -> dict[str, dict[str, Any]]:
-    work = root / f"gb{weight_gb:g}"
+def _pipeline(root: Path, weight_gb: float | None) -> dict[str, dict[str, Any]]:
+    """Every step of the pipeline on the large preset of ``weight_gb`` (None: the tiny preset)."""
+    work = root / (f"gb{weight_gb:g}" if weight_gb is not None else "tiny")
     work.mkdir()
     b, pkg, opt, off = work / "bundles", work / "pkg", work / "opt", work / "off"
+    preset = ["--preset", "large", "--weight-gb", f"{weight_gb:g}"] if weight_gb is not None else ["--preset", "tiny"]
     steps = {
-        "synth": ["synth", str(b), "--bundles", "--preset", "large", "--variant", "cpu", "--weight-gb", f"{weight_gb:g}"],
+        "synth": ["synth", str(b), "--bundles", *preset, "--variant", "cpu"],
         "build": ["build", str(pkg), "--target", str(b / "target"), "--head", str(b / "head"),
                   "--prefill", str(b / "prefill")],
         "optimize": ["optimize", str(pkg), str(opt), "--target", "cpu"],  # as `q38 demo` does for cpu
@@ -58,9 +62,14 @@ def _pipeline(root: Path, weight_gb: float) -> dict[str, dict[str, Any]]:
     return results
 
 
+@pytest.mark.slow
 def test_scale_large_pipeline_rss(benchmark: Any, tmp_path: Path) -> None:
-    if benchmark.disabled:
-        pytest.skip("scale benchmark: runs only with --benchmark-enable (nox -s bench); several GB of disk and minutes")
+    if benchmark.disabled:  # the CPU suite's smoke: the same steps on the tiny preset, each must succeed
+        steps = _pipeline(tmp_path, None)
+        assert list(steps) == ["synth", "build", "optimize", "offload", "check"]
+        assert steps["synth"]["weight_bytes"] > 0
+        assert all(data["rss_anon_peak_kib"] > 0 and data["vm_hwm_kib"] > 0 for data in steps.values())
+        return
     figures: dict[str, dict[str, dict[str, Any]]] = {}
 
     def run() -> None:

@@ -14,8 +14,15 @@ from typing import Any
 
 import onnx_ir as ir
 import pytest
-from support.contracts_testkit import dsa_model, graph_violations
+from support.contracts_testkit import (
+    dsa_model,
+    graph_violations,
+    psai_model,
+    rule_named,
+    sai_model,
+)
 
+from contracts.qsa import RULES as QSA_RULES
 from contracts.qsa import dsa_cuda_problems
 
 pytestmark = pytest.mark.cuda_rule
@@ -75,3 +82,18 @@ def test_the_rule_reports_every_refusal_on_the_node_for_cuda_only() -> None:
     assert cuda == [("QSA-DSA-CUDA-001", "dsa", "DynamicSparseAttention only supports is_causal=1."),
                     ("QSA-DSA-CUDA-001", "dsa", f"{_D}do_rotary must be 0 or 1.")]  # fmt: skip
     assert [v for v in graph_violations(model) if v.rule_id == "QSA-DSA-CUDA-001"] == []
+
+
+@pytest.mark.parametrize(("is_causal", "refused"), [(None, False), (1, False), (0, True), (2, True)])
+def test_dynamic_sparse_attention_cuda_needs_is_causal_1(is_causal: int | None, refused: bool) -> None:
+    found = rule_named(QSA_RULES, "QSA-DSA-CUDA-001").check(dsa_model(is_causal=is_causal), {})
+    assert [v.message for v in found] == (["DynamicSparseAttention only supports is_causal=1."] if refused else [])
+
+
+@pytest.mark.parametrize("build", [psai_model, sai_model], ids=["packed", "dense"])
+@pytest.mark.parametrize(("epsilon", "refused"), [(None, False), (0.0, False), (1e-6, False), (-1e-9, True), (-1.0, True)])
+def test_indexer_cuda_epsilon_bound_is_inclusive(build: Any, epsilon: float | None, refused: bool) -> None:
+    model = build(epsilon=epsilon) if epsilon is not None else build()
+    found = rule_named(QSA_RULES, "QSA-INDEXER-CUDA-001").check(model, {})
+    op = model.graph.node[0].op_type
+    assert [v.message for v in found] == ([f"{op}: epsilon must be >= 0, got {epsilon:g}"] if refused else [])

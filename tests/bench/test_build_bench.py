@@ -41,7 +41,7 @@ from q38.assembly import BuildRequest, LinkPolicy, build_package
 
 SIZES = tuple(s for s in os.environ.get("Q38_BENCH_SIZES", "tiny,full,large0,large1,large8").split(",") if s)
 ROUNDS = int(os.environ.get("Q38_BENCH_ROUNDS", "3"))
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CHILD = REPO / "tests" / "support" / "rss_child.py"
 _MIB = 1024
 
@@ -282,11 +282,13 @@ def _rss(work: Path, name: str, args: list[str]) -> dict[str, Any]:
 _MEMORY: dict[str, dict[str, int]] = {}
 
 
+@pytest.mark.slow
 def test_bench_memory(benchmark: Any, bench_bundles: Path, workdir: Path, size: str) -> None:
     """Peak anonymous memory of build --copy, offload and check of this size (child processes)."""
-    if benchmark.disabled:
+    smoke = benchmark.disabled  # the CPU suite: the steps once on the tiny size, each child must succeed
+    if smoke and size != "tiny":
         pytest.skip("memory benchmark: runs only with --benchmark-enable")
-    if not (size.startswith("large") and float(size[5:] or 2) >= 1):
+    if not smoke and not (size.startswith("large") and float(size[5:] or 2) >= 1):
         pytest.skip("memory benchmark: compares the large sizes of >= 1 GB (largeN)")
     work = workdir / f"rss_{size}"
     work.mkdir()
@@ -306,6 +308,10 @@ def test_bench_memory(benchmark: Any, bench_bundles: Path, workdir: Path, size: 
 
     benchmark.pedantic(measure, rounds=1, iterations=1)
     shutil.rmtree(work)
+    if smoke:
+        assert list(figures) == list(steps)
+        assert all(fig["rss_anon_peak_kib"] > 0 and fig["vm_hwm_kib"] > 0 for fig in figures.values())
+        return
     for step, fig in figures.items():
         benchmark.extra_info[f"{step}.rss_anon_peak_mib"] = round(fig["rss_anon_peak_kib"] / _MIB, 1)
         benchmark.extra_info[f"{step}.vm_hwm_mib"] = round(fig["vm_hwm_kib"] / _MIB, 1)

@@ -1,4 +1,7 @@
-"""Parity that can fail: every fused op's numeric parity check reports a broken weight.
+"""Parity that can fail: the machinery and cases of every fused op's numeric parity self-test.
+
+Each optimizer pass's test module (tests/unit/optimize/passes/test_<pass>.py) runs its own case
+with :func:`assert_rewrite_parity` and :func:`assert_every_fused_weight_broken_fails`.
 
 For each rewrite of ``q38 optimize`` (RMSNormRotary, HyperConnectionLowRankMix, the shared
 expert's fused MatMul + Split, CausalConvWithState's carry, the FP8 head) the rewritten micro-graph
@@ -76,7 +79,7 @@ def _set(proto: onnx.ModelProto, **arrays: np.ndarray) -> onnx.ModelProto:
     return proto
 
 
-def _fused_weights(model: ir.Model, op: str) -> list[ir.Value]:
+def fused_weights(model: ir.Model, op: str) -> list[ir.Value]:
     """The floating initializers (more than one distinct value) the fused ``op`` nodes read."""
     found: dict[str, ir.Value] = {}
     for node in model.graph:
@@ -90,7 +93,7 @@ def _fused_weights(model: ir.Model, op: str) -> list[ir.Value]:
     return list(found.values())
 
 
-def _replace(value: ir.Value, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+def replace_weight(value: ir.Value, fn: Callable[[np.ndarray], np.ndarray]) -> None:
     arr = value.const_value.numpy()  # type: ignore[union-attr]
     value.const_value = ir.Tensor(np.ascontiguousarray(fn(arr)).astype(arr.dtype), name=value.name)
 
@@ -131,7 +134,7 @@ def _rms_rotary() -> onnx.ModelProto:
     return _set(G.rms_rotary_model(), q_norm_weight=r.uniform(0.25, 2.0, 8))
 
 
-def _shared_expert() -> onnx.ModelProto:
+def shared_expert_proto() -> onnx.ModelProto:
     r = np.random.default_rng(12)
     cols = np.linspace(0.5, 1.5, 8)  # distinct column norms: gate and up differ column by column
     return _set(
@@ -172,7 +175,7 @@ CASES = [
     Case("rms_norm_rotary", FuseRMSNormRotaryPass, _rms_rotary,
          {"x": R.standard_normal((2, 3, 16)).astype(np.float16), "position_ids": np.array([[0, 1, 2], [5, 6, 7]])},
          "RMSNormRotary", 1e-2, ref=True),
-    Case("shared_expert", FuseSharedExpertPass, _shared_expert,
+    Case("shared_expert", FuseSharedExpertPass, shared_expert_proto,
          {"h": (1.5 * R.standard_normal((2, 3, 16))).astype(np.float16)}, "MatMul", 1e-2, ref=False),
     Case("hyper_connection", FuseHyperConnectionPass, _hc,
          {"streams": (1.5 * R.standard_normal((2, 3, 32))).astype(np.float16)}, "HyperConnectionLowRankMix", 2e-2,
@@ -185,60 +188,26 @@ CASES = [
 ]
 IDS = [c.name for c in CASES]
 
+CASE = {c.name: c for c in CASES}
+BREAKAGES = [_roll, _zero]
+BREAKAGE_IDS = ["rolled", "dropped"]
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_real_rewrite_passes_parity(case: Case) -> None:
+
+def assert_rewrite_parity(case: Case) -> None:
+    """The real rewrite of ``case`` passes :func:`parity` against well-scaled reference outputs."""
     want = case.want()
     _well_scaled(want)
     parity(case.got(case.rewritten()), want, case.rel)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-@pytest.mark.parametrize("breakage", [_roll, _zero], ids=["rolled", "dropped"])
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
+def assert_every_fused_weight_broken_fails(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Every floating weight the fused op reads, broken by ``breakage`` in turn, fails :func:`parity`."""
     want = case.want()
-    names = [v.name for v in _fused_weights(case.rewritten(), case.op)]
+    names = [v.name for v in fused_weights(case.rewritten(), case.op)]
     assert names, f"{case.op} reads no floating weight"
     for name in names:
         model = case.rewritten()
-        _replace(next(v for v in _fused_weights(model, case.op) if v.name == name), breakage)
+        replace_weight(next(v for v in fused_weights(model, case.op) if v.name == name), breakage)
         with pytest.raises(ParityError):
             parity(case.got(model), want, case.rel)
 
-
-def _shared_fused(model: ir.Model) -> ir.Value:
-    (w,) = [v for v in _fused_weights(model, "MatMul") if v.shape is not None and v.shape[1] == 17]
-    return w
-
-
-def test_shared_expert_gate_up_swap_fails_parity() -> None:
-    """The named defect: the concatenated weight holds [up | gate | shared-gate] instead of [gate | up | ...]."""
-    case = CASES[IDS.index("shared_expert")]
-    want = case.want()
-    model = case.rewritten()
-    _replace(_shared_fused(model), lambda a: np.concatenate([a[:, 8:16], a[:, :8], a[:, 16:]], axis=1))
-    with pytest.raises(ParityError):
-        parity(case.got(model), want, case.rel)
-
-
-def test_shared_expert_fused_weight_is_gate_up_shared_gate_in_order() -> None:
-    """The fused MatMul's weight is exactly [W_gate | W_up | W_shared_gate], and parity holds with
-    gate and up of different scales (where silu(g) * u and silu(u) * g differ by O(1))."""
-    proto = _shared_expert()
-    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
-    fused = _shared_fused(apply(FuseSharedExpertPass, proto)[0]).const_value.numpy()  # type: ignore[union-attr]
-    expected = np.concatenate([inits["mlp.shared_expert.gate_proj.weight"], inits["mlp.shared_expert.up_proj.weight"],
-                               inits["mlp.shared_expert_gate.weight"]], axis=1)
-    np.testing.assert_array_equal(fused, expected)
-
-
-def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
-    case = CASES[IDS.index("rms_norm_rotary")]
-    want = case.want()
-    model = case.rewritten()
-    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
-    cos, sin = node.inputs[3], node.inputs[4]
-    node.replace_input_with(3, sin)
-    node.replace_input_with(4, cos)
-    with pytest.raises(ParityError):
-        parity(case.got(model), want, case.rel)

@@ -1,7 +1,7 @@
 """Benchmarks of `q38 optimize` (run with `nox -s bench`), each next to its floor in the same run.
 
-In the CPU suite (`--benchmark-disable`) each benchmark runs once as a plain test, asserts the
-output's structure and records nothing. Recorded in `extra_info` when enabled:
+In the CPU suite (`--benchmark-disable`) each benchmark runs once as a plain test on the tiny preset
+(tests/bench/conftest.py), asserts the output's structure and records nothing. Recorded in `extra_info` when enabled:
 
 * `test_bench_optimize_full`: the in-process `optimize_package` on the full package; node counts
   per graph before/after, the rewrite counts, the verification-cycle nodes, peak RSS of the
@@ -41,7 +41,7 @@ from q38.optimize import optimize_model
 from q38.optimize.driver import optimize_package
 from q38.package import read_tensor
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CYCLE_ROLES = ("target", "head", "s2", "s3", "s4")
 ROUNDS = 5
 
@@ -124,26 +124,26 @@ def check_target_structure(before: collections.Counter[tuple[str, str]], after: 
     assert after[("", "Sqrt")] == before[("", "Sqrt")] - 2 * qsa - (2 if mtp else 0)
 
 
-@pytest.mark.slow
-def test_bench_optimize_full(benchmark, full_cpu_package: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_optimize_full(benchmark, bench_package: Path, bench_layers: int, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    full_cpu_package = bench_package  # the full preset under nox -s bench, tiny in the CPU suite's smoke
     outs = iter(range(10**6))
 
     def setup():  # type: ignore[no-untyped-def]
         return (full_cpu_package, tmp_path / f"out{next(outs)}"), {"target": "cuda"}
 
     result, counts = benchmark.pedantic(optimize_package, setup=setup, rounds=3, iterations=1)
-    assert result.rewrites == expected_rewrites(48)
+    assert result.rewrites == expected_rewrites(bench_layers)
     out = tmp_path / "out0"
     for role, name, mtp in (("target", "model.onnx", True), ("prefill", "prefill.onnx", False)):
         before, after = ir.load(full_cpu_package / name), ir.load(out / name)
         assert counts[role] == (len(before.graph), len(after.graph))
-        check_target_structure(op_counts(before), op_counts(after), 48, mtp=mtp)
+        check_target_structure(op_counts(before), op_counts(after), bench_layers, mtp=mtp)
     if benchmark.disabled:  # the CPU suite: one plain run, no figures to record
         return
     cycle = [r for r in CYCLE_ROLES if r in counts]
     info = benchmark.extra_info
     info.update({
-        "preset": "full",
+        "preset": "full" if bench_layers == 48 else "tiny",
         "variant": "cpu",
         "target": "cuda",
         "nodes_before": {role: before for role, (before, _) in counts.items()},
@@ -170,7 +170,8 @@ def _timed(args: list[str]) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_bench_optimize_vs_floor(benchmark, full_cpu_package: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_optimize_vs_floor(benchmark, bench_package: Path, bench_layers: int, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    full_cpu_package = bench_package  # the full preset under nox -s bench, tiny in the CPU suite's smoke
     rounds = 1 if benchmark.disabled else ROUNDS
     runs: dict[str, list[float]] = {"optimize": [], "floor": []}
     cpu: dict[str, list[float]] = {"optimize": [], "floor": []}
@@ -184,7 +185,7 @@ def test_bench_optimize_vs_floor(benchmark, full_cpu_package: Path, tmp_path: Pa
             runs[key].append(wall)
             cpu[key].append(used)
     manifest = json.loads((tmp_path / "opt0" / "package_manifest.json").read_text())
-    assert manifest["rewrites"] == expected_rewrites(48)
+    assert manifest["rewrites"] == expected_rewrites(bench_layers)
     assert sorted(p.name for p in (tmp_path / "floor0").iterdir()) == sorted(p.name for p in full_cpu_package.iterdir())
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     if benchmark.disabled:
@@ -192,7 +193,7 @@ def test_bench_optimize_vs_floor(benchmark, full_cpu_package: Path, tmp_path: Pa
     med = {k: statistics.median(v) for k, v in runs.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     benchmark.extra_info.update({
-        "preset": "full", "rounds": rounds, "optimize_s": runs["optimize"], "floor_s": runs["floor"],
+        "preset": "full" if bench_layers == 48 else "tiny", "rounds": rounds, "optimize_s": runs["optimize"], "floor_s": runs["floor"],
         "optimize_median_s": med["optimize"], "floor_median_s": med["floor"],
         "ratio": med["optimize"] / med["floor"],
         "optimize_cpu_s": cpu["optimize"], "floor_cpu_s": cpu["floor"],
@@ -224,10 +225,10 @@ def _graph_x4(tmp: Path, layers: int) -> Path:
     return tmp / "model.onnx"
 
 
-@pytest.mark.slow
-def test_bench_node_scaling(benchmark, tiny_cpu_package: Path, full_cpu_package: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    graphs = {8: tiny_cpu_package / "model.onnx", 48: full_cpu_package / "model.onnx"}
-    if not benchmark.disabled:  # the 192-layer graph takes a while to build: benchmarks only
+def test_bench_node_scaling(benchmark, tiny_cpu_package: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    graphs = {8: tiny_cpu_package / "model.onnx"}
+    if not benchmark.disabled:  # the full preset and the 192-layer graph take a while to build: benchmarks only
+        graphs[48] = request.getfixturevalue("full_cpu_package") / "model.onnx"
         graphs[192] = _graph_x4(tmp_path / "x4", 192)
     nodes: dict[int, int] = {}
     walls: dict[int, list[float]] = {layers: [] for layers in graphs}

@@ -1,16 +1,9 @@
 """SIGINT anywhere: exit 130, one line, nothing written (issue 13.7), with real signals.
 
-Every run is a fresh ``python -m q38`` (a fork server would hide the imports). A
-``sitecustomize`` put first on the child's ``PYTHONPATH`` installs an import hook that
-
-* writes a marker file when ``q38.cli`` is imported, so timers start from q38's own start
-  instead of the interpreter's (a signal before Python installed its handler kills any program);
-* with ``Q38_SIGINT_AT=MODULE``, sends SIGINT to the process itself when ``MODULE`` starts to be
-  imported: the interrupt lands mid-way through that import (numpy's C core, onnx's and
-  onnxruntime's pybind modules, q38's own lazy imports);
-* with ``Q38_SIGINT_AS_IMPORTERROR=1``, turns that interruption into the ``ImportError`` a C
-  extension raises when its own import of numpy is cut short (the issue's ``internal error:
-  ImportError``).
+Real child processes under the harness of tests/support/signal_harness.py: its import hook
+interrupts the child at the start of a module's import (``Q38_SIGINT_AT``, optionally as the
+``ImportError`` of a C extension, the issue's ``internal error: ImportError``), or a timer
+started when ``q38.cli`` is imported sends SIGINT at a point in the run.
 
 Each interrupted run must exit 130 with the single line ``q38 CMD: interrupted`` (or ``q38:
 interrupted`` before the command line is parsed), leave no output and no staging debris, and
@@ -19,7 +12,6 @@ a rerun must succeed. A run that finished before the signal must have written it
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -29,73 +21,20 @@ from pathlib import Path
 
 import pytest
 from support.fsnap import staging_debris, tree_identity
-
-_REPO = Path(__file__).resolve().parents[3]
-
-_SITECUSTOMIZE = '''
-import os, signal, sys
-
-_MARK = os.environ.get("Q38_READY_FILE")
-_AT = os.environ.get("Q38_SIGINT_AT")
-_AS_IMPORT_ERROR = os.environ.get("Q38_SIGINT_AS_IMPORTERROR") == "1"
-
-
-class _Hook:
-    fired = False
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "q38.cli" and _MARK:
-            with open(_MARK, "w") as fh:
-                fh.write(str(os.getpid()))
-        if _AT and name == _AT and not _Hook.fired:
-            _Hook.fired = True
-            try:
-                os.kill(os.getpid(), signal.SIGINT)
-                for _ in range(1000):  # the handler runs at the next bytecode boundary
-                    pass
-            except KeyboardInterrupt:
-                if _AS_IMPORT_ERROR:  # what a C extension does with a failed import of numpy
-                    raise ImportError(f"{name} failed to import") from None
-                raise
-        return None
-
-
-sys.meta_path.insert(0, _Hook())
-'''
-
-
-@pytest.fixture(scope="module")
-def hookdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("sigint-hook")
-    (d / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    return d
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from q38.synth import synthesize
-
-    return synthesize(tmp_path_factory.mktemp("sigint-src") / "pkg", preset="tiny", variant="cpu", seed=0)
+from support.signal_harness import child_env, q38_argv, start_q38
 
 
 def _env(hookdir: Path, ready: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(hookdir), str(_REPO)])
-    env["Q38_READY_FILE"] = str(ready)
-    env.pop("Q38_SIGINT_AT", None)
-    env.pop("Q38_SIGINT_AS_IMPORTERROR", None)
-    env.update(extra)
-    return env
+    return child_env(hookdir, Q38_STARTED_FILE=str(ready), **extra)
 
 
 def _argv(command: str, src: Path, out: Path) -> list[str]:
-    if command == "offload":
-        return ["offload", str(out), "--from-package", str(src), "--offload-mode", "auto"]
-    if command == "check":
-        return ["check", str(src)]
-    if command == "check-ort":  # only --ort imports onnxruntime (a plain check stays light)
-        return ["check", str(src), "--ort"]
-    return [command, str(src), str(out)]
+    return q38_argv(command, src, out)
+
+
+@pytest.fixture(scope="module")
+def source(signal_sources: dict[str, Path]) -> Path:
+    return signal_sources["package"]
 
 
 def _assert_interrupted(proc: subprocess.CompletedProcess[str], command: str, work: Path) -> None:
@@ -119,8 +58,10 @@ IMPORT_POINTS = (
 )
 
 
-@pytest.mark.parametrize(("command", "module", "as_import_error"), IMPORT_POINTS,
-                         ids=[f"{c}-{m}-{'ImportError' if e else 'KeyboardInterrupt'}" for c, m, e in IMPORT_POINTS])
+@pytest.mark.parametrize(("command", "module", "as_import_error"), [
+    pytest.param(c, m, e, id=f"{c}-{m}-{'ImportError' if e else 'KeyboardInterrupt'}",
+                 marks=[pytest.mark.slow] * (c == "check-ort"))  # onnxruntime's import: over ~5 s
+    for c, m, e in IMPORT_POINTS])
 def test_sigint_during_an_import_is_exit_130_and_one_line(
     command: str, module: str, as_import_error: bool, hookdir: Path, source: Path, tmp_path: Path
 ) -> None:
@@ -141,22 +82,12 @@ def test_sigint_during_an_import_is_exit_130_and_one_line(
 
 
 def _start(command: str, source: Path, out: Path, env: dict[str, str], ready: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "q38", *_argv(command, source, out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err_text = proc.communicate()
-            pytest.fail(f"q38 did not start: {err_text[-2000:]}")
-        time.sleep(0.002)
-    return proc
+    return start_q38(_argv(command, source, out), env, ready, timeout=120, what="its start")
 
 
 @pytest.mark.parametrize(("command", "delay", "rerun"), [
-    ("offload", 0.0, False), ("offload", 1.5, True), ("optimize", 0.5, False), ("optimize", 2.5, True),
+    ("offload", 0.0, False), pytest.param("offload", 1.5, True, marks=pytest.mark.slow),  # slow: two runs
+    ("optimize", 0.5, False), pytest.param("optimize", 2.5, True, marks=pytest.mark.slow),
     ("export-genai", 1.0, False), ("check", 0.8, False),
 ])  # fmt: skip
 def test_sigint_at_a_timer_point_is_exit_130_or_a_complete_output(

@@ -1,0 +1,162 @@
+"""One harness for the signal tests (tests/unit/faults/test_signals.py and test_sigint.py).
+
+Every run is a fresh ``python -m q38`` child (a fork server would hide the imports). A
+``sitecustomize`` put first on the child's ``PYTHONPATH`` (:func:`write_hook`) installs two import
+hooks, each idle unless its environment variable is set (:func:`child_env`):
+
+* ``Q38_STARTED_FILE``: written when ``q38.cli`` is imported, so timers start from q38's own start
+  instead of the interpreter's (a signal before Python installed its handler kills any program);
+* ``Q38_SIGINT_AT=MODULE``: the child sends SIGINT to itself when ``MODULE`` starts to be imported,
+  so the interrupt lands mid-way through that import (numpy's C core, onnx's and onnxruntime's
+  pybind modules, q38's own lazy imports); with ``Q38_SIGINT_AS_IMPORTERROR=1`` that interruption
+  becomes the ``ImportError`` a C extension raises when its own import of numpy is cut short;
+* ``Q38_PAUSE_AT=enter|commit`` with ``Q38_READY_FILE``: :class:`q38.package.staging.StagedDirectory`
+  is wrapped when q38 imports it; with ``enter`` the child writes the ready file once its staging
+  directory exists and sleeps, with ``commit`` it does so as the commit starts (the whole output
+  staged, not yet renamed). A signal sent then lands at that point every time, never racing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SITECUSTOMIZE = '''
+import importlib.abc, importlib.util, os, signal, sys, time
+
+_STARTED = os.environ.get("Q38_STARTED_FILE")
+_SIGINT_AT = os.environ.get("Q38_SIGINT_AT")
+_AS_IMPORT_ERROR = os.environ.get("Q38_SIGINT_AS_IMPORTERROR") == "1"
+_PAUSE_AT = os.environ.get("Q38_PAUSE_AT")
+_READY = os.environ.get("Q38_READY_FILE")
+
+
+class _SigintHook:
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "q38.cli" and _STARTED:
+            with open(_STARTED, "w") as fh:
+                fh.write(str(os.getpid()))
+        if _SIGINT_AT and name == _SIGINT_AT and not _SigintHook.fired:
+            _SigintHook.fired = True
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs at the next bytecode boundary
+                    pass
+            except KeyboardInterrupt:
+                if _AS_IMPORT_ERROR:  # what a C extension does with a failed import of numpy
+                    raise ImportError(f"{name} failed to import") from None
+                raise
+        return None
+
+
+def _pause():
+    with open(_READY, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(120)
+
+
+def _patch(module):
+    cls = module.StagedDirectory
+    if _PAUSE_AT == "enter":
+        enter = cls.__enter__
+
+        def __enter__(self):
+            result = enter(self)
+            try:  # as a signal at the first statement of the with block: __exit__ runs
+                _pause()
+            except BaseException:
+                if not self.__exit__(*sys.exc_info()):
+                    raise
+            return result
+
+        cls.__enter__ = __enter__
+    elif _PAUSE_AT == "commit":
+        commit = cls.commit
+
+        def commit_paused(self):
+            _pause()
+            return commit(self)
+
+        cls.commit = commit_paused
+
+
+class _PauseFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "q38.package.staging" or not _PAUSE_AT:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _patch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PauseFinder())
+sys.meta_path.insert(0, _SigintHook())
+'''
+
+_HOOK_VARS = ("Q38_STARTED_FILE", "Q38_SIGINT_AT", "Q38_SIGINT_AS_IMPORTERROR", "Q38_PAUSE_AT", "Q38_READY_FILE")
+
+
+def write_hook(directory: Path) -> Path:
+    """``directory`` holding the harness's ``sitecustomize.py``."""
+    (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return directory
+
+
+def child_env(hookdir: Path, **hook: str) -> dict[str, str]:
+    """The environment of a q38 child: the hook first on ``PYTHONPATH``, only the ``hook`` variables set."""
+    env = {k: v for k, v in os.environ.items() if k not in _HOOK_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(hookdir), str(REPO)])
+    env.update(hook)
+    return env
+
+
+def q38_argv(command: str, package: Path, out: Path, bundles: Path | None = None) -> list[str]:
+    """The command line of ``q38 COMMAND`` reading ``package`` (``bundles`` for build) into ``out``."""
+    if command == "build":
+        assert bundles is not None
+        return ["build", str(out), "--target", str(bundles / "target"), "--head", str(bundles / "head"),
+                "--prefill", str(bundles / "prefill"), "--lib-qsa", str(bundles / "libs" / "qsa" / "libcustom_ops.so")]  # fmt: skip
+    if command == "offload":
+        return ["offload", str(out), "--from-package", str(package), "--offload-mode", "auto"]
+    if command == "synth":
+        return ["synth", str(out), "--preset", "tiny", "--variant", "cpu"]
+    if command == "check":
+        return ["check", str(package)]
+    if command == "check-ort":  # only --ort imports onnxruntime (a plain check stays light)
+        return ["check", str(package), "--ort"]
+    return [command, str(package), str(out)]
+
+
+def start_q38(argv: list[str], env: dict[str, str], ready: Path, *, timeout: float, what: str) -> subprocess.Popen[str]:
+    """``python -m q38 ARGV`` started and waited for until it writes ``ready`` (fails the test
+    when it exits first or ``timeout`` seconds pass; ``what`` names the awaited point)."""
+    proc = subprocess.Popen([sys.executable, "-m", "q38", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"q38 {argv[0]} never reached {what} (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.002)
+    return proc

@@ -1,0 +1,30 @@
+"""The config rule family (CFG-*, contracts.config_surface): genai_config.json values judged by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.config_surface import check_genai_config
+
+
+@pytest.mark.parametrize(("graph", "where", "shown"), [
+    ({"kv_capacity": 64, "prefill": {"chunk": True}}, "prefill.chunk", "true"),
+    ({"kv_capacity": False, "prefill": {"chunk": 16}}, "kv_capacity", "false"),
+])
+
+
+def test_a_json_boolean_prefill_size_is_refused_by_name(graph: dict[str, Any], where: str, shown: str) -> None:
+    found = check_genai_config({"model": {"qwen38_graph": graph}})
+    assert [(v.rule_id, v.message) for v in found if v.rule_id != "CFG-SURFACE-001"] == [
+        ("CFG-PREFILL-001", f"model.qwen38_graph.{where}: expected an integer, got {shown}")]
+
+
+def test_a_profile_whose_maximum_is_below_its_minimum_is_cfg_profile_002() -> None:
+    profiles = [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 20,
+                                            "maximum_total_device_memory_bytes": 10}}]
+    found = check_genai_config({"runtime_profiles": profiles})
+    assert [(v.rule_id, v.message) for v in found if v.rule_id != "CFG-SURFACE-001"] == [
+        ("CFG-PROFILE-002", "runtime_profiles[0].eligibility: maximum_total_device_memory_bytes is below the minimum")]

@@ -1,0 +1,242 @@
+"""Every test of the RMSNorm + rotary pass (q38/optimize/rms_norm_rotary.py): fusions with parity, each guard's
+declines with their reasons, the regressions mutation testing and the property tests found,
+its exporter forms and its parity self-test (tests/support/optimize_parity.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+import support.optimize_graphs as G
+import support.optimize_property_kit as K
+from onnx import helper
+from support.optimize_helpers import (
+    apply,
+    close,
+    ops,
+    outcome_lines,
+    reasons,
+    run_ort,
+    run_ref,
+    set_init,
+)
+from support.optimize_parity import (
+    BREAKAGE_IDS,
+    BREAKAGES,
+    CASE,
+    Case,
+    ParityError,
+    assert_every_fused_weight_broken_fails,
+    assert_rewrite_parity,
+    parity,
+)
+
+from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+
+MS = "com.microsoft"
+
+X16 = np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16)
+
+POS = np.array([[0, 1, 2], [5, 6, 7]], np.int64)
+
+DIMS = {"B": 2, "S": 3, "T": 5}
+
+
+# -- RMSNormRotary ------------------------------------------------------------------------------
+@pytest.mark.parametrize("alternate,commuted", [(False, False), (True, True)])
+def test_rms_norm_rotary_fuses_exporter_and_alternate_forms(alternate: bool, commuted: bool) -> None:
+    proto = G.rms_rotary_model(alternate=alternate, commuted=commuted)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert ops(model) == {("", "Reshape"): 1, (MS, "RMSNormRotary"): 1}
+    assert model.opset_imports[MS] == 1
+    scale = model.graph.initializers["q_norm.weight_fp32"]
+    assert scale.dtype == ir.DataType.FLOAT
+    assert p.provenance["q_norm.weight_fp32"] == ["q_norm.weight"]
+    close(run_ref(model, {"x": X16, "position_ids": POS}), run_ort(proto, {"x": X16, "position_ids": POS}))
+
+
+def test_rms_norm_rotary_declines_fp32_input() -> None:
+    model, p = apply(FuseRMSNormRotaryPass, G.rms_rotary_model(dtype=np.float32))
+    assert reasons(p) == ["input dtype FLOAT is not float16/bfloat16"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
+
+def test_rms_norm_rotary_declines_for_cpu_target() -> None:
+    _, p = apply(FuseRMSNormRotaryPass, G.rms_rotary_model(), target="cpu")
+    assert reasons(p) == ["no CPU kernel for RMSNormRotary (target cpu)"]
+
+
+def test_rms_norm_rotary_declines_escaping_intermediate() -> None:
+    proto = G.rms_rotary_model()
+    nw = next(n for n in proto.graph.node if n.op_type == "Slice").input[0]
+    proto.graph.output.append(helper.make_tensor_value_info(nw, G.F16, None))
+    _, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == [f"intermediate {nw!r} is a graph output"]
+
+
+def test_rms_norm_rotary_generated_names_do_not_collide_with_existing_ones() -> None:
+    proto = G.rms_rotary_model()
+    g = proto.graph
+    # The graph already uses every name the pass would pick first.
+    g.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), "q_norm.weight_fp32"))
+    g.node.append(helper.make_node("Identity", ["q_norm.weight_fp32"], ["y_fused"], name="/q/Flatten/RMSNormRotary"))
+    g.output.append(helper.make_tensor_value_info("y_fused", G.F32, [1]))
+    model, _ = apply(FuseRMSNormRotaryPass, proto)
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.name == "/q/Flatten/RMSNormRotary_1"
+    assert node.inputs[1].name == "q_norm.weight_fp32_1"
+    assert model.graph.initializers["q_norm.weight_fp32"].shape == ir.Shape([1])
+    onnx.checker.check_model(ir.to_proto(model))
+
+
+def test_rms_norm_rotary_keeps_scale_captured_by_nested_subgraph() -> None:
+    proto = G.rms_rotary_model()
+    inner = helper.make_graph([helper.make_node("Identity", ["q_norm.weight"], ["in_w"])], "inner", [],
+                              [helper.make_tensor_value_info("in_w", G.F16, [8])])
+    mid = helper.make_graph([helper.make_node("If", ["cond"], ["mid_w"], then_branch=inner, else_branch=inner)],
+                            "mid", [], [helper.make_tensor_value_info("mid_w", G.F16, [8])])
+    proto.graph.input.append(helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []))
+    proto.graph.node.append(helper.make_node("If", ["cond"], ["w_out"], then_branch=mid, else_branch=mid))
+    proto.graph.output.append(helper.make_tensor_value_info("w_out", G.F16, [8]))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    assert "q_norm.weight" in model.graph.initializers
+    onnx.checker.check_model(ir.to_proto(model))
+    feeds = {"x": X16, "position_ids": POS, "cond": np.array(True)}
+    close(run_ref(model, feeds), run_ort(proto, feeds))
+
+
+def test_rms_norm_rotary_q_and_k_share_converted_caches() -> None:
+    r = G.rng(0)
+    g = G.G()
+    x = g.inp("x", G.F16, ["B", "S", 16])
+    pos = g.inp("position_ids", G.I64, ["B", "S"])
+    cos = g.init("cos_cache", r.standard_normal((16, 4)).astype(np.float16))
+    sin = g.init("sin_cache", r.standard_normal((16, 4)).astype(np.float16))
+    w = g.init("norm.weight", np.ones(8, np.float16))
+    G.rms_rotary_chain(g, x, pos, cos, sin, w, N=2, D=8, prefix="/q", out="q")
+    G.rms_rotary_chain(g, x, pos, cos, sin, w, N=2, D=8, prefix="/k", out="k")
+    g.out("q", G.F16, None)
+    g.out("k", G.F16, None)
+    # Both chains get the same (empty) node name: identity, not names, tells them apart.
+    for n in g.nodes:
+        n.name = ""
+    model, p = apply(FuseRMSNormRotaryPass, g.model())
+    fused = [n for n in model.graph if n.op_type == "RMSNormRotary"]
+    assert len(fused) == 2 and p.count == 2
+    assert fused[0].inputs[1] is fused[1].inputs[1] and fused[0].inputs[3] is fused[1].inputs[3]
+    assert ops(model) == {("", "Reshape"): 2, (MS, "RMSNormRotary"): 2}
+
+
+def test_rms_norm_rotary_fused_output_gets_a_fresh_name_when_it_is_internal() -> None:
+    """The fused output is named ``<out>_fused`` only while that name is free.
+
+    The rotary output here is internal (an Identity reads it into the graph output ``y``), so the
+    rewrite names the RMSNormRotary output itself; the graph already holds a value ``y_mid_fused``,
+    the name the rewrite would pick first. The fused output must take another name: two values of
+    one name break the graph (SSA) and its second reader would read the wrong tensor.
+    """
+    proto = G.rms_rotary_model()
+    g = proto.graph
+    reshape = next(n for n in reversed(g.node) if n.op_type == "Reshape" and n.output[0] == "y")
+    reshape.output[0] = "y_mid"
+    g.node.append(helper.make_node("Identity", ["y_mid"], ["y"]))
+    g.node.append(helper.make_node("Neg", ["x"], ["y_mid_fused"], name="planted"))
+    g.output.append(helper.make_tensor_value_info("y_mid_fused", G.F16, ["B", "S", 16]))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.outputs[0].name != "y_mid_fused"
+    names = [o.name for n in model.graph for o in n.outputs]
+    assert len(names) == len(set(names))
+    onnx.checker.check_model(ir.to_proto(model), full_check=True)
+    feeds = {"x": X16, "position_ids": POS}
+    got, want = run_ref(model, feeds), run_ort(proto, feeds)
+    close(got, want)
+    np.testing.assert_array_equal(got[1], -X16)  # the planted value still reads its own producer
+
+
+# -- RMSNorm + rotary ----------------------------------------------------------------------------------
+def test_rms_with_the_reciprocal_as_first_factor_fuses_with_parity() -> None:
+    proto = G.rms_rotary_model(alternate=True)
+    norm = next(n for n in proto.graph.node if n.op_type == "Mul"
+                and any(p.op_type == "Reciprocal" and p.output[0] in n.input for p in proto.graph.node))
+    norm.input[:] = [norm.input[1], norm.input[0]]  # Mul(Reciprocal(rms), r)
+    model, p = K.check_rewrite(proto, FuseRMSNormRotaryPass, K.feeds_for(proto, DIMS, 0))
+    assert outcome_lines(p) == ["rms_norm_rotary: /q/Concat: fused"]
+    assert [n.op_type for n in model.graph] == ["Reshape", "RMSNormRotary"]
+
+
+def test_rms_rotary_slice_with_runtime_ends_is_declined() -> None:
+    proto = G.rms_rotary_model()
+    K.to_input(proto, "/q.e0")  # the first half's end comes in at run time
+    before = K.signature(proto)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert outcome_lines(p) == [("rms_norm_rotary: /q/Concat: declined: rotary Slices are not constant "
+                         "single-axis slices of the last axis")]
+    assert K.signature(ir.to_proto(model)) == before
+
+
+def test_rms_broadcast_position_ids_are_refused_against_the_four_d_input() -> None:
+    """The head-split input r is typed [B, S, N, D], so [B, S] comes from r itself (not from the
+    3-D x behind it): [1, S] position ids are a broadcast the op does not take."""
+    proto = G.rms_rotary_model()
+    r = next(n for n in proto.graph.node if n.name == "/q/Reshape")
+    proto.graph.value_info.append(helper.make_tensor_value_info(r.output[0], G.F16, ["B", "S", 2, 8]))
+    pos = next(i for i in proto.graph.input if i.name == "position_ids")
+    pos.CopyFrom(helper.make_tensor_value_info("position_ids", G.I64, [1, "S"]))
+    _model, p = K.check_rewrite(proto, FuseRMSNormRotaryPass, K.feeds_for(proto, DIMS, 0))
+    assert outcome_lines(p) == [("rms_norm_rotary: /q/Concat: declined: position ids shape [1,S] is not the "
+                         "input's [B, S] = [B, S]")]
+    # and with [B, S] position ids the same graph fuses (the guard is about the broadcast only)
+    pos.CopyFrom(helper.make_tensor_value_info("position_ids", G.I64, ["B", "S"]))
+    _, p = K.check_rewrite(proto, FuseRMSNormRotaryPass, K.feeds_for(proto, DIMS, 0))
+    assert p.count == 1
+
+
+@pytest.mark.parametrize("shape,shown", [([1, 1], "[1,1]"), ([1, "S"], "[1,S]")])
+def test_rms_norm_rotary_broadcast_position_ids_are_declined(shape: list[str | int | None], shown: str) -> None:
+    proto = G.rms_rotary_model()
+    pos = next(i for i in proto.graph.input if i.name == "position_ids")
+    pos.CopyFrom(onnx.helper.make_tensor_value_info("position_ids", G.I64, shape))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == [f"position ids shape {shown} is not the input's [B, S] = [B, S]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
+
+def test_rms_norm_rotary_negative_epsilon_is_declined() -> None:
+    proto = G.rms_rotary_model()
+    set_init(proto, "/q.eps", np.array(-0.125, np.float16))
+    _, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == ["epsilon -0.125 is not finite and nonnegative"]
+
+
+def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
+    case = CASE["rms_norm_rotary"]
+    want = case.want()
+    model = case.rewritten()
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    cos, sin = node.inputs[3], node.inputs[4]
+    node.replace_input_with(3, sin)
+    node.replace_input_with(4, cos)
+    with pytest.raises(ParityError):
+        parity(case.got(model), want, case.rel)
+
+
+# -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
+PARITY = CASE["rms_norm_rotary"]
+
+
+@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
+def test_real_rewrite_passes_parity(case: Case) -> None:
+    assert_rewrite_parity(case)
+
+
+@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
+@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
+def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
+    assert_every_fused_weight_broken_fails(case, breakage)

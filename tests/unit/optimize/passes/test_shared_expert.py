@@ -1,0 +1,143 @@
+"""Every test of the shared-expert pass (q38/optimize/shared_expert.py): fusions with parity, each guard's
+declines with their reasons, the regressions mutation testing and the property tests found,
+its exporter forms and its parity self-test (tests/support/optimize_parity.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+import support.optimize_graphs as G
+import support.optimize_property_kit as K
+from onnx import helper, numpy_helper
+from support.optimize_helpers import apply, close, ops, outcome_lines, reasons, run_ort
+from support.optimize_parity import (
+    BREAKAGE_IDS,
+    BREAKAGES,
+    CASE,
+    Case,
+    ParityError,
+    assert_every_fused_weight_broken_fails,
+    assert_rewrite_parity,
+    fused_weights,
+    parity,
+    replace_weight,
+    shared_expert_proto,
+)
+
+from q38.optimize.shared_expert import FuseSharedExpertPass
+
+DIMS = {"B": 2, "S": 3, "T": 5}
+
+
+def _shared_fused(model: ir.Model) -> ir.Value:
+    (w,) = [v for v in fused_weights(model, "MatMul") if v.shape is not None and v.shape[1] == 17]
+    return w
+
+
+# -- shared expert ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("commuted", [False, True])
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_shared_expert_projections_fuse_into_one_matmul_and_split(commuted: bool, target: str) -> None:
+    proto = G.shared_expert_model(commuted=commuted)
+    model, p = apply(FuseSharedExpertPass, proto, target=target)
+    assert p.count == 1
+    assert ops(model) == {("", "MatMul"): 2, ("", "Split"): 1, ("", "Sigmoid"): 2, ("", "Mul"): 3}
+    h = np.random.default_rng(2).standard_normal((2, 3, 16)).astype(np.float16)
+    close(run_ort(model, {"h": h}), run_ort(proto, {"h": h}), atol=2e-3)
+
+
+def test_shared_expert_declines_non_constant_weight() -> None:
+    proto = G.shared_expert_model(up_weight="wu_in")
+    proto.graph.input.append(helper.make_tensor_value_info("wu_in", G.F16, [16, 8]))
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert reasons(p) == ["up weight 'wu_in' is not a constant initializer"]
+    # The behaviour, not only the text: nothing fused, the up projection still reads the input.
+    assert p.count == 0 and ops(model) == {("", "MatMul"): 4, ("", "Sigmoid"): 2, ("", "Mul"): 3}
+    assert any(n.op_type == "MatMul" and n.inputs[1] is not None and n.inputs[1].name == "wu_in" for n in model.graph)
+
+
+# -- shared expert -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("role", ["gate", "shared_gate"])
+def test_shared_expert_gemm_projection_is_not_a_matmul(role: str) -> None:
+    """Gemm(h, W, alpha=0.5) on [T, H] tokens computes half of MatMul(h, W): it is no projection
+    the fused MatMul + Split can take over."""
+    proto = G.shared_expert_model()
+    proto.graph.input[0].CopyFrom(helper.make_tensor_value_info("h", G.F16, ["T", 16]))
+    proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", G.F16, ["T", 16]))
+    name = {"gate": "/mlp/shared/gate/MatMul", "shared_gate": "/mlp/shared/sgate/MatMul"}[role]
+    node = next(n for n in proto.graph.node if n.name == name)
+    node.op_type = "Gemm"
+    K.set_attr(node, "alpha", 0.5)
+    model, p = K.check_rewrite(proto, FuseSharedExpertPass, K.feeds_for(proto, DIMS, 0))
+    assert p.count == 0
+    if role == "gate":
+        assert outcome_lines(p) == []  # the SiLU's input is no MatMul: no candidate at all
+    else:
+        assert outcome_lines(p) == [("shared_expert: /mlp/shared/gate/MatMul: declined: 0 shared-gate MatMul -> "
+                             "Sigmoid projections read the input, not one")]
+    assert sum(n.op_type == "Gemm" for n in model.graph) == 1
+
+
+# -- shared expert: the up projection must be a MatMul of the gate's own input -----------------------
+@pytest.mark.parametrize("up_reads", ["other_input", "no_matmul"])
+def test_shared_expert_whose_up_factor_is_not_a_matmul_of_the_same_input_is_declined(up_reads: str) -> None:
+    """SiLU(gate(h)) * up: an up MatMul of another tensor (fusing it would project h instead), or an
+    up factor no MatMul produces (nothing to fuse), is declined with the graph unchanged."""
+    import onnx_ir as ir
+
+    from q38.optimize.shared_expert import FuseSharedExpertPass
+
+    proto = G.shared_expert_model()
+    up = next(n for n in proto.graph.node if n.name == "/mlp/shared/up/MatMul")
+    proto.graph.input.append(helper.make_tensor_value_info("h2", G.F16, ["B", "S", 16]))
+    if up_reads == "other_input":
+        up.input[0] = "h2"
+    else:
+        prod = next(n for n in proto.graph.node if n.op_type == "Mul" and up.output[0] in n.input)
+        prod.input[list(prod.input).index(up.output[0])] = "h2_i"
+        proto.graph.input.append(helper.make_tensor_value_info("h2_i", G.F16, ["B", "S", 8]))
+    before = K.signature(proto)
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert p.count == 0
+    assert reasons(p) == ["the SiLU is not multiplied by an up projection MatMul of the same input"]
+    assert K.signature(ir.to_proto(model)) == before
+
+
+def test_shared_expert_gate_up_swap_fails_parity() -> None:
+    """The named defect: the concatenated weight holds [up | gate | shared-gate] instead of [gate | up | ...]."""
+    case = CASE["shared_expert"]
+    want = case.want()
+    model = case.rewritten()
+    replace_weight(_shared_fused(model), lambda a: np.concatenate([a[:, 8:16], a[:, :8], a[:, 16:]], axis=1))
+    with pytest.raises(ParityError):
+        parity(case.got(model), want, case.rel)
+
+
+def test_shared_expert_fused_weight_is_gate_up_shared_gate_in_order() -> None:
+    """The fused MatMul's weight is exactly [W_gate | W_up | W_shared_gate], and parity holds with
+    gate and up of different scales (where silu(g) * u and silu(u) * g differ by O(1))."""
+    proto = shared_expert_proto()
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    fused = _shared_fused(apply(FuseSharedExpertPass, proto)[0]).const_value.numpy()  # type: ignore[union-attr]
+    expected = np.concatenate([inits["mlp.shared_expert.gate_proj.weight"], inits["mlp.shared_expert.up_proj.weight"],
+                               inits["mlp.shared_expert_gate.weight"]], axis=1)
+    np.testing.assert_array_equal(fused, expected)
+
+
+# -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
+PARITY = CASE["shared_expert"]
+
+
+@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
+def test_real_rewrite_passes_parity(case: Case) -> None:
+    assert_rewrite_parity(case)
+
+
+@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
+@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
+def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
+    assert_every_fused_weight_broken_fails(case, breakage)

@@ -1,0 +1,51 @@
+"""Names a rewrite creates are fresh: never a name a subgraph, an unread initializer or an
+intermediate value already holds (the next free ``<name>_<n>``).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+import support.optimize_graphs as G
+from onnx import helper
+from support.optimize_helpers import apply
+
+from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+
+
+def test_fresh_names_avoid_names_inside_subgraphs() -> None:
+    proto = G.rms_rotary_model()
+    body = helper.make_graph([helper.make_node("Identity", ["q_norm.weight"], ["q_norm.weight_fp32"])], "b", [],
+                             [helper.make_tensor_value_info("q_norm.weight_fp32", G.F16, None)])
+    proto.graph.input.append(helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []))
+    proto.graph.node.append(helper.make_node("If", ["cond"], ["w_if"], then_branch=body, else_branch=body))
+    proto.graph.output.append(helper.make_tensor_value_info("w_if", G.F16, None))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    fused = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert fused.inputs[1].name == "q_norm.weight_fp32_1"  # the body's name is taken
+    names = collections.Counter(v.name for n in model.graph for v in n.outputs)
+    assert all(c == 1 for c in names.values())
+
+
+@pytest.mark.parametrize("taken_by", ["unused_initializer", "intermediate"])
+def test_fresh_names_avoid_unread_initializers_and_intermediate_values(taken_by: str) -> None:
+    """The name a rewrite would give its fp32 scale is already taken -- by an initializer no node
+    reads, or by a value only nodes produce and read: the new tensor gets the next free name."""
+    proto = G.rms_rotary_model()
+    taken = "q_norm.weight_fp32"
+    if taken_by == "unused_initializer":
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(2, np.float16), taken))
+    else:
+        proto.graph.node.extend([helper.make_node("Identity", ["x"], [taken], name="/probe/a"),
+                                 helper.make_node("Identity", [taken], ["probe"], name="/probe/b")])
+        proto.graph.output.append(helper.make_tensor_value_info("probe", G.F16, None))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    fused = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert fused.inputs[1].name == f"{taken}_1"
+    names = collections.Counter(v.name for n in model.graph for v in (*n.inputs, *n.outputs) if v is not None)
+    assert names[taken] == (0 if taken_by == "unused_initializer" else 2)
