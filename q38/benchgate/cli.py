@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pytest_args = tuple(args.pytest_args)
     processes = _processes(args.process)
     if not pytest_args and not processes:
-        pytest_args = ("tests/unit",)
+        pytest_args = ("tests/bench",)
     plan = Plan(repo, out, args.python, args.rounds, pytest_args, processes, args.process_repeat, args.clock)
     with tempfile.TemporaryDirectory(prefix="q38-bench-base-") as tmp:
         base_tree = None
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                    help="cpu: CPU time (the work done; a neighbour's load barely moves it); wall: elapsed time "
                    "(for benchmarks that wait on I/O or other processes)")
-    r.add_argument("pytest_args", nargs="*", help="pytest arguments after -- (default: tests/unit without --process)")
+    r.add_argument("pytest_args", nargs="*", help="pytest arguments after -- (default: tests/bench without --process)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", parents=[common], help="decide again from recorded samples or reports",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
