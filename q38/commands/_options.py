@@ -55,9 +55,13 @@ def comma_list(item: Callable[[str], object] = str) -> Callable[[str], list[obje
 
 def _decimal(text: str, minimum: int, what: str) -> int:
     """``text`` as a plain ASCII decimal integer of at least ``minimum`` (argparse's error otherwise)."""
-    if not (text.isascii() and text.isdigit()) or int(text, 10) < minimum:
+    try:
+        value = int(text, 10) if text.isascii() and text.isdigit() else None
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+        value = None
+    if value is None or value < minimum:
         raise argparse.ArgumentTypeError(f"expected a {what} decimal integer, got {text!r}")
-    return int(text, 10)
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -281,7 +281,7 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
     """Validate a v12b ``session_options`` block strictly, then read it with the one reader.
 
     v12b is stricter than GenAI's catch-all: only the typed options it knows, dotted config-entry
-    keys with string values, and the ``cuda`` / ``cpu`` providers with string options.
+    keys with string values, and the ``cuda`` / ``cpu`` providers, each once, with string options.
     """
     if not isinstance(value, dict):
         raise r.fail(path, f"expected an object, got {json_kind(value)}")
@@ -300,6 +300,7 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
         elif key == "provider_options":
             if not isinstance(item, list):
                 raise r.fail(kpath, f"expected an array, got {json_kind(item)}")
+            seen: set[str] = set()
             for index, entry in enumerate(item):
                 epath = f"{kpath}[{index}]"
                 if not isinstance(entry, dict) or len(entry) != 1:
@@ -307,6 +308,9 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
                 (name, options), = entry.items()
                 if name not in PROVIDERS:
                     raise r.fail(f"{epath}.{name}", f"unknown provider (expected one of {', '.join(PROVIDERS)})")
+                if name in seen:  # GenAI would merge the two entries; v12b names each provider once
+                    raise r.fail(f"{epath}.{name}", "provider listed twice (GenAI merges the entries: write one)")
+                seen.add(name)
                 r.str_map(options, f"{epath}.{name}")
         elif _CONFIG_ENTRY_RE.match(key):
             # GenAI passes these to ORT as config entries; GenAI 0.18 rejects non-strings.

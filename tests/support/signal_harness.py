@@ -19,6 +19,7 @@ hooks, each idle unless its environment variable is set (:func:`child_env`):
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -147,11 +148,31 @@ def q38_argv(command: str, package: Path, out: Path, bundles: Path | None = None
     return [command, str(package), str(out)]
 
 
+def default_signals() -> None:
+    """In the child before exec: SIGHUP / SIGTERM / SIGINT at their defaults, whatever the runner set.
+
+    A suite run under ``nohup`` (or a CI runner that ignores SIGHUP) would hand its children an
+    ignored SIGHUP, which q38 rightly keeps ignored; these tests are about q38's own handling.
+    """
+    for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout)``; on a timeout the child is killed and reaped before the test fails."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+        pytest.fail(f"the child did not exit within {timeout} s: {err[-2000:]}")
+
+
 def start_q38(argv: list[str], env: dict[str, str], ready: Path, *, timeout: float, what: str) -> subprocess.Popen[str]:
     """``python -m q38 ARGV`` started and waited for until it writes ``ready`` (fails the test
     when it exits first or ``timeout`` seconds pass; ``what`` names the awaited point)."""
     proc = subprocess.Popen([sys.executable, "-m", "q38", *argv], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)  # fmt: skip
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

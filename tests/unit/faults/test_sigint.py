@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support.fsnap import staging_debris, tree_identity
-from support.signal_harness import child_env, q38_argv, start_q38
+from support.signal_harness import child_env, finish, q38_argv, start_q38
 
 
 def _env(hookdir: Path, ready: Path, **extra: str) -> dict[str, str]:
@@ -102,7 +102,7 @@ def test_sigint_at_a_timer_point_is_exit_130_or_a_complete_output(
     time.sleep(delay)
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=300)
+    stdout, stderr = finish(proc, 300)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert tree_identity(source) == before
     if done.returncode == 130:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from support.fsnap import staging_debris, tree_identity
-from support.signal_harness import REPO, child_env, q38_argv, start_q38
+from support.signal_harness import REPO, child_env, finish, q38_argv, start_q38
 
 from q38.errors import LINE_LIMIT
 
@@ -79,7 +79,7 @@ def test_a_signal_while_staged_is_exit_128_plus_n_one_line_and_nothing_left(
     assert staging_debris(work), "the pause is inside the staged write"
     signum = _SIGNALS[signame]
     proc.send_signal(signum)
-    _stdout, stderr = proc.communicate(timeout=120)
+    _stdout, stderr = finish(proc, 120)
     assert proc.returncode == 128 + signum, (proc.returncode, stderr[-2000:])
     expected = f"q38 {command}: interrupted" + ("" if signum == signal.SIGINT else f" by {signame}")
     assert stderr == expected + "\n", stderr[-2000:]
@@ -100,7 +100,7 @@ def test_sigkill_while_staged_leaves_only_staging_that_the_next_run_sweeps(
     before = _inputs(sources)
     proc = _run_to_pause(_argv(command, sources, out), _env(hookdir, ready, "enter"), ready)
     proc.kill()
-    proc.communicate(timeout=60)
+    finish(proc, 60)
     assert proc.returncode == -signal.SIGKILL
     debris = staging_debris(work)
     assert len(debris) == 1 and not out.exists(), debris
@@ -134,6 +134,6 @@ def test_a_signal_the_caller_ignores_stays_ignored(hookdir: Path, sources: dict[
     time.sleep(0.5)
     assert proc.poll() is None  # ignored: still sleeping in the pause
     proc.send_signal(signal.SIGTERM)
-    _stdout, stderr = proc.communicate(timeout=120)
+    _stdout, stderr = finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM and stderr == "q38 synth: interrupted by SIGTERM\n", stderr
     assert list(work.iterdir()) == []

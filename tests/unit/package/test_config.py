@@ -48,6 +48,10 @@ def test_round_trip_is_identity_and_text_is_canonical() -> None:
         ),
         (lambda d: d["model"]["decoder"]["session_options"].__setitem__("session.moe.offload.mode", 1), "session_options.session.moe.offload.mode: expected a string"),
         (lambda d: d["model"]["decoder"]["session_options"].__setitem__("config_entries", {}), "session_options.config_entries: unknown key"),
+        (
+            lambda d: d["model"]["qwen38_graph"]["fold"]["head_r2"]["session_options"].__setitem__("provider_options", [{"cuda": {}}, {"cuda": {"a": "1"}}]),
+            "provider_options[1].cuda: provider listed twice",
+        ),
         (lambda d: d["model"]["qwen38_graph"]["prefill"].__setitem__("chunk", 512), "model.qwen38_graph.prefill.chunk: chunk 512 exceeds kv_capacity 256"),
         (lambda d: d["model"]["qwen38_graph"].__setitem__("variant", "gpu"), "model.qwen38_graph.variant: expected one of faithful, cpu"),
         (lambda d: d.__setitem__("search", {"max_length": 1.5}), "search.max_length: expected int, got a number"),

@@ -66,12 +66,13 @@ def test_a_broken_block_is_read_tolerantly() -> None:
 
 
 def test_both_surfaces_parse_one_block_to_the_same_ort_view(tiny_cpu_package: Path) -> None:
+    block = {**_BLOCK, "provider_options": [{"cuda": {"enable_cuda_graph": "1"}}, {"cpu": {}}]}  # v12b: each once
     doc = json.loads((tiny_cpu_package / "genai_config.json").read_text())
-    doc["model"]["decoder"]["session_options"] = _BLOCK
+    doc["model"]["decoder"]["session_options"] = block
     v12b = parse_config(doc).model.decoder.session_options
-    genai = parse_session_options(_BLOCK)
+    genai = parse_session_options(block)
     assert genai is not None
-    assert v12b.config_entries == genai.session_entries == session_entries(_BLOCK)
+    assert v12b.config_entries == genai.session_entries == session_entries(block)
     assert [(p.name, p.options) for p in v12b.provider_options] == [(p.name, p.options) for p in genai.providers]
     assert (v12b.log_id, v12b.intra_op_num_threads) == ("q38", 2)
 

@@ -83,10 +83,10 @@ session_options = st.builds(
     log_severity_level=_opt(st.integers(0, 4)),
     enable_profiling=_opt(texts),
     config_entries=st.dictionaries(entry_keys, texts, max_size=3),
-    provider_options=st.lists(
+    provider_options=st.lists(  # each provider once: v12b refuses a second entry (GenAI would merge them)
         st.builds(ProviderOptions, st.sampled_from(("cuda", "cpu")),
                   st.dictionaries(st.text(_chars, min_size=1, max_size=8), texts, max_size=3)),
-        max_size=2,
+        max_size=2, unique_by=lambda p: p.name,
     ).map(tuple),
 )
 
