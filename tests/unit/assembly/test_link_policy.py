@@ -171,3 +171,21 @@ def test_the_other_writers_share_the_policy(command, tiny_package, tmp_path, cap
     assert os.path.samefile(hard / "model.onnx.data", data)
     shutil.rmtree(hard)
     assert os.stat(data).st_nlink == links_before
+
+
+@pytest.mark.parametrize("flags", [(), ("--copy",), ("--link", "hardlink")])
+def test_build_json_summary_counts_every_placed_file_by_its_link_mode(plain_bundles, tmp_path, capsys, flags):
+    """``q38 build --json``: the packages written, and per link mode how many files were placed so."""
+    out = tmp_path / "pkg"
+    assert main(_argv(plain_bundles, out, "--json", *flags)) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["packages"] == [os.fspath(out)]
+    modes = summary["link_modes"]
+    assert modes and all(isinstance(n, int) and n > 0 for n in modes.values()), modes
+    # Beside the placed files: "write" (graphs and configs written anew) and "symlink" (kept links).
+    if flags == ("--copy",):
+        assert set(modes) - {"write", "symlink"} == {"copy"}
+    elif flags == ("--link", "hardlink"):
+        assert "hardlink" in modes and "copy" not in modes
+    assert sum(modes.values()) >= len(GRAPHS)  # at least the three graph files (and their data)
+    assert isinstance(summary["pool_entries"], dict)
