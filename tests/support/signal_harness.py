@@ -62,7 +62,14 @@ class _SigintHook:
 def _pause():
     with open(_READY, "w") as fh:
         fh.write(str(os.getpid()))
-    time.sleep(120)
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        time.sleep(0.02)
+        cli = sys.modules.get("q38.cli")
+        # The handler's KeyboardInterrupt can land in a finalizer, which swallows it; q38 then
+        # stops at its next check of the flag, as this pause does (it stands for q38's work).
+        if cli is not None and cli.interrupted():
+            raise KeyboardInterrupt
 
 
 def _patch(module):
