@@ -131,3 +131,76 @@ def test_v12_surface_is_migrated_on_read() -> None:
     v12["model"]["qwen38"]["mystery"] = 1
     with pytest.raises(ConfigError, match=r"model\.qwen38_graph\.mystery: unknown key"):
         parse_config(v12)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["model"].__setitem__("pad_token_id", -1), "model.pad_token_id: must be >= 0"),
+        (lambda d: d["model"].__setitem__("vocab_size", 0), "model.vocab_size: must be >= 1"),
+        (lambda d: d["model"].__setitem__("context_length", 0), "model.context_length: must be >= 1"),
+        (lambda d: d["model"]["qwen38_graph"].__setitem__("kv_capacity", 0), "model.qwen38_graph.kv_capacity: must be >= 1"),
+        (lambda d: d["model"]["qwen38_graph"]["fold"]["head_r2"].__setitem__("filename", 3),
+         "model.qwen38_graph.fold.head_r2.filename: expected a string"),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("log_severity_level", 5),
+         "model.decoder.session_options.log_severity_level: must be in [0, 4], got 5"),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("log_severity_level", "3"),
+         "model.decoder.session_options.log_severity_level: expected an integer, got a string"),
+        (lambda d: d.__setitem__("runtime_profiles", [{**_profile("", 0, None)}]), "runtime_profiles[0].id: must not be empty"),
+        (lambda d: d.__setitem__("runtime_profiles", [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 0},
+                                                      "overlay": {}}]), "runtime_profiles[0].overlay.model: required key is missing"),
+    ],
+)  # fmt: skip
+def test_bounds_and_types_name_the_key_path(mutate, message: str) -> None:
+    """Each bound and type check names its own key path (not a neighbour's, not a crash)."""
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="pkg/genai_config.json")
+    assert message in str(info.value), str(info.value)
+
+
+def test_values_at_their_bounds_and_defaults_are_read_as_written() -> None:
+    doc = _doc()
+    doc["model"].update(bos_token_id=7, pad_token_id=0, vocab_size=1, context_length=1)
+    doc["model"]["qwen38_graph"]["kv_capacity"] = 1
+    doc["model"]["qwen38_graph"].pop("prefill", None)
+    doc["model"]["decoder"]["session_options"].update(enable_profiling="prof", log_severity_level=3)
+    cfg = parse_config(doc)
+    m = cfg.model
+    assert (m.bos_token_id, m.pad_token_id, m.vocab_size, m.context_length) == (7, 0, 1, 1)
+    assert m.qwen38_graph.kv_capacity == 1
+    so = m.decoder.session_options
+    assert (so.enable_profiling, so.log_severity_level) == ("prof", 3)
+    del doc["model"]["bos_token_id"]
+    del doc["model"]["qwen38_graph"]["variant"]
+    cfg = parse_config(doc)
+    assert cfg.model.bos_token_id == 1  # GenAI's default
+    assert cfg.model.qwen38_graph.variant == "faithful"
+
+
+def test_a_runtime_profiles_overlay_session_options_are_read() -> None:
+    doc = _doc()
+    profile = _profile("a", 0, None)
+    profile["overlay"]["model"]["decoder"]["session_options"] = {"session.moe.offload.mode": "auto", "log_id": "p"}
+    doc["runtime_profiles"] = [profile]
+    cfg = parse_config(doc)
+    so = cfg.runtime_profiles[0].overlay.session_options
+    assert so is not None and so.config_entries == {"session.moe.offload.mode": "auto"} and so.log_id == "p"
+    assert config_to_dict(cfg)["runtime_profiles"][0]["overlay"]["model"]["decoder"]["session_options"] == {
+        "log_id": "p", "session.moe.offload.mode": "auto"}
+
+
+def test_a_v12_config_without_prefill_migrates_without_one() -> None:
+    v12 = {
+        "model": {
+            "type": "qwen38_flash", "vocab_size": 16, "context_length": 256,
+            "decoder": {"filename": "model.onnx", "hidden_size": 16, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "head_size": 4, "num_hidden_layers": 1},
+            "qwen38": {"head_graph": "head_r2.onnx", "kv_capacity": 256, "pool": "weights_pool.txt",
+                       "lineage": "contrib"},
+        }
+    }  # fmt: skip
+    g = parse_config(v12).model.qwen38_graph
+    assert g.prefill is None
+    assert g.lineage == "contrib"
