@@ -211,3 +211,20 @@ def assert_every_fused_weight_broken_fails(case: Case, breakage: Callable[[np.nd
         with pytest.raises(ParityError):
             parity(case.got(model), want, case.rel)
 
+
+
+def parity_tests(name: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two parity tests a pass module binds at its top level for its case ``CASE[name]``:
+    the real rewrite passes parity, and every broken variant of every fused weight fails it."""
+    case = CASE[name]
+
+    @pytest.mark.parametrize("case", [case], ids=[case.name])
+    def test_real_rewrite_passes_parity(case: Case) -> None:
+        assert_rewrite_parity(case)
+
+    @pytest.mark.parametrize("case", [case], ids=[case.name])
+    @pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
+    def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
+        assert_every_fused_weight_broken_fails(case, breakage)
+
+    return test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity

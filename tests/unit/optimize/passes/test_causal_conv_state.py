@@ -6,7 +6,6 @@ its exporter forms and its parity self-test (tests/support/optimize_parity.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -17,12 +16,7 @@ import support.optimize_property_kit as K
 from onnx import helper
 from support.optimize_helpers import apply, close, nth_node, ops, outcome_lines, reasons, run_ort
 from support.optimize_parity import (
-    BREAKAGE_IDS,
-    BREAKAGES,
-    CASE,
-    Case,
-    assert_every_fused_weight_broken_fails,
-    assert_rewrite_parity,
+    parity_tests,
 )
 
 from q38.optimize._common import check_topological
@@ -319,15 +313,4 @@ def test_conv_dtype_for_the_cpu_check_comes_from_its_output_when_its_inputs_are_
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
-PARITY = CASE["causal_conv_carry"]
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-def test_real_rewrite_passes_parity(case: Case) -> None:
-    assert_rewrite_parity(case)
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
-    assert_every_fused_weight_broken_fails(case, breakage)
+test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("causal_conv_carry")

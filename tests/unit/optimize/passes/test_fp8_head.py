@@ -5,8 +5,6 @@ its exporter forms and its parity self-test (tests/support/optimize_parity.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -15,12 +13,7 @@ import support.optimize_graphs as G
 from onnx import helper
 from support.optimize_helpers import apply, close, ops, outcome_lines, reasons, run_ort, run_ref
 from support.optimize_parity import (
-    BREAKAGE_IDS,
-    BREAKAGES,
-    CASE,
-    Case,
-    assert_every_fused_weight_broken_fails,
-    assert_rewrite_parity,
+    parity_tests,
 )
 
 from q38.optimize.fp8_head import QuantizeFp8HeadPass
@@ -226,15 +219,4 @@ def test_fp8_block_of_zeros_gets_scale_one_and_zero_codes() -> None:
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
-PARITY = CASE["fp8_head"]
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-def test_real_rewrite_passes_parity(case: Case) -> None:
-    assert_rewrite_parity(case)
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
-    assert_every_fused_weight_broken_fails(case, breakage)
+test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("fp8_head")

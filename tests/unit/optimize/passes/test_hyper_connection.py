@@ -9,7 +9,6 @@ HyperConnectionLowRankMix absorbing the previous PostMix as its prologue; builde
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +32,7 @@ from support.optimize_helpers import (
     set_init,
 )
 from support.optimize_parity import (
-    BREAKAGE_IDS,
-    BREAKAGES,
-    CASE,
-    Case,
-    assert_every_fused_weight_broken_fails,
-    assert_rewrite_parity,
+    parity_tests,
 )
 from support.synth_builder import feeds_for, zero_state
 
@@ -543,15 +537,4 @@ def test_the_float_builder_graph_is_not_declined_as_quantized(
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
-PARITY = CASE["hyper_connection"]
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-def test_real_rewrite_passes_parity(case: Case) -> None:
-    assert_rewrite_parity(case)
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
-    assert_every_fused_weight_broken_fails(case, breakage)
+test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("hyper_connection")

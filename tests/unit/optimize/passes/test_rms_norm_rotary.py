@@ -5,8 +5,6 @@ its exporter forms and its parity self-test (tests/support/optimize_parity.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -25,14 +23,10 @@ from support.optimize_helpers import (
     set_init,
 )
 from support.optimize_parity import (
-    BREAKAGE_IDS,
-    BREAKAGES,
     CASE,
-    Case,
     ParityError,
-    assert_every_fused_weight_broken_fails,
-    assert_rewrite_parity,
     parity,
+    parity_tests,
 )
 
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
@@ -228,15 +222,4 @@ def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
-PARITY = CASE["rms_norm_rotary"]
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-def test_real_rewrite_passes_parity(case: Case) -> None:
-    assert_rewrite_parity(case)
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
-    assert_every_fused_weight_broken_fails(case, breakage)
+test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("rms_norm_rotary")

@@ -5,8 +5,6 @@ its exporter forms and its parity self-test (tests/support/optimize_parity.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -15,15 +13,11 @@ import support.optimize_property_kit as K
 from onnx import helper, numpy_helper
 from support.optimize_helpers import apply, close, ops, outcome_lines, reasons, run_ort
 from support.optimize_parity import (
-    BREAKAGE_IDS,
-    BREAKAGES,
     CASE,
-    Case,
     ParityError,
-    assert_every_fused_weight_broken_fails,
-    assert_rewrite_parity,
     fused_weights,
     parity,
+    parity_tests,
     replace_weight,
     shared_expert_proto,
 )
@@ -129,15 +123,4 @@ def test_shared_expert_fused_weight_is_gate_up_shared_gate_in_order() -> None:
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
-PARITY = CASE["shared_expert"]
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-def test_real_rewrite_passes_parity(case: Case) -> None:
-    assert_rewrite_parity(case)
-
-
-@pytest.mark.parametrize("case", [PARITY], ids=[PARITY.name])
-@pytest.mark.parametrize("breakage", BREAKAGES, ids=BREAKAGE_IDS)
-def test_every_fused_weight_broken_fails_parity(case: Case, breakage: Callable[[np.ndarray], np.ndarray]) -> None:
-    assert_every_fused_weight_broken_fails(case, breakage)
+test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("shared_expert")
