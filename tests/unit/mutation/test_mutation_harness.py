@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import struct
 import sys
 from pathlib import Path
@@ -104,14 +105,16 @@ def test_every_package_that_guards_data_is_a_target_with_existing_tests() -> Non
         assert tests and all((root / t).exists() for t in tests), (package, tests)
 
 
-def test_the_default_sample_gives_a_95_interval_of_at_most_4_points_at_any_score() -> None:
+def test_the_default_sample_gives_a_95_interval_of_at_most_4_points_at_any_passing_score() -> None:
     n = mutate.DEFAULT_SAMPLE
-    assert n == mutate.sample_for(4.0) == 601
-    for killed in (n // 2, int(0.77 * n), int(0.9 * n)):
+    assert n == mutate.sample_for(4.0) == 217 and mutate.sample_for(4.0, score=0.5) == 601
+    for killed in range(math.ceil(0.9 * n), n + 1):  # every score the acceptance can pass
         low, high = mutate.wilson(killed, n)
         assert high - low <= 8.0, (killed, low, high)
-    low, high = mutate.wilson(n // 2 - 30, n - 60)  # 60 fewer judged (equivalents): wider than +-4
+    low, high = mutate.wilson(n // 2, n)  # at 50 % the same sample is wider: the worst case needs 601
     assert high - low > 8.0
+    low, high = mutate.wilson(300, 601)
+    assert high - low <= 8.0
 
 
 def test_a_larger_sample_of_the_same_seed_holds_every_mutant_of_a_smaller_one() -> None:
@@ -119,6 +122,16 @@ def test_a_larger_sample_of_the_same_seed_holds_every_mutant_of_a_smaller_one() 
     small = set(mutate.select(names, only=None, sample=300, seed=0))
     large = set(mutate.select(names, only=None, sample=601, seed=0))
     assert len(small) == 300 and len(large) == 601 and small <= large
+
+
+def test_the_sample_is_judged_in_shuffle_order_so_a_partial_run_is_a_smaller_uniform_sample() -> None:
+    names = [f"q38.assembly.m{i % 7}.x_f__mutmut_{i}" for i in range(5000)]
+    large = mutate.select(names, only=None, sample=601, seed=0)
+    assert mutate.select(names, only=None, sample=300, seed=0) == large[:300]
+    assert large != sorted(large)  # not name order: the first modules would be judged first
+    # A partly judged run keeps that order: what is judged first is spread over every module.
+    todo = mutate.to_judge(large, {}, resume=True, rerun_survivors=False)
+    assert todo == large and len({n.split(".")[2] for n in todo[:40]}) == 7
 
 
 def test_a_resumed_run_judges_only_the_mutants_without_a_verdict() -> None:
