@@ -56,7 +56,7 @@ def test_the_sample_is_seeded_and_uniform_over_the_matching_mutants() -> None:
     names = [f"contracts.m{i % 3}.x_f__mutmut_{i}" for i in range(100)]
     first = mutate.select(names, only=None, sample=10, seed=0)
     assert first == mutate.select(list(reversed(names)), only=None, sample=10, seed=0)
-    assert len(set(first)) == 10 and first == sorted(first)
+    assert len(set(first)) == 10 and len(first) == 10
     assert first != mutate.select(names, only=None, sample=10, seed=1)
     only = mutate.select(names, only=["contracts.m1.*"], sample=None, seed=0)
     assert len(only) == 33 and all(".m1." in n for n in only)
