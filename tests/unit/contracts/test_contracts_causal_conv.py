@@ -117,3 +117,31 @@ def test_cuda_causal_conv_is_one_dimensional_only() -> None:
     assert [(v.rule_id, v.message, v.node) for v in found] == [
         ("CCONV-CUDA-001", "CUDA CausalConvWithState only supports ndim=1", "cc")]
     assert rule_named(CC_RULES, "CCONV-CUDA-001").check(causal_conv_model(), {}) == []
+
+
+def test_cuda_causal_conv_names_the_activations_it_takes() -> None:
+    model = causal_conv_model(activation="gelu")
+    found = rule_named(CC_RULES, "CCONV-CUDA-001").check(model, {})
+    assert [(v.rule_id, v.message, v.node) for v in found] == [
+        ("CCONV-CUDA-001", "activation must be one of: none, silu, swish", "cc")]
+    error = ort_error(model)  # the CPU kernel refuses it in the same words
+    assert error is not None and found[0].message in error
+
+
+def _dynamic_varlen(**attrs: Any) -> onnx.ModelProto:
+    """VarlenCausalConvWithState 'vl' in dynamic mode (kernel_delta, previous_mask) with shapes 1.32.0's
+    inference accepts (probed): x [6,4], dynamic weight [4,1,2], kernel_delta [6,4,2], mask [6,1]."""
+    names = ["x", "w", "cu", "", "st", "", "kd", "pm"]
+    node = oh.make_node("VarlenCausalConvWithState", names, ["y", "sto"], name="vl", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, [6, 4]), _vi("w", TP.FLOAT, [4, 1, 2]), _vi("cu", TP.INT32, [3]),
+           _vi("st", TP.FLOAT, [2, 4, 2]), _vi("kd", TP.FLOAT, [6, 4, 2]), _vi("pm", TP.FLOAT, [6, 1])]  # fmt: skip
+    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("sto", TP.FLOAT, None)])
+
+
+@pytest.mark.skipif(not _V132, reason="1.31.1 has neither the dynamic attributes nor a Varlen CPU kernel")
+def test_the_varlen_cpu_kernel_names_the_dynamic_grouped_node_it_refuses() -> None:
+    model = _dynamic_varlen(group_size=2)
+    found = graph_violations(model)
+    assert [(v.rule_id, v.message, v.node) for v in found] == [
+        ("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)", "vl")]
+    assert_agrees(found, ort_error(model), context="group_size=2 with kernel_delta")

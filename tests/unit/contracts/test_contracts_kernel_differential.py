@@ -260,6 +260,23 @@ def test_kernel_and_inference_rules_match_onnxruntime(case: str, build: Callable
     assert_agrees(violations, ort_error(model, entries), context=case)
 
 
+
+@pytest.mark.parametrize("attrs", [{}, {"k": 0}, {"swiglu_fusion": 1}], ids=["unfused", "k=0", "swiglu_fusion=1"])
+def test_a_qmoe_without_activation_type_is_judged_as_relu(attrs: dict[str, Any]) -> None:
+    """ORT's QMoE reads a missing ``activation_type`` as "relu": the node without the attribute gets
+    exactly the verdict (rule, text, node) of one that says "relu", and a real session agrees."""
+    base = {"swiglu_fusion": None, **attrs}
+    absent, relu = _raw_qmoe(activation_type=None, **base), _raw_qmoe(activation_type="relu", **base)
+
+    def verdict(model: onnx.ModelProto) -> list[tuple[str, str, str | None]]:
+        return [(v.rule_id, v.message, v.node) for v in graph_violations(model) if v.severity == "error"]
+
+    assert verdict(absent) == verdict(relu)
+    expected = [("QMOE-CPU-001", "MoE attribute 'k' must be >= 1, got k=0", "moe0")] if "k" in attrs else []
+    assert verdict(absent) == expected
+    assert_agrees(graph_violations(absent), ort_error(absent), context=f"activation_type absent, {attrs}")
+
+
 _P = "session.moe.offload."
 SESSION_CASES: list[tuple[str, dict[str, str], bool]] = [
     ("min_expert_weight at the float32 midpoint above 1.0 (ties to 1.0)", {_P + "min_expert_weight": "1.000000059604644775390625"}, True),

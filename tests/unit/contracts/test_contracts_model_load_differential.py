@@ -6,6 +6,8 @@ Invariants guarded:
   (twice, ``ai.onnx`` as ``""``), external-data fields (unknown / duplicate / missing keys, offset
   and length grammar, absolute / escaping / missing locations, size, range). The contract's verdict
   equals a real CPU session's, and ORT's text contains the contract's (its ORT part).
+- The raw header reader takes packed dims as ORT does (the size it computes from them), and an
+  external-data violation names the graph of the package it is in.
 - Run on 1.32.0 (``nox -s cpu``) and 1.31.1 (``nox -s contracts-1.31.1``): the IR maximum is
   version-specific (13 / 14) and probed here, never assumed.
 - ``q38 check`` fails a package whose graph has an IR version ORT refuses, with ORT's text
@@ -178,6 +180,77 @@ def test_external_data_and_header_rules_agree_with_a_real_session(label: str, tm
     else:
         assert found, (label, error)
         assert all(part.strip() in error for part in _ort_parts(found[0])), (label, error, found)
+
+
+def _session_error(path: Path) -> str | None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises several pybind exception types
+        return " ".join(str(exc).split())
+    return None
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _packed_dims_model(entries: list[tuple[str, str]], dims: tuple[int, ...]) -> bytes:
+    """``_external``'s model with ``w``'s dims in the packed wire form (field 1, length-delimited),
+    which protobuf parsers accept for a repeated int64 though onnx writes one varint per dim: the
+    initializer travels in a second ``graph`` field, which a parser merges into the first."""
+    model = _external(entries, dims=dims)
+    w = model.graph.initializer.pop()
+    w.ClearField("dims")
+    packed = b"".join(_varint(d) for d in dims)
+    tensor = w.SerializeToString() + b"\x0a" + _varint(len(packed)) + packed
+    graph = b"\x2a" + _varint(len(tensor)) + tensor  # GraphProto.initializer (5)
+    return model.SerializeToString() + b"\x3a" + _varint(len(graph)) + graph  # ModelProto.graph (7)
+
+
+@pytest.mark.parametrize(("length", "problem"), [
+    ("24", None),
+    ("16", "TensorProto: w external data size mismatch. Computed size: 24, external_data.length: 16"),
+])  # fmt: skip
+def test_packed_dims_are_read_as_onnxruntime_reads_them(length: str, problem: str | None, tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    path = tmp_path / "model.onnx"
+    path.write_bytes(_packed_dims_model([_L, ("length", length)], (2, 3)))
+    assert list(onnx.load(path, load_external_data=False).graph.initializer[0].dims) == [2, 3]
+    header = model_load.read_header(path)
+    assert header is not None
+    assert header.external == (model_load.ExternalTensor("w", TP.FLOAT, (2, 3), (_L, ("length", length))),)
+    assert _header_violations(path) == ([problem] if problem else [])
+    error = _session_error(path)
+    assert (error is None) == (problem is None), error
+    if problem is not None and error is not None:
+        assert problem in error
+
+
+def test_an_external_data_violation_names_the_graph_it_is_in(tmp_path: Path) -> None:
+    """Two graphs of one package, only the decoder's external data missing: ORT-MODEL-004 is the
+    decoder's (as a session of each graph tells), the encoder has none."""
+    (tmp_path / "w.bin").write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    graphs, headers = [], {}
+    for label, location in (("encoder", "w.bin"), ("decoder", "nope.bin")):
+        path = tmp_path / f"{label}.onnx"
+        path.write_bytes(_external([("location", location)]).SerializeToString())
+        graphs.append(GraphFile(label, path, tmp_path, ()))
+        headers[label] = model_load.read_header(path)
+    view = PackageView(root=tmp_path, graphs=tuple(graphs), extra={"model_headers": headers})
+    found = model_load.check_model_headers(view)
+    assert [(v.rule_id, v.graph) for v in found] == [("ORT-MODEL-004", "decoder")]
+    assert _session_error(tmp_path / "encoder.onnx") is None
+    error = _session_error(tmp_path / "decoder.onnx")
+    assert error is not None and all(part.strip() in error for part in _ort_parts(found[0].message))
 
 
 def test_read_header_skips_what_it_does_not_need_and_refuses_garbage(tmp_path: Path) -> None:

@@ -38,7 +38,14 @@ def test_a_valid_base_node_is_eligible_in_every_format(fmt: str) -> None:
     assert check_offload_nodes(model, {_P + "mode": "required"}, cuda=True) == []
 
 
-
+def test_an_nvfp4_node_without_block_size_is_eligible() -> None:
+    # 1C.3: the checker reads a missing block_size as -1, which nvfp4 takes like 16 (its only block)
+    model = offload_model("nvfp4", attrs={"block_size": None})
+    assert offload_eligibility(model, "required") == [("moe0", None)]
+    assert check_offload_nodes(model, {_P + "mode": "required"}, cuda=True) == []
+    stated = offload_model("nvfp4", attrs={"block_size": 1})
+    assert offload_eligibility(stated, "required") == [
+        ("moe0", "invalid block_size=1 for quant_type='nvfp4' (expected 16)")]
 
 
 @pytest.mark.parametrize("k", [1, E])
