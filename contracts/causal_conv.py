@@ -3,8 +3,10 @@
 Three layers, labelled by where ORT enforces them:
 
 * schema inference (``cpu-session``, any EP): attribute ranges, ranks, the 1.32.0 extended
-  attributes; the message is ORT's ``[ShapeInferenceError]`` text. Ranks and dims are the ones ORT
-  infers (``contracts.shapes``), so a producer without a declared shape is still checked;
+  attributes and the Varlen op's 1.32.0 dynamic mode (kernel_delta / previous_mask); the message is
+  ORT's ``[ShapeInferenceError]`` text, the first failing check in ORT's order. Ranks and dims are
+  the ones ORT infers (``contracts.shapes``), so a producer without a declared shape is still
+  checked, and a dim ORT cannot read (unknown or symbolic) or an unshaped operand is not;
 * the CPU kernel constructor (``cpu-session``, only nodes that run on CPU): ndim=1, no
   state_window, no extended options, activation spelling, dilation <= INT_MAX;
 * the CUDA kernel (``cuda-only``) and compute-time shape rules (``run-time``, reported as warnings
@@ -268,23 +270,120 @@ def _run_rule(rule_id: str) -> ModelCheck:
     return check
 
 
-def _vl_schema(node: ir.Node, shapes: Shapes, *, v132: bool = True) -> str | None:
-    p = "VarlenCausalConvWithState: "
+_VP = "VarlenCausalConvWithState: "
+_VL_BIAS, _VL_COUNT, _VL_DELTA, _VL_MASK = 3, 5, 6, 7
+_VL_DYNAMIC_TEXT = f"{_VP}dynamic mode requires dilation=1, activation=none and no bias"
+
+
+def _vl_attributes(node: ir.Node, *, v132: bool) -> str | None:
+    """The attribute and input-presence checks ORT's inference makes first (capacity before dilation)."""
     dilation = attr_int(node, "dilation", 1)
     cap = attr_int(node, "state_update_capacity", 0)
-    if dilation < 1:
-        return f"{p}dilation must be >= 1, got {dilation}"
     if not 0 <= cap <= 8:
-        return f"{p}state_update_capacity must be in [0, 8], got {cap}"
-    dynamic = input_at(node, 6) is not None
-    if not dynamic and v132 and (attr_int(node, "group_size", 1) != 1 or attr_int(node, "delta_offset", 0) != 0):
-        return f"{p}group_size and delta_offset require kernel_delta"
-    rx, rw = shapes.rank(input_at(node, 0)), shapes.rank(input_at(node, 1))
-    if rx is not None and rx != 2:
-        return f"{p}input must have rank 2 (total_tokens, channels)"
-    if rw is not None and rw != 3:
-        return f"{p}weight must have rank 3 (channels, 1, kernel_size)"
+        return f"{_VP}state_update_capacity must be in [0, 8], got {cap}"
+    if dilation < 1:
+        return f"{_VP}dilation must be >= 1, got {dilation}"
+    if not v132:
+        return None  # 1.31.1 knows neither the dynamic attributes nor the dynamic inputs
+    group_size, offset = attr_int(node, "group_size", 1), attr_int(node, "delta_offset", 0)
+    if not 1 <= group_size <= _INT_MAX or not 0 <= offset <= _INT_MAX - 2:
+        return f"{_VP}invalid group_size or delta_offset"
+    delta, mask = input_at(node, _VL_DELTA) is not None, input_at(node, _VL_MASK) is not None
+    if delta != mask:
+        return f"{_VP}kernel_delta and previous_mask must be supplied together"
+    if not delta and (group_size != 1 or offset != 0):
+        return f"{_VP}group_size and delta_offset require kernel_delta"
     return None
+
+
+def _known(dim: Dim) -> int | None:
+    return dim if isinstance(dim, int) else None
+
+
+def _vl_dynamic_operands(node: ir.Node, shapes: Shapes) -> str | None:
+    """Dynamic mode's weight, kernel_delta and previous_mask shapes; an unshaped operand is not checked."""
+    w = shapes.shape(input_at(node, 1))
+    if w is not None and (len(w) != 3 or _known(w[1]) not in {None, 1} or _known(w[2]) not in {None, 2}):
+        return f"{_VP}dynamic weight must have shape (channels, 1, 2)"
+    delta = shapes.shape(input_at(node, _VL_DELTA))
+    taps = None if delta is None or len(delta) != 3 else _known(delta[1])
+    if delta is not None and (len(delta) != 3 or (taps is not None and taps < attr_int(node, "delta_offset", 0) + 2)):
+        return f"{_VP}invalid kernel_delta shape or delta_offset"
+    mask = shapes.shape(input_at(node, _VL_MASK))
+    if mask is not None and (len(mask) != 2 or _known(mask[1]) not in {None, 1}):
+        return f"{_VP}previous_mask must have shape (total_tokens, 1)"
+    return None
+
+
+def _vl_dynamic(node: ir.Node, shapes: Shapes) -> str | None:
+    """Dynamic mode (kernel_delta and previous_mask, 1.32.0), in ORT's order.
+
+    The input's checks need only the input's shape: channels and total_tokens come from its dims,
+    and a dim ORT cannot read (unknown or symbolic) is not checked.
+    """
+    bias = input_at(node, _VL_BIAS) is not None
+    if attr_int(node, "dilation", 1) != 1 or attr_str(node, "activation", "none") != "none" or bias:
+        return _VL_DYNAMIC_TEXT
+    found = _vl_dynamic_operands(node, shapes)
+    x = shapes.shape(input_at(node, 0))
+    if found is not None or x is None:
+        return found
+    if len(x) != 2:
+        return f"{_VP}input must have rank 2"
+    tokens, channels = _known(x[0]), _known(x[1])
+    group_size = attr_int(node, "group_size", 1)
+    if channels is not None and (channels <= 0 or channels % group_size != 0):
+        return f"{_VP}group_size must divide channels"
+    delta = shapes.shape(input_at(node, _VL_DELTA))
+    mask = shapes.shape(input_at(node, _VL_MASK))
+    leading = [_known(s[0]) for s in (delta, mask) if s is not None]
+    if tokens is not None and any(t is not None and t != tokens for t in leading):
+        return f"{_VP}dynamic inputs must match total_tokens"
+    groups = None if delta is None else _known(delta[2])
+    if channels is not None and groups is not None and groups != channels // group_size:
+        return f"{_VP}kernel_delta groups mismatch"
+    return None
+
+
+def _vl_ranks_and_lengths(node: ir.Node, shapes: Shapes) -> str | None:
+    """The checks of every mode, made only when both input and weight have shapes (ORT returns early).
+
+    Ranks of input and weight, then cumulative_sequence_length (rank 1, >= 2 elements, batch_size
+    <= total_tokens) and, when cumulative_sequence_length has a shape, capture_count (rank 1,
+    batch_size elements).
+    """
+    x, w = shapes.shape(input_at(node, 0)), shapes.shape(input_at(node, 1))
+    if x is None or w is None:
+        return None
+    if len(x) != 2:
+        return f"{_VP}input must have rank 2 (total_tokens, channels)"
+    if len(w) != 3:
+        return f"{_VP}weight must have rank 3 (channels, 1, kernel_size)"
+    cu = shapes.shape(input_at(node, 2))
+    if cu is None:
+        return None
+    if len(cu) != 1:
+        return f"{_VP}cumulative_sequence_length must have rank 1"
+    entries, tokens = _known(cu[0]), _known(x[0])
+    if entries is not None and entries < 2:
+        return f"{_VP}cumulative_sequence_length must have at least 2 elements"
+    if entries is not None and tokens is not None and tokens < entries - 1:
+        return f"{_VP}total_tokens must be at least batch_size"
+    count = shapes.shape(input_at(node, _VL_COUNT))
+    if count is not None and len(count) != 1:
+        return f"{_VP}capture_count must have rank 1"
+    size = None if count is None else _known(count[0])
+    if entries is not None and size is not None and size != entries - 1:
+        return f"{_VP}capture_count must have shape (batch_size)"
+    return None
+
+
+def _vl_schema(node: ir.Node, shapes: Shapes, *, v132: bool = True) -> str | None:
+    """ORT's ``[ShapeInferenceError]`` text for the first check of one node that fails, else None."""
+    found = _vl_attributes(node, v132=v132)
+    if found is None and v132 and input_at(node, _VL_DELTA) is not None:
+        found = _vl_dynamic(node, shapes)
+    return found if found is not None else _vl_ranks_and_lengths(node, shapes)
 
 
 def _vl_schema_rule(*, v132: bool) -> ModelCheck:
@@ -337,12 +436,14 @@ RULES: tuple[Rule, ...] = (
          "run-time", "graph", _run_rule("CCONV-RUN-001")),
     Rule("CCONV-RUN-002", "past_state has the shape (k-1) x dilation implies (channels-first, "
          "channels-last, windowed)", _SRC + "C.2", "run-time", "graph", _run_rule("CCONV-RUN-002")),
-    Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema: dilation, state_update_capacity, "
-         "dynamic attributes need kernel_delta, ranks", _SRC + "E; probed 1.32.0", "cpu-session",
-         "graph", _vl_schema_rule(v132=True), _V132),
-    Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): dilation, "
-         "state_update_capacity, ranks", _SRC + "E; probed 1.31.1", "cpu-session", "graph",
-         _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
+    Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema: state_update_capacity, dilation, "
+         "group_size / delta_offset ranges, kernel_delta with previous_mask, dynamic mode (dilation 1, "
+         "no activation or bias, weight (C,1,2), kernel_delta taps, previous_mask (T,1), group_size "
+         "divides channels, total_tokens, groups), ranks, cumulative_sequence_length, capture_count",
+         _SRC + "E; probed 1.32.0", "cpu-session", "graph", _vl_schema_rule(v132=True), _V132),
+    Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): state_update_capacity, "
+         "dilation, ranks, cumulative_sequence_length, capture_count", _SRC + "E; probed 1.31.1",
+         "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
     *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
                  _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0"),
 )  # fmt: skip

@@ -145,3 +145,230 @@ def test_the_varlen_cpu_kernel_names_the_dynamic_grouped_node_it_refuses() -> No
     assert [(v.rule_id, v.message, v.node) for v in found] == [
         ("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)", "vl")]
     assert_agrees(found, ort_error(model), context="group_size=2 with kernel_delta")
+
+
+# VarlenCausalConvWithState shape inference (VCCONV-SCHEMA-001), probed on 1.32.0 and 1.31.1: the
+# input lists (an empty name is an omitted optional input) and the shapes it starts from, which
+# 1.32.0 accepts in dynamic mode with group_size 1: channels 4, total_tokens 6, batch 2, two taps.
+_VL_BASE: dict[str, list[Any] | None] = {"x": [6, 4], "w": [4, 1, 2], "cu": [3], "b": [4], "st": [2, 4, 1],
+                                         "cc": [2], "kd": [6, 2, 4], "pm": [6, 1]}  # fmt: skip
+_DYN = ("x", "w", "cu", "", "st", "", "kd", "pm")
+_DYN_BIAS = ("x", "w", "cu", "b", "st", "", "kd", "pm")
+_KD_ONLY = ("x", "w", "cu", "", "st", "", "kd")
+_PM_ONLY = ("x", "w", "cu", "", "st", "", "", "pm")
+_STATIC = ("x", "w", "cu", "", "st")
+_STATIC_COUNT = ("x", "w", "cu", "", "st", "cc")
+_CPU = "CPU"  # schema inference passes; the CPU kernel refuses group_size / delta_offset
+_VP = "VarlenCausalConvWithState: "
+_IMAX = 2**31 - 1
+
+
+def _varlen(inputs: tuple[str, ...], shapes: dict[str, list[Any] | None], **attrs: Any) -> onnx.ModelProto:
+    """VarlenCausalConvWithState 'vl' over ``inputs``; ``shapes`` overrides _VL_BASE (None: no shape)."""
+    dims = {**_VL_BASE, **shapes}
+    node = oh.make_node("VarlenCausalConvWithState", list(inputs), ["y", "sto"], name="vl", domain=MS, **attrs)
+    ins = [_vi(n, TP.INT32 if n in {"cu", "cc"} else TP.FLOAT, dims[n]) for n in inputs if n]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("sto", TP.FLOAT, None)])
+
+
+def _vl_expected(expected: str | None) -> list[tuple[str, str, str]]:
+    if expected is None:
+        return []
+    if expected == _CPU:
+        return [("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)",
+                 "vl")]  # fmt: skip
+    return [("VCCONV-SCHEMA-001", _VP + expected, "vl")]
+
+
+def _errors(model: onnx.ModelProto, version: str | None = None) -> list[tuple[str, str, str | None]]:
+    return [(v.rule_id, v.message, v.node) for v in graph_violations(model, version=version) if v.severity == "error"]
+
+
+_TOGETHER = "kernel_delta and previous_mask must be supplied together"
+_INVALID = "invalid group_size or delta_offset"
+_DYN_MODE = "dynamic mode requires dilation=1, activation=none and no bias"
+_WEIGHT = "dynamic weight must have shape (channels, 1, 2)"
+_DELTA = "invalid kernel_delta shape or delta_offset"
+_MASK = "previous_mask must have shape (total_tokens, 1)"
+_DIVIDE = "group_size must divide channels"
+_TOKENS = "dynamic inputs must match total_tokens"
+_GROUPS = "kernel_delta groups mismatch"
+
+VL_DYNAMIC_CASES: list[tuple[str, tuple[str, ...], dict[str, list[Any] | None], dict[str, Any], str | None]] = [
+    # ORT refuses (one fault each)
+    ("kernel_delta without previous_mask", _KD_ONLY, {}, {}, _TOGETHER),
+    ("previous_mask without kernel_delta", _PM_ONLY, {}, {}, _TOGETHER),
+    ("previous_mask alone with group_size 2", _PM_ONLY, {}, {"group_size": 2}, _TOGETHER),
+    ("group_size 0", _DYN, {}, {"group_size": 0}, _INVALID),
+    ("group_size 2^31", _DYN, {}, {"group_size": 2**31}, _INVALID),
+    ("delta_offset -1", _DYN, {}, {"delta_offset": -1}, _INVALID),
+    ("delta_offset INT_MAX-1", _DYN, {"kd": [6, "P", 4]}, {"delta_offset": _IMAX - 1}, _INVALID),
+    ("group_size 0 without kernel_delta", _STATIC, {}, {"group_size": 0}, _INVALID),
+    ("delta_offset INT_MAX-1 without kernel_delta", _STATIC, {}, {"delta_offset": _IMAX - 1}, _INVALID),
+    ("dilation 2", _DYN, {}, {"dilation": 2}, _DYN_MODE),
+    ("activation silu", _DYN, {}, {"activation": "silu"}, _DYN_MODE),
+    ("activation None (case-sensitive)", _DYN, {}, {"activation": "None"}, _DYN_MODE),
+    ("activation empty", _DYN, {}, {"activation": ""}, _DYN_MODE),
+    ("bias", _DYN_BIAS, {}, {}, _DYN_MODE),
+    ("weight kernel 3", _DYN, {"w": [4, 1, 3]}, {}, _WEIGHT),
+    ("weight [4,2,2]", _DYN, {"w": [4, 2, 2]}, {}, _WEIGHT),
+    ("weight rank 2", _DYN, {"w": [4, 2]}, {}, _WEIGHT),
+    ("weight rank 2, symbolic", _DYN, {"w": ["A", "B"]}, {}, _WEIGHT),
+    ("weight [4,O,3]", _DYN, {"w": [4, "O", 3]}, {}, _WEIGHT),
+    ("weight kernel 3, input unshaped", _DYN, {"w": [4, 1, 3], "x": None}, {}, _WEIGHT),
+    ("kernel_delta rank 2", _DYN, {"kd": [6, 8]}, {}, _DELTA),
+    ("kernel_delta rank 4", _DYN, {"kd": [6, 2, 4, 1]}, {}, _DELTA),
+    ("kernel_delta one tap", _DYN, {"kd": [6, 1, 4]}, {}, _DELTA),
+    ("kernel_delta two taps, delta_offset 1", _DYN, {}, {"delta_offset": 1}, _DELTA),
+    ("kernel_delta three taps, delta_offset 2", _DYN, {"kd": [6, 3, 4]}, {"delta_offset": 2}, _DELTA),
+    ("kernel_delta one tap, input unshaped", _DYN, {"kd": [6, 1, 4], "x": None}, {}, _DELTA),
+    ("previous_mask [6,2]", _DYN, {"pm": [6, 2]}, {}, _MASK),
+    ("previous_mask rank 1", _DYN, {"pm": [6]}, {}, _MASK),
+    ("previous_mask rank 3", _DYN, {"pm": [6, 1, 1]}, {}, _MASK),
+    ("previous_mask rank 1, symbolic", _DYN, {"pm": ["A"]}, {}, _MASK),
+    ("previous_mask [6,2], input unshaped", _DYN, {"pm": [6, 2], "x": None}, {}, _MASK),
+    ("input rank 3", _DYN, {"x": [6, 4, 1]}, {}, "input must have rank 2"),
+    ("input rank 3, weight unshaped", _DYN, {"x": [6, 4, 1], "w": None}, {}, "input must have rank 2"),
+    ("input rank 3, dynamic operands unshaped", _DYN, {"x": [6, 4, 1], "kd": None, "pm": None}, {},
+     "input must have rank 2"),
+    ("group_size 3 of 4 channels", _DYN, {"kd": [6, 2, 1]}, {"group_size": 3}, _DIVIDE),
+    ("group_size 3, weight unshaped", _DYN, {"w": None}, {"group_size": 3}, _DIVIDE),
+    ("group_size 3, kernel_delta unshaped", _DYN, {"kd": None}, {"group_size": 3}, _DIVIDE),
+    ("group_size 3 of the input's channels, not the weight's", _DYN, {"w": [3, 1, 2], "kd": [6, 2, 1]},
+     {"group_size": 3}, _DIVIDE),
+    ("zero channels", _DYN, {"x": [6, 0], "kd": [6, 2, 0]}, {}, _DIVIDE),
+    ("kernel_delta 5 tokens", _DYN, {"kd": [5, 2, 4]}, {}, _TOKENS),
+    ("previous_mask 5 tokens", _DYN, {"pm": [5, 1]}, {}, _TOKENS),
+    ("previous_mask 5 tokens, kernel_delta symbolic tokens", _DYN, {"kd": ["T", 2, 4], "pm": [5, 1]}, {}, _TOKENS),
+    ("previous_mask 5 tokens, kernel_delta unshaped", _DYN, {"kd": None, "pm": [5, 1]}, {}, _TOKENS),
+    ("input 5 tokens", _DYN, {"x": [5, 4]}, {}, _TOKENS),
+    ("kernel_delta 2 groups for 4", _DYN, {"kd": [6, 2, 2]}, {}, _GROUPS),
+    ("group_size 2, kernel_delta 4 groups", _DYN, {"kd": [6, 2, 4]}, {"group_size": 2}, _GROUPS),
+    ("groups from the input's channels, not the weight's", _DYN, {"w": [3, 1, 2], "kd": [6, 2, 3]}, {}, _GROUPS),
+    ("groups, weight unshaped", _DYN, {"w": None, "kd": [6, 2, 3]}, {}, _GROUPS),
+    ("cumulative_sequence_length rank 2 in dynamic mode", _DYN, {"cu": [3, 1]}, {},
+     "cumulative_sequence_length must have rank 1"),
+    # ORT's order: the first failing check is the one reported
+    ("state_update_capacity 9 before group_size 0", _DYN, {}, {"state_update_capacity": 9, "group_size": 0},
+     "state_update_capacity must be in [0, 8], got 9"),
+    ("dilation 0 before group_size 0", _DYN, {}, {"dilation": 0, "group_size": 0}, "dilation must be >= 1, got 0"),
+    ("group_size 0 before the lone kernel_delta", _KD_ONLY, {}, {"group_size": 0}, _INVALID),
+    ("the lone kernel_delta before dilation 2", _KD_ONLY, {}, {"dilation": 2}, _TOGETHER),
+    ("group_size 0 before dilation 2", _DYN, {}, {"group_size": 0, "dilation": 2}, _INVALID),
+    ("dilation 2 before weight kernel 3", _DYN, {"w": [4, 1, 3]}, {"dilation": 2}, _DYN_MODE),
+    ("weight before kernel_delta", _DYN, {"w": [4, 1, 3], "kd": [6, 1, 4]}, {}, _WEIGHT),
+    ("kernel_delta before previous_mask", _DYN, {"kd": [6, 1, 4], "pm": [6, 2]}, {}, _DELTA),
+    ("previous_mask before the input rank", _DYN, {"pm": [6, 2], "x": [6, 4, 1]}, {}, _MASK),
+    ("divide before tokens", _DYN, {"kd": [5, 2, 1]}, {"group_size": 3}, _DIVIDE),
+    ("tokens before groups", _DYN, {"kd": [5, 2, 3]}, {}, _TOKENS),
+    ("groups before cumulative_sequence_length", _DYN, {"kd": [6, 2, 3], "cu": [3, 1]}, {}, _GROUPS),
+    # ORT accepts (near misses; group_size / delta_offset != default leave the CPU kernel to refuse)
+    ("valid", _DYN, {}, {}, None),
+    ("valid, activation none spelled out", _DYN, {}, {"activation": "none", "dilation": 1}, None),
+    ("valid group_size 2", _DYN, {"kd": [6, 4, 2]}, {"group_size": 2}, _CPU),
+    ("valid delta_offset 1 of three taps", _DYN, {"kd": [6, 3, 4]}, {"delta_offset": 1}, _CPU),
+    ("delta_offset INT_MAX-2, taps unknown", _DYN, {"kd": [6, "P", 4]}, {"delta_offset": _IMAX - 2}, _CPU),
+    ("group_size INT_MAX without kernel_delta", _STATIC, {}, {"group_size": _IMAX},
+     "group_size and delta_offset require kernel_delta"),
+    ("weight unshaped", _DYN, {"w": None}, {}, None),
+    ("weight kernel symbolic", _DYN, {"w": [4, 1, "K"]}, {}, None),
+    ("weight kernel unknown", _DYN, {"w": [4, 1, None]}, {}, None),
+    ("weight [4,O,2]", _DYN, {"w": [4, "O", 2]}, {}, None),
+    ("weight channels differ from the input's", _DYN, {"w": [3, 1, 2]}, {}, None),
+    ("kernel_delta unshaped", _DYN, {"kd": None}, {}, None),
+    ("kernel_delta taps symbolic, delta_offset 5", _DYN, {"kd": [6, "P", 4]}, {"delta_offset": 5}, _CPU),
+    ("kernel_delta groups symbolic", _DYN, {"kd": [6, 2, "G"]}, {}, None),
+    ("kernel_delta four taps", _DYN, {"kd": [6, 4, 4]}, {}, None),
+    ("previous_mask unshaped", _DYN, {"pm": None}, {}, None),
+    ("previous_mask [6,O]", _DYN, {"pm": [6, "O"]}, {}, None),
+    ("previous_mask [T,1]", _DYN, {"pm": ["T", 1]}, {}, None),
+    ("input unshaped, groups 3", _DYN, {"x": None, "kd": [6, 2, 3]}, {}, None),
+    ("input channels symbolic, group_size 3", _DYN, {"x": [6, "C"]}, {"group_size": 3}, _CPU),
+    ("input channels symbolic, groups 3", _DYN, {"x": [6, "C"], "kd": [6, 2, 3]}, {}, None),
+    ("input tokens symbolic: kernel_delta 5, previous_mask 6", _DYN, {"x": ["T", 4], "kd": [5, 2, 4]}, {}, None),
+    ("input tokens symbolic: same symbols", _DYN, {"x": ["T", 4], "kd": ["T", 2, 4], "pm": ["U", 1]}, {}, None),
+    ("group_size 3 of 3 channels", _DYN, {"x": [6, 3], "kd": [6, 2, 1]}, {"group_size": 3}, _CPU),
+    ("5 tokens throughout", _DYN, {"x": [5, 4], "kd": [5, 2, 4], "pm": [5, 1]}, {}, None),
+    ("weight unshaped: no cumulative_sequence_length check", _DYN, {"w": None, "cu": [3, 1]}, {}, None),
+    ("input unshaped: no batch check", _DYN, {"x": None, "cu": [8]}, {}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "inputs", "shapes", "attrs", "expected"), VL_DYNAMIC_CASES,
+                         ids=[c[0] for c in VL_DYNAMIC_CASES])  # fmt: skip
+def test_varlen_dynamic_mode_is_refused_where_onnxruntime_refuses_it(
+    case: str, inputs: tuple[str, ...], shapes: dict[str, list[Any] | None], attrs: dict[str, Any], expected: str | None
+) -> None:
+    """1.32.0's dynamic mode: each refusal with ORT's text, the first in ORT's order (a schema failure
+    hides the CPU kernel's refusal), nothing where a dim ORT cannot read would decide."""
+    model = _varlen(inputs, shapes, **attrs)
+    assert _errors(model, "1.32.0") == _vl_expected(expected)
+    if _V132:
+        assert_agrees(graph_violations(model), ort_error(model), context=case)
+
+
+_COUNT_RANK = "capture_count must have rank 1"
+_COUNT_SHAPE = "capture_count must have shape (batch_size)"
+_CU_RANK = "cumulative_sequence_length must have rank 1"
+_CU_TWO = "cumulative_sequence_length must have at least 2 elements"
+_BATCH = "total_tokens must be at least batch_size"
+
+VL_SHAPE_CASES: list[tuple[str, tuple[str, ...], dict[str, list[Any] | None], dict[str, Any], str | None]] = [
+    ("cumulative_sequence_length rank 2", _STATIC, {"cu": [3, 1]}, {}, _CU_RANK),
+    ("cumulative_sequence_length rank 2, symbolic", _STATIC, {"cu": ["N", "M"]}, {}, _CU_RANK),
+    ("cumulative_sequence_length of 1", _STATIC, {"cu": [1]}, {}, _CU_TWO),
+    ("cumulative_sequence_length of 1, input tokens symbolic", _STATIC, {"cu": [1], "x": ["T", 4]}, {}, _CU_TWO),
+    ("batch 7 of 6 tokens", _STATIC, {"cu": [8]}, {}, _BATCH),
+    ("batch 1 of 0 tokens", _STATIC, {"cu": [2], "x": [0, 4]}, {}, _BATCH),
+    ("capture_count rank 2", _STATIC_COUNT, {"cc": [2, 1]}, {}, _COUNT_RANK),
+    ("capture_count rank 0", _STATIC_COUNT, {"cc": []}, {}, _COUNT_RANK),
+    ("capture_count rank 2, batch symbolic", _STATIC_COUNT, {"cc": [2, 1], "cu": ["N"]}, {}, _COUNT_RANK),
+    ("capture_count of 3 for batch 2", _STATIC_COUNT, {"cc": [3]}, {}, _COUNT_SHAPE),
+    ("capture_count of 1 for batch 2, capacity 1", _STATIC_COUNT, {"cc": [1]}, {"state_update_capacity": 1},
+     _COUNT_SHAPE),
+    # ORT's order
+    ("state_update_capacity 9 before dilation 0", _STATIC, {}, {"state_update_capacity": 9, "dilation": 0},
+     "state_update_capacity must be in [0, 8], got 9"),
+    ("input rank before weight rank", _STATIC, {"x": [6, 4, 1], "w": [4, 2]}, {},
+     "input must have rank 2 (total_tokens, channels)"),
+    ("weight rank before cumulative_sequence_length", _STATIC, {"w": [4, 2], "cu": [3, 1]}, {},
+     "weight must have rank 3 (channels, 1, kernel_size)"),
+    ("cumulative_sequence_length rank before capture_count", _STATIC_COUNT, {"cu": [3, 1], "cc": [2, 1]}, {}, _CU_RANK),
+    ("two elements before capture_count", _STATIC_COUNT, {"cu": [1], "cc": [2, 1]}, {}, _CU_TWO),
+    ("batch before capture_count", _STATIC_COUNT, {"cu": [8], "cc": [2, 1]}, {}, _BATCH),
+    # ORT accepts
+    ("valid", _STATIC, {}, {}, None),
+    ("valid with capture_count", _STATIC_COUNT, {}, {"state_update_capacity": 1}, None),
+    ("batch 6 of 6 tokens", _STATIC, {"cu": [7]}, {}, None),
+    ("batch 1 of 1 token: two elements suffice", _STATIC, {"cu": [2], "x": [1, 4]}, {}, None),
+    ("batch 7, tokens symbolic", _STATIC, {"cu": [8], "x": ["T", 4]}, {}, None),
+    ("batch symbolic", _STATIC, {"cu": ["N"]}, {}, None),
+    ("cumulative_sequence_length unshaped", _STATIC, {"cu": None}, {}, None),
+    ("cumulative_sequence_length unshaped: capture_count unchecked", _STATIC_COUNT, {"cu": None, "cc": [2, 1]}, {},
+     None),
+    ("capture_count batch symbolic", _STATIC_COUNT, {"cc": ["B"]}, {}, None),
+    ("capture_count of 3, batch symbolic", _STATIC_COUNT, {"cc": [3], "cu": ["N"]}, {}, None),
+    ("capture_count unshaped", _STATIC_COUNT, {"cc": None, "cu": [3]}, {}, None),
+    ("input unshaped: nothing checked", _STATIC_COUNT, {"x": None, "w": [4, 2], "cu": [3, 1], "cc": [2, 1]}, {}, None),
+    ("weight unshaped: nothing checked", _STATIC_COUNT, {"w": None, "x": [6, 4, 1], "cu": [3, 1], "cc": [3]}, {},
+     None),
+    ("weight kernel symbolic", _STATIC, {"w": [4, 1, "K"]}, {}, None),
+    ("weight kernel symbolic, cumulative_sequence_length rank 2", _STATIC, {"w": [4, 1, "K"], "cu": [3, 1]}, {},
+     _CU_RANK),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["1.31.1", "1.32.0"])
+@pytest.mark.parametrize(("case", "inputs", "shapes", "attrs", "expected"), VL_SHAPE_CASES,
+                         ids=[c[0] for c in VL_SHAPE_CASES])  # fmt: skip
+def test_varlen_lengths_and_capture_count_are_refused_where_onnxruntime_refuses_them(
+    case: str, inputs: tuple[str, ...], shapes: dict[str, list[Any] | None], attrs: dict[str, Any],
+    expected: str | None, version: str,
+) -> None:  # fmt: skip
+    """Both versions check cumulative_sequence_length and capture_count once input and weight have
+    shapes, capacity before dilation; the installed onnxruntime agrees (1.31.1 has no Varlen CPU
+    kernel: its NOT_IMPLEMENTED counts as accepted)."""
+    model = _varlen(inputs, shapes, **attrs)
+    assert _errors(model, version) == _vl_expected(expected)
+    if version[:4] == ORT_VERSION[:4]:
+        assert_agrees(graph_violations(model), ort_error(model), context=case)
