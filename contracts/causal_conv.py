@@ -417,6 +417,28 @@ def _check_vl_cpu_kernel(model: ModelLike, _entries: Mapping[str, str], version:
     return per_node(_checked_nodes(model, _VL), one)
 
 
+def _check_vl_cpu_run(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    """VCCONV-RUN-001: a dynamic node the CPU kernel loads but refuses on its first run.
+
+    The constructor accepts group_size 1 and delta_offset 0; a wired kernel_delta is dynamic mode,
+    which the CPU kernel has not got at all (probed, 1.32.0: the session is created, ``run`` fails
+    with varlen_causal_conv_with_state.cc's text). A warning, as every run-time rule: the load succeeds.
+    """
+    if not runs_on_cpu(model, version):
+        return []
+    shapes = shapes_of(model)
+
+    def one(node: ir.Node) -> Iterable[Violation]:
+        if _vl_schema(node, shapes) is not None or input_at(node, _VL_DELTA) is None:
+            return
+        if attr_int(node, "group_size", 1) != 1 or attr_int(node, "delta_offset", 0) != 0:
+            return  # VCCONV-CPU-001: the constructor refuses it first
+        yield Violation("VCCONV-RUN-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution "
+                        "(CUDA only)", node=node_label(node), severity="warning")
+
+    return per_node(_checked_nodes(model, _VL), one)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema: ndim 1-3, dilation >= 1, state_window 0-8, "
          "channels_last 0/1 (ndim 1), ranks of input and weight", _SRC + "A; probed 1.31.1 and 1.32.0",
@@ -446,4 +468,7 @@ RULES: tuple[Rule, ...] = (
          "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
     *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
                  _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0"),
+    *per_version("VCCONV-RUN-001", "Varlen CPU kernel: a wired kernel_delta (dynamic mode) is refused on the "
+                 "first run", _SRC + "E.6; probed 1.32.0", "run-time", "graph", _check_vl_cpu_run, ep="cpu",
+                 since="1.32.0"),
 )  # fmt: skip

@@ -395,16 +395,28 @@ DOCS: dict[str, RuleDoc] = {
         "Declare past_state with (k-1) x dilation history positions in the layout the node uses.",
     ),
     "VCCONV-SCHEMA-001": RuleDoc(
-        "ORT's VarlenCausalConvWithState schema checks dilation, state_update_capacity, that the "
-        "dynamic attributes come with kernel_delta, and the input ranks; the session fails "
-        "otherwise (1.31.1 has a narrower schema).",
-        "VarlenCausalConvWithState(dynamic=1, ...) without the kernel_delta input",
-        "Wire kernel_delta when using dynamic attributes; keep dilation >= 1 and the documented ranks.",
+        "ORT's VarlenCausalConvWithState shape inference checks state_update_capacity, dilation, "
+        "group_size / delta_offset, that kernel_delta and previous_mask come together (and with the "
+        "dynamic attributes), dynamic mode's weight (C,1,2), kernel_delta and previous_mask shapes "
+        "against total_tokens and channels, the input and weight ranks, cumulative_sequence_length "
+        "and capture_count; the session fails otherwise (1.31.1 has a narrower schema).",
+        "VarlenCausalConvWithState(group_size=2, ...) without the kernel_delta input",
+        "Wire kernel_delta and previous_mask together with the dynamic attributes; keep the shapes "
+        "ORT's message names.",
+    ),
+    "VCCONV-RUN-001": RuleDoc(
+        "The CPU VarlenCausalConvWithState kernel has no dynamic mode: with group_size 1 and "
+        "delta_offset 0 its constructor accepts a node whose kernel_delta is wired, and the first "
+        "run fails ('CPU VarlenCausalConvWithState does not support dynamic grouped convolution "
+        "(CUDA only)'). A warning: the session is created.",
+        "VarlenCausalConvWithState(x, w, cu, , state, , kernel_delta, previous_mask) on a CPU graph",
+        "Use the static form (no kernel_delta / previous_mask) on CPU graphs, or run the node on CUDA.",
     ),
     "VCCONV-CPU-001": RuleDoc(
         "The CPU VarlenCausalConvWithState kernel has no dynamic grouped mode ('CPU "
-        "VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)') and "
-        "supports activation none/silu/swish only.",
+        "VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)': the "
+        "constructor refuses group_size / delta_offset, and a wired kernel_delta is refused on the "
+        "first run) and supports activation none/silu/swish only.",
         "VarlenCausalConvWithState(dynamic grouped, ...) on a CPU graph",
         "Use the static form on CPU graphs, or run the node on CUDA.",
     ),

@@ -173,6 +173,16 @@ def varlen_conv_model(*, x_rank: int = 2, w_rank: int = 3, **attrs: Any) -> onnx
     return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("sto", TP.FLOAT, None)])
 
 
+def varlen_dynamic_model(**attrs: Any) -> onnx.ModelProto:
+    """VarlenCausalConvWithState 'vl' in 1.32.0's dynamic mode (kernel_delta, previous_mask wired) with
+    shapes its inference accepts at group_size 1: x [6,4], weight [4,1,2], kernel_delta [6,2,4]."""
+    node = oh.make_node("VarlenCausalConvWithState", ["x", "w", "cu", "", "st", "", "kd", "pm"], ["y", "sto"],
+                        name="vl", domain=MS, **attrs)  # fmt: skip
+    ins = [_vi("x", TP.FLOAT, [6, 4]), _vi("w", TP.FLOAT, [4, 1, 2]), _vi("cu", TP.INT32, [3]),
+           _vi("st", TP.FLOAT, [2, 4, 1]), _vi("kd", TP.FLOAT, [6, 2, 4]), _vi("pm", TP.FLOAT, [6, 1])]  # fmt: skip
+    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("sto", TP.FLOAT, None)])
+
+
 _PSAI_SHAPES = {"q": [4, 64], "k": [4, 32], "qn": [32], "kn": [32], "cos": [16, 32], "sin": [16, 32],
                 "cu": [2], "ps": [1], "pks": [1, 64, 32], "pkv": [1, 7, 32], "psl": [1, 2], "pos": [4],
                 "g": [4, 64], "pgb": [1, 7, 64], "hw": [4, 2], "pb": [4, 64], "cc": [1]}  # fmt: skip

@@ -35,6 +35,7 @@ from support.contracts_testkit import (
     qmoe_node,
     sai_model,
     varlen_conv_model,
+    varlen_dynamic_model,
 )
 from support.offload_node_kit import offload_model
 
@@ -221,6 +222,7 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("CCONV-RUN-002", "graph", lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 2])), lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 1]))),
     RuleCase("VCCONV-SCHEMA-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(dilation=0))),
     RuleCase("VCCONV-CPU-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(activation="gelu"))),
+    RuleCase("VCCONV-RUN-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_dynamic_model())),
     RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
     RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
     RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),

@@ -22,6 +22,8 @@ from support.contracts_testkit import (
     graph_violations,
     ort_error,
     rule_named,
+    varlen_conv_model,
+    varlen_dynamic_model,
 )
 
 from contracts.causal_conv import RULES as CC_RULES
@@ -145,6 +147,48 @@ def test_the_varlen_cpu_kernel_names_the_dynamic_grouped_node_it_refuses() -> No
     assert [(v.rule_id, v.message, v.node) for v in found] == [
         ("VCCONV-CPU-001", "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)", "vl")]
     assert_agrees(found, ort_error(model), context="group_size=2 with kernel_delta")
+
+
+def _varlen_run_error(model: onnx.ModelProto) -> str | None:
+    """None when a CPU session runs the Varlen model (two sequences of three tokens), else ORT's text."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.arange(np.prod(dims := [d.dim_value for d in i.type.tensor_type.shape.dim]),
+                               dtype=np.float32).reshape(dims) / 7.0 for i in model.graph.input}
+    feeds["cu"] = np.array([0, 3, 6], np.int32)
+    try:
+        session.run(None, feeds)
+    except Exception as exc:  # onnxruntime raises several pybind exception types
+        return str(exc)
+    return None
+
+
+@pytest.mark.skipif(not _V132, reason="1.31.1 has neither the dynamic inputs nor a Varlen CPU kernel")
+@pytest.mark.parametrize(("case", "dynamic", "attrs"), [
+    ("static", False, {}), ("static, silu", False, {"activation": "silu"}),
+    ("dynamic", True, {}), ("dynamic, defaults spelled out", True, {"group_size": 1, "delta_offset": 0}),
+])  # fmt: skip
+def test_a_wired_kernel_delta_loads_on_cpu_but_its_first_run_is_refused(case: str, dynamic: bool, attrs: dict[str, Any]) -> None:
+    model = varlen_dynamic_model(**attrs) if dynamic else varlen_conv_model(**attrs)
+    found = graph_violations(model)
+    assert ort_error(model) is None, case  # the session is created: no load-time error may be reported
+    assert not [v for v in found if v.severity == "error"], case
+    warned = [(v.rule_id, v.message, v.node, v.severity) for v in found if v.rule_id == "VCCONV-RUN-001"]
+    error = _varlen_run_error(model)
+    if dynamic:
+        assert warned == [("VCCONV-RUN-001", _VL_CPU_TEXT, "vl", "warning")], case
+        assert error is not None and _VL_CPU_TEXT in error, error
+    else:
+        assert warned == [] and error is None, (case, error)
+
+
+def test_a_grouped_dynamic_node_is_refused_by_the_constructor_rule_alone() -> None:
+    found = [(v.rule_id, v.severity) for v in graph_violations(_dynamic_varlen(group_size=2))]
+    assert ("VCCONV-CPU-001", "error") in found and all(rid != "VCCONV-RUN-001" for rid, _ in found)
+
+
+_VL_CPU_TEXT = "CPU VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)"
 
 
 # VarlenCausalConvWithState shape inference (VCCONV-SCHEMA-001), probed on 1.32.0 and 1.31.1: the
