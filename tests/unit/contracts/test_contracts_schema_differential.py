@@ -15,7 +15,11 @@ about that same version; ``q38 check``'s graph path, runner.check_graph, is what
 - ``Constant`` as ORT's graph constructor reads it: an initializer made from its FIRST attribute
   whatever its name (the type a consumer sees; names never checked); none at all, or a first
   attribute that is no data (a graph, a list of tensors), is refused with ORT's text.
-  Multinomial's output type is its ``dtype`` (int32 by default).
+  Multinomial's output type is its ``dtype`` (int32 by default); RandomNormal / RandomUniform's
+  is float by default, EyeLike / Random*Like's their input's.
+- A heterogeneous variadic (Loop's carried values) binds no single type.
+- Types flow through a graph listed consumer-first (ORT sorts it) as through the sorted one.
+- An unnamed node's violation has an empty node and names it in its message as ORT does.
 """
 
 from __future__ import annotations
@@ -124,6 +128,37 @@ def _multinomial(dtype: int | None, add_to: int) -> onnx.ModelProto:
     return _model([sample, add], [_vi("p", TP.FLOAT, [1, 4]), _vi("b", add_to, [1])], [onnx.ValueInfoProto(name="y")], ms=False)
 
 
+def _unsorted(add_to: int, *, consumer_first: bool = True) -> onnx.ModelProto:
+    """Cast x to int64 'ca' -> Neg 'ng' -> Add 'ad' (with an input of type ``add_to``), listed
+    consumer-first (ORT sorts the graph itself and accepts it) or in graph order."""
+    chain = [oh.make_node("Cast", ["x"], ["c"], name="ca", to=TP.INT64), oh.make_node("Neg", ["c"], ["d"], name="ng"),
+             oh.make_node("Add", ["d", "b"], ["y"], name="ad")]  # fmt: skip
+    nodes = chain[::-1] if consumer_first else chain
+    return _model(nodes, [_vi("x", TP.FLOAT, [2]), _vi("b", add_to, [2])], [onnx.ValueInfoProto(name="y")], ms=False)
+
+
+def _generated(op: str, add_to: int, *, of: int | None = None, **attrs: Any) -> onnx.ModelProto:
+    """``op`` 'gen' (a generator without inputs, or a *Like of an input of type ``of``) into an Add
+    with an input of type ``add_to``."""
+    ins = [] if of is None else [_vi("p", of, [2, 2])]
+    gen = oh.make_node(op, [i.name for i in ins], ["s"], name="gen", **attrs)
+    add = oh.make_node("Add", ["s", "b"], ["y"], name="ad")
+    return _model([gen, add], [*ins, _vi("b", add_to, [1])], [onnx.ValueInfoProto(name="y")], ms=False)
+
+
+def _loop(carried: tuple[int, ...]) -> onnx.ModelProto:
+    """A Loop 'lp' carrying one value per type of ``carried`` (its V is a heterogeneous variadic)."""
+    names = [f"v{i}" for i in range(len(carried))]
+    body = oh.make_graph(
+        [oh.make_node("Identity", ["cin"], ["cout"]), *(oh.make_node("Identity", [n], [f"{n}_o"]) for n in names)],
+        "body", [_vi("i", TP.INT64, []), _vi("cin", TP.BOOL, []), *(_vi(n, t, [2]) for n, t in zip(names, carried, strict=True))],
+        [_vi("cout", TP.BOOL, []), *(_vi(f"{n}_o", t, [2]) for n, t in zip(names, carried, strict=True))],
+    )  # fmt: skip
+    node = oh.make_node("Loop", ["m", "cond", *(f"{n}_0" for n in names)], [f"{n}_f" for n in names], name="lp", body=body)
+    ins = [_vi("m", TP.INT64, []), _vi("cond", TP.BOOL, []), *(_vi(f"{n}_0", t, [2]) for n, t in zip(names, carried, strict=True))]
+    return _model([node], ins, [_vi(f"{n}_f", t, [2]) for n, t in zip(names, carried, strict=True)], ms=False)
+
+
 _F = [("x", TP.FLOAT, [2, 8])]
 # (case, model builder, rule id on 1.32.0, rule id on 1.31.1) ; None = accepted
 CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] = [
@@ -184,6 +219,14 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("Multinomial dtype int64", lambda: _multinomial(TP.INT64, TP.INT64), None, None),
     ("Multinomial default dtype is int32", lambda: _multinomial(None, TP.INT64), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
     ("Multinomial dtype int32", lambda: _multinomial(TP.INT32, TP.INT32), None, None),
+    ("RandomNormal without dtype is float", lambda: _generated("RandomNormal", TP.FLOAT, shape=[1]), None, None),
+    ("RandomUniform without dtype is float, not double", lambda: _generated("RandomUniform", TP.DOUBLE, shape=[1]), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("RandomUniform dtype double", lambda: _generated("RandomUniform", TP.DOUBLE, shape=[1], dtype=TP.DOUBLE), None, None),
+    ("EyeLike without dtype is its input's type", lambda: _generated("EyeLike", TP.DOUBLE, of=TP.DOUBLE), None, None),
+    ("RandomNormalLike without dtype is its input's type", lambda: _generated("RandomNormalLike", TP.FLOAT, of=TP.DOUBLE), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("heterogeneous variadic: Loop carrying float and int64", lambda: _loop((TP.FLOAT, TP.INT64)), None, None),
+    ("unsorted graph: a Cast listed after its consumers types them", lambda: _unsorted(TP.INT64), None, None),
+    ("unsorted graph: int64 from a Cast listed last meets a float", lambda: _unsorted(TP.FLOAT), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
 ]  # fmt: skip
 
 
@@ -220,6 +263,53 @@ def test_violations_name_the_node_and_carry_orts_words() -> None:
     assert v.message == f"Node(ga) with schema(com.microsoft::GatedAdd:1) has input size 2 not in range [min=3, max={top}]."
     [v] = graph_violations(_in_domain(_qmoe(), ""))
     assert v.message == "No Op registered for QMoE with domain_version of 21"
+
+
+def _unnamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    for node in model.graph.node:
+        node.name = ""
+    return model
+
+
+def _matmul_mismatch() -> onnx.ModelProto:
+    node = oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    w = onnx.numpy_helper.from_array(np.zeros((4, 5), np.float32), "w")
+    return _model([node], [_vi("x", TP.FLOAT, [2, 3])], [onnx.ValueInfoProto(name="y")], [w], ms=False)
+
+
+# One violation per rule whose message names the node, built with names and then blanked.
+_UNNAMED: list[tuple[str, Callable[[], onnx.ModelProto]]] = [
+    ("ORT-SCHEMA-002", lambda: _one("Relu", [("x", TP.UINT8, [2])], ["y"])),
+    ("ORT-SCHEMA-005", lambda: _gated_add(types={"b": TP.FLOAT16})),
+    ("ORT-SCHEMA-006", lambda: causal_conv_model(ndim=[3])),
+    ("ORT-SCHEMA-007", lambda: _constant([])),
+    ("ORT-SCHEMA-008", lambda: _gated_add(("a", "", "g"))),
+    ("ORT-SCHEMA-009", lambda: _gated_add(out_type=TP.FLOAT16)),
+    ("ORT-SHAPE-001", _matmul_mismatch),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rule_id", "build"), _UNNAMED, ids=[rule_id for rule_id, _build in _UNNAMED])
+def test_a_violation_of_an_unnamed_node_names_it_as_onnxruntime_does(rule_id: str, build: Callable[[], onnx.ModelProto]) -> None:
+    """A node without a name is reported with an empty node (``q38 check`` shows '-') and its
+    message names it as ORT's does: '()' / '' where the name goes."""
+    model = _unnamed(build())
+    error = ort_error(model)
+    found = [v for v in graph_violations(model) if v.severity == "error"]
+    assert [(v.rule_id, v.node) for v in found] == [(rule_id, "")]
+    assert error is not None and found[0].message in error, (found[0].message, error)
+
+
+def test_an_unsorted_graph_gets_the_verdict_of_its_sorted_self() -> None:
+    """Element types flow through a graph listed consumer-first (ORT sorts it and accepts it)
+    exactly as through the sorted one: the same violation, on the same node, in ORT's words."""
+    def found(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
+        return [(v.rule_id, v.node, v.message) for v in graph_violations(model)]
+
+    text = "Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(int64) and tensor(float) in node (ad)."
+    assert found(_unsorted(TP.FLOAT)) == found(_unsorted(TP.FLOAT, consumer_first=False)) == [("ORT-SCHEMA-005", "ad", text)]
+    assert text in (ort_error(_unsorted(TP.FLOAT)) or "")
+    assert found(_unsorted(TP.INT64)) == found(_unsorted(TP.INT64, consumer_first=False)) == []
 
 
 def test_an_import_of_an_unknown_domain_names_it_and_the_way_out() -> None:

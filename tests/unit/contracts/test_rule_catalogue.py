@@ -6,9 +6,9 @@ Invariants guarded:
   source, and exactly the mirrored onnxruntime versions some record of the id applies to.
 - Every rule has its explanation, violating example and fix: building the catalogue refuses a
   rule without documentation, documentation for no rule, and an empty field.
-- ``q38 rules --json`` prints exactly the registry; ``--family`` filters (an unknown family exits
-  2 with one line); ``q38 explain`` prints every id's full text and exits 2 with one line for an
-  unknown id.
+- ``q38 rules --json`` prints exactly the registry, each rule with its documentation verbatim;
+  ``--family`` filters (an unknown family exits 2 with one line); ``q38 explain`` prints every
+  id's full text and exits 2 with one line for an unknown id.
 """
 
 from __future__ import annotations
@@ -87,6 +87,16 @@ def test_rules_json_lists_exactly_the_registry(capsys: pytest.CaptureFixture[str
         assert all(_applies(versions["since"], versions["until"], v) for v in available_versions() if rule.applies(v))
     assert by_id["PKG-HARDLINK-001"]["severity"] == "warning" and by_id["ORT-SCHEMA-001"]["severity"] == "error"
     assert by_id["QSA-DSA-CUDA-001"]["families"] == ["qsa", "cuda"]
+
+
+def test_rules_json_carries_each_rules_documentation(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each listed rule's explanation, violating example and fix are its RuleDoc's, verbatim."""
+    assert main(["rules", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == len(DOCS)
+    for d in listed:
+        doc = DOCS[d["id"]]
+        assert (d["explanation"], d["example"], d["fix"]) == (doc.explanation, doc.example, doc.fix), d["id"]
 
 
 def test_rules_family_filters_and_an_unknown_family_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,8 @@ Invariants guarded:
 - Constant inputs are only inline initializers and Constant nodes (an initializer in an external
   data file fails the session, as onnx's ParseData refuses it; ORT's load-time resolve propagates no
   data: a Shape -> Slice -> Concat target leaves the dims unknown).
+- A graph listed consumer-first (ORT sorts it) gets the shapes and the ORT-SHAPE-001 of its
+  sorted self, as a real session does.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
-from support.contracts_testkit import ORT_VERSION, _model, _vi
+from support.contracts_testkit import ORT_VERSION, _model, _vi, graph_violations, ort_error
 
 from contracts._graph import as_ir_model
 from contracts.shapes import broadcast, shapes_of
@@ -195,3 +197,29 @@ def test_a_rank_from_a_shape_inputs_declared_length_is_built_as_onnxruntime_buil
     else:
         assert ours is None
         assert not ort_y  # onnxruntime reports no shape (unknown rank) either
+
+
+def _chain(*, consumer_first: bool, w_rows: int) -> onnx.ModelProto:
+    """x [2, 3] -> Transpose 'tr' -> Reshape 'rs' (to [1, 6]) -> Relu 'rl' -> MatMul 'mm' with a
+    [w_rows, 4] weight, listed in graph order or consumer-first (ORT sorts the graph itself)."""
+    chain = [oh.make_node("Transpose", ["x"], ["t"], name="tr"), oh.make_node("Reshape", ["t", "k"], ["r"], name="rs"),
+             oh.make_node("Relu", ["r"], ["a"], name="rl"), oh.make_node("MatMul", ["a", "w"], ["y"], name="mm")]  # fmt: skip
+    inits = [nh.from_array(np.array([1, 6], np.int64), "k"), nh.from_array(np.zeros((w_rows, 4), np.float32), "w")]
+    nodes = chain[::-1] if consumer_first else chain
+    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3])], [onnx.ValueInfoProto(name="y")], inits, ms=False)
+
+
+@pytest.mark.parametrize("consumer_first", [False, True], ids=["graph-order", "consumer-first"])
+def test_a_graph_listed_consumer_first_is_inferred_as_onnxruntime_infers_it(consumer_first: bool, tmp_path: Path) -> None:
+    """Nodes listed before their producers (a valid model: ORT sorts it) get every shape a real
+    session infers, and a shape refused three nodes down the chain is the same ORT-SHAPE-001."""
+    path = tmp_path / "model.onnx"
+    onnx.save(_chain(consumer_first=consumer_first, w_rows=6), path)
+    total, less, worse = _compare(path)
+    assert total == 4 and (less, worse) == ([], [])
+    model = as_ir_model(onnx.load(path))
+    assert shapes_of(model).shape(model.graph.outputs[0]) == (1, 4)
+    refused = _chain(consumer_first=consumer_first, w_rows=5)
+    text = "Node (mm) Op (MatMul) [ShapeInferenceError] Incompatible dimensions for matrix multiplication"
+    assert [(v.rule_id, v.node, v.message) for v in graph_violations(refused)] == [("ORT-SHAPE-001", "mm", text)]
+    assert text in (ort_error(refused) or "")

@@ -1,0 +1,36 @@
+"""contracts._facts: the facts the graph rules derive once per model.
+
+Invariants guarded:
+- Element types are a snapshot of the model as it was when first asked: a node added in place
+  afterwards is not typed by the same facts (no re-derivation per query); :func:`forget` drops
+  them, and the facts derived anew type it.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from support.contracts_testkit import ORT_VERSION, _model, _vi
+
+from contracts._facts import forget, model_facts
+from contracts._graph import as_ir_model
+from contracts.schema_registry import registry_for
+
+
+def test_element_types_are_a_snapshot_until_forget() -> None:
+    cast = oh.make_node("Cast", ["x"], ["c"], name="ca", to=TP.INT64)
+    model = as_ir_model(_model([cast], [_vi("x", TP.FLOAT, [2])], [onnx.ValueInfoProto(name="c")], ms=False))
+    registry = registry_for(ORT_VERSION)
+    typing = model_facts(model).typing(registry)
+    [c] = model.graph.outputs
+    assert typing.elem_type(c) == ir.DataType.INT64
+    half = ir.node("Cast", [c], attributes={"to": int(ir.DataType.FLOAT16)}, name="half")
+    model.graph.append(half)
+    assert typing.elem_type(half.outputs[0]) is None  # the edit is not part of the snapshot
+    assert model_facts(model).typing(registry) is typing
+    forget(model)
+    fresh = model_facts(model).typing(registry)
+    assert fresh is not typing
+    assert (fresh.elem_type(c), fresh.elem_type(half.outputs[0])) == (ir.DataType.INT64, ir.DataType.FLOAT16)
