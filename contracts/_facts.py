@@ -228,9 +228,9 @@ def _standard_special(node: ir.Node, types: list[ir.DataType | None]) -> list[ir
     if op == "ConstantOfShape":
         tensor = attr(node, "value")
         return [getattr(tensor, "dtype", ir.DataType.FLOAT) if tensor is not None else ir.DataType.FLOAT]
-    if op in {"EyeLike", "RandomNormalLike", "RandomUniformLike"}:
+    if op in {"EyeLike", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}:  # Bernoulli: its input's (probed)
         return [ir.DataType(attr_int(node, "dtype", 0)) if "dtype" in node.attributes else (types[0] if types else None)]
-    if op in {"RandomNormal", "RandomUniform", "Bernoulli"}:
+    if op in {"RandomNormal", "RandomUniform"}:
         return [ir.DataType(attr_int(node, "dtype", 1))]
     if op == "Multinomial":
         return [ir.DataType(attr_int(node, "dtype", 6))]

@@ -59,7 +59,8 @@ def _unregistered(node: ir.Node, version: int | None) -> str:
 def _verify(node: ir.Node, schema: OpSchema) -> tuple[str, str] | None:
     """Onnx ``OpSchema::Verify``: (rule id, ORT's text) of the first failure, in its order."""
     name = node_label(node)
-    head = f"Node({name}) with schema({schema.domain}::{schema.name}:{schema.since}) has"
+    # ORT writes "Node(name)" for a named node and a bare "Node" for an unnamed one (probed, 1.32.0).
+    head = f"{f'Node({name})' if name else 'Node'} with schema({schema.domain}::{schema.name}:{schema.since}) has"
     if not schema.min_input <= len(node.inputs) <= schema.max_input:
         return "ORT-SCHEMA-004", (f"{head} input size {len(node.inputs)} not in range "
                                   f"[min={schema.min_input}, max={schema.max_input}].")  # fmt: skip

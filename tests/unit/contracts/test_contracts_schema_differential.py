@@ -224,6 +224,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("RandomUniform dtype double", lambda: _generated("RandomUniform", TP.DOUBLE, shape=[1], dtype=TP.DOUBLE), None, None),
     ("EyeLike without dtype is its input's type", lambda: _generated("EyeLike", TP.DOUBLE, of=TP.DOUBLE), None, None),
     ("RandomNormalLike without dtype is its input's type", lambda: _generated("RandomNormalLike", TP.FLOAT, of=TP.DOUBLE), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("Bernoulli without dtype is its input's type", lambda: _generated("Bernoulli", TP.DOUBLE, of=TP.DOUBLE), None, None),
+    ("Bernoulli without dtype into a float Add", lambda: _generated("Bernoulli", TP.FLOAT, of=TP.DOUBLE), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("Bernoulli dtype float of a double", lambda: _generated("Bernoulli", TP.FLOAT, of=TP.DOUBLE, dtype=TP.FLOAT), None, None),
     ("heterogeneous variadic: Loop carrying float and int64", lambda: _loop((TP.FLOAT, TP.INT64)), None, None),
     ("unsorted graph: a Cast listed after its consumers types them", lambda: _unsorted(TP.INT64), None, None),
     ("unsorted graph: int64 from a Cast listed last meets a float", lambda: _unsorted(TP.FLOAT), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
@@ -280,6 +283,7 @@ def _matmul_mismatch() -> onnx.ModelProto:
 # One violation per rule whose message names the node, built with names and then blanked.
 _UNNAMED: list[tuple[str, Callable[[], onnx.ModelProto]]] = [
     ("ORT-SCHEMA-002", lambda: _one("Relu", [("x", TP.UINT8, [2])], ["y"])),
+    ("ORT-SCHEMA-004", lambda: _one("Relu", [("x", TP.FLOAT, [2]), ("z", TP.FLOAT, [2])], ["y"])),
     ("ORT-SCHEMA-005", lambda: _gated_add(types={"b": TP.FLOAT16})),
     ("ORT-SCHEMA-006", lambda: causal_conv_model(ndim=[3])),
     ("ORT-SCHEMA-007", lambda: _constant([])),
