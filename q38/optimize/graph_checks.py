@@ -53,12 +53,15 @@ def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
 
 
 def check_topological(graph: ir.Graph) -> str | None:
-    """None when every value is defined before it is read (captured values included)."""
+    """None when every value is defined before it is read (captured values included).
+
+    Only node outputs are tracked: graph inputs and initializers have no producer, so a read of one
+    is never out of order (and a subgraph's capture of an outer value is checked as the outer
+    node's output it is).
+    """
     defined: set[int] = set()
 
     def visit(g: ir.Graph) -> str | None:
-        for value in (*g.inputs, *g.initializers.values()):
-            defined.add(id(value))
         for node in g:
             for read in node.inputs:
                 if read is not None and read.producer() is not None and id(read) not in defined:
