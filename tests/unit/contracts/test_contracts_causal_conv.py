@@ -130,6 +130,21 @@ def test_cuda_causal_conv_names_the_activations_it_takes() -> None:
     assert error is not None and found[0].message in error
 
 
+@pytest.mark.parametrize(("dilation", "refused"), [(2**31 - 1, False), (2**31, True)], ids=["INT_MAX", "INT_MAX+1"])
+def test_cuda_causal_conv_takes_a_dilation_up_to_int_max(dilation: int, refused: bool) -> None:
+    """CCONV-CUDA-001 refuses a dilation above INT_MAX, not INT_MAX itself. The CPU kernel makes the
+    same check in the same words, so a real CPU session draws the boundary at the same place."""
+    model = causal_conv_model(dilation=dilation)
+    found = rule_named(CC_RULES, "CCONV-CUDA-001").check(model, {})
+    text = f"dilation must be <= INT_MAX, got {dilation}"
+    assert [(v.rule_id, v.message, v.node) for v in found] == ([("CCONV-CUDA-001", text, "cc")] if refused else [])
+    error = ort_error(model)
+    if refused:
+        assert error is not None and text in error, error
+    else:
+        assert error is None, error
+
+
 def _dynamic_varlen(**attrs: Any) -> onnx.ModelProto:
     """VarlenCausalConvWithState 'vl' in dynamic mode (kernel_delta, previous_mask) with shapes 1.32.0's
     inference accepts (probed): x [6,4], dynamic weight [4,1,2], kernel_delta [6,4,2], mask [6,1]."""

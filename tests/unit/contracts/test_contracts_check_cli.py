@@ -6,7 +6,8 @@ Invariants guarded:
 - A deliberately broken package per rule family fails with exit 1 and the expected rule id:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
   chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named
-  exactly); a hard-linked data file only warns.
+  exactly); a hard-linked data file only warns; a graph or external-data file the user cannot
+  read is PKG-READ-001, naming the file and its graph (as ``nobody`` when the suite runs as root).
 - Unreadable input exits 2 with one line; --json prints the documented shape.
 - A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
   row (exit 1), never a silent pass; a config or graph path that leaves the package (symlink,
@@ -19,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import onnx
 import pytest
 
+from contracts.package_layout import GraphFile, PackageView, check_package_layout
 from contracts.runner import check_package, installed_ort_version
 from q38.cli import main
 
@@ -241,3 +244,58 @@ def test_a_dangling_or_looping_symlink_is_named(target: str, tiny_cpu_package: P
     os.symlink(target, pkg / "loop.bin")  # "loop.bin" -> itself
     found = [(v.rule_id, v.message) for v in check_package(pkg, ort_version="1.32.0").errors if v.rule_id == "PKG-SYMLINK-001"]
     assert found == [("PKG-SYMLINK-001", "loop.bin: dangling or looping symlink")]
+
+
+_NOBODY = 65534
+
+
+def _as_another_user(run: Callable[[], list[tuple[str, str, str]]]) -> list[tuple[str, str, str]]:
+    """``run()`` as the current user or, when that is root (root reads every file), in a forked
+    child that has dropped to ``nobody`` (tests/unit/faults/test_unreadable.py's way)."""
+    if os.geteuid() != 0:
+        return run()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(_NOBODY)
+            os.setuid(_NOBODY)
+            payload: object = run()
+        except BaseException as exc:
+            payload = f"{type(exc).__name__}: {exc}"
+        os.write(write_end, json.dumps(payload).encode())
+        os._exit(0)
+    os.close(write_end)
+    data = b""
+    while chunk := os.read(read_end, 1 << 16):
+        data += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    result = json.loads(data)
+    assert isinstance(result, list), result
+    return [tuple(v) for v in result]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("unreadable", "what"), [("model.onnx", "graph"), ("w.bin", "external data of 'w'")])
+def test_a_file_the_session_opens_that_the_user_cannot_read_is_named_with_its_graph(unreadable: str, what: str) -> None:
+    """PKG-READ-001 names the unreadable file (relative to the package), what the session opens it
+    for, and the graph it belongs to; every other layout rule is silent."""
+    top = Path(tempfile.mkdtemp(prefix="q38-read-", dir="/tmp"))  # world-traversable, unlike tmp_path
+    try:
+        top.chmod(0o755)
+        pkg = top / "pkg"
+        pkg.mkdir()
+        pkg.chmod(0o755)
+        for name in ("model.onnx", "w.bin"):
+            (pkg / name).write_bytes(b"\0" * 16)
+            (pkg / name).chmod(0o644)
+        (pkg / unreadable).chmod(0o200 if os.geteuid() != 0 else 0o600)  # root's 0o600: unreadable to nobody
+        view = PackageView(root=pkg, graphs=(GraphFile("decoder", pkg / "model.onnx", pkg, (("w", "w.bin"),)),))
+        found = _as_another_user(lambda: [(v.rule_id, v.message, v.graph) for v in check_package_layout(view)])
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    message = (f"{unreadable}: {what} is not readable by the current user (permission denied); "
+               "onnxruntime cannot open it when the session is created")  # fmt: skip
+    assert found == [("PKG-READ-001", message, "decoder")]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from contracts.config_surface import check_genai_config
+from contracts.config_surface import check_genai_config, session_option_blocks
 
 
 @pytest.mark.parametrize(("graph", "where", "shown"), [
@@ -28,3 +28,17 @@ def test_a_profile_whose_maximum_is_below_its_minimum_is_cfg_profile_002() -> No
     found = check_genai_config({"runtime_profiles": profiles})
     assert [(v.rule_id, v.message) for v in found if v.rule_id != "CFG-SURFACE-001"] == [
         ("CFG-PROFILE-002", "runtime_profiles[0].eligibility: maximum_total_device_memory_bytes is below the minimum")]
+
+
+def test_the_head_graphs_own_session_options_are_checked() -> None:
+    """v12b's ``fold.head_r2`` carries the head graph's own session_options: a non-string config
+    entry and an absolute custom-op library there are refused, named by their JSON path."""
+    so = {"config_entries": {"session.x": 1}, "custom_ops_library": "/abs/ops.so"}
+    config = {"model": {"qwen38_graph": {"fold": {"head_r2": {"filename": "head_r2.onnx", "session_options": so}}}}}
+    where = "model.qwen38_graph.fold.head_r2.session_options"
+    assert list(session_option_blocks(config)) == [(where, so)]
+    found = [(v.rule_id, v.message) for v in check_genai_config(config)]
+    assert found == [
+        ("CFG-VALUES-001", f"{where}.config_entries.session.x: session config values must be strings, got 1"),
+        ("CFG-LIB-001", f"{where}.custom_ops_library: absolute path '/abs/ops.so' is not allowed (must be inside the package)"),
+    ]

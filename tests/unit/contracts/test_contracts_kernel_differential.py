@@ -10,8 +10,9 @@ counting as "every creation-time check passed"):
   kernel's mxfp4 (``quant_type=fp4``: bits 4, block 32) and nvfp4 (bits 4, block 16) limits;
   ``ep.cpu.qmoe_deferred_scale`` (NUL-cut) only where a QMoE runs on CPU.
 - GatedDeltaNet: inference on packed / separate inputs (ranks, initial_state, packed width, head
-  counts, tokens / batch) and the constructor (update_rule, gate_activation, gate_lower_bound,
-  beta_activation, chunk_size); 1.31.1 (no CPU kernel) never reaches the constructor.
+  counts, tokens / batch) and the constructor (update_rule, absent read as gated_delta;
+  gate_activation, gate_lower_bound, beta_activation, chunk_size); 1.31.1 (no CPU kernel) never
+  reaches the constructor.
 - GroupQueryAttention inference and constructor; HyperConnection{PreMix,LowRankMix} inference
   (a flattened width only inference knows: behind a MatMul); CausalConvWithState dilation.
 - Standard ops' inference errors (MatMul, broadcasting, Transpose perm, Reshape, Split, Concat).
@@ -211,6 +212,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gdn gate_activation bogus", lambda: gdn_model(gate_activation="bogus"), {}, "GDN-CPU-001", "ORT-SCHEMA-002"),
     ("gdn gate_activation qwen", lambda: gdn_model(gate_activation="qwen"), {}, None, "ORT-SCHEMA-002"),
     ("gdn update_rule bogus", lambda: gdn_model(update_rule="bogus"), {}, "GDN-CPU-001", "ORT-SCHEMA-002"),
+    ("gdn update_rule absent (gated_delta)", lambda: gdn_model(update_rule=None), {}, None, "ORT-SCHEMA-002"),
     ("gdn gate_lower_bound 0", lambda: gdn_model(gate_lower_bound=0.0), {}, "GDN-CPU-001", "ORT-SCHEMA-003"),
     ("gdn beta_activation Sigmoid", lambda: gdn_model(beta_activation="Sigmoid"), {}, "GDN-CPU-001", "ORT-SCHEMA-002"),
     ("gdn beta_activation none", lambda: gdn_model(beta_activation="none"), {}, None, "ORT-SCHEMA-002"),

@@ -96,6 +96,8 @@ SAI_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("csa head_weights rank 2", _csa(hw=[4, 2]), "input 10 must have rank 3, got rank 2"),
     ("csa position_ids rank 1", _csa(pos=[4]), "input 11 must have rank 2, got rank 1"),
     ("csa past_proj_buffer rank 3", _csa(ppb=[2, 1, 64]), "input 13 must have rank 4, got rank 3"),
+    ("valid query width 1 (head_size 1)", {"shapes": {"q": [1, 4, 1], "qn": [1]}}, None),
+    ("query width 1 not divisible by 32", {"shapes": {"q": [1, 4, 1]}}, "query width must be divisible by head_size"),
     ("query width 0", {"shapes": {"q": [1, 4, 0]}}, "query width must be > 0, got 0"),
     ("query width above INT_MAX", {"shapes": {"q": [1, 4, 2**31]}}, "query width must be no greater than INT_MAX"),
     ("head_size 0", {"shapes": {"qn": [0]}}, "head_size must be > 0, got 0"),
