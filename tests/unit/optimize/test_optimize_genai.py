@@ -9,17 +9,25 @@ Invariants guarded:
 * no weights pool or manifest appears in a builder package;
 * greedy generation with onnxruntime-genai is identical before and after ``--target cpu``;
 * a shared-initializer entry a rewrite broke is dropped from every list that names it (and the
-  config is then rewritten); entries left intact are kept byte for byte.
+  config is then rewritten); entries left intact are kept byte for byte;
+* a runtime profile naming the decoder's own file is not optimized twice, and a graph file a
+  later profile names is still optimized and written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 from support.fsnap import tree_snapshot
-from support.genai_packages import builder_packages, real_package_dirs
+from support.genai_packages import (
+    builder_packages,
+    copy_package,
+    edit_genai_config,
+    real_package_dirs,
+)
 
 from q38.cli import main
 from q38.package.genai_package import open_genai_package
@@ -159,3 +167,27 @@ def test_a_config_without_an_mtp_section_is_reconciled_without_one(tmp_path: Pat
     assert [e.name for e in cfg.model.decoder.shared_initializers] == [
         e.name for e in m.decoder.shared_initializers if e.name != victim]
     dumps_genai_config(cfg)
+
+
+def test_every_runtime_profile_graph_after_one_naming_the_decoder_is_optimized(tmp_path: Path) -> None:
+    """Runtime profiles overlaying the decoder: the first names the decoder's own file (already
+    written: skipped), a later one another graph file -- that one is still optimized and written,
+    with its own new data file, and counted in the rewrites."""
+    from q38.optimize.driver import optimize_package
+
+    src = copy_package(next(p for p in REAL if p.name == "fp16-cuda-gdn"), tmp_path / "src")
+    shutil.copyfile(src / "model.onnx", src / "small.onnx")  # reads the decoder's model.onnx.data
+    edit_genai_config(src, lambda d: d.update({"runtime_profiles": [
+        {"id": "same", "eligibility": {"minimum_total_device_memory_bytes": 1001},
+         "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 1, "maximum_total_device_memory_bytes": 1000},
+         "overlay": {"model": {"decoder": {"filename": "small.onnx"}}}},
+    ]}))
+    assert [r.rel for r in open_genai_package(src).graphs()] == ["model.onnx", "model.onnx", "small.onnx"]
+    result, counts = optimize_package(src, tmp_path / "out", passes=["fp8_head"])
+    assert {k: v for k, v in result.rewrites.items() if v} == {"fp8_head": 2}
+    assert sorted(counts) == ["decoder", "profile:small"]
+    for name in ("model.onnx", "small.onnx"):
+        model = load_graph(tmp_path / "out" / name, root=tmp_path / "out")
+        assert [n.op_type for n in model.graph].count("MatMulBlockQuantizedFp8Weight") == 1, name
+    assert (tmp_path / "out" / "small.opt.data").is_file()

@@ -15,7 +15,10 @@ Invariants guarded:
 * ``NodeOrder.flush`` removes buried nodes only when nothing outside them still reads them: a
   node buried with a live reader is refused and the graph is left as it was;
 * ``check_topological`` looks into bodies: a capture of a value produced after its If is out of order;
-* a pass run on its own (not in the pipeline) checks its input's invariants.
+* a pass run on its own (not in the pipeline) checks its input's invariants, and a pass that
+  rewrote anything (a single rewrite included) has its output checked; one that rewrote nothing
+  is not re-checked;
+* a pass constructed without a target is a ``cuda`` pass, the same as ``target="cuda"``.
 """
 
 from __future__ import annotations
@@ -237,3 +240,53 @@ def test_an_unnamed_anchor_is_described_by_its_position_in_the_graph() -> None:
     assert [(o.anchor, o.applied) for o in p.outcomes] == [(f"<unnamed CausalConvWithState #{idx}>", False)]
     _, p = apply(FuseCausalConvStatePass, G.conv_carry_model(state_window=1))
     assert [o.anchor for o in p.outcomes] == ["/conv/CausalConvWithState"]
+
+
+def test_a_pass_constructed_without_a_target_is_a_cuda_pass() -> None:
+    """The default target is ``cuda``, exactly as an explicit ``target="cuda"``: with no
+    --target-ort a contrib op ORT has no CPU kernel for still fuses (only ``cpu`` consults the CPU
+    kernels), and under --target-ort the decline names the target as ``cuda``."""
+    from q38.optimize.target_kernels import active, for_target
+
+    kernels = for_target("1.31.1", "cuda")
+    seen = []
+    for kw in ({}, {"target": "cuda"}):
+        fused = FuseRMSNormRotaryPass(**kw)  # type: ignore[arg-type]
+        fused(ir.from_proto(G.rms_rotary_model()))
+        declined = FuseRMSNormRotaryPass(**kw)  # type: ignore[arg-type]
+        with active(kernels):
+            declined(ir.from_proto(G.rms_rotary_model()))
+        seen.append((fused.count, [o.line() for o in declined.outcomes]))
+    reason = f"no CUDA kernel for RMSNormRotary in onnxruntime 1.31.1 (target cuda, --target-ort; {kernels.source})"
+    assert seen[0] == seen[1] == (1, [f"rms_norm_rotary: /q/Concat: declined: {reason}"])
+
+
+class _Clobbering(RewritePass):
+    """Rewrites each Tanh by renaming its output after the graph input: a broken result."""
+
+    name = "clobbering"
+    contrib_op = None
+
+    def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        return [n for n in graph if n.op_type == "Tanh"]
+
+    def match(self, ctx: object, node: ir.Node) -> ir.Node:  # type: ignore[override]
+        return node
+
+    def rewrite(self, ctx: object, match: object) -> None:  # type: ignore[override]
+        assert isinstance(match, ir.Node)
+        match.outputs[0].name = "x"
+
+
+def test_a_single_rewrite_that_breaks_an_invariant_is_caught_by_the_post_condition() -> None:
+    """``ensures`` checks the invariants after any pass that rewrote something, one rewrite
+    included: a rewrite leaving two values named 'x' fails the pass. A pass that rewrote nothing
+    is not re-checked (its input was proved): here the same broken graph, handed on with
+    ``check_requires=False`` and no anchor, passes through."""
+    p = _Clobbering()
+    model = _tanh_model()
+    with pytest.raises(ir.passes.PostconditionError) as caught:
+        p(model)
+    assert p.count == 1
+    assert str(caught.value.__cause__) == "clobbering: output duplicate value names: ['x']"
+    assert _Silent(check_requires=False)(model).modified is False

@@ -150,6 +150,23 @@ def test_conv_first_token_carry_on_channel_axis_is_declined() -> None:
     assert ops(model)[("", "Concat")] == 1
 
 
+@pytest.mark.parametrize("src_dims", [None, ["B", 1, 8, 1]])
+def test_conv_first_token_carry_needs_a_rank_three_source_to_know_its_sequence_length(
+        src_dims: list[object] | None) -> None:
+    """First-token form, the conv input an untyped Transpose([0,2,1]) of ``x``: the sequence length
+    is read from ``x`` only when ``x`` declares a rank-3 shape. An ``x`` with no shape (or a shape
+    of another rank, even one whose second dimension is 1) gives no length: the carry is declined
+    with that reason, the graph left as it was -- no crash, and no fusion on a guessed length."""
+    proto = G.conv_carry_model(form="first_token", S=1)
+    x = next(i for i in proto.graph.input if i.name == "x")
+    if src_dims is None:
+        x.type.tensor_type.ClearField("shape")
+    else:
+        x.CopyFrom(helper.make_tensor_value_info("x", G.F16, src_dims))
+    assert not [v for v in proto.graph.value_info if v.name == nth_node(proto, "Transpose").output[0]]
+    _conv_decline(proto, "first-token carry form needs sequence length 1 (got None)")
+
+
 def test_conv_input_of_rank_four_is_declined() -> None:
     proto = G.conv_carry_model()
     xT = nth_node(proto, "Transpose").output[0]

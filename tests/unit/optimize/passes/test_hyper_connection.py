@@ -271,6 +271,21 @@ def test_packed_split_along_the_sequence_axis_is_declined(rank_known: bool) -> N
     _packed_declined(proto, "packed projection Split axis 1 is not the last axis")
 
 
+def test_packed_split_on_the_last_axis_counted_from_the_front_fuses_with_parity() -> None:
+    """Split axis 2 of a rank-3 projection is its last axis, as -1 is: the mix fuses (the
+    positive spelling of the column axis is not declined), with parity."""
+    proto = G.hc_builder_model(blocks=1)
+    split = next(n for n in proto.graph.node if n.name == "/l0/hc/Split")
+    K.set_attr(split, "axis", 2)
+    proto.graph.value_info.append(helper.make_tensor_value_info(split.input[0], G.F16, ["B", "S", 8]))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert not reasons(p), reasons(p)
+    assert outcome_lines(p)[0] == "hyper_connection: /l0/hc/HyperConnectionPreMix: fused"
+    assert ops(model).get(("", "Split"), 0) == 0
+    feeds = {"streams": FORM_STREAMS}
+    close(run_ref(model, feeds), run_ort(proto, feeds), atol=3e-2)
+
+
 def test_packed_split_sizes_that_do_not_add_up_to_the_width_are_declined() -> None:
     """A packed weight one column wider than [R, C]: the graph is invalid (ORT refuses the
     Split), and fusing it would silently make it a valid one computing other numbers."""

@@ -5,6 +5,7 @@ its exporter forms and its parity self-test (tests/support/optimize_parity.py).
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -219,6 +220,28 @@ def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
     node.replace_input_with(4, cos)
     with pytest.raises(ParityError):
         parity(case.got(model), want, case.rel)
+
+
+@pytest.mark.parametrize("bfloat16", [False, True])
+def test_rms_norm_rotary_keeps_bfloat16_caches_and_widens_float16_ones_to_float(bfloat16: bool) -> None:
+    """RMSNormRotary takes FP32 or BF16 cos/sin caches: bf16 caches are read as they are (no
+    converted copy), fp16 ones become FP32 initializers; the scale is FP32 either way. The fused
+    graph computes what the chain did."""
+    proto = G.rms_rotary_model()
+    if bfloat16:
+        proto = G.as_bfloat16(proto)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    cache_type = ir.DataType.BFLOAT16 if bfloat16 else ir.DataType.FLOAT
+    suffix = "" if bfloat16 else "_fp32"
+    assert [(v.name, v.dtype) for v in node.inputs[1:]] == [
+        ("q_norm.weight_fp32", ir.DataType.FLOAT), ("position_ids", ir.DataType.INT64),
+        (f"cos_cache{suffix}", cache_type), (f"sin_cache{suffix}", cache_type)]
+    assert sorted(model.graph.initializers) == sorted(
+        ["/q.shape4", "q_norm.weight_fp32", f"cos_cache{suffix}", f"sin_cache{suffix}"])
+    feeds = {"x": X16.astype(ml_dtypes.bfloat16) if bfloat16 else X16, "position_ids": POS}
+    close(run_ref(model, feeds), run_ref(ir.from_proto(proto), feeds))
 
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
