@@ -318,7 +318,9 @@ class FuseRMSNormRotaryPass(RewritePass):
         if cos.dtype != ir.DataType.BFLOAT16 or sin.dtype != ir.DataType.BFLOAT16:
             cos = self._as(ctx, cos, ir.DataType.FLOAT, "fp32")
             sin = self._as(ctx, sin, ir.DataType.FLOAT, "fp32")
-        fp16 = 1 if m.x.dtype in (None, ir.DataType.FLOAT16) else 0
+        # The activation dtype the match worked out, not x's own (None for an untyped intermediate:
+        # a bf16 graph then got output_fp16=1, and ORT refused the fused node's bf16 output).
+        fp16 = 1 if m.dtype == ir.DataType.FLOAT16 else 0
         anchor = m.private[-1]
         node = ir.Node(
             MS_DOMAIN,

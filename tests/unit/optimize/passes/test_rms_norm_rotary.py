@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 import support.optimize_graphs as G
 import support.optimize_property_kit as K
@@ -240,6 +241,14 @@ def test_rms_norm_rotary_keeps_bfloat16_caches_and_widens_float16_ones_to_float(
         (f"cos_cache{suffix}", cache_type), (f"sin_cache{suffix}", cache_type)]
     assert sorted(model.graph.initializers) == sorted(
         ["/q.shape4", "q_norm.weight_fp32", f"cos_cache{suffix}", f"sin_cache{suffix}"])
+    # output_fp16 follows the activation dtype (the norm's input is an untyped intermediate here):
+    # 1 on a bf16 graph made ORT refuse the fused node's bf16 output at load.
+    assert node.attributes["output_fp16"].value == (0 if bfloat16 else 1)
+    assert node.outputs[0].dtype == (ir.DataType.BFLOAT16 if bfloat16 else ir.DataType.FLOAT16)
+    try:  # ORT resolves the fused graph's types; the CPU EP has no RMSNormRotary kernel (CUDA only)
+        ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises several pybind exception types
+        assert "NOT_IMPLEMENTED" in str(exc) and "Type Error" not in str(exc), str(exc)
     feeds = {"x": X16.astype(ml_dtypes.bfloat16) if bfloat16 else X16, "position_ids": POS}
     close(run_ref(model, feeds), run_ref(ir.from_proto(proto), feeds))
 
