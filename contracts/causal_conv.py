@@ -67,7 +67,7 @@ def _is_extended(node: ir.Node) -> bool:
 
 
 def _cc_base(node: ir.Node) -> str | None:
-    """Attribute checks every version runs first (3A.1-3A.5)."""
+    """The general attribute checks (3A.1-3A.5): every node on 1.31.1, a plain node on 1.32.0."""
     ndim = attr_int(node, "ndim", 1)
     dilation = attr_int(node, "dilation", 1)
     window = attr_int(node, "state_window", 0)
@@ -99,47 +99,75 @@ def _cc_ranks(node: ir.Node, shapes: Shapes) -> str | None:
     return None
 
 
-def _cc_extended(node: ir.Node, shapes: Shapes) -> str | None:
-    """The 1.32.0 extended-attribute checks (3A.7), for a node that uses them."""
-    if attr_int(node, "channels_last", 0) != 1 or attr_int(node, "ndim", 1) != 1 or attr_int(node, "state_window", 0) != 0:
-        return f"{_P}extended attributes require channels_last=1, ndim=1, state_window=0"
-    scl = attr_int(node, "state_channels_last", -1)
-    cap = attr_int(node, "state_update_capacity", 0)
-    ic = attr_int(node, "input_channels", 0)
-    off = attr_int(node, "input_channel_offset", 0)
-    if scl not in {-1, 0, 1} or not 0 <= cap <= 8 or ic < 0 or off < 0:
+def _cc_extended_attributes(node: ir.Node) -> str | None:
+    """The extended-attribute checks that need no shape, in ORT's order (3A.7).
+
+    Ranges first (state_channels_last -1/0/1, state_update_capacity 0-8, input_channels,
+    input_channel_offset and state_length 0-INT_MAX), then the layout they need, which also refuses
+    dilation < 1 (before the general checks: probed 1.32.0), then the third output's capacity.
+    """
+    ints = {k: attr_int(node, k, d) for k, d in _EXTENDED_INT.items()}
+    if (ints["state_channels_last"] not in {-1, 0, 1} or not 0 <= ints["state_update_capacity"] <= 8
+            or any(not 0 <= ints[k] <= _INT_MAX for k in ("input_channels", "input_channel_offset", "state_length"))):
         return f"{_P}invalid extended attributes"
-    x, w = input_at(node, 0), input_at(node, 1)
-    rx = shapes.rank(x)
-    if rx is not None and rx != 3:
-        return f"{_P}extended input must have rank 3"
-    width = shapes.dim(x, 2) if rx == 3 else None
-    kernel = shapes.dim(w, 2) if shapes.rank(w) == 3 else None
-    if width is not None:
-        selected = ic if ic > 0 else width
-        if off + selected > width:
-            return f"{_P}channel slice exceeds input width"
-        channels = shapes.dim(w, 0)
-        if channels is not None and channels != selected:
-            return f"{_P}weight channels mismatch"
-    length = attr_int(node, "state_length", 0)
-    dilation = attr_int(node, "dilation", 1)
-    if kernel is not None and length != 0 and length < (kernel - 1) * dilation:
-        return f"{_P}state_length is too short"
-    if output_at(node, 2) is not None and cap <= 0:
+    if (attr_int(node, "channels_last", 0) != 1 or attr_int(node, "ndim", 1) != 1
+            or attr_int(node, "state_window", 0) != 0 or attr_int(node, "dilation", 1) < 1):
+        return f"{_P}extended attributes require channels_last=1, ndim=1, state_window=0"
+    if output_at(node, 2) is not None and ints["state_update_capacity"] <= 0:
         return f"{_P}state_update output requires state_update_capacity > 0"
     return None
 
 
+def _cc_extended(node: ir.Node, shapes: Shapes) -> str | None:
+    """The 1.32.0 extended-attribute checks (3A.7), for a node that uses them, in ORT's order.
+
+    After the attribute checks, nothing more without an input shape: the input's rank (3), the
+    channel slice (when the input's width is known), the weight's rank (3) and channels (when the
+    selected channels are known), then the receptive field (k-1) x dilation (kernel >= 1, at most
+    INT_MAX) and an explicit state_length covering it (when the kernel is known).
+    """
+    found = _cc_extended_attributes(node)
+    x, w = input_at(node, 0), input_at(node, 1)
+    rx = shapes.rank(x)
+    if found is not None or rx is None:
+        return found
+    if rx != 3:
+        return f"{_P}extended input must have rank 3"
+    ic, off = attr_int(node, "input_channels", 0), attr_int(node, "input_channel_offset", 0)
+    width = shapes.dim(x, 2)
+    if width is not None and off + (ic if ic > 0 else width) > width:
+        return f"{_P}channel slice exceeds input width"
+    rw = shapes.rank(w)
+    if rw is None:
+        return None
+    if rw != 3:
+        return f"{_P}weight must have rank 3"
+    selected, channels = (ic if ic > 0 else width), shapes.dim(w, 0)
+    if selected is not None and channels is not None and channels != selected:
+        return f"{_P}weight channels mismatch"
+    kernel = shapes.dim(w, 2)
+    if kernel is None:
+        return None
+    field = (kernel - 1) * attr_int(node, "dilation", 1)
+    if kernel < 1 or field > _INT_MAX:
+        return f"{_P}invalid receptive field"
+    length = attr_int(node, "state_length", 0)
+    if length != 0 and length < field:
+        return f"{_P}state_length is too short"
+    return None
+
+
 def _cc_schema(node: ir.Node, shapes: Shapes, *, v132: bool) -> tuple[str, str] | None:
-    """(rule id, text) of the first schema-inference failure of one node."""
-    base = _cc_base(node)
-    if base is not None:
-        return "CCONV-SCHEMA-001", base
+    """(rule id, text) of the first schema-inference failure of one node.
+
+    1.32.0 checks a node using the extended attributes (or the third output) by those alone: their
+    layout check also covers ndim, channels_last, state_window and dilation, so the general checks
+    (CCONV-SCHEMA-001) only see plain nodes. 1.31.1 has no extended attributes.
+    """
     if v132 and _is_extended(node):
         found = _cc_extended(node, shapes)
         return None if found is None else ("CCONV-SCHEMA-003", found)
-    found = _cc_ranks(node, shapes)
+    found = _cc_base(node) or _cc_ranks(node, shapes)
     return None if found is None else ("CCONV-SCHEMA-001", found)
 
 
@@ -446,8 +474,9 @@ RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema (1.31.1: no extended attributes)",
          _SRC + "A; probed 1.31.1", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=False),
          OrtVersions(until="1.32.0")),
-    Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes: channels_last=1, ndim=1, state_window=0, "
-         "valid ranges, rank-3 input, channel slice, weight channels, state_length >= (k-1) x dilation",
+    Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes, checked before the general ones: valid ranges, "
+         "channels_last=1, ndim=1, state_window=0 (and dilation >= 1), capacity for the third output, rank-3 "
+         "input, channel slice, rank-3 weight, weight channels, receptive field, state_length >= (k-1) x dilation",
          _SRC + "A.7; probed", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-003", v132=True), _V132),
     *per_version("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
                  "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",

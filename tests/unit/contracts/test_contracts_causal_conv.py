@@ -78,6 +78,162 @@ def test_explicit_state_length_covers_kernel_minus_one_times_dilation(state_leng
         assert_agrees(violations, ort_error(model), context=f"state_length={state_length}")
 
 
+_EXT_NAMES = frozenset({"state_length", "state_channels_last", "state_update_capacity", "input_channels",
+                        "input_channel_offset"})  # fmt: skip
+_XS = ("y", "st")
+_X3 = ("y", "st", "su")
+
+
+def _cc(x: list[Any] | None = None, w: list[Any] | None = None, outputs: tuple[str, ...] = _XS, **attrs: Any) -> onnx.ModelProto:
+    """CausalConvWithState 'cc' over x (default channels-last [1,5,4]) and w (default [4,1,3]); None: unshaped."""
+    node = oh.make_node("CausalConvWithState", ["x", "w", "", ""], list(outputs), name="cc", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, x), _vi("w", TP.FLOAT, w)]
+    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in outputs])
+
+
+_S3 = "CCONV-SCHEMA-003"
+_S1 = "CCONV-SCHEMA-001"
+_REQ = "extended attributes require channels_last=1, ndim=1, state_window=0"
+_BAD = "invalid extended attributes"
+_OUT3 = "state_update output requires state_update_capacity > 0"
+_FIELD = "invalid receptive field"
+_SHORT = "state_length is too short"
+_CPU_EXT = "CPU CausalConvWithState does not support extended channel/state options (CUDA only)"
+_X = [1, 5, 4]  # channels-last input, width 4
+_W = [4, 1, 3]
+_X4, _W4 = [1, 5, 4, 2], [4, 1, 3, 3]
+_BIG = 2**31
+
+# (case, x, w, outputs, attributes, rule id, text without the op prefix): 1.32.0's first refusal (probed).
+# An extended node (an extended attribute off its default, or the third output) is checked by the
+# extended checks first: their ranges, then the layout they require (which also refuses dilation < 1),
+# then the third output's capacity, and only then the input shape; the general checks see plain nodes.
+EXT_ORDER_CASES: list[tuple[str, list[Any] | None, list[Any] | None, tuple[str, ...], dict[str, Any], str, str]] = [
+    # the layout before the general attribute checks
+    ("channels_last=1 ndim=2 state_length=4", _X, _W, _XS, {"channels_last": 1, "ndim": 2, "state_length": 4}, _S3, _REQ),
+    ("channels_last=1 ndim=2 state_length=4, rank 4", _X4, _W4, _XS, {"channels_last": 1, "ndim": 2, "state_length": 4},
+     _S3, _REQ),
+    ("ndim=4 state_length=4", _X, _W, _XS, {"ndim": 4, "state_length": 4}, _S3, _REQ),
+    ("channels_last=1 dilation=0 state_length=4", _X, _W, _XS, {"channels_last": 1, "dilation": 0, "state_length": 4},
+     _S3, _REQ),
+    ("channels_last=1 dilation=-1 state_length=4", _X, _W, _XS, {"channels_last": 1, "dilation": -1, "state_length": 4},
+     _S3, _REQ),
+    ("dilation=0 state_length=4", _X, _W, _XS, {"dilation": 0, "state_length": 4}, _S3, _REQ),
+    ("state_window=9 state_length=4", _X, _W, _XS, {"state_window": 9, "state_length": 4}, _S3, _REQ),
+    ("state_window=-1 channels_last=1 state_length=4", _X, _W, _XS,
+     {"state_window": -1, "channels_last": 1, "state_length": 4}, _S3, _REQ),
+    ("channels_last=2 state_length=4", _X, _W, _XS, {"channels_last": 2, "state_length": 4}, _S3, _REQ),
+    ("third output, ndim=4", _X, _W, _X3, {"ndim": 4}, _S3, _REQ),
+    # the ranges before the layout and the general checks
+    ("state_update_capacity=9, channels_last 0", _X, _W, _XS, {"state_update_capacity": 9}, _S3, _BAD),
+    ("state_update_capacity=9, state_window=2", _X, _W, _XS,
+     {"state_update_capacity": 9, "channels_last": 1, "state_window": 2}, _S3, _BAD),
+    ("state_update_capacity=9, channels_last=1 ndim=2", _X, _W, _XS,
+     {"state_update_capacity": 9, "channels_last": 1, "ndim": 2}, _S3, _BAD),
+    ("state_update_capacity=9, dilation=0", _X, _W, _XS, {"state_update_capacity": 9, "dilation": 0}, _S3, _BAD),
+    ("state_update_capacity=9, ndim=4", _X, _W, _XS, {"state_update_capacity": 9, "ndim": 4}, _S3, _BAD),
+    ("state_update_capacity=-1", _X, _W, _XS, {"state_update_capacity": -1, "channels_last": 1}, _S3, _BAD),
+    ("state_channels_last=5, ndim=4", _X, _W, _XS, {"state_channels_last": 5, "ndim": 4}, _S3, _BAD),
+    ("state_channels_last=-2", _X, _W, _XS, {"state_channels_last": -2, "channels_last": 1}, _S3, _BAD),
+    ("input_channels=-1, ndim=4", _X, _W, _XS, {"input_channels": -1, "ndim": 4}, _S3, _BAD),
+    ("input_channel_offset=-1, ndim=4", _X, _W, _XS, {"input_channel_offset": -1, "ndim": 4}, _S3, _BAD),
+    ("state_length=-1", _X, _W, _XS, {"state_length": -1, "channels_last": 1}, _S3, _BAD),
+    ("state_length=-1, dilation=0", _X, _W, _XS, {"state_length": -1, "dilation": 0}, _S3, _BAD),
+    ("state_length=2^31", _X, _W, _XS, {"state_length": _BIG, "channels_last": 1}, _S3, _BAD),
+    ("input_channels=2^31", _X, _W, _XS, {"input_channels": _BIG, "channels_last": 1}, _S3, _BAD),
+    ("input_channel_offset=2^31", _X, _W, _XS, {"input_channel_offset": _BIG, "channels_last": 1}, _S3, _BAD),
+    ("third output, state_update_capacity=9, ndim=4", _X, _W, _X3, {"state_update_capacity": 9, "ndim": 4}, _S3, _BAD),
+    # the third output's capacity before any shape
+    ("third output before the input rank", _X4, _W, _X3, {"channels_last": 1}, _S3, _OUT3),
+    ("third output, input unshaped", None, _W, _X3, {"channels_last": 1}, _S3, _OUT3),
+    ("third output before state_length too short", _X, _W, _X3, {"channels_last": 1, "state_length": 1}, _S3, _OUT3),
+    # then the input rank, the slice, the weight rank and channels, the receptive field, state_length
+    ("input rank 4", _X4, _W4, _XS, {"channels_last": 1, "state_update_capacity": 1}, _S3,
+     "extended input must have rank 3"),
+    ("weight rank 2", _X, [4, 1], _XS, {"channels_last": 1, "state_length": 1}, _S3, "weight must have rank 3"),
+    ("weight rank 4", _X, _W4, _XS, {"channels_last": 1, "state_update_capacity": 1}, _S3, "weight must have rank 3"),
+    ("weight rank before weight channels", _X, [6, 1], _XS, {"channels_last": 1, "state_update_capacity": 1}, _S3,
+     "weight must have rank 3"),
+    ("channel slice before the weight rank", _X, [4, 1], _XS, {"channels_last": 1, "input_channel_offset": 1}, _S3,
+     "channel slice exceeds input width"),
+    ("channel slice, weight unshaped", _X, None, _XS, {"channels_last": 1, "input_channel_offset": 1}, _S3,
+     "channel slice exceeds input width"),
+    ("weight channels from input_channels, width symbolic", [1, 5, "C"], _W, _XS,
+     {"channels_last": 1, "input_channels": 2}, _S3, "weight channels mismatch"),
+    ("receptive field over INT_MAX", _X, _W, _XS, {"channels_last": 1, "state_update_capacity": 1, "dilation": _BIG},
+     _S3, _FIELD),
+    ("receptive field 2^31 (dilation 2^30)", _X, _W, _XS,
+     {"channels_last": 1, "state_update_capacity": 1, "dilation": 2**30}, _S3, _FIELD),
+    ("receptive field, kernel 2, dilation 2^31", _X, [4, 1, 2], _XS,
+     {"channels_last": 1, "state_update_capacity": 1, "dilation": _BIG}, _S3, _FIELD),
+    ("receptive field, kernel 0", _X, [4, 1, 0], _XS, {"channels_last": 1, "state_length": 1}, _S3, _FIELD),
+    ("receptive field, width symbolic", [1, 5, "C"], _W, _XS,
+     {"channels_last": 1, "state_update_capacity": 1, "dilation": _BIG}, _S3, _FIELD),
+    ("receptive field before state_length too short", _X, _W, _XS, {"channels_last": 1, "state_length": 1, "dilation": _BIG},
+     _S3, _FIELD),
+    ("state_length too short", _X, [4, 1, 2], _XS, {"channels_last": 1, "state_length": 1, "dilation": 2}, _S3, _SHORT),
+    # near misses: accepted by inference, refused by the CPU kernel ("CPU")
+    ("valid extended", _X, _W, _XS, {"channels_last": 1, "state_length": 4}, "CPU", _CPU_EXT),
+    ("valid extended, every default spelled out", _X, _W, _XS,
+     {"channels_last": 1, "state_length": 4, "ndim": 1, "state_window": 0, "dilation": 1}, "CPU", _CPU_EXT),
+    ("state_update_capacity=8", _X, _W, _XS, {"channels_last": 1, "state_update_capacity": 8}, "CPU", _CPU_EXT),
+    ("state_channels_last=1", _X, _W, _XS, {"channels_last": 1, "state_channels_last": 1}, "CPU", _CPU_EXT),
+    ("state_length=INT_MAX", _X, _W, _XS, {"channels_last": 1, "state_length": _BIG - 1}, "CPU", _CPU_EXT),
+    ("channel slice 3 from 1", _X, [3, 1, 3], _XS, {"channels_last": 1, "input_channels": 3, "input_channel_offset": 1},
+     "CPU", _CPU_EXT),
+    ("receptive field INT_MAX - 1", _X, _W, _XS, {"channels_last": 1, "state_update_capacity": 1, "dilation": 2**30 - 1},
+     "CPU", _CPU_EXT),
+    ("receptive field INT_MAX (kernel 2)", _X, [4, 1, 2], _XS,
+     {"channels_last": 1, "state_update_capacity": 1, "dilation": _BIG - 1}, "CPU", _CPU_EXT),
+    ("input unshaped: no shape check", None, _W, _XS, {"channels_last": 1, "state_length": 1}, "CPU", _CPU_EXT),
+    ("input unshaped: no weight rank", None, [4, 1], _XS, {"channels_last": 1, "state_length": 1}, "CPU", _CPU_EXT),
+    ("weight unshaped", _X, None, _XS, {"channels_last": 1, "state_length": 1}, "CPU", _CPU_EXT),
+    ("kernel symbolic", _X, [4, 1, "K"], _XS, {"channels_last": 1, "state_length": 1}, "CPU", _CPU_EXT),
+    # plain nodes (explicit defaults are not extended): the general checks, unchanged
+    ("defaults spelled out, ndim=4", _X, _W, _XS,
+     {"ndim": 4, "state_length": 0, "state_channels_last": -1, "input_channel_offset": 0, "state_update_capacity": 0},
+     _S1, "ndim must be 1, 2, or 3, got 4"),
+    ("plain ndim=4", _X, _W, _XS, {"ndim": 4}, _S1, "ndim must be 1, 2, or 3, got 4"),
+    ("plain dilation=0", _X, _W, _XS, {"channels_last": 1, "dilation": 0}, _S1, "dilation must be >= 1, got 0"),
+    ("plain state_window=9", _X, _W, _XS, {"state_window": 9}, _S1, "state_window must be in [0, 8], got 9"),
+    ("plain channels_last=2", _X, _W, _XS, {"channels_last": 2}, _S1, "channels_last must be 0 or 1, got 2"),
+    ("plain channels_last=1 ndim=2", _X4, _W4, _XS, {"channels_last": 1, "ndim": 2}, _S1,
+     "channels_last requires ndim = 1"),
+    ("plain dilation 2^31 (the CPU kernel, no receptive field)", _X, _W, _XS, {"channels_last": 1, "dilation": _BIG},
+     "CPU", f"dilation must be <= INT_MAX, got {_BIG}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["1.31.1", "1.32.0"])
+@pytest.mark.parametrize(("case", "x", "w", "outputs", "attrs", "rule_id", "text"), EXT_ORDER_CASES,
+                         ids=[c[0] for c in EXT_ORDER_CASES])  # fmt: skip
+def test_extended_attributes_are_checked_first_in_onnxruntime_order(
+    case: str, x: list[Any] | None, w: list[Any] | None, outputs: tuple[str, ...], attrs: dict[str, Any],
+    rule_id: str, text: str, version: str,
+) -> None:  # fmt: skip
+    """1.32.0 reports an extended node's extended-attribute refusal before the general checks (the
+    rule id and ORT's text of its first refusal), a plain node's general ones as before; 1.31.1 has no
+    extended attributes (an unknown attribute, or a third output, is refused by the schema layer)."""
+    model = _cc(x, w, outputs, **attrs)
+    found = _errors(model, version)
+    if version == "1.32.0":
+        want = ("CCONV-CPU-001", text, "cc") if rule_id == "CPU" else (rule_id, _P_CC + text, "cc")
+        assert found == [want], case
+    elif len(outputs) == 3:  # the arity before the attributes
+        assert found[0][0] == "ORT-SCHEMA-004" and "has output size 3" in found[0][1], found
+    elif _EXT_NAMES & set(attrs):
+        assert found[0][0] == "ORT-SCHEMA-003" and found[0][1].startswith("Unrecognized attribute: "), found
+    else:  # a plain node: the same verdict on both versions
+        assert found == [("CCONV-CPU-001", text, "cc") if rule_id == "CPU" else (rule_id, _P_CC + text, "cc")], case
+    if version[:4] == ORT_VERSION[:4]:
+        error = ort_error(model)
+        assert_agrees(graph_violations(model), error, context=case)
+        assert error is not None and found[0][1] in error, error  # ORT's first refusal is the one named first
+
+
+_P_CC = "CausalConvWithState: "
+
+
 @pytest.mark.parametrize(("case", "model", "rule_id", "message"), RUN_CASES, ids=[c[0] for c in RUN_CASES])
 def test_run_time_conv_rules_agree_with_a_session_that_runs(case: str, model: onnx.ModelProto, rule_id: str | None, message: str | None) -> None:
     found = [v for rid in ("CCONV-RUN-001", "CCONV-RUN-002") for v in rule_named(CC_RULES, rid).check(model, {})]
@@ -199,7 +355,8 @@ def test_a_wired_kernel_delta_loads_on_cpu_but_its_first_run_is_refused(case: st
 
 
 def test_a_grouped_dynamic_node_is_refused_by_the_constructor_rule_alone() -> None:
-    found = [(v.rule_id, v.severity) for v in graph_violations(_dynamic_varlen(group_size=2))]
+    # 1.32.0's rules whatever is installed: 1.31.1 has no dynamic inputs (its arity rule refuses the node)
+    found = [(v.rule_id, v.severity) for v in graph_violations(_dynamic_varlen(group_size=2), version="1.32.0")]
     assert ("VCCONV-CPU-001", "error") in found and all(rid != "VCCONV-RUN-001" for rid, _ in found)
 
 
