@@ -3,7 +3,9 @@
 Invariants guarded: for --target cuda --target-ort 1.31.1 no RMSNormRotary / HyperConnectionLowRankMix
 node is written (1.31.1 has no schema for them) and --explain names the release and the op, while
 1.32.0 fuses them; for --target cpu --target-ort 1.31.1 every com.microsoft op the passes add is one
-of 1.31.1's committed CPU kernels; an unknown release is one error line, exit 2, nothing written.
+of 1.31.1's committed CPU kernels; an unknown release is one error line, exit 2, nothing written; a CUDA table read from a release's
+schemas answers yes for every standard (default-domain) op, schema or not, and only from the
+schemas (a CUDA fact file or a CPU dump is taken at its word).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import onnx
 import pytest
 
 from q38.cli import main
-from q38.optimize.target_kernels import for_target
+from q38.optimize.target_kernels import TargetKernels, for_target
 
 
 def _ops(path: Path) -> set[str]:
@@ -54,3 +56,20 @@ def test_unknown_release_is_one_line(tiny_cpu_package: Path, tmp_path: Path, cap
     err = capsys.readouterr().err.strip()
     assert err == "q38 optimize: error: --target-ort 9.9.9: unknown onnxruntime version (known: 1.31.1, 1.32.0)"
     assert not (tmp_path / "x").exists()
+
+
+def test_a_cuda_table_from_schemas_takes_every_standard_op_and_no_unlisted_contrib_op() -> None:
+    """The schemas say nothing about CUDA coverage of standard ops, so a CUDA table built from them
+    has every default-domain op (spelled "" or "ai.onnx", any dtype), even one its dump does not
+    list; a com.microsoft op it does not list is missing. A fact-file CUDA table and a CPU table
+    are taken at their word for standard ops too."""
+    schemas = TargetKernels("1.31.1", "cuda", {("com.microsoft", "GroupQueryAttention"): None},
+                            "schemas of ort-1.31.1.json (CUDA kernels not yet probed)")
+    assert schemas.has("MatMul", "") and schemas.has("Split", "ai.onnx", "float16")
+    assert schemas.has("GroupQueryAttention") and not schemas.has("RMSNormRotary")
+    real = for_target("1.31.1", "cuda")
+    assert real.source.startswith("schemas") and ("", "NoSuchStandardOp") not in real.ops
+    assert real.has("NoSuchStandardOp", "") and not real.has("NoSuchStandardOp")
+    for ep, source in (("cuda", "cuda-kernels-1.31.1.json"), ("cpu", "ort-1.31.1.json cpu_kernels")):
+        facts = TargetKernels("1.31.1", ep, {("", "Gather"): None}, source)
+        assert facts.has("Gather", "") and not facts.has("MatMul", ""), (ep, source)

@@ -18,7 +18,10 @@ Invariants guarded:
 * a pass run on its own (not in the pipeline) checks its input's invariants, and a pass that
   rewrote anything (a single rewrite included) has its output checked; one that rewrote nothing
   is not re-checked;
-* a pass constructed without a target is a ``cuda`` pass, the same as ``target="cuda"``.
+* a pass constructed without a target is a ``cuda`` pass, the same as ``target="cuda"``;
+* a RewriteContext made without a pass name records a new initializer's origin as no pass ("");
+* a constant a guard reads may come from a ``Constant`` node's ``value`` tensor as well as from an
+  initializer: the pattern fuses the same, with parity.
 """
 
 from __future__ import annotations
@@ -37,8 +40,11 @@ from support.optimize_helpers import apply, close, nth_node, run_ort, run_ref
 from q38.optimize._common import (
     SUBGRAPH_REASON,
     UNRECOGNISED_REASON,
+    RewriteContext,
     RewritePass,
     check_topological,
+    const_array,
+    default_reader,
 )
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.graph_order import NodeOrder
@@ -290,3 +296,51 @@ def test_a_single_rewrite_that_breaks_an_invariant_is_caught_by_the_post_conditi
     assert p.count == 1
     assert str(caught.value.__cause__) == "clobbering: output duplicate value names: ['x']"
     assert _Silent(check_requires=False)(model).modified is False
+
+
+def test_a_context_made_without_a_pass_name_records_no_pass_as_the_origin() -> None:
+    """``origins`` maps each new initializer to the pass that made it (the derived-weights store
+    writes it as ``pass:<name>``): a context made with no pass name records "" -- no pass -- and a
+    pass's own context records its name."""
+    model = _tanh_model()
+    x = model.graph.inputs[0]
+    provenance: dict[str, list[str]] = {}
+    ctx = RewriteContext(model, default_reader, provenance)
+    made = ctx.add_initializer("w.fused", np.zeros(2, np.float16), [x])
+    assert (ctx.pass_name, ctx.origins, provenance) == ("", {made.name: ""}, {made.name: ["x"]})
+    own = FuseRMSNormRotaryPass().context(model)
+    other = own.add_initializer("w.fused", np.ones(2, np.float16), [x])
+    assert other.name != made.name and own.origins == {other.name: "rms_norm_rotary"}
+
+
+def _as_constant_node(proto: onnx.ModelProto, name: str) -> None:
+    """The initializer ``name`` becomes the output of a Constant node holding it as its ``value`` tensor."""
+    init = next(t for t in proto.graph.initializer if t.name == name)
+    proto.graph.initializer.remove(init)
+    proto.graph.node.insert(0, helper.make_node("Constant", [], [name], value=init, name=f"/const/{name}"))
+
+
+def test_constants_from_constant_nodes_value_tensors_are_read_like_initializers() -> None:
+    """The rotary chain with every constant a guard reads (slice bounds and axes, the epsilon, the
+    ReduceMean and Unsqueeze axes, the flattening shape) given by ``Constant(value=<tensor>)``
+    nodes instead of initializers: onnx-ir gives such outputs no ``const_value``, so only the
+    attribute holds them. const_array reads the tensor, and the chain fuses with parity."""
+    proto = G.rms_rotary_model()
+    names = ["/q.s0", "/q.e0", "/q.a0", "/q.s1", "/q.e1", "/q.a1", "/q.eps", "/q.axes", "/q.ax2", "/q.ax2b",
+             "/q.shape3"]
+    for name in names:
+        _as_constant_node(proto, name)
+    model = ir.from_proto(proto)
+    values = {v.name: v for n in model.graph if n.op_type == "Constant" for v in n.outputs}
+    assert values["/q.e0"].const_value is None  # the premise: nothing but the attribute holds it
+    np.testing.assert_array_equal(const_array(values["/q.e0"], default_reader), np.array([4], np.int64))
+    assert const_array(values["/q.eps"], default_reader) == np.float16(1e-6)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert [o.line() for o in p.outcomes] == ["rms_norm_rotary: /q/Concat: fused"]
+    assert [n.op_type for n in model.graph if n.op_type != "Constant"] == ["Reshape", "RMSNormRotary"]
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.attributes["rotary_embedding_dim"].value == 8
+    assert node.attributes["epsilon"].value == pytest.approx(float(np.float16(1e-6)))
+    x = np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16)
+    feeds = {"x": x, "position_ids": np.array([[0, 1, 2], [5, 6, 7]], np.int64)}
+    close(run_ref(model, feeds), run_ort(proto, feeds))

@@ -253,5 +253,28 @@ def test_rms_norm_rotary_keeps_bfloat16_caches_and_widens_float16_ones_to_float(
     close(run_ref(model, feeds), run_ref(ir.from_proto(proto), feeds))
 
 
+# -- a rotary Slice without its axes input --------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "bug in q38/optimize/rms_norm_rotary.py _slice_args: a Slice without its axes input is read as "
+    "axes [-1], but ONNX (and ORT, and the reference) default the axes to [0, ..., len(starts)-1], "
+    "here [0]: the batch axis; the default should be list(range(len(starts))), as "
+    "causal_conv_state._slice has it ([0]), and the chain is then declined"))
+def test_rotary_slices_without_axes_cut_the_first_axis_and_are_declined() -> None:
+    """Slice(nw, [0], [D/2]) with no axes input cuts axis 0, not the head dimension: the unfused
+    graph does not even run (the halves do not broadcast against cos/sin), and fusing it would turn
+    it into a valid graph computing a full-width rotary. Declined, the graph left unchanged."""
+    proto = G.rms_rotary_model()
+    for node in proto.graph.node:
+        if node.op_type == "Slice":
+            del node.input[3:]  # starts, ends only: no axes, no steps
+    with pytest.raises(Exception):  # noqa: B017  # onnxruntime raises several pybind exception types
+        K.session(proto).run(None, {"x": X16, "position_ids": POS})
+    before = K.signature(proto)
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert outcome_lines(p) == [("rms_norm_rotary: /q/Concat: declined: rotary Slices are not constant "
+                                 "single-axis slices of the last axis")]
+    assert K.signature(ir.to_proto(model)) == before
+
+
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
 test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("rms_norm_rotary")

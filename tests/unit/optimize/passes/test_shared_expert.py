@@ -122,5 +122,28 @@ def test_shared_expert_fused_weight_is_gate_up_shared_gate_in_order() -> None:
     np.testing.assert_array_equal(fused, expected)
 
 
+# -- shared expert: the gate output's first reader is not the Sigmoid -----------------------------------
+def test_shared_expert_gate_read_first_by_another_node_still_fuses_with_parity() -> None:
+    """The SiLU is looked for among every reader of the gate output: an Identity reading it ahead
+    of the Sigmoid (first in its use list) is skipped, not the end of the search. The projections
+    fuse, the Identity then reads the Split's gate output, and both outputs keep their values."""
+    proto = G.shared_expert_model()
+    gate = next(n for n in proto.graph.node if n.name == "/mlp/shared/gate/MatMul")
+    sig = next(n for n in proto.graph.node if n.op_type == "Sigmoid" and n.input[0] == gate.output[0])
+    ident = helper.make_node("Identity", [gate.output[0]], ["g_copy"], name="/mlp/shared/gate/Identity")
+    proto.graph.node.insert(list(proto.graph.node).index(sig), ident)
+    proto.graph.output.append(helper.make_tensor_value_info("g_copy", G.F16, ["B", "S", 8]))
+    readers = ir.from_proto(proto).graph.node("/mlp/shared/gate/MatMul").outputs[0].uses()
+    assert [u.node.op_type for u in readers] == ["Identity", "Sigmoid", "Mul"]  # the premise
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert outcome_lines(p) == ["shared_expert: /mlp/shared/gate/MatMul: fused"]
+    assert ops(model) == {("", "MatMul"): 2, ("", "Split"): 1, ("", "Identity"): 1, ("", "Sigmoid"): 2, ("", "Mul"): 3}
+    (copy,) = [n for n in model.graph if n.op_type == "Identity"]
+    split = copy.inputs[0].producer()  # type: ignore[union-attr]
+    assert split is not None and split.op_type == "Split" and copy.inputs[0].index() == 0  # type: ignore[union-attr]
+    h = np.random.default_rng(4).standard_normal((2, 3, 16)).astype(np.float16)
+    close(run_ort(model, {"h": h}), run_ort(proto, {"h": h}), atol=2e-3)
+
+
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
 test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("shared_expert")
