@@ -76,7 +76,8 @@ def _slice_args(node: ir.Node, ctx: RewriteContext) -> tuple[int, int, int] | No
     """(start, end, axis) of a single-axis unit-step Slice with constant arguments."""
     starts = const_ints(inp(node, 1), ctx.reader)
     ends = const_ints(inp(node, 2), ctx.reader)
-    axes = const_ints(inp(node, 3), ctx.reader) if inp(node, 3) is not None else [-1]
+    # Without axes a Slice cuts the leading axes (ONNX, ORT), not the last one.
+    axes = const_ints(inp(node, 3), ctx.reader) if inp(node, 3) is not None else list(range(len(starts or [])))
     steps = const_ints(inp(node, 4), ctx.reader) if inp(node, 4) is not None else [1]
     if not starts or not ends or not axes or steps != [1] or len(starts) != 1 or len(axes) != 1:
         return None

@@ -254,11 +254,6 @@ def test_rms_norm_rotary_keeps_bfloat16_caches_and_widens_float16_ones_to_float(
 
 
 # -- a rotary Slice without its axes input --------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in q38/optimize/rms_norm_rotary.py _slice_args: a Slice without its axes input is read as "
-    "axes [-1], but ONNX (and ORT, and the reference) default the axes to [0, ..., len(starts)-1], "
-    "here [0]: the batch axis; the default should be list(range(len(starts))), as "
-    "causal_conv_state._slice has it ([0]), and the chain is then declined"))
 def test_rotary_slices_without_axes_cut_the_first_axis_and_are_declined() -> None:
     """Slice(nw, [0], [D/2]) with no axes input cuts axis 0, not the head dimension: the unfused
     graph does not even run (the halves do not broadcast against cos/sin), and fusing it would turn
