@@ -283,3 +283,18 @@ def test_place_resolves_a_symlinked_source_to_a_regular_file(tmp_path: Path, pol
     assert dst.read_bytes() == real.read_bytes()
     assert os.path.samefile(dst, real) is (policy is LinkPolicy.HARDLINK)
     assert placed.identity == FileIdentity.of_stat(os.lstat(dst))
+
+
+@pytest.mark.parametrize(("code", "shown"), [(errno.EMLINK, "EMLINK"), (999, "999")])
+def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Path, monkeypatch, code: int, shown: str) -> None:
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"abc")
+
+    def refuse(*_a, **_k):
+        raise OSError(code, "refused")
+
+    monkeypatch.setattr(links.os, "link", refuse)
+    with pytest.raises(PackageError) as info:
+        place(source, tmp_path / "dst.bin", LinkPolicy.HARDLINK)
+    assert str(info.value) == f"--link hardlink: cannot hardlink {source} -> {tmp_path / 'dst.bin'}: refused (errno {shown})"
+    assert not os.path.lexists(tmp_path / "dst.bin")

@@ -144,3 +144,23 @@ def test_save_graph_keeps_external_references_and_externalizes_new_weights(tmp_p
     again = load_graph(out / "model.onnx", root=out)
     np.testing.assert_array_equal(read_tensor(again.graph.initializers["fresh"], graph_path=out / "model.onnx", root=out), 3.0)
     np.testing.assert_array_equal(read_tensor(again.graph.initializers["w"], graph_path=out / "model.onnx", root=out), WEIGHT)
+
+
+@pytest.mark.parametrize("replacement", ["directory", "fifo", "missing"])
+def test_data_file_replaced_after_its_checks_is_refused_as_a_graph_error(tmp_path: Path, replacement: str) -> None:
+    """The per-file check is cached; each read opens the file afresh and refuses a non-regular one."""
+    pkg = _graph_with(tmp_path, "model.onnx.data", data=WEIGHT.tobytes())
+    model = load_graph(pkg / "model.onnx", root=pkg)
+    files: dict = {}
+    w = model.graph.initializers["w"]
+    np.testing.assert_array_equal(read_tensor(w, graph_path=pkg / "model.onnx", root=pkg, files=files), WEIGHT)
+    data = pkg / "model.onnx.data"
+    data.unlink()
+    if replacement == "directory":
+        data.mkdir()
+    elif replacement == "fifo":
+        os.mkfifo(data)
+    with pytest.raises(GraphError) as info:
+        read_tensor(w, graph_path=pkg / "model.onnx", root=pkg, files=files)
+    assert type(info.value) is GraphError
+    assert str(info.value).startswith(f"model.onnx: external data of 'w' {data}: ")

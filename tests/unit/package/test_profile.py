@@ -53,3 +53,9 @@ def test_read_profile_refuses_a_directory_and_a_missing_file(tmp_path) -> None:
         read_profile(tmp_path / "nope.bin")
     (tmp_path / "p.bin").write_bytes(encode_profile(_profile()))
     assert read_profile(tmp_path / "p.bin") == _profile()
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (0, 0)])
+def test_a_profile_without_layers_or_experts_is_refused(shape: tuple[int, int]) -> None:
+    with pytest.raises(ValueError, match="counts must have at least one layer and one expert"):
+        ExpertProfile(np.zeros(shape, dtype=np.uint64))

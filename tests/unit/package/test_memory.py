@@ -1,0 +1,49 @@
+"""The memory model's reading of one graph: state outputs, their sizes, what it cannot size.
+
+Invariants: a ``present.*`` output with a dim q38 cannot size is reported in ``unresolved`` (and
+not sized); ``B`` / ``T`` / ``BT`` dims of a state tensor scale with the batch and the context.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onnx import TensorProto, helper
+
+from q38.package.memory import StateTensor, graph_memory
+
+
+def _state_graph(path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch_size", 2, "sequence_length", 4])
+    outputs = [
+        helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT16, ["batch_size", 2, "sequence_length", 4]),
+        helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT16, ["batch_size", "mystery_dim", 4]),
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT16, ["batch_size", "anything"]),
+    ]
+    nodes = [
+        helper.make_node("Identity", ["x"], ["present.0.key"], name="k"),
+        helper.make_node("Identity", ["x"], ["present.0.value"], name="v"),
+        helper.make_node("Identity", ["x"], ["logits"], name="l"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    path.write_bytes(model.SerializeToString())
+
+
+def test_a_state_output_q38_cannot_size_is_reported_unresolved(tmp_path: Path) -> None:
+    _state_graph(tmp_path / "model.onnx")
+    gm = graph_memory(tmp_path / "model.onnx", tmp_path)
+    assert gm.rel == "model.onnx"
+    assert gm.unresolved == ("present.0.value",)
+    assert [(s.name, s.kind, s.dims, s.bits) for s in gm.states] == [("present.0.key", "kv", ("B", 2, "T", 4), 16)]
+    assert gm.states[0].nbytes(8, batch=3) == 3 * 2 * 8 * 4 * 2
+
+
+def test_state_dims_scale_with_batch_and_context() -> None:
+    kv = StateTensor("model.onnx", "present.0.key", "kv", "GroupQueryAttention", "float16", 16, ("B", 2, "T", 4))
+    assert kv.nbytes(8, batch=2) == 2 * 2 * 8 * 4 * 2
+    assert kv.nbytes(1) == 2 * 4 * 2
+    paged = StateTensor("model.onnx", "present.0.key", "kv", "PagedAttention", "uint8", 8, ("BT", 3))
+    assert paged.nbytes(8, batch=2) == 2 * 8 * 3
+    conv = StateTensor("model.onnx", "present.0.conv", "conv", "CausalConvWithState", "int4", 4, ("B", 3))
+    assert conv.nbytes(100, batch=3) == (3 * 3 * 4 + 7) // 8 and not conv.grows

@@ -1,0 +1,59 @@
+"""rename_noreplace: the commit of a staged tree never replaces what is at the destination.
+
+Invariants: on this Linux (glibc >= 2.28) the rename is one ``renameat2(RENAME_NOREPLACE)``
+call, without the check-then-rename fallback; onto a fresh path it moves the file; onto an
+existing one (a file, an empty directory) it raises FileExistsError and moves nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+import q38.package.staging as staging
+from q38.package.staging import rename_noreplace
+
+
+@pytest.fixture
+def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert staging._RENAMEAT2 is not None, "glibc without renameat2: the fallback is all there is"
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the check-then-rename fallback ran")
+
+    monkeypatch.setattr(staging.os, "rename", refuse)
+
+
+def test_a_rename_onto_a_fresh_path_moves_the_file(tmp_path: Path, no_fallback: None) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(b"staged")
+    ino = src.stat().st_ino
+    rename_noreplace(src, dst)
+    assert not os.path.lexists(src)
+    assert dst.read_bytes() == b"staged" and dst.stat().st_ino == ino
+
+
+def test_a_rename_onto_an_existing_file_replaces_nothing(tmp_path: Path, no_fallback: None) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(b"staged")
+    dst.write_bytes(b"user data")
+    with pytest.raises(FileExistsError) as info:
+        rename_noreplace(src, dst)
+    assert info.value.errno == errno.EEXIST and info.value.filename == os.fspath(dst)
+    assert src.read_bytes() == b"staged" and dst.read_bytes() == b"user data"
+
+
+def test_a_staged_tree_never_replaces_an_empty_directory(tmp_path: Path, no_fallback: None) -> None:
+    """Plain rename(2) would silently replace the empty directory; RENAME_NOREPLACE refuses."""
+    src, dst = tmp_path / "staged", tmp_path / "out"
+    src.mkdir()
+    (src / "genai_config.json").write_text("{}")
+    dst.mkdir()
+    with pytest.raises(FileExistsError) as info:
+        rename_noreplace(src, dst)
+    assert info.value.errno == errno.EEXIST
+    assert (src / "genai_config.json").read_text() == "{}"
+    assert dst.is_dir() and not any(dst.iterdir())

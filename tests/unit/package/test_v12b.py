@@ -1,0 +1,33 @@
+"""The v12b reader's graph listing: every graph the config names, with the session entries
+runtime profiles overlay on it.
+
+Invariants: a runtime profile's ``overlay.model.decoder`` applies its session options to the
+graph its ``filename`` names (default: the decoder's file), never to the head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.minipkg import mini_config
+
+from q38.package.config import config_to_dict
+from q38.package.readers.v12b import v12b_graph_refs
+
+
+def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) -> None:
+    doc = config_to_dict(mini_config(multidraft={"s4": "model_s4.onnx"}))
+    doc["runtime_profiles"] = [
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 0},
+         "overlay": {"model": {"decoder": {"filename": "model_s4.onnx",
+                                           "session_options": {"session.moe.offload.mode": "off"}}}}},
+        {"id": "big", "eligibility": {"minimum_total_device_memory_bytes": 100},
+         "overlay": {"model": {"decoder": {"session_options": {"session.big": "1"}}}}},
+    ]  # fmt: skip
+    refs = {r.role: r for r in v12b_graph_refs(tmp_path, tmp_path, doc)}
+    assert sorted(refs) == ["head", "prefill", "s4", "target"]
+    assert refs["s4"].path == tmp_path / "model_s4.onnx"
+    assert refs["s4"].overlay_entries == ({"session.moe.offload.mode": "off"},)
+    assert refs["target"].overlay_entries == ({"session.big": "1"},)
+    assert refs["target"].session_entries == {"session.moe.offload.mode": "auto"}
+    assert refs["head"].overlay_entries == refs["prefill"].overlay_entries == ()
