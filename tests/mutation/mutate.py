@@ -216,7 +216,11 @@ def prepare(package: str, workdir: Path, tests: tuple[str, ...], *, keep: bool) 
     if not keep and workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    for rel in _repo_files():
+    files = _repo_files()
+    if keep:  # a file the repository no longer has (a moved or deleted test) must not run here
+        for stale in _stale_copies(workdir, set(files)):
+            stale.unlink()
+    for rel in files:
         src, dst = REPO / rel, workdir / rel
         if keep and dst.is_file() and dst.read_bytes() == src.read_bytes():
             continue  # unchanged: keep its mtime, so mutmut keeps the verdicts of its mutants
@@ -224,6 +228,22 @@ def prepare(package: str, workdir: Path, tests: tuple[str, ...], *, keep: bool) 
         shutil.copy2(src, dst)
     pyproject = (REPO / "pyproject.toml").read_text("utf-8")
     (workdir / "pyproject.toml").write_text(pyproject + _mutmut_section(package, tests), "utf-8")
+
+
+def _stale_copies(workdir: Path, files: set[str]) -> list[Path]:
+    """Files a kept workdir holds under the copied roots that the repository no longer has.
+
+    A kept workdir is updated by copying, so a test moved or deleted since (a module that moved to
+    tests/bench, say) would otherwise stay and keep running in every later judgement. mutmut's own
+    tree (``mutants/``), its logs and the synth cache are not under these roots.
+    """
+    roots = ("q38", "contracts", "tests", *ALSO_COPY)
+    found = []
+    for root in roots:
+        base = workdir / root
+        paths = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        found += [p for p in paths if "__pycache__" not in p.parts and str(p.relative_to(workdir)) not in files]
+    return found
 
 
 def _package_of(workdir: Path) -> str:

@@ -176,3 +176,16 @@ def test_a_verdict_file_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.Mo
         m.save()
     assert json.loads(m.meta_path.read_text())["exit_code_by_key"] == {"q38.x.x_f__mutmut_1": 1}
     assert m.meta_path == Path("mutants/q38/x.py.meta")
+
+
+def test_a_kept_workdir_loses_the_files_the_repository_no_longer_has(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "unit" / "assembly").mkdir(parents=True)
+    (tmp_path / "tests" / "bench").mkdir(parents=True)
+    (tmp_path / "mutants" / "tests").mkdir(parents=True)
+    moved = tmp_path / "tests" / "unit" / "assembly" / "test_build_bench.py"  # moved to tests/bench since
+    kept = tmp_path / "tests" / "bench" / "test_build_bench.py"
+    mutmut_copy = tmp_path / "mutants" / "tests" / "test_x.py"  # mutmut's own tree: not ours to prune
+    for f in (moved, kept, mutmut_copy):
+        f.write_text("x")
+    stale = mutate._stale_copies(tmp_path, {"tests/bench/test_build_bench.py"})
+    assert stale == [moved]
