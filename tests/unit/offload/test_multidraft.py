@@ -206,3 +206,44 @@ def test_verify_graph_with_a_rolled_weight_fails_parity(converted_auto: tuple[Pa
     onnx.save(model, path)
     with pytest.raises(ParityError):
         logits_parity(_verify_logits(path, entries, rows), _want(out, entries), MULTIDRAFT_REL, first_rows=True)
+
+
+def test_width_of_a_shapeless_value_is_the_k_of_the_matmul_it_feeds() -> None:
+    from q38.offload.multidraft import _width
+
+    hidden = ir.Value(name="hidden")  # no declared shape, no producer
+    weight = ir.Value(name="w", shape=ir.Shape([16, 32]), type=ir.TensorType(ir.DataType.FLOAT))
+    ir.Node("", "MatMul", [hidden, weight], name="/mtp/0/proj/MatMul", num_outputs=1)
+    assert _width(hidden) == 16  # K of the [16, 32] weight, not its N
+    identity = ir.Value(name="h0")
+    ir.Node("", "Identity", [identity], name="keep", num_outputs=1).outputs[0].name = "h1"
+    assert _width(identity) is None  # nothing declares a width
+
+
+def _with_embed_outside_draft(target: ir.Model, domain: str) -> ir.Model:
+    """The draft's token-embedding Gather moved out of /mtp/0/ (a shared embedding), in ``domain``."""
+    model = ir.serde.deserialize_model(ir.serde.serialize_model(target))
+    gather = next(n for n in model.graph if n.name == "/mtp/0/embed/Gather")
+    gather.name = "/model/mtp_embed/Gather"
+    gather.outputs[0].name = "/model/mtp_embed/Gather/output_0"
+    gather.domain = domain
+    return model
+
+
+def test_token_gather_outside_the_draft_is_cloned_per_draft_for_standard_domains(target: ir.Model) -> None:
+    prepared = ClearRouterWeightsPass()(target).model
+    for domain in ("", "ai.onnx"):  # "ai.onnx" is the default ONNX domain spelled out
+        s3 = build_multidraft(_with_embed_outside_draft(prepared, domain), 3, lineage="contrib")
+        nodes = {n.name: n for n in s3.graph}
+        gather = nodes["/mtp/1/embed/Gather"]
+        assert gather.inputs[1] is nodes["/mtp/1/ArgMax"].outputs[0]
+        assert gather.inputs[0] is nodes["/model/mtp_embed/Gather"].inputs[0]  # one shared table
+
+
+def test_gather_in_a_custom_domain_is_not_a_token_embedding(target: ir.Model) -> None:
+    # ONNX domains are case-sensitive: "AI.ONNX" is a custom domain, so its Gather is an
+    # unknown op feeding the draft, not the token embedding; the draft then has two inputs.
+    prepared = ClearRouterWeightsPass()(target).model
+    with pytest.raises(GraphError, match=r"must consume exactly one decoder hidden value, found .*"
+                                         r"'/model/mtp_embed/Gather/output_0'"):
+        build_multidraft(_with_embed_outside_draft(prepared, "AI.ONNX"), 3, lineage="contrib")

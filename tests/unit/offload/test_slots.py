@@ -155,6 +155,12 @@ def test_uniform_caps() -> None:
         uniform_caps(5, [8, 4])
 
 
+def test_uniform_caps_refuses_a_negative_target_naming_flag_and_value() -> None:
+    with pytest.raises(FlagError) as info:
+        uniform_caps(-1, [8, 4])
+    assert str(info.value) == "--target-resident-slots -1: must be a non-negative integer"
+
+
 S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
 
 
