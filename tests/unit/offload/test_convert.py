@@ -33,6 +33,7 @@ from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Erro
 from q38.offload.convert import convert_package
 from q38.offload.eligibility import contracts_eligibility
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
+from q38.offload.report import OffloadReport
 from q38.package import encode_profile, external_refs, open_package
 from q38.package.profile import ExpertProfile
 
@@ -475,3 +476,15 @@ def test_reconversion_writes_every_graph_and_links_nothing_to_the_source(convert
     for name in ("model.onnx", *S_GRAPHS, "prefill.onnx"):
         assert manifest["files"][name]["link_mode"] == "write"
     assert {p.name: p.stat().st_nlink for p in converted_cpu.iterdir() if p.is_file()} == src_links
+
+
+def test_summary_names_three_kept_nodes_per_reason_and_counts_the_rest() -> None:
+    report = OffloadReport(out="out", surface="genai", layout="flat", router_weights_cleared=0, offloaded=[],
+                           kept_resident=[(n, "fp8") for n in "abcde"] + [(n, "bits") for n in "xyz"],
+                           resident_slots={}, graphs={}, pool={})
+    assert report.summary() == [
+        ("q38 offload: wrote out (genai): 0 QMoE nodes offloaded, 8 kept resident, 0 router_weights cleared, "
+         "verify graphs none (no MTP draft)"),
+        "  kept resident (5): a, b, c and 2 more: fp8",
+        "  kept resident (3): x, y, z: bits",
+    ]

@@ -247,3 +247,15 @@ def test_gather_in_a_custom_domain_is_not_a_token_embedding(target: ir.Model) ->
     with pytest.raises(GraphError, match=r"must consume exactly one decoder hidden value, found .*"
                                          r"'/model/mtp_embed/Gather/output_0'"):
         build_multidraft(_with_embed_outside_draft(prepared, "AI.ONNX"), 3, lineage="contrib")
+
+
+def test_build_multidraft_binds_the_sequence_symbol_to_the_rows(target: ir.Model) -> None:
+    prepared = ClearRouterWeightsPass()(target).model
+    s3 = build_multidraft(prepared, 3, lineage="contrib")
+    inputs = {v.name: list(v.shape.dims) for v in s3.graph.inputs if v.shape is not None}
+    outputs = {v.name: list(v.shape.dims) for v in s3.graph.outputs if v.shape is not None}
+    assert [str(d) for d in inputs["input_ids"]] == ["batch_size", "3"]
+    assert [str(d) for d in outputs["mtp.1.logits"]] == ["batch_size", "3", "512"]
+    symbol, _, places = s3.metadata_props["q38.verify_dims"].partition("=")
+    assert symbol == "sequence_length"
+    assert "input_ids:1" in places.split(";")

@@ -22,6 +22,7 @@ Invariants guarded:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +30,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from support.genai_packages import real_package_dirs
-from support.offload_synthpkg import tree_digest
+from support.offload_synthpkg import edit_graph, tree_digest
 from support.synth_builder import feeds_for, og_greedy, zero_state
 
 from q38.cli import main
 from q38.errors import OffloadError
 from q38.offload.convert import convert_package
+from q38.offload.hitrate import LayerHit
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.package import encode_profile, read_profile
 from q38.package.genai_config import read_genai_config
@@ -203,3 +205,27 @@ def test_real_exports_convert_or_are_refused_in_one_line(src: Path, tmp_path: Pa
     assert code == 0
     assert main(["check", str(out)]) == 0
     assert bool(list(out.glob("model_s*.onnx"))) == (src / "mtp.onnx").is_file()
+
+
+def test_an_unnamed_kept_mtp_node_counts_as_kept_in_the_hit_report(builder_prepacked_faithful: Path,
+                                                                    editable_copy: Callable[[Path], Path],
+                                                                    tmp_path: Path) -> None:
+    """The FP8 MTP QMoE node without a name stays on the GPU: its hit-report row is ``kept`` under
+    the empty name (every selection a hit), not an uncapped unknown."""
+    src = editable_copy(builder_prepacked_faithful)
+
+    def unname(model: onnx.ModelProto) -> None:
+        next(n for n in model.graph.node if n.op_type == "QMoE").name = ""
+
+    edit_graph(src / "mtp.onnx", unname)
+    counts = np.random.default_rng(5).integers(0, 500, size=(9, 8)).astype(np.uint64)
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    report = convert_package(src, tmp_path / "out", OffloadOptions(
+        mode="auto", expert_profile=str(profile), total_resident_slots=30))
+    assert [n for n, _ in report.kept_resident] == ["mtp.onnx:"]
+    (tier,) = report.hit_rates
+    total = int(counts[8].sum())
+    assert tier.layers[-1] == LayerHit("mtp.onnx", "", 8, "kept", total, 8, total)
+    assert tier.uncapped == []
+    assert tier.lines()[-1] == "  mtp.onnx:: 100.0%  resident 8  (kept)"

@@ -23,10 +23,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from q38.errors import FlagError
+from q38.errors import FlagError, OffloadError
 from q38.offload.convert import convert_package
-from q38.offload.hitrate import resident_experts
+from q38.offload.hitrate import LayerHit, hit_report, resident_experts
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
+from q38.offload.rows import ProfileRows, Site, qmoe_sites
+from q38.offload.slot_plan import check_emitted
 from q38.offload.slots import plan_from_profile, uniform_caps
 from q38.package import encode_profile, open_package
 from q38.package.profile import ExpertProfile
@@ -196,3 +198,51 @@ def test_slot_totals_exact_in_every_graph_and_the_manifest(tiny_cpu_package: Pat
     else:  # a profile of the decoder layers only: the draft nodes are left uncapped, and said so
         assert not [n for n in s4 if n.startswith("/mtp/")]
         assert "no profile row (uncapped): model.onnx:/mtp/0/moe/QMoE" in manifest["notes"]
+
+
+def test_check_emitted_names_a_problem_without_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A contract problem that is a plain value (no ``rule_id`` / ``message``) is named as it is."""
+    import contracts.offload_config
+
+    monkeypatch.setattr(contracts.offload_config, "check_offload_config", lambda entries: ["placement 'x' unknown"])
+    with pytest.raises(OffloadError) as info:
+        check_emitted({OFFLOAD_PREFIX + "placement": "x"})
+    assert str(info.value) == "emitted offload options break contract : placement 'x' unknown"
+
+
+def _rows(counts: list[list[int]], names: list[str]) -> ProfileRows:
+    sites = tuple(Site("model.onnx", name, len(counts[0]), 2, False) for name in names)
+    profile = ExpertProfile(np.asarray(counts, dtype=np.uint64))
+    return ProfileRows(profile, sites, tuple(range(len(names))))
+
+
+def test_hit_report_states_kept_offloaded_and_uncapped() -> None:
+    rows = _rows([[3, 1, 0, 0], [5, 5, 0, 0], [2, 2, 2, 2]], ["/a", "/b", "/c"])
+    report = hit_report("tier", rows, {("model.onnx", "/a"): 1}, [("model.onnx", "/b")])
+    assert report.layers == (
+        LayerHit("model.onnx", "/a", 0, "offloaded", 4, 1, 3),
+        LayerHit("model.onnx", "/b", 1, "kept", 10, 4, 10),
+        LayerHit("model.onnx", "/c", 2, "uncapped", 8, None, None),
+    )
+    assert report.uncapped == ["/c"]
+
+
+def test_hit_report_lines_total_then_rows() -> None:
+    rows = _rows([[3, 1, 0, 0], [2, 2, 2, 2]], ["/a", "/c"])
+    report = hit_report("session_options", rows, {("model.onnx", "/a"): 1}, [])
+    assert report.lines() == [
+        "expected hit rate [session_options]: 75.0% (3 of 4 selections on resident experts)",
+        "  model.onnx:/a:  75.0%  resident 1  (offloaded)",
+        "  model.onnx:/c: n/a (uncapped)  resident -  (uncapped)",
+    ]
+    uncapped = hit_report("t", rows, {}, [])
+    assert uncapped.lines()[0] == "expected hit rate [t]: n/a (0 of 0 selections on resident experts)"
+
+
+def test_an_unnamed_qmoe_node_is_a_site_named_empty(tiny_cpu_package: Path) -> None:
+    model = open_package(tiny_cpu_package).load("target")
+    first = next(n for n in model.graph if n.op_type == "QMoE")
+    first.name = ""
+    sites = qmoe_sites(model, "model.onnx")
+    assert sites[0].name == "" and sites[0].label == "model.onnx:"
+    assert not sites[0].draft
