@@ -488,3 +488,25 @@ def test_summary_names_three_kept_nodes_per_reason_and_counts_the_rest() -> None
         "  kept resident (5): a, b, c and 2 more: fp8",
         "  kept resident (3): x, y, z: bits",
     ]
+
+
+def test_an_unknown_mtp_moe_placement_is_refused() -> None:
+    with pytest.raises(FlagError) as info:
+        OffloadOptions(mtp_moe_placement="gpu")  # type: ignore[arg-type]
+    assert str(info.value) == "--mtp-moe-placement 'gpu': expected 'cpu_mmap' or 'host_mapped'"
+
+
+def test_a_graph_over_the_protobuf_limit_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from q38.offload.package_io import serialize_graph
+
+    model = ir.Model(ir.Graph([], [], nodes=[], opset_imports={"": 21}, name="g"), ir_version=10)
+
+    def too_big(model: ir.Model) -> object:
+        raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
+
+    monkeypatch.setattr(ir.serde, "serialize_model", too_big)
+    with pytest.raises(OffloadError) as info:
+        serialize_graph(model, where="model_s3.onnx")
+    assert str(info.value) == ("model_s3.onnx: the graph does not fit in one protobuf (2 GiB): "
+                               "Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
+

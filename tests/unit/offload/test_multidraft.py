@@ -259,3 +259,67 @@ def test_build_multidraft_binds_the_sequence_symbol_to_the_rows(target: ir.Model
     symbol, _, places = s3.metadata_props["q38.verify_dims"].partition("=")
     assert symbol == "sequence_length"
     assert "input_ids:1" in places.split(";")
+
+
+def _ids_graph(shape: list[object] | None) -> ir.Graph:
+    inputs = [] if shape is None else [ir.Value(name="input_ids", shape=ir.Shape(shape),
+                                                type=ir.TensorType(ir.DataType.INT64))]
+    return ir.Graph(inputs, [], nodes=[], name="g")
+
+
+def test_sequence_symbol_refuses_a_packed_or_missing_input_ids() -> None:
+    from q38.offload.multidraft import sequence_symbol
+
+    with pytest.raises(GraphError) as info:
+        sequence_symbol(_ids_graph(["total_tokens"]), where="model.onnx")
+    assert str(info.value) == (
+        "model.onnx: input_ids has shape [SymbolicDim('total_tokens')]: verify graphs need input_ids "
+        "[batch, sequence] (a packed 1-D input_ids has no verify rows)"
+    )
+    with pytest.raises(GraphError) as info:
+        sequence_symbol(_ids_graph(None), where="model.onnx")
+    assert str(info.value) == (
+        "model.onnx: input_ids is missing: verify graphs need input_ids [batch, sequence] "
+        "(a packed 1-D input_ids has no verify rows)"
+    )
+    assert sequence_symbol(_ids_graph(["batch_size", "sequence_length"]), where="model.onnx") == "sequence_length"
+
+
+def test_pre_norm_hidden_skips_an_add_of_a_constant_operand() -> None:
+    from q38.offload.multidraft import _pre_norm_hidden
+
+    x, y = ir.Value(name="x"), ir.Value(name="y")
+    residual = ir.Node("", "Add", [x, y], name="/mtp/0/residual/Add", num_outputs=1)
+    bias = ir.Value(name="bias", const_value=ir.tensor(np.zeros(4, dtype=np.float32)))  # folded, not an initializer
+    biased = ir.Node("", "Add", [residual.outputs[0], bias], name="/mtp/0/bias/Add", num_outputs=1)
+    weight = ir.Value(name="w", const_value=ir.tensor(np.zeros((4, 8), dtype=np.float32)))
+    head = ir.Node("", "MatMul", [biased.outputs[0], weight], name="/mtp/0/head/MatMul", num_outputs=1)
+    head.outputs[0].name = "mtp.0.logits"
+    # the bias Add is not the residual stream: the Add of two data values before it is
+    assert _pre_norm_hidden(head.outputs[0], {residual, biased, head}) is residual.outputs[0]
+
+
+def _qmoe(x: ir.Value, router: ir.Value, name: str) -> ir.Node:
+    inputs: list[ir.Value | None] = [x, *([None] * 13), router]
+    return ir.Node("com.microsoft", "QMoE", inputs, name=name, num_outputs=1)
+
+
+def test_clear_router_weights_removes_dead_producers_and_keeps_inputs_and_initializers() -> None:
+    from q38.offload.router import clear_router_weights
+
+    scores = ir.Value(name="scores", shape=ir.Shape([2, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    cast = ir.Node("", "Cast", [scores], attributes=[ir.AttrInt64("to", 1)], name="/router/Cast", num_outputs=1)
+    soft = ir.Node("", "Softmax", [cast.outputs[0]], name="/router/Softmax", num_outputs=1)
+    fed = ir.Value(name="router_in", shape=ir.Shape([2, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    init = ir.Value(name="router_init", const_value=ir.tensor(np.ones((2, 8), dtype=np.float32)))
+    moes = [_qmoe(scores, soft.outputs[0], "/a/QMoE"), _qmoe(scores, fed, "/b/QMoE"), _qmoe(scores, init, "/c/QMoE")]
+    graph = ir.Graph([scores, fed], [m.outputs[0] for m in moes], nodes=[cast, soft, *moes],
+                     initializers=[init], opset_imports={"": 21, "com.microsoft": 1}, name="g")
+    model = ir.Model(graph, ir_version=10)
+    out, count = clear_router_weights(model)
+    assert count == 3
+    assert [n.name for n in out.graph] == ["/a/QMoE", "/b/QMoE", "/c/QMoE"]  # the Softmax chain is gone
+    assert [len(n.inputs) for n in out.graph] == [1, 1, 1]
+    assert [v.name for v in out.graph.inputs] == ["scores", "router_in"]
+    assert list(out.graph.initializers) == ["router_init"]
+    assert [n.name for n in model.graph] == ["/router/Cast", "/router/Softmax", "/a/QMoE", "/b/QMoE", "/c/QMoE"]

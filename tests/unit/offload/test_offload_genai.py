@@ -229,3 +229,38 @@ def test_an_unnamed_kept_mtp_node_counts_as_kept_in_the_hit_report(builder_prepa
     assert tier.layers[-1] == LayerHit("mtp.onnx", "", 8, "kept", total, 8, total)
     assert tier.uncapped == []
     assert tier.lines()[-1] == "  mtp.onnx:: 100.0%  resident 8  (kept)"
+
+
+def test_a_session_package_without_its_own_planner_is_planned_per_session(
+        builder_prepacked_faithful: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from q38.offload import convert
+
+    want = convert.plan_offload(builder_prepacked_faithful, OffloadOptions(mode="auto"), out=tmp_path / "out")
+    monkeypatch.setattr(convert, "_PLANNERS", {})  # a surface with no planner of its own
+    plan = convert.plan_offload(builder_prepacked_faithful, OffloadOptions(mode="auto"), out=tmp_path / "out")
+    assert plan.package.root == builder_prepacked_faithful
+    assert plan.report == want.report
+    assert sorted(plan.blobs) == sorted(want.blobs)
+
+
+def _route_weights_through_slot_14(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        if node.op_type == "QMoE":
+            node.input.extend([""] * (14 - len(node.input)) + [node.input[1]])  # router_probs as router_weights
+
+
+def test_genai_report_counts_cleared_router_weights_and_names_the_session_options_tier(
+        builder_prepacked_faithful: Path, editable_copy: Callable[[Path], Path], tmp_path: Path) -> None:
+    src = editable_copy(builder_prepacked_faithful)
+    edit_graph(src / "model.onnx", _route_weights_through_slot_14)
+    held = sum(n.op_type == "QMoE" for n in onnx.load(src / "model.onnx", load_external_data=False).graph.node)
+    assert held > 0
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(np.ones((9, 8), dtype=np.uint64))))
+    report = convert_package(src, tmp_path / "out", OffloadOptions(
+        mode="auto", expert_profile=str(profile), total_resident_slots=30))
+    assert report.router_weights_cleared == held
+    assert f", {held} router_weights cleared, " in report.summary()[0]
+    (tier,) = report.hit_rates
+    assert tier.tier == "session_options"
+    assert tier.lines()[0].startswith("expected hit rate [session_options]: ")
