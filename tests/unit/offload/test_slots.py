@@ -246,3 +246,27 @@ def test_an_unnamed_qmoe_node_is_a_site_named_empty(tiny_cpu_package: Path) -> N
     sites = qmoe_sites(model, "model.onnx")
     assert sites[0].name == "" and sites[0].label == "model.onnx:"
     assert not sites[0].draft
+
+
+def test_plan_caps_reads_each_sites_own_profile_row() -> None:
+    """A covered site uses the profile row the match gave it (row 1 here), not row 0."""
+    from q38.offload.slot_plan import plan_caps
+
+    sites = (Site("model.onnx", "/a", 4, 2, False), Site("model.onnx", "/b", 4, 2, False))
+    profile = ExpertProfile(np.asarray([[10, 0, 0, 0], [5, 5, 5, 5]], dtype=np.uint64))
+    rows = ProfileRows(profile, sites, (1, 0))  # /a -> row 1, /b -> row 0
+    options = OffloadOptions(expert_profile="p.strp", total_resident_slots=5)
+    plan = plan_caps(options, sites, {("model.onnx", "/a"), ("model.onnx", "/b")}, [], rows)
+    assert plan.caps == {("model.onnx", "/a"): 4, ("model.onnx", "/b"): 1}
+    assert plan.total == 5 and plan.notes == ()
+
+
+def test_check_emitted_names_the_rule_of_the_first_violation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contracts.offload_config
+    from contracts._rule import Violation
+
+    found = [Violation("CFG-TEST-1", "placement 'x' unknown"), Violation("CFG-TEST-2", "second")]
+    monkeypatch.setattr(contracts.offload_config, "check_offload_config", lambda entries: found)
+    with pytest.raises(OffloadError) as info:
+        check_emitted({OFFLOAD_PREFIX + "placement": "x"})
+    assert str(info.value) == "emitted offload options break contract CFG-TEST-1: placement 'x' unknown"
