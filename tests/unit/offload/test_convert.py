@@ -510,3 +510,36 @@ def test_a_graph_over_the_protobuf_limit_is_refused_in_one_line(monkeypatch: pyt
     assert str(info.value) == ("model_s3.onnx: the graph does not fit in one protobuf (2 GiB): "
                                "Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
 
+
+
+def test_offload_profiles_config_writes_the_given_caps(tiny_cpu_package: Path) -> None:
+    """With caps, the decoder's offload entries carry them as per-node resident-slot overrides."""
+    from q38.offload.build import offload_profiles_config
+
+    cfg = open_package(tiny_cpu_package).config
+    s4 = ir.Model(ir.Graph([], [], nodes=[], name="s4"), ir_version=10)
+    caps = {"/model/layers.0/moe/QMoE": 2, "/model/layers.1/moe/QMoE": 3}
+    out = offload_profiles_config(cfg, s4, OffloadOptions(mode="auto"), caps)
+    entries = out.model.decoder.session_options.config_entries
+    assert entries[OFFLOAD_PREFIX + "node_overrides"] == (
+        "/model/layers.0/moe/QMoE:max_resident_slots=2;/model/layers.1/moe/QMoE:max_resident_slots=3"
+    )
+    assert entries[OFFLOAD_PREFIX + "mode"] == "auto"
+
+
+def test_apply_offload_config_keeps_other_entries_and_replaces_old_offload_ones(tiny_cpu_package: Path) -> None:
+    import dataclasses
+
+    from q38.offload.profiles import apply_offload_config
+
+    cfg = open_package(tiny_cpu_package).config
+    so = cfg.model.decoder.session_options
+    old = {**so.config_entries, "custom.keep.me": "1",
+           OFFLOAD_PREFIX + "mode": "required", OFFLOAD_PREFIX + "host_expert_bytes": "7"}
+    decoder = dataclasses.replace(cfg.model.decoder, session_options=dataclasses.replace(so, config_entries=old))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, decoder=decoder))
+    out = apply_offload_config(cfg, {OFFLOAD_PREFIX + "mode": "auto"}, min_host_bytes=1)
+    entries = out.model.decoder.session_options.config_entries
+    assert entries["custom.keep.me"] == "1"  # a non-offload entry survives
+    assert entries[OFFLOAD_PREFIX + "mode"] == "auto"  # replaced
+    assert OFFLOAD_PREFIX + "host_expert_bytes" not in entries  # old offload entries are not merged

@@ -249,16 +249,16 @@ def test_an_unnamed_qmoe_node_is_a_site_named_empty(tiny_cpu_package: Path) -> N
 
 
 def test_plan_caps_reads_each_sites_own_profile_row() -> None:
-    """A covered site uses the profile row the match gave it (row 1 here), not row 0."""
+    """A covered site uses the profile row the match gave it (row 1 for /b), not row 0."""
     from q38.offload.slot_plan import plan_caps
 
     sites = (Site("model.onnx", "/a", 4, 2, False), Site("model.onnx", "/b", 4, 2, False))
-    profile = ExpertProfile(np.asarray([[10, 0, 0, 0], [5, 5, 5, 5]], dtype=np.uint64))
-    rows = ProfileRows(profile, sites, (1, 0))  # /a -> row 1, /b -> row 0
-    options = OffloadOptions(expert_profile="p.strp", total_resident_slots=5)
+    profile = ExpertProfile(np.asarray([[1, 1, 1, 1], [9, 9, 9, 9]], dtype=np.uint64))
+    rows = ProfileRows(profile, sites, (0, 1))  # /a -> row 0, /b -> row 1 (the popular one)
+    options = OffloadOptions(expert_profile="p.strp", total_resident_slots=4)
     plan = plan_caps(options, sites, {("model.onnx", "/a"), ("model.onnx", "/b")}, [], rows)
-    assert plan.caps == {("model.onnx", "/a"): 4, ("model.onnx", "/b"): 1}
-    assert plan.total == 5 and plan.notes == ()
+    assert plan.caps == {("model.onnx", "/a"): 0, ("model.onnx", "/b"): 4}
+    assert plan.total == 4 and plan.notes == ()
 
 
 def test_check_emitted_names_the_rule_of_the_first_violation(monkeypatch: pytest.MonkeyPatch) -> None:
