@@ -27,6 +27,7 @@ from typing import Any
 
 import onnx
 import pytest
+from support.as_nobody import as_nobody
 
 from contracts.package_layout import GraphFile, PackageView, check_package_layout
 from contracts.runner import check_package, installed_ort_version
@@ -246,34 +247,12 @@ def test_a_dangling_or_looping_symlink_is_named(target: str, tiny_cpu_package: P
     assert found == [("PKG-SYMLINK-001", "loop.bin: dangling or looping symlink")]
 
 
-_NOBODY = 65534
-
-
 def _as_another_user(run: Callable[[], list[tuple[str, str, str]]]) -> list[tuple[str, str, str]]:
     """``run()`` as the current user or, when that is root (root reads every file), in a forked
     child that has dropped to ``nobody`` (tests/unit/faults/test_unreadable.py's way)."""
     if os.geteuid() != 0:
         return run()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(read_end)
-        try:
-            os.setgroups([])
-            os.setgid(_NOBODY)
-            os.setuid(_NOBODY)
-            payload: object = run()
-        except BaseException as exc:
-            payload = f"{type(exc).__name__}: {exc}"
-        os.write(write_end, json.dumps(payload).encode())
-        os._exit(0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 1 << 16):
-        data += chunk
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    result = json.loads(data)
+    result = as_nobody(run)
     assert isinstance(result, list), result
     return [tuple(v) for v in result]  # type: ignore[misc]
 

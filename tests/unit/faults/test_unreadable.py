@@ -9,7 +9,6 @@ interpreter's own files may be unreadable to ``nobody``); otherwise in-process a
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -17,11 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.as_nobody import as_nobody
 
 from contracts.runner import check_package
 from q38.errors import Q38Error
-
-_NOBODY = 65534
 
 
 @pytest.fixture
@@ -51,28 +49,14 @@ def _violations(pkg: Path) -> list[tuple[str, str, str]]:
     if os.geteuid() != 0:
         return [(v.rule_id, v.message, v.graph) for v in check_package(pkg).violations]
     check_package(pkg)  # every lazy import done here, before the fork
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(read_end)
+
+    def run() -> object:
         try:
-            os.setgroups([])
-            os.setgid(_NOBODY)
-            os.setuid(_NOBODY)
-            payload: object = [(v.rule_id, v.message, v.graph) for v in check_package(pkg).violations]
+            return [(v.rule_id, v.message, v.graph) for v in check_package(pkg).violations]
         except Q38Error as exc:
-            payload = {"error": str(exc)}
-        except BaseException as exc:
-            payload = f"{type(exc).__name__}: {exc}"
-        os.write(write_end, json.dumps(payload).encode())
-        os._exit(0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 1 << 16):
-        data += chunk
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    result = json.loads(data)
+            return {"error": str(exc)}
+
+    result = as_nobody(run)
     if isinstance(result, dict):
         raise Q38Error(result["error"])
     assert isinstance(result, list), result
