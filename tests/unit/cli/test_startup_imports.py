@@ -101,31 +101,6 @@ def test_the_installed_version_is_the_one_onnxruntime_reports() -> None:
     assert installed_version("q38_no_such_module") is None
 
 
-@pytest.mark.parametrize("dist", ["q38probe_mod", "Q38Probe_Mod"])
-def test_the_version_comes_from_a_dist_info_whose_name_spells_the_module_with_underscores(
-        dist: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """``q38probe_mod`` installed by a distribution whose ``.dist-info`` folder spells the name with
-    ``_`` (the normalised form wheels write; any case): its metadata's version is returned and the
-    module, whose import would say something else, is never imported."""
-    import importlib
-
-    module = "q38probe_mod"
-    (tmp_path / module).mkdir()
-    (tmp_path / module / "__init__.py").write_text('__version__ = "9.9.9-imported"\n')
-    info = tmp_path / f"{dist}-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
-    (info / "RECORD").write_text(f"{module}/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    assert module not in sys.modules
-    try:
-        assert installed_version(module) == "1.2.3"
-        assert module not in sys.modules
-    finally:
-        sys.modules.pop(module, None)
-
-
 def test_the_version_is_read_without_importing_onnxruntime() -> None:
     got = _child("""
 import json, sys

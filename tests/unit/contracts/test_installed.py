@@ -21,20 +21,23 @@ from contracts._installed import installed_version
 _MODULE = "q38probe_loaded"
 
 
-def _installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_MODULE`` importable from ``tmp_path``, installed by a distribution of version 1.2.3."""
+def _installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dist: str = _MODULE) -> None:
+    """``_MODULE`` importable from ``tmp_path``, installed by a distribution ``dist`` of version 1.2.3."""
     (tmp_path / _MODULE).mkdir()
     (tmp_path / _MODULE / "__init__.py").write_text('__version__ = "9.9.9-imported"\n')
-    info = tmp_path / f"{_MODULE}-1.2.3.dist-info"
+    info = tmp_path / f"{dist}-1.2.3.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {_MODULE}\nVersion: 1.2.3\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
     (info / "RECORD").write_text(f"{_MODULE}/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
 
 
-def test_a_module_not_yet_imported_is_answered_from_its_dist_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed(tmp_path, monkeypatch)
+@pytest.mark.parametrize("dist", [_MODULE, "Q38Probe_Loaded"])
+def test_a_module_not_yet_imported_is_answered_from_its_dist_info(
+        dist: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The ``.dist-info`` spells the name with ``_`` (the normalised form wheels write; any case)."""
+    _installed(tmp_path, monkeypatch, dist)
     assert _MODULE not in sys.modules
     try:
         assert installed_version(_MODULE) == "1.2.3"
