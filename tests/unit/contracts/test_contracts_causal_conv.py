@@ -38,12 +38,13 @@ def _conv(x: list[int], w: list[int], past: list[int] | None, **attrs: Any) -> o
     return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("st", TP.FLOAT, None)])
 
 
-def _run_error(model: onnx.ModelProto) -> str | None:
-    """None when a CPU session runs the model on zero inputs, else ORT's error text."""
+def _run_error(model: onnx.ModelProto, **given: np.ndarray) -> str | None:
+    """None when a CPU session runs the model on zero float inputs (``given`` ones aside), else ORT's error text."""
     options = ort.SessionOptions()
     options.log_severity_level = 4
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in model.graph.input}
+    feeds.update(given)
     try:
         session.run(None, feeds)
     except Exception as exc:  # onnxruntime raises several pybind exception types
@@ -320,21 +321,6 @@ def test_the_varlen_cpu_kernel_names_the_dynamic_grouped_node_it_refuses() -> No
     assert_agrees(found, ort_error(model), context="group_size=2 with kernel_delta")
 
 
-def _varlen_run_error(model: onnx.ModelProto) -> str | None:
-    """None when a CPU session runs the Varlen model (two sequences of three tokens), else ORT's text."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.arange(np.prod(dims := [d.dim_value for d in i.type.tensor_type.shape.dim]),
-                               dtype=np.float32).reshape(dims) / 7.0 for i in model.graph.input}
-    feeds["cu"] = np.array([0, 3, 6], np.int32)
-    try:
-        session.run(None, feeds)
-    except Exception as exc:  # onnxruntime raises several pybind exception types
-        return str(exc)
-    return None
-
-
 @pytest.mark.skipif(not _V132, reason="1.31.1 has neither the dynamic inputs nor a Varlen CPU kernel")
 @pytest.mark.parametrize(("case", "dynamic", "attrs"), [
     ("static", False, {}), ("static, silu", False, {"activation": "silu"}),
@@ -346,7 +332,7 @@ def test_a_wired_kernel_delta_loads_on_cpu_but_its_first_run_is_refused(case: st
     assert ort_error(model) is None, case  # the session is created: no load-time error may be reported
     assert not [v for v in found if v.severity == "error"], case
     warned = [(v.rule_id, v.message, v.node, v.severity) for v in found if v.rule_id == "VCCONV-RUN-001"]
-    error = _varlen_run_error(model)
+    error = _run_error(model, cu=np.array([0, 3, 6], np.int32))  # two sequences of three tokens
     if dynamic:
         assert warned == [("VCCONV-RUN-001", _VL_CPU_TEXT, "vl", "warning")], case
         assert error is not None and _VL_CPU_TEXT in error, error
