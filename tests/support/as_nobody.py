@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
+from pathlib import Path
 
 NOBODY = 65534
+
+
+def nobody_can_read(path: Path) -> bool:
+    """Whether nobody can reach ``path`` (every parent searchable by others) and read it."""
+    parents = [*reversed(path.resolve().parents), path.resolve()]
+    searchable = all(os.stat(p).st_mode & stat.S_IXOTH for p in parents if p.is_dir())
+    return searchable and bool(os.stat(path).st_mode & stat.S_IROTH)
 
 
 def as_nobody(run: Callable[[], object]) -> object:
