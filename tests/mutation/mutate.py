@@ -437,9 +437,14 @@ def report(package: str, v: Verdicts, workdir: Path, *, diffs: bool, scope: Scop
 
 
 def inputs_digest(package: str, tests: tuple[str, ...]) -> str:
-    """sha256 over what a run's verdicts depend on: the package, its tests and every copied file."""
+    """sha256 over what a run's verdicts depend on: the package, its tests and every copied file.
+
+    The allowlist is left out: it is read when the score is reported, never by a judgement, so
+    allow-listing an equivalent found mid-run does not make the run start over.
+    """
     h = hashlib.sha256(json.dumps([package, list(tests)]).encode())
-    for rel in sorted(_repo_files()):
+    allowlist = ALLOWLIST.relative_to(REPO).as_posix()
+    for rel in sorted(r for r in _repo_files() if r != allowlist):
         h.update(rel.encode() + b"\0")
         h.update(hashlib.sha256((REPO / rel).read_bytes()).digest())
     return h.hexdigest()
@@ -465,6 +470,27 @@ def to_judge(names: list[str], codes: dict[str, int | None], *, resume: bool, re
     if resume and not rerun_survivors:
         return [n for n in names if codes.get(n) is None]
     return [n for n in names if codes.get(n) not in KILLED or rerun_survivors]
+
+
+def forget(workdir: Path, package: str, names: list[str]) -> None:
+    """Clear the saved verdicts of ``names``, the mutants this run is about to judge again.
+
+    A survivor of an earlier run, judged again against changed tests, has no verdict until it is:
+    a run stopped by ``--time-limit`` (or killed) before reaching it leaves it unjudged, and the
+    resumed run -- which judges only mutants without a verdict -- judges it. Left in place, its stale
+    survival would be reported, and kept by every resume, as a verdict of the current tests.
+    """
+    wanted = set(names)
+    for meta in sorted((workdir / "mutants" / package).rglob("*.py.meta")):
+        data = json.loads(meta.read_text("utf-8"))
+        stale = [n for n, code in data["exit_code_by_key"].items() if n in wanted and code is not None]
+        if not stale:
+            continue
+        for name in stale:
+            data["exit_code_by_key"][name] = None
+        tmp = meta.with_name(meta.name + ".forget.tmp")
+        tmp.write_text(json.dumps(data), "utf-8")
+        os.replace(tmp, meta)
 
 
 def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[str] | None:
@@ -495,6 +521,7 @@ def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[
     names = select(list(codes), only=args.mutants, sample=sample, seed=args.seed)
     (workdir / "mutmut-selection.txt").write_text("\n".join(names) + "\n", "utf-8")
     todo = to_judge(names, codes, resume=resume, rerun_survivors=args.mutants is not None)
+    forget(workdir, package, todo)
     # Phase 2: the mutants, in chunks: mutmut saves each verdict as it comes, so a run killed or
     # stopped between chunks loses at most the mutants in flight. The clean-tests run is skipped
     # when phase 1 just ran every test clean, or when a run of these same inputs already did.

@@ -143,6 +143,33 @@ def test_a_resumed_run_judges_only_the_mutants_without_a_verdict() -> None:
     assert mutate.to_judge(names, codes, resume=True, rerun_survivors=True) == names
 
 
+def test_a_survivor_judged_again_has_no_verdict_until_it_is(tmp_path: Path) -> None:
+    """A kept workdir's survivors are judged again; a run stopped before reaching one must leave it
+    unjudged (so the resumed run judges it), not report its stale survival as a verdict."""
+    meta = tmp_path / "mutants" / "q38" / "x.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {"q38.x.x_f__mutmut_1": 1, "q38.x.x_f__mutmut_2": 0, "q38.x.x_f__mutmut_3": None}
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "durations_by_key": {}}), "utf-8")
+    todo = mutate.to_judge(sorted(codes), codes, resume=False, rerun_survivors=False)
+    mutate.forget(tmp_path, "q38", todo)
+    after = mutate._codes(tmp_path, "q38")
+    assert after == {"q38.x.x_f__mutmut_1": 1, "q38.x.x_f__mutmut_2": None, "q38.x.x_f__mutmut_3": None}
+    assert mutate.to_judge(sorted(after), after, resume=True, rerun_survivors=False) == [
+        "q38.x.x_f__mutmut_2", "q38.x.x_f__mutmut_3"]
+    assert list(meta.parent.iterdir()) == [meta]  # replaced whole, no temporary left
+
+
+def test_allow_listing_an_equivalent_does_not_restart_a_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The allowlist is read when the score is reported, never by a judgement: it is not an input."""
+    digest = mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",))
+    allowlist = tmp_path / "equivalent_mutants.toml"
+    allowlist.write_bytes(mutate.ALLOWLIST.read_bytes() + b"\n# another entry\n")
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda self: real_read(allowlist) if self == mutate.ALLOWLIST else real_read(self))
+    assert mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",)) == digest
+
+
 def test_a_workdir_resumes_only_over_the_inputs_it_was_prepared_from(tmp_path: Path) -> None:
     digest = mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",))
     assert digest == mutate.inputs_digest("q38/assembly", ("tests/unit/assembly",))
