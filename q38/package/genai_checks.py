@@ -180,8 +180,25 @@ def _runtime_profiles(doc: Mapping[str, Any], source: str) -> None:
                             f"runtime profile eligibility ranges overlap: {pa!r} and {pb!r}")  # fmt: skip
 
 
+def _block_drafters(doc: Mapping[str, Any], source: str) -> None:
+    """GenAI 0.18.0 configures one block drafter, ``model.dflash2`` or ``model.dspark`` (it refuses
+    the second as it reads it, even an empty one), and refuses a drafter whose
+    ``independent_sampling`` disagrees with its ``sampled_proposal`` (true only with "independent")."""
+    model = _obj(doc.get("model"))
+    present = [key for key in model if key in ("dflash2", "dspark")]
+    if len(present) > 1:
+        raise _fail(source, f"model.{present[1]}", "only one of model.dflash2 and model.dspark may be configured")
+    for key in present:
+        drafter = _obj(model[key])
+        if "independent_sampling" in drafter and "sampled_proposal" in drafter \
+                and drafter["independent_sampling"] != (drafter["sampled_proposal"] == "independent"):
+            raise _fail(source, f"model.{key}.independent_sampling",
+                        "conflicts with sampled_proposal; set only sampled_proposal")
+
+
 def check_document(doc: Mapping[str, Any], *, source: str) -> None:
     """GenAI 0.18.0's checks after parsing (``doc`` already passed ``genai_surface.validate``)."""
     _context_length(doc, source)
+    _block_drafters(doc, source)
     _runtime_profiles(doc, source)
     _state_groups(doc, source)

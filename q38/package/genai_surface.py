@@ -313,7 +313,7 @@ def _block_drafter() -> Obj:
             "mask_token_id": (I32,),
             "sliding_window": (I32,),
             "independent_sampling": (BOOL,),
-            "sampled_proposal": (BOOL,),
+            "sampled_proposal": (Scalar("string", one_of("none", "greedy_path", "independent", "lattice")),),
             "sampling_min_p": (Scalar("number", between(0, 1)),),
             "sampling_top_p": (Scalar("number", unit_interval_open_low),),
             "sampling_temperature": (Scalar("number", finite_float32_positive),),

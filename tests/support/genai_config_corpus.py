@@ -94,7 +94,27 @@ def _hand_seeds() -> list[tuple[str, dict[str, Any]]]:
         },
         "weights_pool": "ignored scalar",
     }  # fmt: skip
-    return [("hand/full", base), ("hand/pipeline", pipeline)]
+    drafter = {  # every key of a block drafter (model.dflash2 / model.dspark, one element in 0.18.0)
+        "filename": "draft.onnx", "main_aux_hidden_states": "aux", "head_size": 16, "num_hidden_layers": 1,
+        "num_key_value_heads": 2, "num_draft_tokens": 4, "selector_top_k": 2, "block_size": 4,
+        "mask_token_id": 5, "sliding_window": 8, "independent_sampling": False, "sampled_proposal": "lattice",
+        "sampling_min_p": 0.25, "sampling_top_p": 0.5, "sampling_temperature": 0.7, "aux_hidden_state_layers": [1, 2],
+        "session_options": {"log_id": "draft"}, "run_options": {"log_tag": "draft"},
+        "inputs": {k: k for k in ("input_ids", "inputs_embeds", "aux_hidden_states", "past_key_names",
+                                  "past_value_names", "past_key_scale_names", "past_value_scale_names",
+                                  "block_table", "cumulative_sequence_lengths", "past_sequence_lengths",
+                                  "attention_metadata", "block_row_index", "q_row_map", "qkv_row_map")},
+        "outputs": {k: k for k in ("candidate_ids", "scores", "present_key_names", "present_value_names",
+                                   "present_key_scale_names", "present_value_scale_names")},
+        "shared_initializers": [{"name": "w", "data_file": "model.onnx.data", "offset": "0", "length": "64",
+                                 "data_type": 10, "shape": [4, 8]}],
+    }
+    def with_drafter(key: str, **values: Any) -> dict[str, Any]:
+        return {"model": {"type": "qwen3_5_moe_text", "context_length": 64, "vocab_size": 32,
+                          "decoder": {"filename": "model.onnx"}, key: {**drafter, **values}}}
+
+    return [("hand/full", base), ("hand/pipeline", pipeline), ("hand/dflash2", with_drafter("dflash2")),
+            ("hand/dspark", with_drafter("dspark", independent_sampling=True, sampled_proposal="independent"))]
 
 
 def seed_configs(fixture_root: Path | None = None, extra_roots: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:

@@ -7,9 +7,15 @@ the genai reader reports it as a warning.
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import replace
 from typing import Any
 
-from q38.package.genai_config import parse_genai_config
+import pytest
+
+from q38.errors import ConfigError
+from q38.package.genai_config import dumps_genai_config, parse_genai_config
 from q38.package.readers.genai import READER
 
 SOURCE = "pkg/genai_config.json"
@@ -36,3 +42,68 @@ def test_a_research_config_keeps_genais_refusal() -> None:
     assert READER.config_problem(doc) == (
         "warning", "onnxruntime-genai 0.18.0 refuses this config: genai_config.json: model.engram: unknown key"
     )
+
+
+def _profiles() -> list[dict[str, Any]]:
+    return [
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 0, "maximum_total_device_memory_bytes": 99},
+         "overlay": {"search": {"chunk_size": 32}}},
+        {"id": "large", "eligibility": {"minimum_total_device_memory_bytes": 100},
+         "overlay": {"model": {"decoder": {"filename": "model_large.onnx"}}}},
+    ]  # fmt: skip
+
+
+def test_runtime_profiles_are_carried_and_written_back() -> None:
+    doc = _doc()
+    doc["runtime_profiles"] = _profiles()
+    cfg = parse_genai_config(doc, source=SOURCE)
+    assert cfg.runtime_profiles == tuple(_profiles())
+    written = json.loads(dumps_genai_config(cfg))
+    assert written["runtime_profiles"] == _profiles()
+    assert (written["model"]["type"], written["model"]["context_length"]) == ("llama", 64)
+    longer = replace(cfg, model=replace(cfg.model, context_length=128))  # a converter's change is written
+    assert json.loads(dumps_genai_config(longer))["model"]["context_length"] == 128
+
+
+def test_a_config_that_json_cannot_carry_is_refused_when_written() -> None:
+    """A value strict JSON has no form for (NaN) is refused, naming the file and key path, rather
+    than written as a token GenAI's reader cannot read back."""
+    cfg = replace(parse_genai_config(_doc(), source=SOURCE), search={"temperature": math.nan})
+    with pytest.raises(ConfigError, match=r"genai_config\.json.*search.*temperature"):
+        dumps_genai_config(cfg)
+
+
+def test_only_one_block_drafter_may_be_configured() -> None:
+    """GenAI 0.18.0 refuses the second of model.dflash2 / model.dspark as it reads it, even empty
+    (probed: "Only one of model.dflash2 and model.dspark may be configured")."""
+    for first, second in (("dflash2", "dspark"), ("dspark", "dflash2")):
+        doc = _doc()
+        doc["model"][first] = {"filename": "draft.onnx"}
+        doc["model"][second] = {}
+        with pytest.raises(ConfigError) as caught:
+            parse_genai_config(doc, source=SOURCE)
+        assert str(caught.value) == (
+            f"{SOURCE}: model.{second}: only one of model.dflash2 and model.dspark may be configured")
+        del doc["model"][second]
+        assert parse_genai_config(doc, source=SOURCE).model.type == "llama"
+
+
+def test_a_drafters_independent_sampling_must_agree_with_its_sampled_proposal() -> None:
+    """independent_sampling true goes only with sampled_proposal "independent", false only with the
+    others (GenAI 0.18.0: "independent_sampling conflicts with sampled_proposal"); either alone is fine."""
+    def verdict(**drafter: object) -> str | None:
+        doc = _doc()
+        doc["model"]["dspark"] = {"filename": "draft.onnx", **drafter}
+        try:
+            parse_genai_config(doc, source=SOURCE)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    conflict = f"{SOURCE}: model.dspark.independent_sampling: conflicts with sampled_proposal; set only sampled_proposal"
+    assert verdict(independent_sampling=True, sampled_proposal="independent") is None
+    assert verdict(independent_sampling=False, sampled_proposal="lattice") is None
+    assert verdict(independent_sampling=True, sampled_proposal="greedy_path") == conflict
+    assert verdict(independent_sampling=False, sampled_proposal="independent") == conflict
+    assert verdict(independent_sampling=True) is None and verdict(sampled_proposal="none") is None
+    assert "sampled_proposal" in (verdict(sampled_proposal=True) or "")  # a string enum, not a bool

@@ -25,6 +25,7 @@ from support.genai_packages import copy_package, edit_genai_config, real_package
 from q38.cli import main
 from q38.errors import PackageError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
+from q38.package.genai_package import genai_graph_refs
 from q38.package.graphs import load_graph
 from q38.package.shared_initializers import shared_initializer_problems
 from q38.package.surface import open_any, require_surface
@@ -153,3 +154,36 @@ def test_shared_initializers_resolve_and_a_broken_entry_is_named(mutate, expect:
         problems = shared_initializer_problems(broken, {"mtp": cfg.model.mtp.shared_initializers}, models)  # type: ignore[union-attr]
         assert problems and problems[0][0] == "model.mtp.shared_initializers[0]"
         assert expect in problems[0][1]
+
+
+def test_a_graph_section_without_session_options_runs_with_the_decoders(tmp_path: Path) -> None:
+    """GenAI's default: a graph section with no ``session_options`` of its own (``mtp`` here) gets the
+    decoder's providers and entries; a section with its own block keeps only those."""
+    doc = {"model": {
+        "decoder": {"filename": "d.onnx", "session_options": {"provider_options": [{"cuda": {}}], "ep.a": "1"}},
+        "mtp": {"filename": "m.onnx"},
+        "engram": {"filename": "e.onnx", "session_options": {"ep.own": "2"}},
+    }}  # fmt: skip
+    refs = {r.role: r for r in genai_graph_refs(tmp_path, doc)}
+    assert (refs["mtp"].providers, refs["mtp"].session_entries) == (("cuda",), {"ep.a": "1"})
+    assert (refs["engram"].providers, refs["engram"].session_entries) == ((), {"ep.own": "2"})
+    assert (refs["decoder"].providers, refs["decoder"].session_entries) == (("cuda",), {"ep.a": "1"})
+
+
+def test_edited_sessions_replace_only_the_entries_under_the_prefix_and_merge_provider_options(
+        exported: Path, tmp_path: Path) -> None:
+    """``edit_sessions`` (what ``q38 offload`` writes a package's session entries with): the decoder's
+    entries under ``drop_prefix`` are replaced by the new ones, every other entry is kept, and the
+    provider options merge into the provider the session names."""
+    pkg = copy_package(exported, tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"]["decoder"]["session_options"].update(
+        {"provider_options": [{"cuda": {"enable_cuda_graph": "0"}}], "q38.x.old": "1", "keep.me": "2"}))  # fmt: skip
+    opened = open_any(pkg)
+    edited = opened.edit_sessions({"decoder": {"q38.x.new": "3"}}, drop_prefix="q38.x.",
+                                  provider_options={"cuda": {"arena": "1"}}, source="edited")  # fmt: skip
+    decoder = edited.config.model.decoder
+    assert decoder.session_options is not None
+    assert decoder.session_options.session_entries == {"keep.me": "2", "q38.x.new": "3"}
+    assert [(p.canonical, p.options) for p in decoder.session_options.providers] == [
+        ("cuda", {"enable_cuda_graph": "0", "arena": "1"})]
+    assert edited.entries_by_file[decoder.filename] == {"keep.me": "2", "q38.x.new": "3"}
