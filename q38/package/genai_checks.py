@@ -181,9 +181,12 @@ def _runtime_profiles(doc: Mapping[str, Any], source: str) -> None:
 
 
 def _block_drafters(doc: Mapping[str, Any], source: str) -> None:
-    """GenAI 0.18.0 configures one block drafter, ``model.dflash2`` or ``model.dspark`` (it refuses
-    the second as it reads it, even an empty one), and refuses a drafter whose
-    ``independent_sampling`` disagrees with its ``sampled_proposal`` (true only with "independent")."""
+    """GenAI 0.18.0's block-drafter rules: one drafter, and its sampling switches agree.
+
+    It configures ``model.dflash2`` or ``model.dspark``, refusing the second as it reads it (even an
+    empty one), and refuses a drafter whose ``independent_sampling`` disagrees with its
+    ``sampled_proposal`` (true only with "independent").
+    """
     model = _obj(doc.get("model"))
     present = [key for key in model if key in ("dflash2", "dspark")]
     if len(present) > 1:
