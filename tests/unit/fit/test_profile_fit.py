@@ -40,6 +40,9 @@ def test_profiles_offload_writes_pass_the_contract(offloaded: Path) -> None:
     assert not [v for v in report.violations if v.rule_id.startswith("PKG-FIT")]
     facts = read_package_facts(offloaded)
     assert [p.id for p in facts.profiles] == ["20gib-to-24gib", "24gib-to-28gib", "28gib-to-32gib", "32gib-to-34gib"]
+    # each profile's overlay session options cap its arena at the smallest device it admits (the
+    # decoder's own cap is one device's)
+    assert [p.gpu_mem_limit for p in facts.profiles] == [20 * GIB, 24 * GIB, 28 * GIB, 32 * GIB]
     # the resident slots are what the profile's node_overrides say: 2 per node, bytes per expert each
     rows = {r.name: r for r in fit_package(offloaded).rows}
     m = rows["20gib-to-24gib"].memory

@@ -46,9 +46,10 @@ def test_a_research_config_keeps_genais_refusal() -> None:
 
 def _profiles() -> list[dict[str, Any]]:
     return [
-        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 0, "maximum_total_device_memory_bytes": 99},
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 0,
+                                        "maximum_total_device_memory_bytes": (16 << 30) - 1},
          "overlay": {"search": {"chunk_size": 32}}},
-        {"id": "large", "eligibility": {"minimum_total_device_memory_bytes": 100},
+        {"id": "large", "eligibility": {"minimum_total_device_memory_bytes": 16 << 30},
          "overlay": {"model": {"decoder": {"filename": "model_large.onnx"}}}},
     ]  # fmt: skip
 
@@ -107,3 +108,15 @@ def test_a_drafters_independent_sampling_must_agree_with_its_sampled_proposal() 
     assert verdict(independent_sampling=False, sampled_proposal="independent") == conflict
     assert verdict(independent_sampling=True) is None and verdict(sampled_proposal="none") is None
     assert "sampled_proposal" in (verdict(sampled_proposal=True) or "")  # a string enum, not a bool
+
+
+def test_a_graph_sections_keys_land_in_their_records_and_only_the_rest_in_extra() -> None:
+    doc = _doc()
+    doc["model"]["mtp"] = {"filename": "mtp.onnx", "enabled": True, "num_hidden_layers": 1, "num_key_value_heads": 2,
+                           "head_size": 16, "main_hidden_states": "hidden_states",
+                           "inputs": {"input_ids": "input_ids"}, "outputs": {"logits": "logits"}}  # fmt: skip
+    mtp = parse_genai_config(doc, source=SOURCE).model.mtp
+    assert mtp is not None
+    assert (mtp.filename, mtp.enabled, mtp.num_hidden_layers, mtp.num_key_value_heads, mtp.head_size,
+            mtp.main_hidden_states) == ("mtp.onnx", True, 1, 2, 16, "hidden_states")  # fmt: skip
+    assert (mtp.inputs, mtp.outputs, mtp.extra) == ({"input_ids": "input_ids"}, {"logits": "logits"}, {})

@@ -168,6 +168,7 @@ def test_a_graph_section_without_session_options_runs_with_the_decoders(tmp_path
     assert (refs["mtp"].providers, refs["mtp"].session_entries) == (("cuda",), {"ep.a": "1"})
     assert (refs["engram"].providers, refs["engram"].session_entries) == ((), {"ep.own": "2"})
     assert (refs["decoder"].providers, refs["decoder"].session_entries) == (("cuda",), {"ep.a": "1"})
+    assert {(r.path, r.root) for r in refs.values()} == {(tmp_path / f"{c}.onnx", tmp_path) for c in "dme"}
 
 
 def test_edited_sessions_replace_only_the_entries_under_the_prefix_and_merge_provider_options(

@@ -28,6 +28,32 @@ def _identity(**over: object) -> dict[str, object]:
         ({"manifest_version": 1, "command": "build",
           "files": {"a.bin": {"link_mode": "copy", "identity": _identity(mtime_ns=True)}}},
          "files.a.bin.identity.mtime_ns: expected an integer in [0, 2**64)"),
+        ([], "(top): expected an object"),
+        ({"manifest_version": 1, "command": "build", "zzz": 1}, "zzz: unknown key"),
+        ({"manifest_version": 2, "command": "build"}, "manifest_version: expected 1, got 2"),
+        ({"manifest_version": 1, "command": "build", "files": []}, "files: expected an object"),
+        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "move"}}},
+         "files.a.bin.link_mode: expected one of write, reflink, hardlink, copy, symlink"),
+        ({"manifest_version": 1, "command": "build", "files": {"a.bin": "copy"}},
+         "files.a.bin.link_mode: expected one of write, reflink, hardlink, copy, symlink"),
+        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "mode": 1}}},
+         "files.a.bin.mode: unknown key"),
+        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "sha256": 1}}},
+         "files.a.bin.sha256: expected a string"),
+        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "source": []}}},
+         "files.a.bin.source: expected a string"),
+        ({"manifest_version": 1, "command": "build", "rewrites": {"fuse": True}}, "rewrites: expected an object of integers"),
+        ({"manifest_version": 1, "command": "build", "resident_slots": [1]}, "resident_slots: expected an object of integers"),
+        ({"manifest_version": 1, "command": "build", "router_weights_cleared": -1},
+         "router_weights_cleared: expected a non-negative integer"),
+        ({"manifest_version": 1, "command": "build", "router_weights_cleared": True},
+         "router_weights_cleared: expected a non-negative integer"),
+        ({"manifest_version": 1, "command": "build", "sources": [1]}, "sources: expected an array of objects"),
+        ({"manifest_version": 1, "command": "build", "sources": {}}, "sources: expected an array of objects"),
+        ({"manifest_version": 1, "command": "build", "notes": [1]}, "notes: expected an array of strings"),
+        ({"manifest_version": 1, "command": "build", "notes": "one"}, "notes: expected an array of strings"),
+        ({"manifest_version": 1, "command": "build", "extra": []}, "extra: expected an object"),
+        ({"manifest_version": 1, "command": "build", "q38_version": 1}, "q38_version: expected a string"),
     ],
 )  # fmt: skip
 def test_a_refusal_names_the_file_and_the_key_path(doc: dict, message: str) -> None:
@@ -43,3 +69,17 @@ def test_an_identity_in_range_is_read() -> None:
     ident = m.files["a.bin"].identity
     assert ident is not None and ident.to_dict() == _identity(st_ino=(1 << 64) - 1)
     assert m.command == "build"
+
+
+def test_every_field_is_read_back_as_written() -> None:
+    doc = {
+        "manifest_version": 1, "q38_version": "9.9", "command": "offload",
+        "sources": [{"path": "/src", "sha256": "ab"}],
+        "files": {"a.bin": {"link_mode": "hardlink", "sha256": "cd", "source": "/src/a.bin", "identity": _identity()},
+                  "b.json": {"link_mode": "write"}},
+        "rewrites": {"fuse": 2}, "router_weights_cleared": 3, "resident_slots": {"node": 4},
+        "notes": ["one", "two"], "extra": {"k": [1]},
+    }  # fmt: skip
+    m = parse_manifest(doc, source=SOURCE)
+    assert (m.command, m.q38_version, m.notes, m.extra) == ("offload", "9.9", ("one", "two"), {"k": [1]})
+    assert m.to_dict() == doc
