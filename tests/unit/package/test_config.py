@@ -204,3 +204,49 @@ def test_a_v12_config_without_prefill_migrates_without_one() -> None:
     g = parse_config(v12).model.qwen38_graph
     assert g.prefill is None
     assert g.lineage == "contrib"
+
+
+def _full_doc() -> dict:
+    """The mini config with every optional part present: expert profile, libraries, multidraft,
+    search and a runtime profile whose overlay has its own session options."""
+    doc = _doc()
+    graph = doc["model"]["qwen38_graph"]
+    graph.update(expert_profile="experts.json", libraries={"qmoe": "libqmoe.so"}, multidraft={"s2": "model_s2.onnx"})
+    doc["search"] = {"max_length": 64}
+    doc["runtime_profiles"] = [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 0}, "overlay": {
+        "model": {"decoder": {"filename": "model_s2.onnx", "session_options": {"log_id": "p"}}}}}]  # fmt: skip
+    return doc
+
+
+def _key_paths(value: object, path: str = "", parts: tuple = ()) -> list[tuple[str, tuple]]:
+    """Every key of a document: its path as the refusals spell it (``a.b``, ``a[0].b``) and its keys."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    out = []
+    for key, child in items:
+        here = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        out += [(here, (*parts, key)), *_key_paths(child, here, (*parts, key))]
+    return out
+
+
+def _replace_at(doc: dict, parts: tuple) -> None:
+    """Give the key at ``parts`` a value of another kind: a number for a string, an object or an
+    array; a string for a number or a bool."""
+    cur = doc
+    for part in parts[:-1]:
+        cur = cur[part]
+    cur[parts[-1]] = 7 if isinstance(cur[parts[-1]], (str, dict, list)) else "x"
+
+
+def test_a_value_of_the_wrong_kind_anywhere_is_refused_naming_its_own_key_path() -> None:
+    """Every key of a full config, given a value of another JSON kind, is refused by a message that
+    starts with that key's own path. ``eos_token_id`` alone takes two kinds (an id or an array of ids)."""
+    doc = _full_doc()
+    parse_config(doc, source="c")
+    paths = [(p, parts) for p, parts in _key_paths(doc) if p != "model.eos_token_id"]
+    assert len(paths) > 50 and "model.qwen38_graph.libraries.qmoe" in dict(paths)
+    for path, parts in paths:
+        wrong = copy.deepcopy(doc)
+        _replace_at(wrong, parts)
+        with pytest.raises(ConfigError) as info:
+            parse_config(wrong, source="c")
+        assert str(info.value).startswith(f"c: {path}: "), (path, str(info.value))

@@ -188,3 +188,20 @@ def test_edited_sessions_replace_only_the_entries_under_the_prefix_and_merge_pro
     assert [(p.canonical, p.options) for p in decoder.session_options.providers] == [
         ("cuda", {"enable_cuda_graph": "0", "arena": "1"})]
     assert edited.entries_by_file[decoder.filename] == {"keep.me": "2", "q38.x.new": "3"}
+
+
+def test_pipeline_stages_are_graphs_of_their_own(tmp_path: Path) -> None:
+    """``decoder.pipeline`` (a list of one-stage objects) and ``vision.pipeline`` (one object): every
+    stage with a filename is a graph, named by its owner and stage id; a stage repeated is listed once."""
+    doc = {"model": {
+        "decoder": {"session_options": {"ep.a": "1"}, "pipeline": [
+            {"body": {"filename": "body.onnx", "session_options": {"ep.b": "2"}}},
+            {"head": {"filename": "head.onnx"}}, {"head": {"filename": "head.onnx"}}, {"nofile": {}}]},
+        "vision": {"pipeline": {"patch": {"filename": "patch.onnx"}}},
+    }}  # fmt: skip
+    refs = genai_graph_refs(tmp_path, doc)
+    assert [(r.role, r.section, r.rel, r.session_entries) for r in refs] == [
+        ("decoder.pipeline.body", "model.decoder.pipeline.body", "body.onnx", {"ep.b": "2"}),
+        ("decoder.pipeline.head", "model.decoder.pipeline.head", "head.onnx", {"ep.a": "1"}),
+        ("vision.pipeline.patch", "model.vision.pipeline.patch", "patch.onnx", {"ep.a": "1"}),
+    ]  # fmt: skip

@@ -164,3 +164,25 @@ def test_data_file_replaced_after_its_checks_is_refused_as_a_graph_error(tmp_pat
         read_tensor(w, graph_path=pkg / "model.onnx", root=pkg, files=files)
     assert type(info.value) is GraphError
     assert str(info.value).startswith(f"model.onnx: external data of 'w' {data}: ")
+
+
+def test_save_graph_places_each_new_weight_at_its_own_aligned_offset(tmp_path: Path, mini_package: Path) -> None:
+    """Three new weights of odd byte sizes (1030, 1204, 1100): each lands 64-byte aligned after the
+    previous one, and each reads back as itself (a cursor that lost its place would overlap them)."""
+    model = open_package(mini_package).load("target")
+    made = {f"new{i}": np.arange(n, dtype=dt) * (i + 1) for i, (n, dt) in enumerate(
+        [(515, np.float16), (301, np.float32), (550, np.float16)])}  # fmt: skip
+    for name, array in made.items():
+        model.graph.register_initializer(ir.Value(name=name, const_value=ir.tensor(array, name=name)))
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(mini_package / "model.onnx.data", out / "model.onnx.data")
+    save_graph(model, out / "model.onnx")
+    proto = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    spans = {t.name: {e.key: e.value for e in t.external_data} for t in proto.graph.initializer if t.name in made}
+    offsets = sorted((int(s["offset"]), int(s["length"])) for s in spans.values())
+    assert all(off % 64 == 0 for off, _ in offsets)
+    assert all(a + n <= b for (a, n), (b, _) in zip(offsets, offsets[1:]))
+    again = load_graph(out / "model.onnx", root=out)
+    for name, array in made.items():
+        np.testing.assert_array_equal(read_tensor(again.graph.initializers[name], graph_path=out / "model.onnx", root=out), array)

@@ -47,3 +47,18 @@ def test_state_dims_scale_with_batch_and_context() -> None:
     assert paged.nbytes(8, batch=2) == 2 * 8 * 3
     conv = StateTensor("model.onnx", "present.0.conv", "conv", "CausalConvWithState", "int4", 4, ("B", 3))
     assert conv.nbytes(100, batch=3) == (3 * 3 * 4 + 7) // 8 and not conv.grows
+
+
+def test_each_named_dim_of_a_state_output_is_classified(tmp_path: Path) -> None:
+    """The exporters' dim names: batch -> B, num_blocks -> BT (paged), block_size -> 1 row, every
+    sequence-like name -> T, kv_cache_dim -> the head size; fixed dims stay as they are."""
+    names = ["batch_size", "num_blocks", "block_size", "total_sequence_length", "past_len", "total_len",
+             "context", "max_seq_len", "kv_cache_dim", 5]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+    out = helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT16, names)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["present.0.key"], name="k")], "g", [x], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    gm = graph_memory(tmp_path / "model.onnx", tmp_path, head_size=64)
+    assert gm.unresolved == ()
+    assert [s.dims for s in gm.states] == [("B", "BT", 1, "T", "T", "T", "T", "T", 64, 5)]
