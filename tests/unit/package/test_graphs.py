@@ -8,6 +8,7 @@ save_graph keeps external references and moves new in-memory weights to a side f
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def test_save_graph_places_each_new_weight_at_its_own_aligned_offset(tmp_path: P
     spans = {t.name: {e.key: e.value for e in t.external_data} for t in proto.graph.initializer if t.name in made}
     offsets = sorted((int(s["offset"]), int(s["length"])) for s in spans.values())
     assert all(off % 64 == 0 for off, _ in offsets)
-    assert all(a + n <= b for (a, n), (b, _) in zip(offsets, offsets[1:]))
+    assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(offsets))
     again = load_graph(out / "model.onnx", root=out)
     for name, array in made.items():
         np.testing.assert_array_equal(read_tensor(again.graph.initializers[name], graph_path=out / "model.onnx", root=out), array)
