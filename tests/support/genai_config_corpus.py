@@ -32,7 +32,7 @@ def _hand_seeds() -> list[tuple[str, dict[str, Any]]]:
             "eos_token_id": [2, 3], "pad_token_id": 0,
             "decoder": {
                 "filename": "model.onnx", "head_size": 16, "hidden_size": 64, "num_attention_heads": 4,
-                "num_hidden_layers": 4, "num_key_value_heads": 2,
+                "num_hidden_layers": 4, "num_key_value_heads": 2, "state_update_capacity": 4, "conv_cache_size": 3,
                 "session_options": {
                     "log_id": "onnxruntime-genai", "intra_op_num_threads": 2,
                     "graph_optimization_level": "ORT_ENABLE_ALL", "enable_cpu_mem_arena": True,
@@ -113,7 +113,15 @@ def _hand_seeds() -> list[tuple[str, dict[str, Any]]]:
         return {"model": {"type": "qwen3_5_moe_text", "context_length": 64, "vocab_size": 32,
                           "decoder": {"filename": "model.onnx"}, key: {**drafter, **values}}}
 
-    return [("hand/full", base), ("hand/pipeline", pipeline), ("hand/dflash2", with_drafter("dflash2")),
+    # The full seed in two halves of about equal size (its mutations are judged in ~2 s each, so
+    # neither is a slow test and mutation runs, which leave slow tests out, judge with both).
+    graphs = copy.deepcopy(base)
+    for root in ("search", "engine", "speculative", "runtime_profiles"):
+        del graphs[root]
+    roots = copy.deepcopy(base)
+    roots["model"] = {k: v for k, v in base["model"].items() if k not in ("decoder", "mtp")}
+    roots["model"]["decoder"] = {"filename": "model.onnx"}
+    return [("hand/graphs", graphs), ("hand/roots", roots), ("hand/pipeline", pipeline), ("hand/dflash2", with_drafter("dflash2")),
             ("hand/dspark", with_drafter("dspark", independent_sampling=True, sampled_proposal="independent"))]
 
 

@@ -48,7 +48,7 @@ def _q38(doc: Any) -> str | None:
     return None
 
 
-_SLOW_SEEDS = ("hand/full", "int4-cpu-mtp")  # the most mutations: over ~5 s each
+_SLOW_SEEDS = ("int4-cpu-mtp",)  # the most mutations: over ~5 s
 
 
 @pytest.mark.parametrize(("name", "seed"), [pytest.param(name, seed, id=name, marks=[pytest.mark.slow] * (name in _SLOW_SEEDS))
