@@ -31,6 +31,7 @@ from q38.package.shared_initializers import shared_initializer_problems
 from q38.package.surface import open_any, require_surface
 
 REAL = real_package_dirs()
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "real"
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +206,18 @@ def test_pipeline_stages_are_graphs_of_their_own(tmp_path: Path) -> None:
         ("decoder.pipeline.head", "model.decoder.pipeline.head", "head.onnx", {"ep.a": "1"}),
         ("vision.pipeline.patch", "model.vision.pipeline.patch", "patch.onnx", {"ep.a": "1"}),
     ]  # fmt: skip
+
+
+def test_an_mtp_section_without_session_options_is_edited_from_the_decoders(tmp_path: Path) -> None:
+    """The builder's MTP section has no session_options (it runs with the decoder's): its edited
+    block starts from the decoder's entries, drops those under the prefix, and adds its own."""
+    pkg = copy_package(FIXTURES / "int4-cpu-mtp", tmp_path / "pkg")
+    edit_genai_config(pkg, lambda d: d["model"]["decoder"]["session_options"].update({"q38.x.old": "1", "keep.me": "2"}))
+    opened = open_any(pkg)
+    edited = opened.edit_sessions({"mtp": {"q38.x.mtp": "3"}}, drop_prefix="q38.x.", provider_options={},
+                                  source="edited")  # fmt: skip
+    mtp = edited.config.model.mtp
+    assert mtp is not None and mtp.session_options is not None
+    assert mtp.session_options.session_entries == {"keep.me": "2", "q38.x.mtp": "3"}
+    decoder = edited.config.model.decoder.session_options
+    assert decoder is not None and decoder.session_entries["q38.x.old"] == "1"  # the decoder is not edited

@@ -8,6 +8,7 @@ save_graph keeps external references and moves new in-memory weights to a side f
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from pathlib import Path
@@ -16,10 +17,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from onnx import TensorProto, helper
 from support.minipkg import WEIGHT, _external, write_matmul_graph
 
 from q38.errors import GraphError
 from q38.package import external_refs, load_graph, open_package, read_tensor, save_graph
+from q38.package.graphs import iter_tensors, tensor_digest
 
 
 def _graph_with(tmp_path: Path, location: str, offset: int = 0, data: bytes | None = None) -> Path:
@@ -187,3 +190,54 @@ def test_save_graph_places_each_new_weight_at_its_own_aligned_offset(tmp_path: P
     again = load_graph(out / "model.onnx", root=out)
     for name, array in made.items():
         np.testing.assert_array_equal(read_tensor(again.graph.initializers[name], graph_path=out / "model.onnx", root=out), array)
+
+
+@pytest.mark.parametrize("key", ["offset", "length"])
+@pytest.mark.parametrize(("value", "valid"), [
+    ("0", True), ("1" + "0" * 18, True), (str(2**63 - 1), True), (str(2**63), False), ("9" * 19, False),
+    ("-1", False), ("1.5", False), ("", False), ("\u0663", False), (" 1", False),
+])  # fmt: skip
+def test_an_external_offset_or_length_must_be_an_int64_decimal(tmp_path: Path, key: str, value: str, valid: bool) -> None:
+    """ORT reads both as int64 decimals: 19 digits fit while below 2**63; a sign, a fraction, a
+    non-ASCII digit or a space are refused by name before any byte is read."""
+    tensor = _external("w", "model.onnx.data", 0, WEIGHT)
+    next(e for e in tensor.external_data if e.key == key).value = value
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "model.onnx.data").write_bytes(WEIGHT.tobytes())
+    write_matmul_graph(pkg / "model.onnx", weight=tensor)
+    try:
+        load_graph(pkg / "model.onnx", root=pkg)
+        refused = ""
+    except GraphError as exc:
+        refused = str(exc)
+    int64_refusal = f"model.onnx: initializer 'w' external data: {key} {value!r} is not a non-negative int64 decimal"
+    assert (refused == int64_refusal) is not valid, refused
+
+
+def test_iter_tensors_walks_initializers_attribute_tensors_and_subgraphs() -> None:
+    """Every tensor of a model: initializers, a Constant's ``value`` (named node.attribute), and the
+    same inside an If's branches; a node attribute that is not a tensor yields nothing."""
+    def const(name: str, v: float) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [f"{name}_out"], name=name, value=helper.make_tensor(name, TensorProto.FLOAT, [1], [v]))
+
+    branch = helper.make_graph([const("inner", 2.0)], "then", [], [helper.make_tensor_value_info("inner_out", TensorProto.FLOAT, [1])],
+                               initializer=[helper.make_tensor("sub_w", TensorProto.FLOAT, [1], [3.0])])  # fmt: skip
+    nodes = [const("outer", 1.0), helper.make_node("If", ["c"], ["r"], name="if", then_branch=branch, else_branch=branch),
+             helper.make_node("Cast", ["outer_out"], ["cast"], name="cast", to=TensorProto.FLOAT16)]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1])],
+                              initializer=[helper.make_tensor("w", TensorProto.FLOAT, [1], [0.0])])  # fmt: skip
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    found = [(name, float(t.numpy()[0])) for name, t in iter_tensors(model)]
+    assert sorted(found) == sorted([("w", 0.0), ("outer.value", 1.0), ("inner.value", 2.0), ("inner.value", 2.0),
+                                    ("sub_w", 3.0), ("sub_w", 3.0)])  # fmt: skip
+
+
+def test_a_string_tensors_digest_covers_each_strings_length_and_bytes() -> None:
+    a = ir.StringTensor(np.array([b"ab", b"c"], dtype=object))
+    b = ir.StringTensor(np.array([b"a", b"bc"], dtype=object))
+    assert tensor_digest(a) != tensor_digest(b)
+    expected = hashlib.sha256(b"".join(len(s).to_bytes(8, "little") + s for s in (b"ab", b"c"))).hexdigest()
+    assert tensor_digest(a) == "s" + expected
+    assert tensor_digest(ir.tensor(np.arange(4, dtype=np.int32))) == hashlib.sha256(np.arange(4, dtype=np.int32).tobytes()).hexdigest()
