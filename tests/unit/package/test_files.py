@@ -122,3 +122,28 @@ def test_every_error_is_one_bounded_line_that_keeps_its_tail() -> None:
     assert f"(message cut, {len(message)} chars)" in line
     assert str(Q38Error(message)) == line
     assert bound_line("a\n  b\tc") == "a b c"
+
+
+def test_a_file_whose_size_is_unknown_is_read_no_further_than_one_byte_past_the_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A /proc-like file reports st_size 0: the read loop asks for at most ``limit + 1`` bytes in all,
+    so a huge or endless file costs no more memory than the limit (here 1 MiB + 10 over a 3 MiB file)."""
+    path = tmp_path / "endless"
+    path.write_bytes(b"a" * (3 << 20))
+    real_fstat, real_read = os.fstat, os.read
+    asked: list[int] = []
+
+    class _NoSize:
+        def __init__(self, st: os.stat_result) -> None:
+            self.st_mode, self.st_size = st.st_mode, 0
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "fstat", lambda fd: _NoSize(real_fstat(fd)))
+    monkeypatch.setattr(os, "read", read)
+    limit = (1 << 20) + 10
+    with pytest.raises(Q38Error, match="endless: larger than the 1048586 bytes limit for this file"):
+        read_bounded(path, what="f", limit=limit)
+    assert sum(asked) == limit + 1

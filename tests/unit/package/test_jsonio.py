@@ -98,6 +98,9 @@ def test_read_json_reads_a_bounded_regular_file(tmp_path) -> None:  # type: igno
     path.write_bytes(b" " * (CONFIG_LIMIT + 1))
     with pytest.raises(PackageError, match=r"larger than the 4 MiB limit"):
         read_json(path, what="config")
+    # a caller's larger limit holds for the parse too (a 5 MiB document under an 8 MiB limit)
+    path.write_text('{"a": "' + "x" * (5 << 20) + '"}')
+    assert len(read_json(path, what="profile", limit=8 << 20)["a"]) == 5 << 20
 
 
 @pytest.mark.parametrize(("obj", "expected"), [

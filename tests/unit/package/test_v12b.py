@@ -7,12 +7,15 @@ graph its ``filename`` names (default: the decoder's file), never to the head.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from support.minipkg import mini_config
+import pytest
+from support.minipkg import build_mini_package, mini_config
 
 from q38.package.config import config_to_dict
 from q38.package.readers.v12b import v12b_graph_refs
+from q38.package.surface import open_any
 
 
 def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) -> None:
@@ -31,3 +34,19 @@ def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) ->
     assert refs["target"].overlay_entries == ({"session.big": "1"},)
     assert refs["target"].session_entries == {"session.moe.offload.mode": "auto"}
     assert refs["head"].overlay_entries == refs["prefill"].overlay_entries == ()
+
+
+@pytest.mark.parametrize(("variant", "providers", "expected"), [
+    ("faithful", [], ("cpu", "its session options name no CUDA provider")),
+    ("faithful", [{"cuda": {}}], ("cuda", "the package is the faithful variant with a CUDA provider")),
+    ("cpu", [{"cuda": {}}], ("cpu", "the package is the cpu variant")),
+])  # fmt: skip
+def test_the_runtime_a_v12b_package_runs_on_follows_its_variant_and_providers(
+        tmp_path: Path, variant: str, providers: list, expected: tuple[str, str]) -> None:  # fmt: skip
+    pkg = build_mini_package(tmp_path / "pkg")
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["model"]["qwen38_graph"]["variant"] = variant
+    doc["model"]["decoder"]["session_options"]["provider_options"] = providers
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert open_any(pkg).preferred_target() == expected

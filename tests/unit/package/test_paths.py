@@ -1,0 +1,44 @@
+"""Relative paths written in package files: what ``safe_relpath`` accepts, normalizes and refuses.
+
+Invariant: a path is accepted only when it names something inside the package (relative, no
+``..``, no NUL or backslash, valid Unicode, no leading or trailing blanks); each refusal is one
+line naming the field and the path.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from q38.errors import UnsafePathError
+from q38.package.paths import safe_relpath
+
+WHAT = "genai_config.json: model.decoder.filename"
+
+
+@pytest.mark.parametrize(("rel", "normalized"), [
+    ("model.onnx", "model.onnx"), ("sub/model.onnx", "sub/model.onnx"), ("./sub//model.onnx", "sub/model.onnx"),
+    ("a b.onnx", "a b.onnx"), ("é.onnx", "é.onnx"),
+])  # fmt: skip
+def test_a_path_inside_the_package_is_accepted_normalized(rel: str, normalized: str) -> None:
+    assert safe_relpath(rel, what=WHAT) == normalized
+
+
+@pytest.mark.parametrize(("rel", "problem"), [
+    ("", "invalid path ''"), (" model.onnx", "invalid path ' model.onnx'"), ("model.onnx\n", "invalid path 'model.onnx\\n'"),
+    (".", "invalid path '.'"), ("./", "invalid path './'"),
+    ("a\x00b", "invalid character in path 'a\\x00b'"), ("sub\\model.onnx", "invalid character in path 'sub\\\\model.onnx'"),
+    ("\ud800.onnx", "invalid character in path '\\ud800.onnx' (not valid Unicode)"),
+    ("/etc/passwd", "absolute path '/etc/passwd' is not allowed (must be inside the package)"),
+    ("../model.onnx", "path '../model.onnx' escapes the package directory"),
+    ("sub/../../x", "path 'sub/../../x' escapes the package directory"),
+])  # fmt: skip
+def test_a_path_that_could_leave_the_package_or_name_nothing_is_refused(rel: str, problem: str) -> None:
+    with pytest.raises(UnsafePathError) as info:
+        safe_relpath(rel, what=WHAT)
+    assert str(info.value) == f"{WHAT}: {problem}"
+
+
+def test_a_value_that_is_not_a_string_is_refused() -> None:
+    with pytest.raises(UnsafePathError) as info:
+        safe_relpath(7, what=WHAT)  # type: ignore[arg-type]
+    assert str(info.value) == f"{WHAT}: invalid path 7"
