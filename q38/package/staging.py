@@ -106,7 +106,7 @@ def staging_prefix(dest: Path) -> str:
 def check_destination(dest: Path, *, what: str = "destination") -> None:
     """Refuse an existing destination, including a dangling symlink, before anything is written."""
     if os.path.lexists(dest):
-        kind = "a dangling symlink" if dest.is_symlink() and not dest.exists() else "exists"
+        kind = "is a dangling symlink" if dest.is_symlink() and not dest.exists() else "exists"
         raise PackageError(f"{what} {dest} {kind}; refusing to overwrite (remove it or pick another path)")
     parent = dest.parent
     if not parent.is_dir():

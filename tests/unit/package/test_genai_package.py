@@ -26,6 +26,7 @@ from q38.cli import main
 from q38.errors import PackageError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
 from q38.package.genai_package import genai_graph_refs
+from q38.package.readers.genai import READER as GENAI_READER
 from q38.package.graphs import load_graph
 from q38.package.shared_initializers import shared_initializer_problems
 from q38.package.surface import open_any, require_surface
@@ -221,3 +222,20 @@ def test_an_mtp_section_without_session_options_is_edited_from_the_decoders(tmp_
     assert mtp.session_options.session_entries == {"keep.me": "2", "q38.x.mtp": "3"}
     decoder = edited.config.model.decoder.session_options
     assert decoder is not None and decoder.session_entries["q38.x.old"] == "1"  # the decoder is not edited
+
+
+def test_the_reader_lists_each_graph_sections_own_session_options(tmp_path: Path) -> None:
+    """What the session-option rules check besides the decoder's: the blocks other sections write
+    themselves (a section without one runs with the decoder's, already checked)."""
+    doc = {"model": {"decoder": {"filename": "d.onnx", "session_options": {"a": "1"}},
+                     "mtp": {"filename": "m.onnx", "session_options": {"b": "2"}},
+                     "engram": {"filename": "e.onnx"}}}  # fmt: skip
+    blocks = GENAI_READER.session_blocks(doc, genai_graph_refs(tmp_path, doc))
+    assert blocks == [("model.mtp.session_options", {"b": "2"})]
+
+
+def test_the_reader_reports_a_config_genai_refuses_as_an_error() -> None:
+    doc = {"model": {"type": "llama", "context_length": 64, "decoder": {"filename": "m.onnx", "zz": 1}}}
+    assert GENAI_READER.config_problem(doc) == ("error", "genai_config.json: model.decoder.zz: unknown key")
+    del doc["model"]["decoder"]["zz"]
+    assert GENAI_READER.config_problem(doc) is None

@@ -61,7 +61,18 @@ def _bad_profile(pkg: Path) -> None:
     (pkg / "expert-profile.bin").write_bytes(b"STRX" + b"\0" * 12)
 
 
+def _remove_pool(pkg: Path) -> None:
+    (pkg / "weights_pool.txt").unlink()
+
+
+def _config_a_directory(pkg: Path) -> None:
+    (pkg / "genai_config.json").unlink()
+    (pkg / "genai_config.json").mkdir()
+
+
 CASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
+    "missing weights pool": (_remove_pool, "weights_pool.txt", "model.qwen38_graph.weights_pool: 'weights_pool.txt' does not exist"),
+    "config a directory": (_config_a_directory, "genai_config.json", "config"),
     "truncated graph": (_truncate_graph, "model.onnx", "not a valid ONNX model (truncated or malformed protobuf)"),
     "missing data file": (_remove_data, "head_r2.onnx", "'head_r2.onnx.data' does not exist"),
     "escaping location": (_escape_location, "head_r2.onnx", "'../outside.bin' escapes the package directory"),
@@ -76,6 +87,7 @@ CHECK_RULES = {
     "missing data file": "PKG-",
     "escaping location": "PKG-",
     "unknown config key": "CFG-SURFACE-001",
+    "missing weights pool": "PATH-FIELD-003",
 }
 
 

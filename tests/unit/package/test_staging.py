@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import q38.package.staging as staging
+from q38.errors import PackageError
 from q38.package.staging import rename_noreplace
 
 
@@ -57,3 +58,26 @@ def test_a_staged_tree_never_replaces_an_empty_directory(tmp_path: Path, no_fall
     assert info.value.errno == errno.EEXIST
     assert (src / "genai_config.json").read_text() == "{}"
     assert dst.is_dir() and not any(dst.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "dangling symlink"])
+def test_an_existing_destination_is_refused_saying_what_is_there(tmp_path: Path, kind: str) -> None:
+    dest = tmp_path / "out"
+    if kind == "file":
+        dest.write_bytes(b"keep")
+    elif kind == "directory":
+        dest.mkdir()
+    else:
+        dest.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PackageError) as info:
+        staging.check_destination(dest, what="output")
+    found = "is a dangling symlink" if kind == "dangling symlink" else "exists"
+    assert str(info.value) == f"output {dest} {found}; refusing to overwrite (remove it or pick another path)"
+    assert os.path.lexists(dest) and (kind != "file" or dest.read_bytes() == b"keep")
+
+
+def test_a_destination_whose_parent_is_missing_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "missing" / "out"
+    with pytest.raises(PackageError) as info:
+        staging.check_destination(dest)
+    assert str(info.value) == f"destination {dest}: parent directory {tmp_path / 'missing'} does not exist"

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from support.minipkg import build_mini_package, mini_config
 
+from q38.errors import PackageError
+from q38.package import open_package
 from q38.package.config import config_to_dict
 from q38.package.readers.v12b import v12b_graph_refs
 from q38.package.surface import open_any
@@ -50,3 +52,18 @@ def test_the_runtime_a_v12b_package_runs_on_follows_its_variant_and_providers(
     doc["model"]["decoder"]["session_options"]["provider_options"] = providers
     path.write_text(json.dumps(doc), encoding="utf-8")
     assert open_any(pkg).preferred_target() == expected
+
+
+def test_a_v12b_packages_missing_or_misplaced_files_are_named_with_the_file_that_names_them(tmp_path: Path) -> None:
+    pkg = build_mini_package(tmp_path / "pkg")
+    (pkg / "genai_config.json").unlink()
+    (pkg / "genai_config.json").mkdir()
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == f"{pkg}: config: 'genai_config.json' is a directory, expected a file"
+    pkg = build_mini_package(tmp_path / "pkg2")
+    (pkg / "weights_pool.txt").unlink()
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == (f"{pkg / 'genai_config.json'}: model.qwen38_graph.weights_pool: "
+                               f"'weights_pool.txt' does not exist in {pkg}")  # fmt: skip
