@@ -26,8 +26,8 @@ from q38.cli import main
 from q38.errors import PackageError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
 from q38.package.genai_package import genai_graph_refs
-from q38.package.readers.genai import READER as GENAI_READER
 from q38.package.graphs import load_graph
+from q38.package.readers.genai import READER as GENAI_READER
 from q38.package.shared_initializers import shared_initializer_problems
 from q38.package.surface import open_any, require_surface
 
