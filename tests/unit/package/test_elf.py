@@ -1,0 +1,51 @@
+"""ELF checks of the custom-op libraries a package names: what ``shared_object_problem`` says.
+
+Invariant: only an ELF shared object (ET_DYN) of this platform's word size and byte order passes;
+anything else gets one phrase saying what the file is instead.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from q38.package.elf import ELF_MAGIC, ET_DYN, shared_object_header, shared_object_problem
+
+_LITTLE = sys.byteorder == "little"
+_HOST_DATA = 1 if _LITTLE else 2
+
+
+def _header(cls: int = 2, data: int = _HOST_DATA, e_type: int = ET_DYN) -> bytes:
+    order = "<" if data == 1 else ">"
+    return ELF_MAGIC + bytes([cls, data, 1, 0]) + b"\0" * 8 + struct.pack(f"{order}HHI", e_type, 62, 1)
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"#!/bin/sh\n" + b"\0" * 30, "not an ELF shared object (no ELF magic)"),
+    (ELF_MAGIC + b"\2\1", "not an ELF shared object (truncated ELF header)"),
+    (_header(cls=1), "an ELF file of class 32-bit, this platform is 64-bit"),
+    (_header(cls=9), "an ELF file of class 9, this platform is 64-bit"),
+    (_header(data=3 - _HOST_DATA), f"an ELF file of {'big' if _LITTLE else 'little'} byte order, this platform is {sys.byteorder}-endian"),
+    (_header(data=7), f"an ELF file of unknown (7) byte order, this platform is {sys.byteorder}-endian"),
+    (_header(e_type=2), "an ELF file of type ET_EXEC (an executable), not a shared object (ET_DYN)"),
+    (_header(e_type=1), "an ELF file of type ET_REL (an object file), not a shared object (ET_DYN)"),
+    (_header(e_type=0x0203), "an ELF file of type 515, not a shared object (ET_DYN)"),
+    (_header(), None),
+])  # fmt: skip
+def test_only_a_shared_object_of_this_platform_passes(tmp_path: Path, content: bytes, problem: str | None) -> None:
+    path = tmp_path / "lib.so"
+    path.write_bytes(content + (b"\0" * 64 if len(content) >= 20 else b""))  # a header is followed by more
+    assert shared_object_problem(path) == problem
+
+
+def test_the_header_q38_writes_for_test_libraries_passes_and_a_real_one_does_too(tmp_path: Path) -> None:
+    path = tmp_path / "libfake.so"
+    path.write_bytes(shared_object_header())
+    assert shared_object_problem(path) is None
+    import onnxruntime.capi as capi
+
+    real = next(Path(capi.__file__).parent.glob("onnxruntime_pybind11_state*.so"))
+    assert shared_object_problem(real) is None
