@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from q38.errors import ConfigError
-from q38.package.genai_config import dumps_genai_config, parse_genai_config
+from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
 from q38.package.readers.genai import READER
 
 SOURCE = "pkg/genai_config.json"
@@ -120,3 +121,12 @@ def test_a_graph_sections_keys_land_in_their_records_and_only_the_rest_in_extra(
     assert (mtp.filename, mtp.enabled, mtp.num_hidden_layers, mtp.num_key_value_heads, mtp.head_size,
             mtp.main_hidden_states) == ("mtp.onnx", True, 1, 2, 16, "hidden_states")  # fmt: skip
     assert (mtp.inputs, mtp.outputs, mtp.extra) == ({"input_ids": "input_ids"}, {"logits": "logits"}, {})
+
+
+def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
+    r"""GenAI 0.18.0's reader refuses every ``\uXXXX`` escape; an escaped backslash before a ``u`` is no escape."""
+    path = tmp_path / "genai_config.json"
+    path.write_text('{"model": {"type": "a\\\\u",\n "x": "\\u0041",\n "context_length": 64,\n "vocab_size": 32}}', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_genai_config(path)
+    assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"

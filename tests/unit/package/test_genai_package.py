@@ -239,3 +239,14 @@ def test_the_reader_reports_a_config_genai_refuses_as_an_error() -> None:
     assert GENAI_READER.config_problem(doc) == ("error", "genai_config.json: model.decoder.zz: unknown key")
     del doc["model"]["decoder"]["zz"]
     assert GENAI_READER.config_problem(doc) is None
+
+
+def test_a_runtime_profiles_alternate_decoder_is_a_graph_run_with_the_decoders_session(tmp_path: Path) -> None:
+    doc = {"model": {"decoder": {"filename": "model.onnx", "session_options": {"ep.a": "1"}}},
+           "runtime_profiles": [{"id": "small", "overlay": {"search": {"chunk_size": 8}}},
+                                {"id": "big", "overlay": {"model": {"decoder": {"filename": "model_s4.onnx"}}}}]}  # fmt: skip
+    refs = genai_graph_refs(tmp_path, doc)
+    assert [(r.role, r.section, r.rel, r.session_entries) for r in refs] == [
+        ("decoder", "model.decoder", "model.onnx", {"ep.a": "1"}),
+        ("profile:big", "runtime_profiles[1].overlay.model.decoder", "model_s4.onnx", {"ep.a": "1"}),
+    ]  # fmt: skip

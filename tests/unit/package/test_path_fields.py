@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from q38.package.path_fields import PathField, path_fields
+import pytest
+
+from q38.errors import UnsafePathError
+from q38.package.path_fields import PathField, check_path_fields, path_fields
 
 
 def test_qwen38_graph_libraries_are_listed_by_name(tmp_path: Path) -> None:
@@ -35,3 +38,27 @@ def test_a_runtime_profiles_overlay_decoder_file_is_listed(tmp_path: Path) -> No
         PathField("runtime_profiles[1].overlay.model.decoder.session_options.custom_ops_library", "libx.so",
                   "library", tmp_path),
     ]  # fmt: skip
+
+
+def test_pipeline_stages_and_the_head_graphs_library_are_listed_by_their_key_paths(tmp_path: Path) -> None:
+    doc = {"model": {
+        "decoder": {"filename": "model.onnx", "pipeline": [{"body": {"filename": "body.onnx"}}]},
+        "qwen38_graph": {"fold": {"head_r2": {"filename": "head.onnx", "session_options": {"custom_ops_library": "libh.so"}}}},
+    }}  # fmt: skip
+    assert path_fields(doc, config_dir=tmp_path) == [
+        PathField("model.decoder.filename", "model.onnx", "graph", tmp_path),
+        PathField("model.decoder.pipeline[0].body.filename", "body.onnx", "graph", tmp_path),
+        PathField("model.qwen38_graph.fold.head_r2.filename", "head.onnx", "graph", tmp_path),
+        PathField("model.qwen38_graph.fold.head_r2.session_options.custom_ops_library", "libh.so", "library", tmp_path),
+    ]  # fmt: skip
+
+
+def test_the_first_bad_shared_initializer_range_is_the_one_reported(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    doc = {"model": {
+        "decoder": {"shared_initializers": [{"name": "a", "data_file": "w.bin", "offset": "8", "length": "16"}]},
+        "mtp": {"shared_initializers": [{"name": "b", "data_file": "w.bin", "offset": "x", "length": "1"}]},
+    }}  # fmt: skip
+    with pytest.raises(UnsafePathError) as info:
+        check_path_fields(doc, root=tmp_path, config_dir=tmp_path, source="c")
+    assert str(info.value) == "c: model.decoder.shared_initializers[0]: bytes [8, 24) lie past the end of 'w.bin' (16 bytes)"
