@@ -270,3 +270,19 @@ def test_check_emitted_names_the_rule_of_the_first_violation(monkeypatch: pytest
     with pytest.raises(OffloadError) as info:
         check_emitted({OFFLOAD_PREFIX + "placement": "x"})
     assert str(info.value) == "emitted offload options break contract CFG-TEST-1: placement 'x' unknown"
+
+
+def test_hit_report_as_json_carries_every_row_and_the_totals() -> None:
+    """The manifest's ``hit_rates`` and ``--json``: totals, uncapped nodes and every row, shares
+    rounded to 6 places (None where uncapped)."""
+    rows = _rows([[2, 1, 0, 0], [2, 2, 2, 2]], ["/a", "/c"])
+    report = hit_report("tier", rows, {("model.onnx", "/a"): 1}, [])
+    assert report.to_dict() == {
+        "tier": "tier", "selections": 3, "hits": 2, "share": 0.666667, "uncapped": ["/c"],
+        "layers": [
+            {"graph": "model.onnx", "node": "/a", "row": 0, "state": "offloaded", "selections": 3, "resident": 1,
+             "hits": 2, "share": 0.666667},
+            {"graph": "model.onnx", "node": "/c", "row": 1, "state": "uncapped", "selections": 8, "resident": None,
+             "hits": None, "share": None},
+        ],
+    }  # fmt: skip
