@@ -23,11 +23,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from q38.errors import FlagError, OffloadError
+from q38.errors import FlagError, OffloadError, ProfileError
 from q38.offload.convert import convert_package
 from q38.offload.hitrate import LayerHit, hit_report, resident_experts
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
-from q38.offload.rows import ProfileRows, Site, qmoe_sites
+from q38.offload.router import ClearRouterWeightsPass
+from q38.offload.rows import ProfileRows, Site, match_profile, qmoe_sites
 from q38.offload.slot_plan import check_emitted
 from q38.offload.slots import plan_from_profile, uniform_caps
 from q38.package import encode_profile, open_package
@@ -286,3 +287,40 @@ def test_hit_report_as_json_carries_every_row_and_the_totals() -> None:
              "hits": None, "share": None},
         ],
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"mode": "sometimes"}, "--offload-mode 'sometimes': expected 'required' or 'auto'"),
+    ({"placement": "dynamic"}, "--offload-placement 'dynamic': expected 'adaptive' or 'static'"),
+    ({"device_expert_bytes": -1}, "--device-expert-bytes -1: expected an integer in [0, 2^64-1]"),
+    ({"host_expert_bytes": 1 << 64}, f"--host-expert-bytes {1 << 64}: expected an integer in [0, 2^64-1]"),
+    ({"target_resident_slots": 2, "total_resident_slots": 8, "expert_profile": "p.bin"},
+     "--target-resident-slots and --total-resident-slots are exclusive: pick a per-layer cap or a profile-driven total"),
+    ({"total_resident_slots": 8}, "--total-resident-slots needs --expert-profile FILE"),
+    ({"uniform_profile_slots": True}, "--uniform-profile-slots needs --total-resident-slots"),
+    ({"min_slots_per_layer": 1}, "--min-slots-per-layer needs --total-resident-slots"),
+    ({"mtp_moe_placement": "gpu"}, "--mtp-moe-placement 'gpu': expected 'cpu_mmap' or 'host_mapped'"),
+])  # fmt: skip
+def test_each_offload_flag_combination_that_cannot_work_is_one_line_naming_the_flag(options: dict, message: str) -> None:
+    with pytest.raises(FlagError) as info:
+        OffloadOptions(**options)
+    assert str(info.value) == message
+
+
+def test_the_router_pass_has_cleared_nothing_before_it_runs() -> None:
+    assert ClearRouterWeightsPass().cleared == 0
+
+
+def test_a_profile_matches_every_site_or_every_decoder_layer_with_the_same_expert_count() -> None:
+    """Rows for every site, or for the decoder layers only (the MTP draft, of any width, then has
+    none); a covered site of another expert count, or a layer count that fits neither, is refused."""
+    layers = [Site("model.onnx", f"/l{i}", 4, 2, False) for i in range(2)]
+    draft = Site("model.onnx", "/mtp/0", 8, 2, True)
+    profile = ExpertProfile(np.ones((2, 4), dtype=np.uint64))
+    assert match_profile(profile, [*layers, draft], source="p.bin").rows == (0, 1, None)
+    with pytest.raises(ProfileError) as info:
+        match_profile(profile, [layers[0], Site("model.onnx", "/l1", 6, 2, False), draft], source="p.bin")
+    assert str(info.value) == "p.bin: 4 experts per layer, but QMoE node '/l1' (model.onnx) has 6"
+    with pytest.raises(ProfileError) as info:
+        match_profile(ExpertProfile(np.ones((5, 4), dtype=np.uint64)), [*layers, draft], source="p.bin")
+    assert str(info.value) == "p.bin: 5 layers, but the package has 3 QMoE nodes (2 decoder layers + 1 MTP)"
