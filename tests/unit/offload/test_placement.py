@@ -85,3 +85,27 @@ def test_a_data_file_rewritten_since_its_manifest_is_hashed_again(tiny_cpu_packa
     assert (st.st_size, True) in calls  # --digest: hashed in the copy pass, not trusted
     got = json.loads((tmp_path / "digested" / "package_manifest.json").read_text())["files"]["model.onnx.data"]["sha256"]
     assert got == hashlib.sha256(data.read_bytes()).hexdigest() != files["model.onnx.data"].sha256
+
+
+def test_retarget_graph_points_only_the_moved_tensors_at_their_new_bytes(tmp_path: Path) -> None:
+    """Each initializer whose (file, offset) moved now reads the new file and offset, with its own
+    length, type, shape and base directory kept; the others are untouched; the count is returned."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from q38.offload.placement import retarget_graph
+
+    data = np.arange(12, dtype=np.float32)
+    (tmp_path / "old.bin").write_bytes(data.tobytes())
+    (tmp_path / "new.bin").write_bytes(b"\0" * 64 + data[4:8].tobytes() + data[8:].tobytes())
+    graph = ir.Graph([], [], nodes=[], name="g")
+    for i, name in enumerate(["a", "b", "c"]):
+        graph.register_initializer(ir.Value(name=name, const_value=ir.ExternalTensor(
+            "old.bin", 16 * i, 16, ir.DataType.FLOAT, shape=ir.Shape([4]), name=name, base_dir=tmp_path)))  # fmt: skip
+    model = ir.Model(graph, ir_version=10)
+    assert retarget_graph(model, {}) == 0
+    assert retarget_graph(model, {("old.bin", 16): ("new.bin", 64), ("old.bin", 32): ("new.bin", 80)}) == 2
+    spans = {name: (v.const_value.location, v.const_value.offset) for name, v in graph.initializers.items()}
+    assert spans == {"a": ("old.bin", 0), "b": ("new.bin", 64), "c": ("new.bin", 80)}
+    for i, value in enumerate(graph.initializers.values()):
+        np.testing.assert_array_equal(value.const_value.numpy(), data[4 * i:4 * i + 4])
