@@ -68,7 +68,7 @@ def test_builder_cpu_auto_keeps_qmoe_and_generates_the_same_tokens(tiny_builder_
     out = tmp_path / "out"
     report = convert_package(src, out, OffloadOptions(mode="auto"))
     assert tree_digest(src) == before
-    assert report.surface == "genai" and report.offloaded == []
+    assert report.surface == "genai" and report.offloaded == [] and report.out == str(out)
     assert [n for n, _ in report.kept_resident] == [f"model.onnx:/model/layers.{i}/moe/QMoE" for i in range(8)] + [
         "mtp.onnx:/model/layers.0/moe/QMoE"]
     assert {r for _, r in report.kept_resident} == {(
