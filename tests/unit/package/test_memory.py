@@ -62,3 +62,39 @@ def test_each_named_dim_of_a_state_output_is_classified(tmp_path: Path) -> None:
     gm = graph_memory(tmp_path / "model.onnx", tmp_path, head_size=64)
     assert gm.unresolved == ()
     assert [s.dims for s in gm.states] == [("B", "BT", 1, "T", "T", "T", "T", "T", 64, 5)]
+
+
+def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:
+    """The int4-cpu-mtp builder export: its MTP graph is a companion with a KV cache of its own;
+    dims the config leaves out are 0 (unknown), never a guess."""
+    import json
+
+    from q38.package.memory import read_package_facts
+
+    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    facts = read_package_facts(pkg)
+    assert (facts.surface, facts.decoder, facts.companions) == ("genai", "model.onnx", ("mtp.onnx",))
+    assert (facts.state_graphs, facts.mtp_graphs) == (("mtp.onnx",), ("mtp.onnx",))
+    doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
+    assert facts.head_size == doc["model"]["decoder"]["head_size"] > 0
+    del doc["model"]["decoder"]["head_size"], doc["model"]["decoder"]["hidden_size"]
+    unknown = read_package_facts(pkg, document=doc)
+    assert (unknown.head_size, unknown.hidden_size) == (0, 0)
+
+
+def test_an_engram_graph_carries_state_but_is_no_mtp_draft(tmp_path: Path) -> None:
+    """The research builder's ``model.engram`` section (the MTP export's graph named as engram):
+    its graph keeps a KV cache of its own, and it drafts nothing."""
+    import json
+    import shutil
+
+    from q38.package.memory import read_package_facts
+
+    pkg = tmp_path / "engram"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp", pkg)
+    doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
+    mtp = doc["model"].pop("mtp")
+    doc["model"]["engram"] = {key: mtp[key] for key in ("filename", "inputs", "outputs")}
+    (pkg / "genai_config.json").write_text(json.dumps(doc), encoding="utf-8")
+    facts = read_package_facts(pkg)
+    assert (facts.companions, facts.state_graphs, facts.mtp_graphs) == (("mtp.onnx",), ("mtp.onnx",), ())
