@@ -135,3 +135,19 @@ def test_malformed_packages_are_one_line_errors(tmp_path: Path, damage, message:
         open_package(pkg)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_file_placed_under_its_own_policy_reuses_the_writers_known_digests(tmp_path: Path) -> None:
+    """An explicit policy (an ``outside`` file's copy) still takes the digests the source manifest
+    holds, as the writer's own placements do: the record carries the known digest, not a new hash."""
+    from q38.package.hashing import FileIdentity, KnownDigests
+    from q38.package.links import LinkPolicy, Placer
+
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    known = KnownDigests()
+    known.add(FileIdentity.of(src), "ab" * 32)  # not the bytes' digest: only reuse can give it
+    with PackageWriter(tmp_path / "out", Placer(LinkPolicy.HARDLINK, known=known)) as w:
+        assert str(w.place(src, "w.bin", LinkPolicy.COPY)) == "copy"
+        record = w.records["w.bin"]
+    assert record.sha256 == "ab" * 32
