@@ -159,6 +159,11 @@ def _loop(carried: tuple[int, ...]) -> onnx.ModelProto:
     return _model([node], ins, [_vi(f"{n}_f", t, [2]) for n, t in zip(names, carried, strict=True)], ms=False)
 
 
+def _layer_norm_without_y() -> onnx.ModelProto:
+    """LayerNormalization whose single output Y is left empty, only the optional Mean kept."""
+    node = oh.make_node("LayerNormalization", ["x", "s"], ["", "mean"], name="ln", axis=-1)
+    return _model([node], [_vi("x", TP.FLOAT, [2, 8]), _vi("s", TP.FLOAT, [8])], [_vi("mean", TP.FLOAT, None)], ms=False)
+
 _F = [("x", TP.FLOAT, [2, 8])]
 # (case, model builder, rule id on 1.32.0, rule id on 1.31.1) ; None = accepted
 CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] = [
@@ -179,6 +184,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("projected GatedAdd (4 inputs, 1.32.0 only)", lambda: _gated_add(("a", "b", "g", "gw")), None, "ORT-SCHEMA-004"),
     ("too many outputs", lambda: _one("Softmax", _F, ["y", "z"]), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
     ("empty single input", lambda: _gated_add(("a", "", "g")), "ORT-SCHEMA-008", "ORT-SCHEMA-008"),
+    ("empty single output", _layer_norm_without_y, "ORT-SCHEMA-008", "ORT-SCHEMA-008"),
     ("type outside the constraint (contrib)", lambda: _gated_add(types={"a": TP.DOUBLE}, out_type=TP.DOUBLE), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
     ("type outside the constraint (standard)", lambda: _one("Relu", [("x", TP.UINT8, [2])], ["y"]), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),
     ("type parameter bound to two types", lambda: _gated_add(types={"b": TP.FLOAT16}), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
@@ -288,6 +294,7 @@ _UNNAMED: list[tuple[str, Callable[[], onnx.ModelProto]]] = [
     ("ORT-SCHEMA-006", lambda: causal_conv_model(ndim=[3])),
     ("ORT-SCHEMA-007", lambda: _constant([])),
     ("ORT-SCHEMA-008", lambda: _gated_add(("a", "", "g"))),
+    ("ORT-SCHEMA-008", _layer_norm_without_y),
     ("ORT-SCHEMA-009", lambda: _gated_add(out_type=TP.FLOAT16)),
     ("ORT-SHAPE-001", _matmul_mismatch),
 ]  # fmt: skip
