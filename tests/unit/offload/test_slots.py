@@ -23,10 +23,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from q38.errors import FlagError, OffloadError, ProfileError
+from q38.errors import ConfigError, FlagError, OffloadError, ProfileError
 from q38.offload.convert import convert_package
 from q38.offload.hitrate import LayerHit, hit_report, resident_experts
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
+from q38.offload.profiles import build_runtime_profiles
 from q38.offload.router import ClearRouterWeightsPass
 from q38.offload.rows import ProfileRows, Site, match_profile, qmoe_sites
 from q38.offload.slot_plan import check_emitted
@@ -324,3 +325,18 @@ def test_a_profile_matches_every_site_or_every_decoder_layer_with_the_same_exper
     with pytest.raises(ProfileError) as info:
         match_profile(ExpertProfile(np.ones((5, 4), dtype=np.uint64)), [*layers, draft], source="p.bin")
     assert str(info.value) == "p.bin: 5 layers, but the package has 3 QMoE nodes (2 decoder layers + 1 MTP)"
+
+
+def test_the_four_profiles_split_20_to_34_gib_and_an_empty_host_range_is_refused() -> None:
+    """Inclusive, non-overlapping device ranges (the last ends at exactly 34 GiB), each capping its
+    arena at the smallest device it admits; a negative or inverted host-memory range is refused."""
+    gib = 1 << 30
+    profiles = build_runtime_profiles({OFFLOAD_PREFIX + "mode": "auto"}, min_host_bytes=gib, max_host_bytes=2 * gib)
+    spans = [(p.eligibility.minimum_total_device_memory_bytes, p.eligibility.maximum_total_device_memory_bytes)
+             for p in profiles]  # fmt: skip
+    assert spans == [(20 * gib, 24 * gib - 1), (24 * gib, 28 * gib - 1), (28 * gib, 32 * gib - 1), (32 * gib, 34 * gib)]
+    assert [p.id for p in profiles] == ["20gib-to-24gib", "24gib-to-28gib", "28gib-to-32gib", "32gib-to-34gib"]
+    for bad in ({"min_host_bytes": -1}, {"min_host_bytes": 2 * gib, "max_host_bytes": gib}):
+        with pytest.raises(ConfigError, match=r"^runtime_profiles: effective host memory range \[.*\] is empty$"):
+            build_runtime_profiles({}, **bad)  # type: ignore[arg-type]
+    assert len(build_runtime_profiles({}, min_host_bytes=0)) == 4
