@@ -170,7 +170,6 @@ class CheckReport:
 class _Graph:
     label: str
     path: Path
-    root: Path
     model: ir.Model | None
     entries: dict[str, str]
     eps: frozenset[str]
@@ -314,7 +313,7 @@ def check_package(
         groot = gpath.parent
         model, refs, problem = _load(label, gpath, groot)
         eps = listing.reader.graph_eps(raw, ref.providers)
-        graphs.append(_Graph(label, gpath, groot, model, dict(ref.session_entries), eps, refs, problem, ref.providers))
+        graphs.append(_Graph(label, gpath, model, dict(ref.session_entries), eps, refs, problem, ref.providers))
         report.graphs.append(label)
         applied = _graph_rules(rules, eps)
         seen: set[Violation] = set()

@@ -146,6 +146,15 @@ def _generated(op: str, add_to: int, *, of: int | None = None, **attrs: Any) -> 
     return _model([gen, add], [*ins, _vi("b", add_to, [1])], [onnx.ValueInfoProto(name="y")], ms=False)
 
 
+def _filled(add_to: int, value_type: int | None) -> onnx.ModelProto:
+    """ConstantOfShape 'gen' (filled with a ``value_type`` value, or float 0 without ``value``) into
+    an Add with an input of type ``add_to``."""
+    attrs = {} if value_type is None else {"value": oh.make_tensor("v", value_type, [1], [1])}
+    gen = oh.make_node("ConstantOfShape", ["p"], ["s"], name="gen", **attrs)
+    add = oh.make_node("Add", ["s", "b"], ["y"], name="ad")
+    return _model([gen, add], [_vi("p", TP.INT64, [2]), _vi("b", add_to, [1])], [onnx.ValueInfoProto(name="y")], ms=False)
+
+
 def _loop(carried: tuple[int, ...]) -> onnx.ModelProto:
     """A Loop 'lp' carrying one value per type of ``carried`` (its V is a heterogeneous variadic)."""
     names = [f"v{i}" for i in range(len(carried))]
@@ -228,6 +237,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("RandomNormal without dtype is float", lambda: _generated("RandomNormal", TP.FLOAT, shape=[1]), None, None),
     ("RandomUniform without dtype is float, not double", lambda: _generated("RandomUniform", TP.DOUBLE, shape=[1]), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
     ("RandomUniform dtype double", lambda: _generated("RandomUniform", TP.DOUBLE, shape=[1], dtype=TP.DOUBLE), None, None),
+    ("ConstantOfShape is its value's type", lambda: _filled(TP.INT64, TP.INT64), None, None),
+    ("ConstantOfShape of an int64 value into a float Add", lambda: _filled(TP.FLOAT, TP.INT64), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
+    ("ConstantOfShape without value is float", lambda: _filled(TP.FLOAT, None), None, None),
     ("EyeLike without dtype is its input's type", lambda: _generated("EyeLike", TP.DOUBLE, of=TP.DOUBLE), None, None),
     ("RandomNormalLike without dtype is its input's type", lambda: _generated("RandomNormalLike", TP.FLOAT, of=TP.DOUBLE), "ORT-SCHEMA-005", "ORT-SCHEMA-005"),
     ("Bernoulli without dtype is its input's type", lambda: _generated("Bernoulli", TP.DOUBLE, of=TP.DOUBLE), None, None),
