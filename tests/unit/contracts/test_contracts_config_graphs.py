@@ -218,3 +218,14 @@ def test_a_popularity_file_in_the_session_options_is_checked_as_a_profile(form: 
     assert _rows(pkg, "CFG-GRAPH-002") == [("error", "target", (
         f"model.decoder.session_options.{_POPULARITY}: the profile has 1 layers, but the target graph has {len(nodes)} "
         f"QMoE nodes ({len(decoder)} decoder layers)"))]  # fmt: skip
+
+
+def test_a_multidraft_graph_lacking_a_target_input_is_named(multidraft_package: Path, tmp_path: Path) -> None:
+    """Each sN graph runs with the target's feeds: one that lacks a target input is CFG-GRAPH-003."""
+    pkg = _copy(multidraft_package, tmp_path)
+    target = onnx.load(pkg / "model.onnx", load_external_data=False)
+    target.graph.input.append(onnx.helper.make_tensor_value_info("extra_in", onnx.TensorProto.FLOAT, [1]))
+    (pkg / "model.onnx").write_bytes(target.SerializeToString())
+    found = _rows(pkg, "CFG-GRAPH-003")
+    assert found == [("error", role, f"model.qwen38_graph.multidraft.{role}: {role} lacks the target's inputs ['extra_in']")
+                     for role in ("s2", "s3", "s4")]  # fmt: skip
