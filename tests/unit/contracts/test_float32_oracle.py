@@ -122,3 +122,21 @@ def test_the_oracle_itself_distinguishes_the_midpoint_rounding() -> None:
 def test_only_one_plus_or_minus_is_a_sign(text: str) -> None:
     assert _c_strtof(text) is None
     assert parse_strtof(text) is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("nan", math.nan), ("NaN", math.nan), ("-nan", math.nan), ("nan(0-1)", None), ("nan(0x1_a)", math.nan),
+    ("inf", math.inf), ("-Infinity", -math.inf), ("INF", math.inf), ("infinit", None),
+    ("1.5", 1.5), ("-0.25e1", -2.5), ("1e39", None), ("1e-50", None), ("0e-50", 0.0), ("", None), (".", None),
+])  # fmt: skip
+def test_from_chars_reads_the_specials_and_refuses_what_a_float_cannot_hold(text: str, expected: float | None) -> None:
+    """``std::from_chars<float>``: nan / inf / infinity in any case (nan with an optional
+    ``(chars)`` payload of letters, digits and _), a sign on either; overflow and a nonzero value
+    that rounds to zero do not parse."""
+    from contracts.float32 import parse_from_chars
+
+    got = parse_from_chars(text)
+    if expected is None or not math.isnan(expected):
+        assert got == expected
+    else:
+        assert got is not None and math.isnan(got)
