@@ -43,6 +43,9 @@ def test_profiles_offload_writes_pass_the_contract(offloaded: Path) -> None:
     # each profile's overlay session options cap its arena at the smallest device it admits (the
     # decoder's own cap is one device's)
     assert [p.gpu_mem_limit for p in facts.profiles] == [20 * GIB, 24 * GIB, 28 * GIB, 32 * GIB]
+    # the verify graphs (model_s2/s3/s4) replace the decoder in a profile; they are no companions
+    assert {"model_s2.onnx", "model_s3.onnx", "model_s4.onnx"} <= {p.name for p in offloaded.iterdir()}
+    assert facts.companions == ("head_r2.onnx", "prefill.onnx")
     # the resident slots are what the profile's node_overrides say: 2 per node, bytes per expert each
     rows = {r.name: r for r in fit_package(offloaded).rows}
     m = rows["20gib-to-24gib"].memory

@@ -250,3 +250,13 @@ def test_a_runtime_profiles_alternate_decoder_is_a_graph_run_with_the_decoders_s
         ("decoder", "model.decoder", "model.onnx", {"ep.a": "1"}),
         ("profile:big", "runtime_profiles[1].overlay.model.decoder", "model_s4.onnx", {"ep.a": "1"}),
     ]  # fmt: skip
+
+
+def test_the_decode_graphs_of_a_builder_package_with_mtp() -> None:
+    """One decode step runs the decoder and then the MTP graph, each loaded with its config templates."""
+    pkg = FIXTURES / "int4-cpu-mtp"
+    decode = open_any(pkg).decode_graphs()
+    assert [(g.role, g.rel, g.root) for g in decode.graphs] == [("decoder", "model.onnx", pkg), ("mtp", "mtp.onnx", pkg)]
+    assert all(any(True for _ in g.model.graph) for g in decode.graphs)
+    assert "hidden_states" in decode.graphs[1].inputs and "past_conv_names" in decode.graphs[0].inputs
+    assert (decode.head_size, decode.vocab_size, decode.main_hidden) == (16, 512, "hidden_states")

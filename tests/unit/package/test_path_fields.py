@@ -62,3 +62,12 @@ def test_the_first_bad_shared_initializer_range_is_the_one_reported(tmp_path: Pa
     with pytest.raises(UnsafePathError) as info:
         check_path_fields(doc, root=tmp_path, config_dir=tmp_path, source="c")
     assert str(info.value) == "c: model.decoder.shared_initializers[0]: bytes [8, 24) lie past the end of 'w.bin' (16 bytes)"
+
+
+def test_multidraft_graphs_are_listed_by_role(tmp_path: Path) -> None:
+    doc = {"model": {"qwen38_graph": {"multidraft": {"s3": "model_s3.onnx", "s2": "model_s2.onnx"}}}}
+    assert path_fields(doc, config_dir=tmp_path) == [
+        PathField("model.qwen38_graph.multidraft.s2", "model_s2.onnx", "graph", tmp_path),
+        PathField("model.qwen38_graph.multidraft.s3", "model_s3.onnx", "graph", tmp_path),
+    ]
+

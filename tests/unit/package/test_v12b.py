@@ -67,3 +67,12 @@ def test_a_v12b_packages_missing_or_misplaced_files_are_named_with_the_file_that
         open_package(pkg)
     assert str(info.value) == (f"{pkg / 'genai_config.json'}: model.qwen38_graph.weights_pool: "
                                f"'weights_pool.txt' does not exist in {pkg}")  # fmt: skip
+
+
+def test_the_decode_graph_of_a_v12b_package_is_its_loaded_target(tmp_path: Path) -> None:
+    pkg = build_mini_package(tmp_path / "pkg")
+    decode = open_any(pkg).decode_graphs()
+    (step,) = decode.graphs
+    assert (step.role, step.rel, step.root, dict(step.inputs)) == ("decoder", "model.onnx", pkg, {"input_ids": "x"})
+    assert [n.op_type for n in step.model.graph] == ["MatMul"]
+    assert (decode.head_size, decode.vocab_size) == (4, 16)
