@@ -46,6 +46,7 @@ def test_profiles_offload_writes_pass_the_contract(offloaded: Path) -> None:
     # the verify graphs (model_s2/s3/s4) replace the decoder in a profile; they are no companions
     assert {"model_s2.onnx", "model_s3.onnx", "model_s4.onnx"} <= {p.name for p in offloaded.iterdir()}
     assert facts.companions == ("head_r2.onnx", "prefill.onnx")
+    assert {facts.arena_strategy, *(p.arena_strategy for p in facts.profiles)} == {"kSameAsRequested"}
     # the resident slots are what the profile's node_overrides say: 2 per node, bytes per expert each
     rows = {r.name: r for r in fit_package(offloaded).rows}
     m = rows["20gib-to-24gib"].memory

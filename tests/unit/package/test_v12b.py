@@ -76,3 +76,30 @@ def test_the_decode_graph_of_a_v12b_package_is_its_loaded_target(tmp_path: Path)
     assert (step.role, step.rel, step.root, dict(step.inputs)) == ("decoder", "model.onnx", pkg, {"input_ids": "x"})
     assert [n.op_type for n in step.model.graph] == ["MatMul"]
     assert (decode.head_size, decode.vocab_size) == (4, 16)
+
+
+def test_a_path_that_is_no_package_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "layered" / "target").mkdir(parents=True)
+    (tmp_path / "layered" / "target" / "genai_config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    for path, problem in [(tmp_path / "layered", "layered package without a head/ directory"),
+                          (tmp_path / "nope", "no such package directory"), (tmp_path / "file", "not a directory")]:  # fmt: skip
+        with pytest.raises(PackageError) as info:
+            open_package(path)
+        assert str(info.value) == f"{path}: {problem}"
+    with pytest.raises(PackageError) as info:
+        open_package(f"{tmp_path}/a\0b")
+    assert str(info.value) == f"{tmp_path}/a\\x00b: invalid path (contains a NUL byte)"
+
+
+@pytest.mark.parametrize("offset", [1, 512, 1025])
+def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, offset: int) -> None:
+    """The mini package's model.onnx.data holds 1024 bytes: a range that ends (or starts) past it is refused."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    pool = pkg / "weights_pool.txt"
+    pool.write_text(pool.read_text(encoding="utf-8").replace(
+        "w0000 model.onnx.data 0 1024 ", f"w0000 model.onnx.data {offset} 1024 "), encoding="utf-8")  # fmt: skip
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == (f"{pkg / 'weights_pool.txt'}: pool entry 'w0000': byte range [{offset}, {offset + 1024}) "
+                               "is past the end of 'model.onnx.data' (1024 bytes)")  # fmt: skip
