@@ -250,3 +250,19 @@ def test_a_value_of_the_wrong_kind_anywhere_is_refused_naming_its_own_key_path()
         with pytest.raises(ConfigError) as info:
             parse_config(wrong, source="c")
         assert str(info.value).startswith(f"c: {path}: "), (path, str(info.value))
+
+
+def test_a_missing_top_level_key_is_named_without_a_leading_dot() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({}, source="c")
+    assert str(info.value) == "c: model: required key is missing"
+    doc = _doc()
+    doc["model"]["decoder"]["session_options"] = []
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="c")
+    assert str(info.value) == "c: model.decoder.session_options: expected an object, got an array"
+    doc = _doc()
+    doc["model"]["decoder"]["hidden_size"] = 2**64
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="c")
+    assert str(info.value) == f"c: model.decoder.hidden_size: value {2**64} does not fit in int64"

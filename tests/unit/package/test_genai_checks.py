@@ -40,6 +40,12 @@ def _groups(*groups: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     return lambda d: d["model"]["decoder"].__setitem__("state_groups", list(groups))
 
 
+def _past_keys(template: str) -> Callable[[dict[str, Any]], None]:
+    def edit(d: dict[str, Any]) -> None:
+        d["model"]["decoder"].update(inputs={"past_key_names": template}, state_groups=[{"kind": "paged_kv", "layer_ids": [3]}])
+    return edit
+
+
 def _profiles(*profiles: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     return lambda d: d.__setitem__("runtime_profiles", list(profiles))
 
@@ -49,8 +55,17 @@ _REFUSED = [
      "model.decoder.state_groups[0]: (paged_kv) must contain at least one layer_id"),
     (_groups({"kind": "paged_kv", "layer_ids": [3]}, {"kind": "paged_kv", "layer_ids": [2, 3]}),
      "model.decoder.state_groups[1]: (paged_kv) overlaps another paged_kv group at layer_id 3"),
+    (_past_keys("past.%s.key"),
+     "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%s.key'; expected exactly one %d"),
+    (_past_keys("past.%d.%d.key"),
+     "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%d.%d.key'; "
+     "expected exactly one %d"),
+    (_past_keys("past.key"),
+     "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.key'; expected exactly one %d"),
     (_profiles({"id": "a", "eligibility": {"maximum_total_device_memory_bytes": 5}, "overlay": {"search": {"chunk_size": 8}}}),
      "runtime_profiles[0].eligibility: runtime profile 'a' is missing minimum_total_device_memory_bytes"),
+    (_profiles({"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 0}, "overlay": {"model": {"decoder": {}}, "search": {}}}),
+     "runtime_profiles[0].overlay: runtime profile 'a' does not contain any overlay fields"),
     (_profiles(*_overlay_file("")),
      "runtime_profiles[0].overlay.model.decoder.filename: runtime profile 'a': must not be empty"),
     (_profiles(*_overlay_file("../x.onnx")),
