@@ -58,8 +58,8 @@ _REFUSED = [
     (_past_keys("past.%s.key"),
      "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%s.key'; expected exactly one %d"),
     (_past_keys("past.%d.%d.key"),
-     "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%d.%d.key'; "
-     "expected exactly one %d"),
+     ("model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%d.%d.key'; "
+      "expected exactly one %d")),
     (_past_keys("past.key"),
      "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.key'; expected exactly one %d"),
     (_profiles({"id": "a", "eligibility": {"maximum_total_device_memory_bytes": 5}, "overlay": {"search": {"chunk_size": 8}}}),
