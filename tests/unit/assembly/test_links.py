@@ -298,3 +298,17 @@ def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Pa
         place(source, tmp_path / "dst.bin", LinkPolicy.HARDLINK)
     assert str(info.value) == f"--link hardlink: cannot hardlink {source} -> {tmp_path / 'dst.bin'}: refused (errno {shown})"
     assert not os.path.lexists(tmp_path / "dst.bin")
+
+
+def test_copy_file_makes_an_independent_copy_and_never_replaces(src: Path, tmp_path: Path) -> None:
+    from q38.package.links import copy_file
+
+    dst = tmp_path / "copied.bin"
+    copy_file(src, dst)
+    assert dst.read_bytes() == src.read_bytes() and dst.stat().st_ino != src.stat().st_ino
+    before = src.read_bytes()
+    dst.write_bytes(b"changed")
+    assert src.read_bytes() == before  # a copy, not a link
+    with pytest.raises(PackageError, match=r"^--link copy: cannot copy .* File exists \(errno EEXIST\)$"):
+        copy_file(src, dst)
+    assert dst.read_bytes() == b"changed"

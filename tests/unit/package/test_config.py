@@ -84,8 +84,9 @@ def test_runtime_profiles_round_trip_and_overlap_is_refused() -> None:
     assert config_to_dict(cfg)["runtime_profiles"] == doc["runtime_profiles"]
     overlapping = copy.deepcopy(doc)
     overlapping["runtime_profiles"][1]["eligibility"]["minimum_total_device_memory_bytes"] = 99
-    with pytest.raises(ConfigError, match=r"runtime profile eligibility ranges overlap \('a' and 'b'\)"):
-        parse_config(overlapping)
+    with pytest.raises(ConfigError) as info:
+        parse_config(overlapping, source="c")
+    assert str(info.value) == "c: runtime_profiles[1].eligibility: runtime profile eligibility ranges overlap ('a' and 'b')"
     nested = copy.deepcopy(doc)
     nested["runtime_profiles"] = [_profile("outer", 0, 1000), _profile("x", 10, 20), _profile("y", 30, 40)]
     with pytest.raises(ConfigError, match="overlap"):

@@ -121,6 +121,11 @@ def test_a_graph_sections_keys_land_in_their_records_and_only_the_rest_in_extra(
     assert (mtp.filename, mtp.enabled, mtp.num_hidden_layers, mtp.num_key_value_heads, mtp.head_size,
             mtp.main_hidden_states) == ("mtp.onnx", True, 1, 2, 16, "hidden_states")  # fmt: skip
     assert (mtp.inputs, mtp.outputs, mtp.extra) == ({"input_ids": "input_ids"}, {"logits": "logits"}, {})
+    doc["model"]["decoder"].update(head_size=16, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                   num_key_value_heads=2)  # fmt: skip
+    d = parse_genai_config(doc, source=SOURCE).model.decoder
+    assert (d.head_size, d.hidden_size, d.num_attention_heads, d.num_hidden_layers, d.num_key_value_heads, d.extra) == (
+        16, 64, 4, 2, 2, {})
 
 
 def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
