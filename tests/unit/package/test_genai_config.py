@@ -135,3 +135,13 @@ def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         read_genai_config(path)
     assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"
+
+
+def test_a_research_configs_engram_section_is_written_back() -> None:
+    doc = _doc()
+    doc["model"]["engram"] = {"filename": "engram.onnx", "cache_capacity": 8}
+    cfg = parse_genai_config(doc, source=SOURCE, research=True)
+    assert cfg.model.engram is not None and cfg.model.engram.cache_capacity == 8
+    changed = replace(cfg, model=replace(cfg.model, engram=replace(cfg.model.engram, cache_capacity=16)))
+    written = json.loads(dumps_genai_config(changed))
+    assert written["model"]["engram"] == {"filename": "engram.onnx", "cache_capacity": 16}

@@ -241,3 +241,14 @@ def test_a_string_tensors_digest_covers_each_strings_length_and_bytes() -> None:
     expected = hashlib.sha256(b"".join(len(s).to_bytes(8, "little") + s for s in (b"ab", b"c"))).hexdigest()
     assert tensor_digest(a) == "s" + expected
     assert tensor_digest(ir.tensor(np.arange(4, dtype=np.int32))) == hashlib.sha256(np.arange(4, dtype=np.int32).tobytes()).hexdigest()
+
+
+def test_a_value_two_nodes_produce_is_refused_by_name(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Neg", ["x"], ["y"], name="b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
+    path = tmp_path / "model.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+    with pytest.raises(GraphError) as info:
+        load_graph(path, root=tmp_path)
+    assert str(info.value) == "model.onnx: node 'b' output 'y' is already produced (duplicate value name)"

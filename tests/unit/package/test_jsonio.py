@@ -38,6 +38,8 @@ def _refused(text: str | bytes, **kw: object) -> str:
     ('{"d": {"a\\u0000b": 1, "a": 2}}', "cfg.json: d.a: duplicate key 'a' (JSON keys must be unique, read up to a NUL)"),
     ('{"runtime_profiles": [{"id": "a"}, {"id": "b", "id": "c"}]}', "cfg.json: runtime_profiles[1].id: duplicate key 'id'"),
     ('{"a": 1,}', "cfg.json: invalid JSON at line 1 column 9"),
+    ("NaN", "cfg.json: (top level): NaN is not valid JSON"),
+    ("1e400", "cfg.json: (top level): number '1e400' is out of range for a double"),
 ])  # fmt: skip
 def test_loads_strict_names_the_key_path_and_the_reason(doc: str, expected: str) -> None:
     assert _refused(doc).startswith(expected)
