@@ -71,3 +71,15 @@ def test_multidraft_graphs_are_listed_by_role(tmp_path: Path) -> None:
         PathField("model.qwen38_graph.multidraft.s3", "model_s3.onnx", "graph", tmp_path),
     ]
 
+
+
+def test_an_offload_popularity_file_is_listed_as_a_profile_either_way_it_is_written(tmp_path: Path) -> None:
+    """As a session option of its own, or inside ``config_entries`` (the builder's form)."""
+    key = "session.moe.offload.popularity_file"
+    doc = {"model": {"decoder": {"filename": "model.onnx", "session_options": {key: "pop.bin"}},
+                     "mtp": {"filename": "mtp.onnx", "session_options": {"config_entries": {key: "pop_mtp.bin"}}}}}  # fmt: skip
+    fields = [f for f in path_fields(doc, config_dir=tmp_path) if f.kind == "profile"]
+    assert fields == [
+        PathField(f"model.decoder.session_options.{key}", "pop.bin", "profile", tmp_path),
+        PathField(f"model.mtp.session_options.config_entries.{key}", "pop_mtp.bin", "profile", tmp_path),
+    ]

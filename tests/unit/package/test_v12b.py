@@ -103,3 +103,26 @@ def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, o
         open_package(pkg)
     assert str(info.value) == (f"{pkg / 'weights_pool.txt'}: pool entry 'w0000': byte range [{offset}, {offset + 1024}) "
                                "is past the end of 'model.onnx.data' (1024 bytes)")  # fmt: skip
+
+
+def test_a_manifest_or_pool_data_file_that_is_not_there_is_named_with_the_file_that_names_it(tmp_path: Path) -> None:
+    pkg = build_mini_package(tmp_path / "p1")
+    (pkg / "package_manifest.json").unlink()
+    (pkg / "package_manifest.json").mkdir()
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == f"{pkg}: manifest: 'package_manifest.json' is a directory, expected a file"
+    pkg = build_mini_package(tmp_path / "p2")
+    pool = pkg / "weights_pool.txt"
+    pool.write_text(pool.read_text(encoding="utf-8").replace("w0001 head_r2.onnx.data", "w0001 gone.data"), encoding="utf-8")
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == f"{pool}: pool entry 'w0001': 'gone.data' does not exist in {pkg}"
+
+
+def test_a_pool_written_with_crlf_line_ends_reads_as_with_lf(tmp_path: Path) -> None:
+    lf = open_package(build_mini_package(tmp_path / "lf")).pool.entries
+    pkg = build_mini_package(tmp_path / "crlf")
+    pool = pkg / "weights_pool.txt"
+    pool.write_bytes(pool.read_bytes().replace(b"\n", b"\r\n"))
+    assert open_package(pkg).pool.entries == lf
