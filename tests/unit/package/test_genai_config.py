@@ -145,3 +145,22 @@ def test_a_research_configs_engram_section_is_written_back() -> None:
     changed = replace(cfg, model=replace(cfg.model, engram=replace(cfg.model.engram, cache_capacity=16)))
     written = json.loads(dumps_genai_config(changed))
     assert written["model"]["engram"] == {"filename": "engram.onnx", "cache_capacity": 16}
+
+
+def test_a_config_built_without_a_source_document_is_written_in_full() -> None:
+    """A config assembled by a converter (no source form to keep) is written from its records:
+    every field of a graph section, shared initializers included, parses back to the same config."""
+    from q38.package.genai_config import SharedInitializer
+
+    cfg = parse_genai_config(_doc(), source=SOURCE)
+    shared = (SharedInitializer("w", "model.onnx.data", "64", "128", 10, (4, 16)),)
+    decoder = replace(cfg.model.decoder, inputs={"input_ids": "ids"}, outputs={"logits": "out"}, shared_initializers=shared)
+    built = replace(cfg, model=replace(cfg.model, decoder=decoder), source_forms=None)
+    written = json.loads(dumps_genai_config(built))
+    assert written["model"]["decoder"] == {
+        "filename": "model.onnx", "inputs": {"input_ids": "ids"}, "outputs": {"logits": "out"},
+        "shared_initializers": [{"name": "w", "data_file": "model.onnx.data", "offset": "64", "length": "128",
+                                 "data_type": 10, "shape": [4, 16]}],
+    }  # fmt: skip
+    again = parse_genai_config(written, source=SOURCE).model.decoder
+    assert (again.inputs, again.outputs, again.shared_initializers) == ({"input_ids": "ids"}, {"logits": "out"}, shared)
