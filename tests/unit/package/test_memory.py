@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from onnx import TensorProto, helper
 
 from q38.package.memory import StateTensor, graph_memory
@@ -98,3 +99,32 @@ def test_an_engram_graph_carries_state_but_is_no_mtp_draft(tmp_path: Path) -> No
     (pkg / "genai_config.json").write_text(json.dumps(doc), encoding="utf-8")
     facts = read_package_facts(pkg)
     assert (facts.companions, facts.state_graphs, facts.mtp_graphs) == (("mtp.onnx",), ("mtp.onnx",), ())
+
+
+def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
+    """A QMoE's expert inputs (2..13, 15, 16) are routed experts of that node (the expert count is
+    their first dim), its router input (1) is not; a Gather or GatherBlockQuantized table indexed by a
+    graph input is an embedding; lm_head and mtp.* by name; the rest dense."""
+    def init(name: str, dims: list[int]) -> TensorProto:
+        return helper.make_tensor(name, TensorProto.FLOAT16, dims, [0.0] * int(np.prod(dims)))
+
+    inits = [init("router_w", [4, 8]), init("fc1_w", [4, 8, 2]), init("fc2_w", [4, 2, 8]), init("embq", [16, 4]),
+             init("emb", [16, 4]), init("lm_head.weight", [4, 16]), init("mtp.norm", [4]), init("other", [4])]
+    nodes = [
+        helper.make_node("QMoE", ["x", "router_w", "fc1_w", "", "fc2_w"], ["y"], name="moe", domain="com.microsoft"),
+        helper.make_node("GatherBlockQuantized", ["embq", "ids", "s"], ["e1"], name="gq", domain="com.microsoft"),
+        helper.make_node("Gather", ["emb", "ids"], ["e2"], name="g"),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8]),
+                                           helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8])], initializer=inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)  # fmt: skip
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    classes = {t.name: (t.kind, t.node, t.experts, t.dtype) for t in graph_memory(tmp_path / "model.onnx", tmp_path).tensors}
+    assert classes == {
+        "router_w": ("dense", "", 0, "float16"), "fc1_w": ("routed_expert", "moe", 4, "float16"),
+        "fc2_w": ("routed_expert", "moe", 4, "float16"), "embq": ("embedding", "", 0, "float16"),
+        "emb": ("embedding", "", 0, "float16"), "lm_head.weight": ("head", "", 0, "float16"),
+        "mtp.norm": ("mtp", "", 0, "float16"), "other": ("dense", "", 0, "float16"),
+    }  # fmt: skip
