@@ -98,7 +98,9 @@ def test_compute_capability_below_sm80_is_the_first_reason() -> None:
     ]
 
 
-@pytest.mark.parametrize(("rank", "threshold", "failing"), [("1", "0.5", False), ("2", "0.5", True), ("2", "0", False)])
+@pytest.mark.parametrize(("rank", "threshold", "failing"), [
+    ("0", "0.5", False), ("1", "0.5", False), ("2", "0.5", True), ("-1", "0.5", True), ("2", "0", False),
+])  # fmt: skip
 def test_tail_substitution_rank_must_stay_below_k(rank: str, threshold: str, failing: bool) -> None:
     entries = {_P + "mode": "auto", _P + "tail_substitution_min_rank": rank, _P + "tail_substitution_threshold": threshold}
     found = check_offload_nodes(offload_model("int4"), entries, cuda=True)
