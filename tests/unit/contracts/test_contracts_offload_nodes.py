@@ -130,3 +130,10 @@ def _experts(fmt: str, hidden: int, inter: int) -> onnx.ModelProto:
 
 def test_offload_alignment_is_32_for_nvfp4_and_64_for_int(fmt: str, dims: int, reason: str | None) -> None:
     assert offload_eligibility(_experts(fmt, dims, dims), "required") == [("moe0", reason)]
+
+
+@pytest.mark.parametrize(("slot", "name", "width"), [(4, "fc1_b", 2 * 64), (7, "fc2_b", 64)])
+def test_a_bias_slot_that_is_no_constant_is_named_by_its_slot(slot: int, name: str, width: int) -> None:
+    """The fc1 / fc2 bias of a QMoE fed from a graph input keeps the node on the GPU, naming the slot."""
+    model = offload_model("int4", slots={slot: (TP.FLOAT16, [4, width])}, graph_inputs=[slot])
+    assert offload_eligibility(model, "required") == [("moe0", f"optional expert slot {slot} ('{name}') must be a constant initializer")]
