@@ -42,7 +42,7 @@ def entry() -> int:
         _leave(130)
         raise  # pragma: no cover - _leave does not return
     gc.freeze()
-    code = main()
+    code = main(last_run=True)
     if interrupted():
         _leave(interrupt_exit_code())
     return code

@@ -83,6 +83,16 @@ def _restore_sigint(previous: object) -> None:
             pass
 
 
+def _ignore_signals(previous: object) -> None:
+    if not isinstance(previous, dict):
+        return
+    for signum in previous:
+        try:
+            signal.signal(signum, signal.SIG_IGN)
+        except (ValueError, TypeError):
+            pass
+
+
 def interrupted() -> bool:
     """Whether this run received SIGINT, SIGTERM or SIGHUP (whatever exception it turned into)."""
     return _INTERRUPTED
@@ -275,14 +285,24 @@ def _user_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one q38 command; returns the exit code (see the module docstring)."""
+def main(argv: Sequence[str] | None = None, *, last_run: bool = False) -> int:
+    """Run one q38 command; returns the exit code (see the module docstring).
+
+    ``last_run``: the process exits after this run (the console script). The signals q38 handles
+    are then ignored once the run's outcome is settled, instead of restored: a Ctrl-C that lands
+    after the output is committed, while Python shuts down (where CPython puts back the default
+    action and the signal would kill the process with no message, status -2), can undo nothing,
+    so the process exits with the run's own status.
+    """
     previous = _install_sigint()
     errors = _stdout_paths_as_bytes()
     try:
         return _main(argv)
     finally:
-        _restore_sigint(previous)
+        if last_run:
+            _ignore_signals(previous)
+        else:
+            _restore_sigint(previous)
         _restore_stdout(errors)
 
 
