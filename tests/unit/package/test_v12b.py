@@ -8,6 +8,7 @@ graph its ``filename`` names (default: the decoder's file), never to the head.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,19 +55,32 @@ def test_the_runtime_a_v12b_package_runs_on_follows_its_variant_and_providers(
     assert open_any(pkg).preferred_target() == expected
 
 
-def test_a_v12b_packages_missing_or_misplaced_files_are_named_with_the_file_that_names_them(tmp_path: Path) -> None:
+def _replace_by_directory(name: str) -> Callable[[Path], None]:
+    def damage(pkg: Path) -> None:
+        (pkg / name).unlink()
+        (pkg / name).mkdir()
+    return damage
+
+
+def _drop_pool_data(pkg: Path) -> None:
+    pool = pkg / "weights_pool.txt"
+    pool.write_text(pool.read_text(encoding="utf-8").replace("w0001 head_r2.onnx.data", "w0001 gone.data"), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_replace_by_directory("genai_config.json"), "{pkg}: config: 'genai_config.json' is a directory, expected a file"),
+    (lambda pkg: (pkg / "weights_pool.txt").unlink(),
+     "{pkg}/genai_config.json: model.qwen38_graph.weights_pool: 'weights_pool.txt' does not exist in {pkg}"),
+    (_replace_by_directory("package_manifest.json"), "{pkg}: manifest: 'package_manifest.json' is a directory, expected a file"),
+    (_drop_pool_data, "{pkg}/weights_pool.txt: pool entry 'w0001': 'gone.data' does not exist in {pkg}"),
+], ids=["config-dir", "pool-missing", "manifest-dir", "pool-data-missing"])  # fmt: skip
+def test_a_missing_or_misplaced_file_is_named_with_the_file_that_names_it(
+        tmp_path: Path, damage: Callable[[Path], None], message: str) -> None:  # fmt: skip
     pkg = build_mini_package(tmp_path / "pkg")
-    (pkg / "genai_config.json").unlink()
-    (pkg / "genai_config.json").mkdir()
+    damage(pkg)
     with pytest.raises(PackageError) as info:
         open_package(pkg)
-    assert str(info.value) == f"{pkg}: config: 'genai_config.json' is a directory, expected a file"
-    pkg = build_mini_package(tmp_path / "pkg2")
-    (pkg / "weights_pool.txt").unlink()
-    with pytest.raises(PackageError) as info:
-        open_package(pkg)
-    assert str(info.value) == (f"{pkg / 'genai_config.json'}: model.qwen38_graph.weights_pool: "
-                               f"'weights_pool.txt' does not exist in {pkg}")  # fmt: skip
+    assert str(info.value) == message.format(pkg=pkg)
 
 
 def test_the_decode_graph_of_a_v12b_package_is_its_loaded_target(tmp_path: Path) -> None:
@@ -103,21 +117,6 @@ def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, o
         open_package(pkg)
     assert str(info.value) == (f"{pkg / 'weights_pool.txt'}: pool entry 'w0000': byte range [{offset}, {offset + 1024}) "
                                "is past the end of 'model.onnx.data' (1024 bytes)")  # fmt: skip
-
-
-def test_a_manifest_or_pool_data_file_that_is_not_there_is_named_with_the_file_that_names_it(tmp_path: Path) -> None:
-    pkg = build_mini_package(tmp_path / "p1")
-    (pkg / "package_manifest.json").unlink()
-    (pkg / "package_manifest.json").mkdir()
-    with pytest.raises(PackageError) as info:
-        open_package(pkg)
-    assert str(info.value) == f"{pkg}: manifest: 'package_manifest.json' is a directory, expected a file"
-    pkg = build_mini_package(tmp_path / "p2")
-    pool = pkg / "weights_pool.txt"
-    pool.write_text(pool.read_text(encoding="utf-8").replace("w0001 head_r2.onnx.data", "w0001 gone.data"), encoding="utf-8")
-    with pytest.raises(PackageError) as info:
-        open_package(pkg)
-    assert str(info.value) == f"{pool}: pool entry 'w0001': 'gone.data' does not exist in {pkg}"
 
 
 def test_a_pool_written_with_crlf_line_ends_reads_as_with_lf(tmp_path: Path) -> None:
