@@ -14,7 +14,9 @@ SIGINT: the first Ctrl-C records that the run was interrupted and raises ``Keybo
 a second one during the clean-up (staged outputs being removed) is ignored so the clean-up
 finishes. Whatever exception the interruption turns into - a ``KeyboardInterrupt``, or the
 ``ImportError`` a C extension raises when its own import of numpy was interrupted mid-way - the
-run ends with exit 130 and the one line ``q38 CMD: interrupted``.
+run ends with exit 130 and the one line ``q38 CMD: interrupted``. A signal that arrives while a
+C extension initializes (onnx's pybind11 module crashed on one) waits until the init has returned
+(:mod:`q38.extension_guard`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Final, NoReturn
 
 from q38 import __version__
 from q38.commands import COMMAND_MODULES
+from q38.extension_guard import defer_interrupt, guarded_extension_imports, initializing
 
 __all__ = ["HANDLED_SIGNALS", "build_parser", "configure_logging", "interrupt_exit_code", "interrupted", "main", "verbosity"]
 
@@ -50,6 +53,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         return
     _INTERRUPTED = True
     _SIGNUM = signum
+    if initializing():  # inside a C extension's init: raised once the init has returned
+        defer_interrupt()
+        return
     raise KeyboardInterrupt
 
 
@@ -297,7 +303,10 @@ def main(argv: Sequence[str] | None = None, *, last_run: bool = False) -> int:
     previous = _install_sigint()
     errors = _stdout_paths_as_bytes()
     try:
-        return _main(argv)
+        if not isinstance(previous, dict):  # not the main thread: q38 handles no signal
+            return _main(argv)
+        with guarded_extension_imports(tuple(previous)):
+            return _main(argv)
     finally:
         if last_run:
             _ignore_signals(previous)

@@ -10,6 +10,10 @@ hooks, each idle unless its environment variable is set (:func:`child_env`):
   so the interrupt lands mid-way through that import (numpy's C core, onnx's and onnxruntime's
   pybind modules, q38's own lazy imports); with ``Q38_SIGINT_AS_IMPORTERROR=1`` that interruption
   becomes the ``ImportError`` a C extension raises when its own import of numpy is cut short;
+* ``Q38_SIGINT_IN=MODULE`` (a C extension) with ``Q38_INIT_DONE_FILE``: the child sends SIGINT
+  to itself from inside ``MODULE``'s module initialization, in Python code the init runs before
+  the extension's own C init (as a pybind11 init calls back into Python), and writes the done file
+  once the C init has returned -- which it never does if the interrupt cuts the init short;
 * ``Q38_PAUSE_AT=enter|commit`` with ``Q38_READY_FILE``: :class:`q38.package.staging.StagedDirectory`
   is wrapped when q38 imports it; with ``enter`` the child writes the ready file once its staging
   directory exists and sleeps, with ``commit`` it does so as the commit starts (the whole output
@@ -30,19 +34,38 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 SITECUSTOMIZE = '''
-import importlib.abc, importlib.util, os, signal, sys, time
+import importlib.abc, importlib.machinery, importlib.util, os, signal, sys, time
 
 _STARTED = os.environ.get("Q38_STARTED_FILE")
 _SIGINT_AT = os.environ.get("Q38_SIGINT_AT")
 _AS_IMPORT_ERROR = os.environ.get("Q38_SIGINT_AS_IMPORTERROR") == "1"
+_SIGINT_IN = os.environ.get("Q38_SIGINT_IN")
+_INIT_DONE = os.environ.get("Q38_INIT_DONE_FILE")
 _PAUSE_AT = os.environ.get("Q38_PAUSE_AT")
 _READY = os.environ.get("Q38_READY_FILE")
+
+
+class _SignalledExtensionLoader(importlib.machinery.ExtensionFileLoader):
+    def create_module(self, spec):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # Python code of the init: an unguarded handler raises here
+            pass
+        module = super().create_module(spec)
+        with open(_INIT_DONE, "w") as fh:
+            fh.write(spec.name)
+        return module
 
 
 class _SigintHook:
     fired = False
 
     def find_spec(self, name, path=None, target=None):
+        if _SIGINT_IN and name == _SIGINT_IN and not _SigintHook.fired:
+            _SigintHook.fired = True
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            assert isinstance(spec.loader, importlib.machinery.ExtensionFileLoader), spec
+            spec.loader = _SignalledExtensionLoader(spec.loader.name, spec.loader.path)
+            return spec
         if name == "q38.cli" and _STARTED:
             with open(_STARTED, "w") as fh:
                 fh.write(str(os.getpid()))
@@ -121,7 +144,8 @@ sys.meta_path.insert(0, _PauseFinder())
 sys.meta_path.insert(0, _SigintHook())
 '''
 
-_HOOK_VARS = ("Q38_STARTED_FILE", "Q38_SIGINT_AT", "Q38_SIGINT_AS_IMPORTERROR", "Q38_PAUSE_AT", "Q38_READY_FILE")
+_HOOK_VARS = ("Q38_STARTED_FILE", "Q38_SIGINT_AT", "Q38_SIGINT_AS_IMPORTERROR", "Q38_SIGINT_IN", "Q38_INIT_DONE_FILE",
+              "Q38_PAUSE_AT", "Q38_READY_FILE")
 
 
 def write_hook(directory: Path) -> Path:

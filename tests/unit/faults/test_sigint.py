@@ -81,6 +81,38 @@ def test_sigint_during_an_import_is_exit_130_and_one_line(
     assert tree_identity(source) == before
 
 
+# (command, C extension whose module init the interrupt lands in): onnx's pybind11 module (the
+# one that crashed with SIGSEGV on a Ctrl-C mid-init), ml_dtypes' (half a second of init), numpy's
+# C core, onnxruntime's pybind module.
+INIT_POINTS = (
+    ("offload", "onnx.onnx_cpp2py_export"),
+    ("optimize", "ml_dtypes._ml_dtypes_ext"),
+    ("offload", "numpy._core._multiarray_umath"),
+    ("check-ort", "onnxruntime.capi.onnxruntime_pybind11_state"),
+)
+
+
+@pytest.mark.parametrize(("command", "module"), [
+    pytest.param(c, m, id=f"{c}-{m}", marks=[pytest.mark.slow] * (c == "check-ort")) for c, m in INIT_POINTS])
+def test_sigint_inside_a_c_extension_init_waits_for_the_init_then_is_exit_130(
+    command: str, module: str, hookdir: Path, source: Path, tmp_path: Path
+) -> None:
+    """The interrupt is held off until the extension's init has returned (the done file exists),
+    then ends the run as any other: exit 130, one line, nothing written."""
+    work = tmp_path / "w"
+    work.mkdir()
+    done = tmp_path / "init-done"
+    before = tree_identity(source)
+    proc = subprocess.run(
+        [sys.executable, "-m", "q38", *_argv(command, source, work / "out")],
+        env=_env(hookdir, tmp_path / "ready", Q38_SIGINT_IN=module, Q38_INIT_DONE_FILE=str(done)),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    _assert_interrupted(proc, command, work)
+    assert done.read_text() == module, f"the interrupt cut {module}'s init short"
+    assert tree_identity(source) == before
+
+
 def _start(command: str, source: Path, out: Path, env: dict[str, str], ready: Path) -> subprocess.Popen[str]:
     return start_q38(_argv(command, source, out), env, ready, timeout=120, what="its start")
 
