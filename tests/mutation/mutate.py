@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     allow = load_allowlist()
     status = 0
     for package in args.packages:
-        workdir = args.workdir / package.replace("/", "-")
+        workdir = args.workdir.resolve() / package.replace("/", "-")  # the runs work in it: not relative to the cwd
         sample = None if args.all else args.sample
         if args.no_run:
             names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
