@@ -23,6 +23,7 @@ from typing import Any
 
 import onnx
 import pytest
+from support.contracts_testkit import needs_fp16_gates
 from support.genai_packages import (
     builder_packages,
     copy_package,
@@ -34,6 +35,7 @@ from contracts.runner import check_package
 from q38.cli import main
 
 REAL = real_package_dirs()
+pytestmark = needs_fp16_gates  # the builder packages include exports of q38's synthetic ones
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from support.contracts_testkit import ORT_VERSION, needs_fp16_gates
 
 from contracts.cuda_kernels import ENV_VAR, fallback_nodes
 from contracts.runner import check_package
@@ -25,7 +26,8 @@ from q38.cli import main
 from q38.optimize.target_kernels import for_target
 from q38.synth import synthesize
 
-_VERSION = "1.32.0"
+_VERSION = ORT_VERSION  # the dump stands for the installed onnxruntime's CUDA build
+_OTHER = "1.31.1" if _VERSION != "1.31.1" else "1.32.0"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,7 @@ def _fallbacks(pkg: Path) -> list[tuple[str, str]]:
 def test_check_warns_once_per_node_a_cuda_graph_would_run_on_the_cpu(
     faithful: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / "cuda-kernels-1.32.0.json", _ops(faithful) - {("", "Gather")})))
+    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / f"cuda-kernels-{_VERSION}.json", _ops(faithful) - {("", "Gather")})))
     found = _fallbacks(faithful)
     target = onnx.load(faithful / "model.onnx", load_external_data=False)
     gathers = [n.name for n in target.graph.node if n.op_type == "Gather"]
@@ -71,7 +73,7 @@ def test_a_graph_whose_session_names_no_cuda_provider_gets_no_fallback_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cpu = synthesize(tmp_path / "cpu", preset="tiny", exporter="builder", seed=0)  # CPU provider only
-    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / "cuda-kernels-1.32.0.json", set())))
+    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / f"cuda-kernels-{_VERSION}.json", set())))
     assert _fallbacks(cpu) == []
     doc = json.loads((cpu / "genai_config.json").read_text())
     doc["model"]["decoder"].setdefault("session_options", {})["provider_options"] = [{"cuda": {}}]
@@ -79,18 +81,19 @@ def test_a_graph_whose_session_names_no_cuda_provider_gets_no_fallback_warning(
     assert _fallbacks(cpu)  # the same graphs on a CUDA session: every node falls back under an empty dump
 
 
+@needs_fp16_gates  # check's exit status of the synthetic package
 def test_without_a_dump_of_this_version_the_rule_says_nothing(
     faithful: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert _fallbacks(faithful) == []
-    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / "cuda-kernels-1.31.1.json", set(), version="1.31.1")))
+    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / f"cuda-kernels-{_OTHER}.json", set(), version=_OTHER)))
     assert _fallbacks(faithful) == []
     assert main(["check", str(faithful)]) == 0
 
 
 def test_optimize_reads_the_same_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / "cuda-kernels-1.32.0.json", {("", "Gather")})))
+    monkeypatch.setenv(ENV_VAR, str(_dump(tmp_path / f"cuda-kernels-{_VERSION}.json", {("", "Gather")})))
     kernels = for_target(_VERSION, "cuda")
-    assert kernels.source == "cuda-kernels-1.32.0.json"
+    assert kernels.source == f"cuda-kernels-{_VERSION}.json"
     assert kernels.has("Gather", "") and not kernels.has("RMSNormRotary")

@@ -218,7 +218,7 @@ def test_environment_fallbacks_agree_with_onnxruntime(variable: str, value: str,
     from contracts.offload_config import check_offload_environment
 
     monkeypatch.setenv(variable, value)  # ORT reads both variables at every session creation
-    found = check_offload_environment({variable: value}, entries=entries)
+    found = check_offload_environment({variable: value}, entries=entries, ort_version=ORT_VERSION)
     assert {v.rule_id for v in found} <= {"OFFLOAD-ENV-001", "OFFLOAD-ENV-002"}
     assert_agrees(found, ort_error(identity_model(), entries), context=f"{variable}={value!r} {entries}")
 

@@ -173,6 +173,9 @@ def test_a_rank_from_a_shape_inputs_declared_length_is_built_as_onnxruntime_buil
     """A non-constant shape input whose declared length is huge (an int64-max value_info dim) gives
     the same output rank as in a real session, never a crash: up to 1,024 dims the rank is the
     length; beyond that it is unknown (and the session still loads)."""
+    if length > 1024 and ORT_VERSION < "1.32":  # measured on 1.31.1
+        pytest.skip(f"onnxruntime {ORT_VERSION} has no 1,024-dim cap: it builds a rank-1025 shape, and a session "
+                    "of an int64-max declared length kills the process (q38 mirrors 1.32.0's cap)")  # fmt: skip
     inputs = ["s"] if op == "ConstantOfShape" else ["x", "s"]
     graph = oh.make_graph(
         [oh.make_node("Shape", ["s_in"], ["s"], name="shape"), oh.make_node(op, inputs, ["y"], name="op")],
