@@ -101,7 +101,9 @@ def _state_groups(doc: Mapping[str, Any], source: str) -> None:
                     raise _fail(source, path, f"({kind}) {key} must be a graph input name, not a template")
         if kind in _FIXED:
             updates.append(update)
-        for binding, past_key, past_default, present_key, present_default in _BINDINGS[str(kind)]:
+        # A research builder kind (fixed_indexer, fixed_ple) binds names 0.18.0 has no defaults for:
+        # 0.18.0 refuses the kind itself (kept as og_refusal), so there are no bindings of its to resolve.
+        for binding, past_key, past_default, present_key, present_default in _BINDINGS.get(str(kind), ()):
             for template, side in ((inputs.get(past_key, past_default), "input"),
                                    (outputs.get(present_key, present_default), "output")):  # fmt: skip
                 if not _template_ok(str(template)):

@@ -131,7 +131,7 @@ def test_a_known_digest_is_reused_and_a_stale_one_recomputed(src: Path, tmp_path
     known = KnownDigests()
     known.add(FileIdentity.of(src), "ab" * 32)  # not src's digest: reuse must not recompute it
     placed = place(src, tmp_path / "reused", LinkPolicy.COPY, known=known)
-    assert (placed.sha256, placed.digest_reused, placed.method) == ("ab" * 32, True, "copy_file_range")
+    assert (placed.sha256, placed.digest_reused) == ("ab" * 32, True)
     assert (tmp_path / "reused").read_bytes() == src.read_bytes()
     os.utime(src, ns=(1, 1))  # same bytes, another mtime: the recorded identity no longer holds
     again = place(src, tmp_path / "stale", LinkPolicy.COPY, known=known)
@@ -186,8 +186,10 @@ def test_copy_falls_back_to_read_write_when_the_kernel_refuses(src: Path, tmp_pa
     monkeypatch.setattr(copying.os, "sendfile", refuse("sendfile"))
     known = KnownDigests()
     known.add(FileIdentity.of(src), _sha(src))
-    placed = place(src, tmp_path / "dst", LinkPolicy.COPY, known=known)
+    progress: list[int] = []
+    placed = place(src, tmp_path / "dst", LinkPolicy.COPY, known=known, on_bytes=progress.append)
     assert placed.method == "read_write" and calls == ["copy_file_range", "sendfile"]
+    assert sum(progress) == SIZE  # the progress bar counts every byte the user-space copy moved
     _assert_private_copy(src, tmp_path / "dst")
 
 
@@ -206,6 +208,64 @@ def test_copy_engine_picks_up_where_the_kernel_copy_stopped(src: Path, tmp_path:
         method, sha = copying.copy_fd(s.fileno(), d.fileno(), SIZE)
     assert (method, sha) == ("sendfile", None)
     assert (tmp_path / "dst").read_bytes() == src.read_bytes()
+
+
+def test_a_partial_kernel_copy_continues_at_the_offsets_it_reached(src: Path, tmp_path: Path, monkeypatch) -> None:
+    """copy_file_range may move fewer bytes than asked: the next request starts that many bytes
+    further into both files, so a range copied at offsets in several requests is the source's range."""
+    real = os.copy_file_range
+    requests: list[tuple[int | None, int | None]] = []
+
+    def at_most_1mib(s, d, count, offs, offd):
+        requests.append((offs, offd))
+        return real(s, d, min(count, 1 << 20), offs, offd)
+
+    monkeypatch.setattr(copying.os, "copy_file_range", at_most_1mib)
+    so, do, length = (2 << 20) + 4097, 8192, (1 << 20) + 5000
+    with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d:
+        assert copying.copy_range(s.fileno(), d.fileno(), length, src_offset=so, dst_offset=do) == ("copy_file_range", length)
+    assert requests == [(so, do), (so + (1 << 20), do + (1 << 20))]
+    assert (tmp_path / "dst").read_bytes()[do:] == src.read_bytes()[so : so + length]
+
+
+@pytest.mark.parametrize("digest", [False, True])
+def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path: Path, digest: bool) -> None:
+    """The source ended before the size the caller stat'ed (a file truncated meanwhile): EIO, saying how far it got."""
+    with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d, pytest.raises(OSError) as info:
+        copying.copy_fd(s.fileno(), d.fileno(), SIZE + 100, digest=digest)
+    assert info.value.errno == errno.EIO
+    assert str(info.value) == f"[Errno {errno.EIO}] short copy: the source ended after {SIZE} of {SIZE + 100} bytes"
+
+
+def test_the_hashing_copy_of_several_buffers_moves_and_counts_each_byte_once(tmp_path: Path) -> None:
+    """Above one hash buffer the read / hash / write pipeline runs: the copy and its sha256 are the
+    source's, and progress adds up to the file's size (never more: a copy that re-read a buffer
+    would report it twice)."""
+    src = tmp_path / "big.bin"
+    data = os.urandom(2 * copying.HASH_BUFFER + 99)
+    src.write_bytes(data)
+    progress: list[int] = []
+
+    def count(n: int) -> None:
+        progress.append(n)
+        assert sum(progress) <= len(data), "progress past the end of the file"
+
+    with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d:
+        method, sha = copying.copy_fd(s.fileno(), d.fileno(), len(data), digest=True, on_bytes=count)
+    assert (method, sha) == ("read_hash_write", hashlib.sha256(data).hexdigest())
+    assert sum(progress) == len(data) and len(progress) == 3
+    assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_a_placers_own_digests_are_reused_when_none_were_given(src: Path, tmp_path: Path) -> None:
+    """``Placer(policy)`` without ``known`` starts an empty set of digests of its own: a digest
+    added to it later is reused by its placements, not recomputed."""
+    placer = Placer(LinkPolicy.COPY)
+    assert len(placer.known) == 0
+    placer.known.add(FileIdentity.of(src), "ab" * 32)  # not src's digest: only reuse can give it
+    placed = placer.place(src, tmp_path / "dst")
+    assert (placed.sha256, placed.digest_reused) == ("ab" * 32, True)
+    assert Placer(LinkPolicy.COPY).known is not placer.known  # one set per placer, never shared
 
 
 def test_a_write_failure_in_the_hashing_copy_fails_cleanly(tmp_path: Path, monkeypatch) -> None:
@@ -237,11 +297,17 @@ def test_enospc_on_a_tiny_tmpfs_leaves_nothing(src: Path, tmp_path: Path) -> Non
 
 
 def test_preallocation_reserves_the_whole_file(tmp_path: Path) -> None:
+    """Where the filesystem preallocates, every non-empty file is, a 1-byte one too; an empty one is left as it is."""
     with open(tmp_path / "f", "xb") as fh:
         if not copying.preallocate(fh.fileno(), 8 << 20):
             pytest.skip("this filesystem does not preallocate")
         st = os.fstat(fh.fileno())
     assert st.st_size == 8 << 20 and st.st_blocks * 512 >= 8 << 20
+    with open(tmp_path / "one", "xb") as fh:
+        assert copying.preallocate(fh.fileno(), 0) is False and os.fstat(fh.fileno()).st_size == 0
+        assert copying.preallocate(fh.fileno(), 1) is True
+        st = os.fstat(fh.fileno())
+    assert st.st_size == 1 and st.st_blocks > 0
 
 
 def test_the_source_must_be_a_regular_file(tmp_path: Path) -> None:

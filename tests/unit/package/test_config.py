@@ -40,6 +40,7 @@ def test_round_trip_is_identity_and_text_is_canonical() -> None:
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", "16"), "model.decoder.hidden_size: expected an integer, got a string"),
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", True), "model.decoder.hidden_size: expected an integer, got a bool"),
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", 2**64), "does not fit in int64"),
+        (lambda d: d["model"]["decoder"].__setitem__("head_size", 0), "model.decoder.head_size: must be >= 1, got 0"),
         (lambda d: d["model"].__setitem__("type", "qwen3_5"), "model.type: expected 'qwen38_flash_graph'"),
         (lambda d: d["model"]["decoder"].pop("filename"), "model.decoder.filename: required key is missing"),
         (

@@ -17,6 +17,7 @@ import pytest
 from q38.errors import LINE_LIMIT, ProfileError, Q38Error, bound_line, clip, quote
 from q38.package.files import (
     PROFILE_LIMIT,
+    format_size,
     open_regular,
     os_problem,
     read_bounded,
@@ -94,6 +95,15 @@ def test_open_regular_closes_what_it_refuses(tmp_path: Path) -> None:
 ])  # fmt: skip
 def test_os_problem_words(code: int, text: str) -> None:
     assert os_problem(OSError(code, os.strerror(code))) == text
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (1 << 30, "1 GiB"), (3 << 30, "3 GiB"), (1 << 20, "1 MiB"), (1536 << 20, "1536 MiB"), (1 << 10, "1 KiB"),
+    ((1 << 20) + (1 << 10), "1025 KiB"), (1023, "1023 bytes"), ((1 << 20) + 1, "1048577 bytes"), (0, "0 bytes"),
+])  # fmt: skip
+def test_format_size_names_the_largest_whole_unit(size: int, text: str) -> None:
+    """Limits in messages read as whole units: exactly one GiB is "1 GiB", never "1024 MiB"."""
+    assert format_size(size) == text
 
 
 def test_quote_is_bounded_in_size_and_work() -> None:

@@ -55,6 +55,8 @@ _REFUSED = [
      "model.decoder.state_groups[0]: (paged_kv) must contain at least one layer_id"),
     (_groups({"kind": "paged_kv", "layer_ids": [3]}, {"kind": "paged_kv", "layer_ids": [2, 3]}),
      "model.decoder.state_groups[1]: (paged_kv) overlaps another paged_kv group at layer_id 3"),
+    (_groups({"kind": "fixed_conv", "layer_ids": [1]}, {"kind": "fixed_conv", "layer_ids": [1]}),
+     "model.decoder.state_groups[1]: (fixed_conv) resolves more than one binding to 'past_key_values.1.conv_state'"),
     (_past_keys("past.%s.key"),
      "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.%s.key'; expected exactly one %d"),
     (_past_keys("past.%d.%d.key"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,59 @@ def test_a_config_built_without_a_source_document_is_written_in_full() -> None:
     }  # fmt: skip
     again = parse_genai_config(written, source=SOURCE).model.decoder
     assert (again.inputs, again.outputs, again.shared_initializers) == ({"input_ids": "ids"}, {"logits": "out"}, shared)
+
+
+def test_the_models_token_ids_land_in_their_records_and_are_written_back_as_read() -> None:
+    """``pad_token_id`` (0 included) is carried, and a scalar ``eos_token_id`` is written back as the
+    number it was read as, not the list q38 keeps it as."""
+    doc = _doc()
+    doc["model"].update(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = parse_genai_config(doc, source=SOURCE)
+    m = cfg.model
+    assert (m.bos_token_id, m.eos_token_id, m.pad_token_id, m.vocab_size) == (1, (2,), 0, 32)
+    assert json.loads(dumps_genai_config(cfg)) == doc
+
+
+@pytest.mark.parametrize(
+    ("edit", "refusal"),
+    [
+        (lambda m: m.__setitem__("engram", {"filename": "engram.onnx", "run_options": {"log_tag": "e"}}), "model.engram"),
+        (lambda m: m["decoder"].__setitem__("ple_token_pad_id", 0), "model.decoder.ple_token_pad_id"),
+        (lambda m: m.__setitem__("mtp", {"filename": "mtp.onnx", "inputs": {"past_indexer_names": "past_indexer.%d"}}),
+         "model.mtp.inputs.past_indexer_names"),
+    ],
+    ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names"],
+)  # fmt: skip
+def test_each_research_builder_key_is_accepted_with_genais_refusal_kept(
+        edit: Callable[[dict[str, Any]], None], refusal: str) -> None:  # fmt: skip
+    """A key only the Qwen3.8 research builder writes parses with ``research=True``; 0.18.0's refusal
+    names the key (or its unknown section)."""
+    doc = _doc()
+    edit(doc["model"])
+    cfg = parse_genai_config(doc, source=SOURCE, research=True)
+    assert cfg.og_refusal == f"{SOURCE}: {refusal}: unknown key"
+    assert json.loads(dumps_genai_config(cfg)) == doc
+
+
+@pytest.mark.parametrize("kind", ["fixed_indexer", "fixed_ple"])
+def test_a_research_state_group_kind_is_read_with_genais_refusal_kept(kind: str) -> None:
+    """The research builder's indexer and PLE state groups (a KeyError, an internal error, before):
+    read with ``research=True``, their layer ids checked as any group's, refused by 0.18.0."""
+    doc = _doc()
+    doc["model"]["decoder"].update(num_hidden_layers=2, state_groups=[{"kind": kind, "layer_ids": [0, 1]}])
+    cfg = parse_genai_config(doc, source=SOURCE, research=True)
+    assert cfg.og_refusal.startswith(f"{SOURCE}: model.decoder.state_groups[0].kind: "), cfg.og_refusal
+    assert json.loads(dumps_genai_config(cfg)) == doc
+    with pytest.raises(ConfigError) as refused:
+        parse_genai_config(doc, source=SOURCE)
+    assert str(refused.value) == cfg.og_refusal
+    doc["model"]["decoder"]["state_groups"][0]["layer_ids"] = [2]
+    with pytest.raises(ConfigError) as outside:
+        parse_genai_config(doc, source=SOURCE, research=True)
+    assert str(outside.value) == f"{SOURCE}: model.decoder.state_groups[0]: ({kind}) has layer_id 2 outside [0, num_hidden_layers=2)"
+
+
+def test_the_runtime_profiles_that_swap_the_decoder_graph_are_listed_with_their_files() -> None:
+    doc = _doc()
+    doc["runtime_profiles"] = _profiles()
+    assert parse_genai_config(doc, source=SOURCE).profile_decoder_files() == [("large", "model_large.onnx")]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.genai_packages import copy_package, edit_genai_config, real_package_dirs
@@ -25,7 +27,7 @@ from support.genai_packages import copy_package, edit_genai_config, real_package
 from q38.cli import main
 from q38.errors import PackageError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
-from q38.package.genai_package import genai_graph_refs
+from q38.package.genai_package import genai_graph_refs, open_genai_package
 from q38.package.graphs import load_graph
 from q38.package.readers.genai import READER as GENAI_READER
 from q38.package.shared_initializers import shared_initializer_problems
@@ -121,6 +123,26 @@ def test_config_symlink_leaving_the_package_is_refused(exported: Path, tmp_path:
     (pkg / "genai_config.json").symlink_to(outside)
     with pytest.raises(PackageError, match="outside the package directory"):
         open_any(pkg)
+
+
+@pytest.mark.parametrize("case", ["missing", "a file", "config a fifo"])
+def test_a_path_that_is_no_package_directory_or_whose_config_is_no_file_is_one_line(case: str, tmp_path: Path) -> None:
+    """Detecting the surface is the first read of every command: a path that is not a directory,
+    or a config that is not a regular file (a FIFO never blocks it), is refused naming what it is."""
+    pkg = tmp_path / "pkg"
+    config = pkg / "genai_config.json"
+    if case == "missing":
+        expect = f"{pkg}: not a package directory"
+    elif case == "a file":
+        pkg.write_text("{}")
+        expect = f"{pkg}: not a package directory"
+    else:
+        pkg.mkdir()
+        os.mkfifo(config)
+        expect = f"config {config}: is a FIFO (named pipe), not a regular file (refusing to read it)"
+    with pytest.raises(PackageError) as info:
+        open_any(pkg)
+    assert str(info.value) == expect
 
 
 def test_a_command_taking_one_surface_refuses_the_other_in_one_line(exported: Path) -> None:
@@ -260,3 +282,26 @@ def test_the_decode_graphs_of_a_builder_package_with_mtp() -> None:
     assert all(any(True for _ in g.model.graph) for g in decode.graphs)
     assert "hidden_states" in decode.graphs[1].inputs and "past_conv_names" in decode.graphs[0].inputs
     assert (decode.head_size, decode.vocab_size, decode.main_hidden) == (16, 512, "hidden_states")
+
+
+@pytest.mark.parametrize(("edit", "main_hidden"), [
+    (lambda d: d["model"]["mtp"].pop("main_hidden_states"), "hidden_states"),  # the decoder's output
+    (lambda d: (d["model"]["mtp"].pop("main_hidden_states"), d["model"]["decoder"]["outputs"].update(hidden_states="h")), "h"),
+    (lambda d: (d["model"]["mtp"].pop("main_hidden_states"), d["model"]["decoder"]["outputs"].pop("hidden_states")),
+     "hidden_states"),
+], ids=["decoder-output", "renamed-decoder-output", "default"])  # fmt: skip
+def test_the_mtp_graph_reads_the_decoders_hidden_states_output_unless_the_config_names_another(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], object], main_hidden: str) -> None:  # fmt: skip
+    """Without ``mtp.main_hidden_states`` the MTP graph reads the decoder's ``hidden_states`` output,
+    by the name ``model.decoder.outputs`` gives it, else GenAI's default name ``hidden_states``."""
+    pkg = copy_package(FIXTURES / "int4-cpu-mtp", tmp_path / "pkg")
+    edit_genai_config(pkg, edit)
+    assert open_any(pkg).decode_graphs().main_hidden == main_hidden
+
+
+def test_a_config_that_is_a_directory_is_refused_naming_the_package(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "genai_config.json").mkdir(parents=True)
+    with pytest.raises(PackageError) as info:
+        open_genai_package(pkg)
+    assert str(info.value) == f"{pkg}: config: 'genai_config.json' is a directory, expected a file"

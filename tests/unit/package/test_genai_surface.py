@@ -1,7 +1,8 @@
 """GenAI 0.18.0's parser table: each refusal is one line naming the key path.
 
 Invariants: an array item of the wrong JSON kind is refused naming the item's own path
-(``key[i]``), not the array's and not a placeholder.
+(``key[i]``), not the array's and not a placeholder; a key of the wrong JSON kind is refused
+naming every kind it takes; a value range (``ngram_size``, ``dflash2_max_snapshots``) includes its bounds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from q38.package.genai_surface import validate
         ({"model": {"decoder": {"inputs": "x"}}}, "pkg/genai_config.json: model.decoder.inputs: expected an object, got a string"),
         ({"model": {"decoder": {"head_size": "4"}}}, "pkg/genai_config.json: model.decoder.head_size: expected a number, got a string"),
         ({"search": {"do_sample": "yes"}}, "pkg/genai_config.json: search.do_sample: expected a bool, got a string"),
+        ({"model": {"eos_token_id": {"a": 1}}},
+         "pkg/genai_config.json: model.eos_token_id: expected a number or an array, got an object"),
         ({"model": {"decoder": {"session_options": {"log_id": 3}}}},
          "pkg/genai_config.json: model.decoder.session_options.log_id: expected a string, got a number"),
     ],
@@ -32,3 +35,27 @@ def test_an_array_item_of_the_wrong_kind_names_its_index(doc: dict, message: str
     with pytest.raises(ConfigError) as info:
         validate(doc, source="pkg/genai_config.json")
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"speculative": {"ngram_size": 0}}, None),
+        ({"speculative": {"ngram_size": 2}}, None),
+        ({"speculative": {"ngram_size": 16}}, None),
+        ({"speculative": {"ngram_size": 1}}, "speculative.ngram_size: must be 0 or between 2 and 16, got 1"),
+        ({"speculative": {"ngram_size": 17}}, "speculative.ngram_size: must be 0 or between 2 and 16, got 17"),
+        ({"engine": {"dynamic_batching": {"dflash2_max_snapshots": 0}}}, None),
+        ({"engine": {"dynamic_batching": {"dflash2_max_snapshots": -1}}},
+         "engine.dynamic_batching.dflash2_max_snapshots: must be >= 0, got -1"),
+    ],
+)  # fmt: skip
+def test_a_value_range_includes_its_bounds(doc: dict, problem: str | None) -> None:
+    """GenAI 0.18.0's value checks (probed): ``ngram_size`` 0 or 2..16 and ``dflash2_max_snapshots``
+    >= 0 accept their bounds and refuse one past them."""
+    if problem is None:
+        validate(doc, source="pkg/genai_config.json")
+        return
+    with pytest.raises(ConfigError) as info:
+        validate(doc, source="pkg/genai_config.json")
+    assert str(info.value) == f"pkg/genai_config.json: {problem}"

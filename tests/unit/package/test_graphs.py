@@ -116,6 +116,24 @@ def test_truncated_protobuf_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(("kind", "problem"), [
+    ("missing", "does not exist"),
+    ("directory", "is a directory, not a regular file (refusing to read it)"),
+    ("fifo", "is a FIFO (named pipe), not a regular file (refusing to read it)"),
+])  # fmt: skip
+def test_a_graph_path_that_is_not_a_regular_file_is_one_line_naming_the_graph(tmp_path: Path, kind: str, problem: str) -> None:
+    """The graph file itself is opened as a regular file only (a FIFO never blocks the read), and
+    the refusal says it is the graph: ``graph <path>: <problem>``."""
+    path = tmp_path / "model.onnx"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(GraphError) as info:
+        load_graph(path, root=tmp_path)
+    assert str(info.value) == f"graph {path}: {problem}"
+
+
 def test_missing_inputs_and_cycles_are_refused(tmp_path: Path) -> None:
     from onnx import TensorProto, helper
 

@@ -7,6 +7,7 @@ drops the key path fails here, not only in the corpus's child processes.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -36,6 +37,7 @@ def _refused(text: str | bytes, **kw: object) -> str:
     ('{"d": {"filename": "\\ud800\\u0000.onnx"}}', "cfg.json: d.filename: string contains an unpaired UTF-16 surrogate"),
     ('{"d": {"filename": "\\ud800.onnx"}}', "cfg.json: d.filename: string contains an unpaired UTF-16 surrogate"),
     ('{"d": {"a\\u0000b": 1, "a": 2}}', "cfg.json: d.a: duplicate key 'a' (JSON keys must be unique, read up to a NUL)"),
+    ('{"d": {"\\ud800": 1}}', "cfg.json: d: key '\\ud800' contains an unpaired UTF-16 surrogate (not valid Unicode)"),
     ('{"runtime_profiles": [{"id": "a"}, {"id": "b", "id": "c"}]}', "cfg.json: runtime_profiles[1].id: duplicate key 'id'"),
     ('{"a": 1,}', "cfg.json: invalid JSON at line 1 column 9"),
     ("NaN", "cfg.json: (top level): NaN is not valid JSON"),
@@ -112,6 +114,10 @@ def test_read_json_reads_a_bounded_regular_file(tmp_path) -> None:  # type: igno
     ({"d": {"filename": "a\x00b"}}, "out.json: d.filename: string 'a\\x00b' contains a NUL character"),
     ({"d": {1: "x"}}, "out.json: d: key 1 is not a string"),
     ({"d": {"x": {1, 2}}}, "out.json: d.x: a set cannot be written as JSON"),
+    (functools.reduce(lambda inner, _: {"a": inner}, range(MAX_DEPTH + 1), {}),
+     "out.json: " + ".".join(["a"] * MAX_DEPTH) + f": nested deeper than {MAX_DEPTH} levels"),
+    (functools.reduce(lambda inner, _: [inner], range(MAX_DEPTH + 1), []),
+     "out.json: " + "[0]" * MAX_DEPTH + f": nested deeper than {MAX_DEPTH} levels"),
 ])  # fmt: skip
 def test_dumps_json_refuses_what_it_could_not_read_back(obj: object, expected: str) -> None:
     with pytest.raises(ExportError) as info:

@@ -1,7 +1,8 @@
 """The memory model's reading of one graph: state outputs, their sizes, what it cannot size.
 
 Invariants: a ``present.*`` output with a dim q38 cannot size is reported in ``unresolved`` (and
-not sized); ``B`` / ``T`` / ``BT`` dims of a state tensor scale with the batch and the context.
+not sized); ``B`` / ``T`` / ``BT`` dims of a state tensor scale with the batch and the context;
+only an MTP graph's dense tensors count as ``mtp``; a graph outside the package is never read.
 """
 
 from __future__ import annotations
@@ -9,9 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
-from q38.package.memory import StateTensor, graph_memory
+from q38.errors import PackageError
+from q38.package.memory import (
+    GraphMemory,
+    PackageFacts,
+    StateTensor,
+    TensorBytes,
+    breakdown,
+    graph_memory,
+    load_memory,
+)
 
 
 def _state_graph(path: Path) -> None:
@@ -63,6 +74,77 @@ def test_each_named_dim_of_a_state_output_is_classified(tmp_path: Path) -> None:
     gm = graph_memory(tmp_path / "model.onnx", tmp_path, head_size=64)
     assert gm.unresolved == ()
     assert [s.dims for s in gm.states] == [("B", "BT", 1, "T", "T", "T", "T", "T", 64, 5)]
+
+
+@pytest.mark.parametrize(("head_size", "dims", "unresolved"), [(1, (1,), ()), (0, (), ("present.0.key",))])
+def test_kv_cache_dim_is_the_head_size_when_the_config_gives_one(tmp_path: Path, head_size: int,
+                                                                  dims: tuple[int, ...], unresolved: tuple[str, ...]) -> None:  # fmt: skip
+    """``kv_cache_dim`` sizes to any known head size, 1 included; an unknown one (0) leaves it unresolved."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+    out = helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT16, ["kv_cache_dim"])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["present.0.key"], name="k")], "g", [x], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    gm = graph_memory(tmp_path / "model.onnx", tmp_path, head_size=head_size)
+    assert gm.unresolved == unresolved
+    assert [s.dims for s in gm.states] == ([dims] if not unresolved else [])
+
+
+def test_each_state_output_is_kinded_by_its_producer_or_its_name(tmp_path: Path) -> None:
+    """The producing op decides the kind (KV, recurrent, conv, indexer), else the output's name
+    suffix; an output no node produces (a pass-through of a graph input) has op ``""``."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+    passed = helper.make_tensor_value_info("present.9.conv", TensorProto.FLOAT16, [1])
+    produced = {
+        "present.0.key": "GroupQueryAttention", "present.1.state": "GatedDeltaNet",
+        "present.2.state": "CausalConvWithState", "present.3.state": "IndexerCache",
+        "present.4.value": "Identity", "present.5.recurrent": "Identity", "present.6.conv": "Identity",
+        "present.7.state": "Identity",
+    }  # fmt: skip
+    nodes = [helper.make_node(op, ["x"], [name], name=name, domain="" if op == "Identity" else "com.microsoft")
+             for name, op in produced.items()]  # fmt: skip
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT16, [1]) for name in produced]
+    graph = helper.make_graph(nodes, "g", [x, passed], [*outputs, passed])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    kinds = [(s.name, s.kind, s.op) for s in graph_memory(tmp_path / "model.onnx", tmp_path).states]
+    assert kinds == [
+        ("present.0.key", "kv", "GroupQueryAttention"), ("present.1.state", "recurrent", "GatedDeltaNet"),
+        ("present.2.state", "conv", "CausalConvWithState"), ("present.3.state", "indexer", "IndexerCache"),
+        ("present.4.value", "kv", "Identity"), ("present.5.recurrent", "recurrent", "Identity"),
+        ("present.6.conv", "conv", "Identity"), ("present.7.state", "other", "Identity"),
+        ("present.9.conv", "conv", ""),
+    ]  # fmt: skip
+
+
+def _facts(root: Path, **extra: object) -> PackageFacts:
+    fields: dict[str, object] = {"root": root, "surface": "genai", "decoder": "model.onnx", "companions": (),
+                                 "state_graphs": (), "entries": {}, "gpu_mem_limit": None, "context_length": 0,
+                                 "head_size": 0}  # fmt: skip
+    return PackageFacts(**(fields | extra))  # type: ignore[arg-type]
+
+
+def test_only_the_dense_tensors_of_an_mtp_graph_count_as_mtp(tmp_path: Path) -> None:
+    """Dense weights of the MTP draft's graph are ``mtp``; its head stays ``head``, and the
+    decoder's dense weights stay ``dense``."""
+    def t(name: str, graph: str, nbytes: int, kind: str) -> TensorBytes:
+        return TensorBytes(name, graph, graph, None, nbytes, "float16", (nbytes // 2,), kind)  # type: ignore[arg-type]
+
+    graphs = {
+        "model.onnx": GraphMemory("model.onnx", (t("w", "model.onnx", 10, "dense"), t("lm_head", "model.onnx", 4, "head")), ()),
+        "mtp.onnx": GraphMemory("mtp.onnx", (t("m", "mtp.onnx", 6, "dense"), t("lm_head", "mtp.onnx", 2, "head")), ()),
+    }
+    facts = _facts(tmp_path, companions=("mtp.onnx",), mtp_graphs=("mtp.onnx",))
+    mem = breakdown(facts, graphs, decoder="model.onnx", entries={}, context=8)
+    assert mem.weights == {"dense": {"device": 10}, "head": {"device": 6}, "mtp": {"device": 6}}
+    assert mem.files == {"model.onnx": 14, "mtp.onnx": 8}
+
+
+def test_a_graph_named_outside_the_package_is_refused_unread(tmp_path: Path) -> None:
+    """A graph path that escapes the package root is one error line naming it as the graph."""
+    with pytest.raises(PackageError) as info:
+        load_memory(_facts(tmp_path), ["../outside.onnx"])
+    assert str(info.value) == "graph: path '../outside.onnx' escapes the package directory"
 
 
 def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:

@@ -83,3 +83,16 @@ def test_an_offload_popularity_file_is_listed_as_a_profile_either_way_it_is_writ
         PathField(f"model.decoder.session_options.{key}", "pop.bin", "profile", tmp_path),
         PathField(f"model.mtp.session_options.config_entries.{key}", "pop_mtp.bin", "profile", tmp_path),
     ]
+
+
+def test_the_qwen38_graphs_files_are_listed_with_their_kinds(tmp_path: Path) -> None:
+    """Graphs are ``graph``, the weights pool ``pool`` and the expert profile ``profile`` (the kind
+    decides which contract rules look at a field)."""
+    doc = {"model": {"qwen38_graph": {"target": {"filename": "model.onnx"}, "prefill": {"filename": "prefill.onnx"},
+                                      "weights_pool": "weights_pool.txt", "expert_profile": "experts.json"}}}  # fmt: skip
+    assert path_fields(doc, config_dir=tmp_path) == [
+        PathField("model.qwen38_graph.target.filename", "model.onnx", "graph", tmp_path),
+        PathField("model.qwen38_graph.prefill.filename", "prefill.onnx", "graph", tmp_path),
+        PathField("model.qwen38_graph.weights_pool", "weights_pool.txt", "pool", tmp_path),
+        PathField("model.qwen38_graph.expert_profile", "experts.json", "profile", tmp_path),
+    ]

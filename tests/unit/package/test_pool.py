@@ -33,8 +33,9 @@ def test_text_with_comments_and_blank_lines_round_trips_byte_for_byte() -> None:
     assert pool.by_id()["s"].shape == ()
 
 
-@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "\n\n\n"])
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "\n\n\n", "  \t# an indented comment\r\n"])
 def test_empty_pools_round_trip(text: str) -> None:
+    """Blank lines and comments (``#`` after any leading whitespace) are kept verbatim, never parsed."""
     pool = parse_pool(text)
     assert pool.entries == ()
     assert format_pool(pool) == text

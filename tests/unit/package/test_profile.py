@@ -59,3 +59,14 @@ def test_read_profile_refuses_a_directory_and_a_missing_file(tmp_path) -> None:
 def test_a_profile_without_layers_or_experts_is_refused(shape: tuple[int, int]) -> None:
     with pytest.raises(ValueError, match="counts must have at least one layer and one expert"):
         ExpertProfile(np.zeros(shape, dtype=np.uint64))
+
+
+@pytest.mark.parametrize("counts", [
+    np.zeros(4, dtype=np.uint64), np.zeros((2, 3, 4), dtype=np.uint64), np.zeros((3, 4), dtype=np.int64),
+    np.zeros((3, 4), dtype=np.float64),
+])  # fmt: skip
+def test_counts_that_are_not_a_2d_uint64_array_are_refused(counts: np.ndarray) -> None:
+    """A profile is [layers, experts] uint64 counts: another rank or dtype is refused by name."""
+    with pytest.raises(ValueError) as info:
+        ExpertProfile(counts)
+    assert str(info.value) == "counts must be a 2-D uint64 array"

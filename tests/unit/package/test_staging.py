@@ -8,14 +8,17 @@ existing one (a file, an empty directory) it raises FileExistsError and moves no
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import q38.package.staging as staging
 from q38.errors import PackageError
-from q38.package.staging import rename_noreplace
+from q38.package.staging import StagedDirectory, rename_noreplace
 
 
 @pytest.fixture
@@ -81,3 +84,31 @@ def test_a_destination_whose_parent_is_missing_is_refused(tmp_path: Path) -> Non
     with pytest.raises(PackageError) as info:
         staging.check_destination(dest)
     assert str(info.value) == f"destination {dest}: parent directory {tmp_path / 'missing'} does not exist"
+
+
+@pytest.mark.parametrize("filename", ["/out/model.onnx.data", None])
+def test_an_os_error_inside_the_block_is_one_line_naming_the_file_it_has(tmp_path: Path, filename: str | None) -> None:
+    """ENOSPC while writing the output: one PackageError line, ``(file)`` only where the error
+    names one, and neither the destination nor the staging directory is left."""
+    dest = tmp_path / "out"
+    with pytest.raises(PackageError) as info, StagedDirectory(dest) as staged:
+        (staged.path / "partial.bin").write_bytes(b"x")
+        raise OSError(errno.ENOSPC, "No space left on device", *([filename] if filename else []))
+    where = f" ({filename})" if filename else ""
+    assert str(info.value) == f"{dest}: I/O error while writing the output: No space left on device{where}; nothing was written"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sweep_of_a_killed_writers_staging_is_logged_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The next writer removes a killed run's staging directory and says so (INFO, with its path)."""
+    dest = tmp_path / "out"
+    code = (
+        "import os; from pathlib import Path; from q38.package import StagedDirectory;"
+        f"StagedDirectory(Path({str(dest)!r})).__enter__(); os._exit(9)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    (debris,) = tmp_path.iterdir()
+    with caplog.at_level(logging.INFO, logger="q38.package.staging"), StagedDirectory(dest) as staged:
+        staged.commit()
+    assert [r.getMessage() for r in caplog.records] == [f"removing stale staging directory {debris}"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

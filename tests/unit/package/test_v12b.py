@@ -8,6 +8,7 @@ graph its ``filename`` names (default: the decoder's file), never to the head.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from support.minipkg import build_mini_package, mini_config
 
 from q38.errors import PackageError
-from q38.package import open_package
+from q38.package import Manifest, dumps_manifest, open_package
 from q38.package.config import config_to_dict
 from q38.package.readers.v12b import v12b_graph_refs
 from q38.package.surface import open_any
@@ -29,9 +30,15 @@ def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) ->
                                            "session_options": {"session.moe.offload.mode": "off"}}}}},
         {"id": "big", "eligibility": {"minimum_total_device_memory_bytes": 100},
          "overlay": {"model": {"decoder": {"session_options": {"session.big": "1"}}}}},
+        {"id": "head-file", "eligibility": {"minimum_total_device_memory_bytes": 200},
+         "overlay": {"model": {"decoder": {"filename": "head_r2.onnx", "session_options": {"session.h": "1"}}}}},
     ]  # fmt: skip
     refs = {r.role: r for r in v12b_graph_refs(tmp_path, tmp_path, doc)}
     assert sorted(refs) == ["head", "prefill", "s4", "target"]
+    assert {role: r.section for role, r in refs.items()} == {
+        "target": "model.qwen38_graph", "head": "model.qwen38_graph.fold.head_r2",
+        "prefill": "model.qwen38_graph", "s4": "model.qwen38_graph",
+    }  # fmt: skip
     assert refs["s4"].path == tmp_path / "model_s4.onnx"
     assert refs["s4"].overlay_entries == ({"session.moe.offload.mode": "off"},)
     assert refs["target"].overlay_entries == ({"session.big": "1"},)
@@ -125,3 +132,34 @@ def test_a_pool_written_with_crlf_line_ends_reads_as_with_lf(tmp_path: Path) -> 
     pool = pkg / "weights_pool.txt"
     pool.write_bytes(pool.read_bytes().replace(b"\n", b"\r\n"))
     assert open_package(pkg).pool.entries == lf
+
+
+def test_custom_op_libraries_the_config_names_are_opened_with_the_package(tmp_path: Path) -> None:
+    """``qwen38_graph.libraries`` and a decoder's ``custom_ops_library`` that exist in the package open."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    (pkg / "lib").mkdir()
+    (pkg / "lib" / "libqmoe.so").write_bytes(b"\x7fELF")
+    (pkg / "libops.so").write_bytes(b"\x7fELF")
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["model"]["qwen38_graph"]["libraries"] = {"qmoe": "lib/libqmoe.so"}
+    doc["model"]["decoder"]["session_options"]["custom_ops_library"] = "libops.so"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    package = open_package(pkg)
+    assert package.config.model.qwen38_graph.libraries == {"qmoe": "lib/libqmoe.so"}
+    assert package.config.model.decoder.session_options.custom_ops_library == "libops.so"
+
+
+def test_a_layered_package_keeps_the_head_directorys_own_manifest(tmp_path: Path) -> None:
+    """Layered: target/ and head/ each hold a manifest; the package carries both, unmixed."""
+    root = tmp_path / "layered"
+    (root / "head").mkdir(parents=True)
+    target = build_mini_package(root / "target")
+    for name in ("head_r2.onnx", "head_r2.onnx.data"):
+        shutil.copy(target / name, root / "head" / name)
+    (root / "head" / "package_manifest.json").write_text(dumps_manifest(Manifest(command="head-test")), encoding="utf-8")
+    package = open_package(root)
+    assert package.layout == "layered"
+    assert package.graph_path("head") == root / "head" / "head_r2.onnx"
+    assert package.manifest is not None and package.head_manifest is not None
+    assert (package.manifest.command, package.head_manifest.command) == ("test", "head-test")

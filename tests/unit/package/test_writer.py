@@ -151,3 +151,17 @@ def test_a_file_placed_under_its_own_policy_reuses_the_writers_known_digests(tmp
         assert str(w.place(src, "w.bin", LinkPolicy.COPY)) == "copy"
         record = w.records["w.bin"]
     assert record.sha256 == "ab" * 32
+
+
+def test_a_file_placed_under_its_own_policy_is_digested_under_the_writers_digest(tmp_path: Path) -> None:
+    """``--digest`` holds for an explicit policy too: the record of a file the writer copies while
+    its placer hard-links carries the sha256 of its bytes."""
+    from q38.package.links import Placer
+
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    with PackageWriter(tmp_path / "out", Placer(LinkPolicy.HARDLINK, digest=True)) as w:
+        assert str(w.place(src, "w.bin", LinkPolicy.COPY)) == "copy"
+        record = w.records["w.bin"]
+    assert record.sha256 == hashlib.sha256(b"weights").hexdigest()
+    assert (tmp_path / "out" / "w.bin").read_bytes() == b"weights" and src.stat().st_nlink == 1
