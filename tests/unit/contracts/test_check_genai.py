@@ -9,7 +9,7 @@ Invariants guarded:
 * one broken copy per contract family exits 1 with the family's rule id: config surface (an
   unknown key, og's verdict), layout (external data past the end), path fields (a graph
   escaping the package; a shared-initializer byte range past its data file, named exactly), shared
-  initializers (a dangling entry, named with its graph), and the graph schema (an
+  initializers (a dangling entry, named with its graph; an mtp entry the decoder graph lacks), and the graph schema (an
   unknown attribute, a wrong input type: found by the session under ``--ort``).
 """
 
@@ -185,6 +185,24 @@ def test_a_dangling_shared_initializer_fails(where: str, packages: list[Path], t
     assert violation.graph == where  # the section the entry belongs to (model.<where>.shared_initializers)
     assert violation.message.startswith(f"model.{where}.shared_initializers[0]: no initializer 'q38.no.such.tensor' in the ")
     assert violation.message.endswith("graph (dangling shared initializer)")
+
+
+def test_an_mtp_entry_the_decoder_graph_lacks_is_dangling(packages: list[Path], tmp_path: Path) -> None:
+    """Every shared entry is checked against the decoder graph too: one naming a tensor only mtp.onnx
+    holds (its own dtype, shape and bytes, so the mtp graph agrees) is dangling in the decoder."""
+    pkg = copy_package(_mtp_package(packages), tmp_path / "pkg")
+    doc = json.loads((pkg / "genai_config.json").read_text())
+    decoder = onnx.load(pkg / doc["model"]["decoder"]["filename"], load_external_data=False)
+    mtp = onnx.load(pkg / doc["model"]["mtp"]["filename"], load_external_data=False)
+    held = {t.name for t in decoder.graph.initializer}
+    own = next(t for t in mtp.graph.initializer if t.name not in held and t.data_location == onnx.TensorProto.EXTERNAL)
+    ext = {e.key: e.value for e in own.external_data}
+    entry = {"name": own.name, "data_file": ext["location"], "offset": ext.get("offset", "0"), "length": ext["length"],
+             "data_type": own.data_type, "shape": list(own.dims)}  # fmt: skip
+    edit_genai_config(pkg, lambda d: d["model"]["mtp"]["shared_initializers"][0].update(entry))
+    found = [(v.graph, v.message) for v in check_package(pkg).errors if v.rule_id == "PKG-SHARED-001"]
+    want = f"model.mtp.shared_initializers[0]: no initializer {own.name!r} in the decoder graph (dangling shared initializer)"
+    assert found == [("mtp", want)]
 
 
 def test_a_shared_initializer_with_the_wrong_shape_fails(packages: list[Path], tmp_path: Path) -> None:

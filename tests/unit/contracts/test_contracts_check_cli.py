@@ -6,7 +6,8 @@ Invariants guarded:
 - A deliberately broken package per rule family fails with exit 1 and the expected rule id:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
   chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named
-  exactly); a hard-linked data file only warns; a graph or external-data file the user cannot
+  exactly); a hard-linked data file only warns, named by its path in the package; a FIFO behind a
+  symlinked directory is one PATH-SPECIAL-001 row, by its own path (the walk follows no symlink); a graph or external-data file the user cannot
   read is PKG-READ-001, naming the file and its graph (as ``nobody`` when the suite runs as root).
 - Unreadable input exits 2 with one line; --json prints the documented shape.
 - A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
@@ -154,8 +155,22 @@ def test_hard_linked_data_only_warns(tiny_cpu_package: Path, tmp_path: Path, cap
     hard = list(report.violations)
     assert [v.rule_id for v in hard] == ["PKG-HARDLINK-001"]
     assert hard[0].severity == "warning" and not report.errors
+    assert hard[0].message == ("model.onnx.data: external data file has 2 hard links; onnxruntime accepts it, but "
+                               "onnx / onnx-ir refuse hard-linked data when they read it")
     assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 0
     assert "PKG-HARDLINK-001" in capsys.readouterr().out
+
+
+def test_a_fifo_behind_a_symlinked_directory_is_named_once_by_its_own_path(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """The package walk does not follow a directory symlink: the FIFO is one PATH-SPECIAL-001 row."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    (pkg / "extra").mkdir()
+    os.mkfifo(pkg / "extra" / "stray.fifo")
+    os.symlink("extra", pkg / "alias")
+    special = [v.message for v in check_package(pkg, ort_version="1.32.0").errors if v.rule_id == "PATH-SPECIAL-001"]
+    want = ("extra/stray.fifo: is a FIFO (named pipe); a package holds only regular files, directories and symlinks "
+            "(a loader opening it would block or read without end)")
+    assert special == [want]
 
 
 def test_unreadable_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,3 +42,11 @@ def test_the_head_graphs_own_session_options_are_checked() -> None:
         ("CFG-VALUES-001", f"{where}.config_entries.session.x: session config values must be strings, got 1"),
         ("CFG-LIB-001", f"{where}.custom_ops_library: absolute path '/abs/ops.so' is not allowed (must be inside the package)"),
     ]
+
+
+@pytest.mark.parametrize(("document", "shown"), [([], "list"), ("x", "str"), (None, "NoneType")])
+def test_a_document_that_is_not_an_object_is_one_cfg_surface_line(document: Any, shown: str) -> None:
+    """A top-level genai_config.json that is not an object is named once, by what it is, not walked."""
+    found = check_genai_config(document)
+    assert [(v.rule_id, v.message) for v in found] == [
+        ("CFG-SURFACE-001", f"genai_config.json: expected an object, got {shown}")]

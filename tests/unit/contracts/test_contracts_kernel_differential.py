@@ -15,7 +15,8 @@ counting as "every creation-time check passed"):
   reaches the constructor.
 - GroupQueryAttention inference and constructor; HyperConnection{PreMix,LowRankMix} inference
   (a flattened width only inference knows: behind a MatMul); CausalConvWithState dilation.
-- Standard ops' inference errors (MatMul, broadcasting, Transpose perm, Reshape, Split, Concat).
+- Standard ops' inference errors (MatMul, broadcasting, Transpose perm, Reshape, Split, Concat,
+  a Reduce axis out of range).
 - Session config: NUL cut, later entries winning, key/value length limits, float32 parsing at the
   midpoint above 1.0 and just under FLT_MAX.
 """
@@ -99,14 +100,14 @@ _SLOT8 = ["x", "router", "fc1_w", "fc1_s", "", "fc2_w", "fc2_s", ""]
 
 
 def _gqa(names: tuple[str, ...] = ("q", "k", "v", "", "", "sk", "tsl"), shapes: dict[str, list[Any]] | None = None,
-         **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+         outputs: tuple[str, ...] = ("o", "pko", "pvo"), **attrs: Any) -> onnx.ModelProto:  # fmt: skip
     dims = {"q": [1, 3, 32], "k": [1, 3, 16], "v": [1, 3, 16], "pk": [1, 1, 8, 16], "pv": [1, 1, 8, 16], "sk": [1],
             "tsl": [1], "qkv": [1, 3, 64], **(shapes or {})}  # fmt: skip
     base = {"num_heads": 2, "kv_num_heads": 1, **attrs}
-    node = oh.make_node("GroupQueryAttention", list(names), ["o", "pko", "pvo"], name="gqa", domain=MS, **base)
+    node = oh.make_node("GroupQueryAttention", list(names), list(outputs), name="gqa", domain=MS, **base)
     elem = {"sk": TP.INT32, "tsl": TP.INT32}
     ins = [_vi(n, elem.get(n, TP.FLOAT), dims[n]) for n in dict.fromkeys(names) if n]
-    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("o", "pko", "pvo")])
+    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in outputs])
 
 
 def _gdn(names: list[str] | None = None, shapes: dict[str, list[Any]] | None = None, **attrs: Any) -> onnx.ModelProto:
@@ -118,6 +119,14 @@ def _gdn(names: list[str] | None = None, shapes: dict[str, list[Any]] | None = N
     elem = {"st": TP.FLOAT, "alog": TP.FLOAT, "dtb": TP.FLOAT}
     ins = [_vi(n, elem.get(n, TP.FLOAT16), dims[n]) for n in dict.fromkeys(names) if n]
     return _model([node], ins, [_vi("y", TP.FLOAT16, None), _vi("st_o", TP.FLOAT, None)])
+
+
+def _beside_bf16_relu(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` plus a bfloat16 Relu: no CPU kernel takes it, so the session never reaches a constructor."""
+    model.graph.node.append(oh.make_node("Relu", ["b"], ["br"], name="relu"))
+    model.graph.input.append(_vi("b", TP.BFLOAT16, [2]))
+    model.graph.output.append(_vi("br", TP.BFLOAT16, [2]))
+    return model
 
 
 def _behind_matmul(op: str, **attrs: Any) -> onnx.ModelProto:
@@ -211,6 +220,8 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gdn state_update_capacity 9", lambda: _gdn(state_update_capacity=9), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
     ("gdn gate_activation bogus", lambda: gdn_model(gate_activation="bogus"), {}, "GDN-CPU-001", "ORT-SCHEMA-002"),
     ("gdn gate_activation qwen", lambda: gdn_model(gate_activation="qwen"), {}, None, "ORT-SCHEMA-002"),
+    ("gdn gate_activation sigmoid", lambda: gdn_model(gate_activation="sigmoid"), {}, None, "ORT-SCHEMA-002"),
+    ("gdn gate_activation kda", lambda: gdn_model(gate_activation="kda"), {}, None, "ORT-SCHEMA-002"),
     ("gdn update_rule bogus", lambda: gdn_model(update_rule="bogus"), {}, "GDN-CPU-001", "ORT-SCHEMA-002"),
     ("gdn update_rule absent (gated_delta)", lambda: gdn_model(update_rule=None), {}, None, "ORT-SCHEMA-002"),
     ("gdn gate_lower_bound 0", lambda: gdn_model(gate_lower_bound=0.0), {}, "GDN-CPU-001", "ORT-SCHEMA-003"),
@@ -224,10 +235,14 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gqa packed width 66", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), {"qkv": [1, 3, 66]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa past_key rank 3", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), {"pk": [1, 8, 16]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa past_key without past_value", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa output_qk without qk_output", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa num_heads 0", lambda: _gqa(num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
+    ("gqa num_heads 0 beside a bfloat16 Relu (no CPU kernel)", lambda: _beside_bf16_relu(_gqa(num_heads=0)), {}, None, None),
     ("gqa kv_num_heads 0", lambda: _gqa(kv_num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa causal 2", lambda: _gqa(causal=2), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa window without causal", lambda: _gqa(causal=0, local_window_size=4), {}, "GQA-CPU-001", "GQA-CPU-001"),
+    ("gqa window 1 without causal", lambda: _gqa(causal=0, local_window_size=1), {}, "GQA-CPU-001", "GQA-CPU-001"),
+    ("gqa causal 0, no window (-1)", lambda: _gqa(causal=0), {}, None, None),
     ("gqa sliding cache without window", lambda: _gqa(sliding_window_cache=1), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa kv quant bogus", lambda: _gqa(k_quant_type="bogus"), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa heads not dividing (run time)", lambda: _gqa(kv_num_heads=3), {}, None, None),
@@ -244,6 +259,8 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("reshape two -1", lambda: _std([oh.make_node("Reshape", ["a", "s"], ["y"], name="rs")], [("a", [2, 3])], (_i64("s", [-1, -1]),)), {}, "ORT-SHAPE-001", "ORT-SHAPE-001"),
     ("split sizes", lambda: _std([oh.make_node("Split", ["a", "s"], ["y", "z"], name="sp", axis=1)], [("a", [2, 6])], (_i64("s", [2, 3]),)), {}, "ORT-SHAPE-001", "ORT-SHAPE-001"),
     ("concat ranks", lambda: _std([oh.make_node("Concat", ["a", "b"], ["y"], name="cc", axis=0)], [("a", [2, 3]), ("b", [2, 3, 1])]), {}, "ORT-SHAPE-001", "ORT-SHAPE-001"),
+    ("reduce axis out of range", lambda: _std([oh.make_node("ReduceSum", ["a", "ax"], ["y"], name="rd")], [("a", [2, 3])], (_i64("ax", [2]),)), {}, "ORT-SHAPE-001", "ORT-SHAPE-001"),
+    ("reduce axis -2 (in range)", lambda: _std([oh.make_node("ReduceSum", ["a", "ax"], ["y"], name="rd")], [("a", [2, 3])], (_i64("ax", [-2]),)), {}, None, None),
     ("matmul with symbolic K", lambda: _std([oh.make_node("MatMul", ["a", "b"], ["y"], name="mm")], [("a", [2, "k"]), ("b", [4, 5])]), {}, None, None),
 ]  # fmt: skip
 

@@ -6,6 +6,8 @@ Invariants guarded:
   attribute of any kind and value on any op q38 emits or reads (hypothesis: the op's own
   attribute names and made-up ones; INT incl. beyond int64 range boundaries, FLOAT incl. NaN and
   infinities, STRING incl. NUL and non-ASCII, INTS / FLOATS / STRINGS, a TENSOR, an empty GRAPH).
+- A packed-QKV GroupQueryAttention whose head counts sum to zero (no grouped head count to
+  divide the packed width by) is refused, not a division by zero.
 - The two crashes of issue 12 (``CausalConvWithState ndim=[3]``, ``QMoE k=[0,1]``) are
   ORT-SCHEMA-006 violations through ``q38 check`` of a whole package, exit 1.
 """
@@ -22,8 +24,12 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto as TP
 from onnx import helper as oh
 from support.contracts_testkit import (
+    MS,
+    _model,
+    _vi,
     causal_conv_model,
     dsa_model,
     gdn_model,
@@ -107,6 +113,18 @@ def test_no_contract_raises_on_any_attribute(data: st.DataObject) -> None:
         assert all(v.rule_id and isinstance(v.message, str) for v in found)
     for mode in ("auto", "required"):
         offload_eligibility(model, mode)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(0, 0), (-2, 1)])
+def test_a_packed_gqa_with_no_grouped_heads_is_refused_not_raised(heads: int, kv_heads: int) -> None:
+    """num_heads + 2 * kv_num_heads == 0 with a packed query: ORT refuses the node; so does the contract."""
+    node = oh.make_node("GroupQueryAttention", ["qkv", "", "", "", "", "sk", "tsl"], ["o", "pko", "pvo"], name="gqa",
+                        domain=MS, num_heads=heads, kv_num_heads=kv_heads)  # fmt: skip
+    ins = [_vi("qkv", TP.FLOAT, [1, 3, 64]), _vi("sk", TP.INT32, [1]), _vi("tsl", TP.INT32, [1])]
+    model = _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("o", "pko", "pvo")])
+    for version in ("1.31.1", "1.32.0"):
+        errors = [v for v in check_graph(model, eps=frozenset({"cpu"}), ort_version=version) if v.severity == "error"]
+        assert errors and {v.node for v in errors} == {"gqa"}, (version, errors)
 
 
 @pytest.mark.parametrize(("op", "name", "value"), [("CausalConvWithState", "ndim", [3]), ("QMoE", "k", [0, 1])])

@@ -192,6 +192,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("too many inputs", lambda: _gated_add(("a", "b", "g", "gw", "a")), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
     ("projected GatedAdd (4 inputs, 1.32.0 only)", lambda: _gated_add(("a", "b", "g", "gw")), None, "ORT-SCHEMA-004"),
     ("too many outputs", lambda: _one("Softmax", _F, ["y", "z"]), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
+    ("too few outputs: a Cast with none", lambda: _one("Cast", _F, [], to=TP.INT64), "ORT-SCHEMA-004", "ORT-SCHEMA-004"),
     ("empty single input", lambda: _gated_add(("a", "", "g")), "ORT-SCHEMA-008", "ORT-SCHEMA-008"),
     ("empty single output", _layer_norm_without_y, "ORT-SCHEMA-008", "ORT-SCHEMA-008"),
     ("type outside the constraint (contrib)", lambda: _gated_add(types={"a": TP.DOUBLE}, out_type=TP.DOUBLE), "ORT-SCHEMA-002", "ORT-SCHEMA-002"),

@@ -4,7 +4,8 @@ Invariants guarded:
 - A module already imported answers with its own ``__version__``: no distribution's metadata is
   read (the loaded module is the one whose version matters, even where a ``.dist-info`` beside it
   says otherwise); one not imported is answered from the ``.dist-info`` that installed it, and it
-  stays unimported. A module neither importable nor imported is None.
+  stays unimported; one no ``.dist-info`` names is imported and answers with its ``__version__``.
+  A module neither importable nor imported is None.
 """
 
 from __future__ import annotations
@@ -59,3 +60,16 @@ def test_an_imported_module_is_answered_from_its_own_version(tmp_path: Path, mon
 
 def test_a_module_neither_importable_nor_imported_has_no_version() -> None:
     assert installed_version("q38_no_such_module") is None
+
+
+def test_a_module_without_a_dist_info_is_answered_by_importing_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """No ``.dist-info`` names the module (a source checkout on the path): its own ``__version__`` answers."""
+    (tmp_path / _MODULE).mkdir()
+    (tmp_path / _MODULE / "__init__.py").write_text('__version__ = "4.5.6"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        assert installed_version(_MODULE) == "4.5.6"
+    finally:
+        sys.modules.pop(_MODULE, None)

@@ -7,7 +7,8 @@ Invariants guarded:
 - Every rule has its explanation, violating example and fix: building the catalogue refuses a
   rule without documentation, documentation for no rule, and an empty field.
 - ``q38 rules --json`` prints exactly the registry, each rule with its documentation verbatim;
-  ``--family`` filters (an unknown family exits 2 with one line); ``q38 explain`` prints every
+  each rule's name is its id in PascalCase; ``--family`` filters (``cpu-kernel``: exactly the
+  rules of the CPU EP; an unknown family exits 2 with one line); ``q38 explain`` prints every
   id's full text and exits 2 with one line for an unknown id.
 """
 
@@ -87,6 +88,7 @@ def test_rules_json_lists_exactly_the_registry(capsys: pytest.CaptureFixture[str
         assert all(_applies(versions["since"], versions["until"], v) for v in available_versions() if rule.applies(v))
     assert by_id["PKG-HARDLINK-001"]["severity"] == "warning" and by_id["ORT-SCHEMA-001"]["severity"] == "error"
     assert by_id["QSA-DSA-CUDA-001"]["families"] == ["qsa", "cuda"]
+    assert by_id["ORT-SCHEMA-001"]["name"] == "OrtSchema001" and by_id["GQA-CPU-001"]["name"] == "GqaCpu001"
 
 
 def test_rules_json_carries_each_rules_documentation(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +110,9 @@ def test_rules_family_filters_and_an_unknown_family_is_one_line(capsys: pytest.C
     cuda = [e.rule_id for e in catalogue() if "cuda" in e.families]
     assert [line.split()[0] for line in out[1:-1]] == cuda and "OFFLOAD-NODE-001" in cuda
     assert out[-1] == f"{len(cuda)} rule(s); q38 explain RULE-ID for one rule's full text"
+    assert main(["rules", "--family", "cpu-kernel", "--json"]) == 0
+    cpu = [d["id"] for d in json.loads(capsys.readouterr().out)]
+    assert cpu == list(dict.fromkeys(r.rule_id for r in ALL_RULES if r.ep == "cpu")) and "GQA-CPU-001" in cpu
     assert main(["rules", "--family", "nope"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1

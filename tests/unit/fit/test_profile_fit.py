@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from contracts.package_layout import PackageView
 from contracts.profile_fit import profile_fit_violations
-from contracts.runner import check_package
+from contracts.runner import ALL_RULES, check_package
 from q38.cli import main
 from q38.fit import fit_package
 from q38.package.memory import read_package_facts
@@ -101,3 +102,48 @@ def test_offload_refuses_a_profile_that_cannot_fit_its_tier(tiny_cpu_package: Pa
     assert over > 0 and over == pytest.approx(state.state_total - 20 * GIB, rel=0.01)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["src"]  # no staging directory left behind
+
+
+def _one_profile(device: int, host: int) -> object:
+    def add(doc: dict) -> None:  # type: ignore[type-arg]
+        eligibility = {"minimum_total_device_memory_bytes": device, "maximum_effective_host_memory_bytes": host}
+        doc["runtime_profiles"] = [{"id": "p", "eligibility": eligibility,
+                                    "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}]  # fmt: skip
+
+    return add
+
+
+def _first_pool_entry_host_mapped(pkg: Path) -> None:
+    pool = pkg / "weights_pool.txt"
+    lines = pool.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    fields = lines[index].split(" ")
+    fields[6] = "host_mapped"
+    lines[index] = " ".join(fields)
+    pool.write_text("\n".join(lines) + "\n")
+
+
+def test_planned_placements_are_judged_instead_of_the_written_pool(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """``placements`` (q38 offload's plan, not written yet) decide where the bytes go: one entry planned
+    host_mapped breaks a host maximum of 0 that the written, all-device pool meets."""
+    pkg = _edit(tiny_cpu_package, tmp_path / "pkg", _one_profile(GIB, 0))
+    assert profile_fit_violations(pkg) == []
+    planned = dict(read_package_facts(pkg).placements)
+    assert planned and set(planned.values()) == {"device"}
+    planned[next(iter(planned))] = "host_mapped"
+    found = profile_fit_violations(pkg, placements=planned)
+    assert [v.rule_id for v in found] == ["PKG-FIT-002"]
+    assert "'p' at context" in found[0].message and "exceed maximum_effective_host_memory_bytes 0" in found[0].message
+
+
+def test_each_fit_rule_record_reports_exactly_its_own_violations(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """The PKG-FIT-001 / PKG-FIT-002 records of the registry, evaluated on a package, each give the
+    violations of their own id that profile_fit_violations finds, and no other."""
+    pkg = _edit(tiny_cpu_package, tmp_path / "pkg", _one_profile(1 << 20, 0))
+    _first_pool_entry_host_mapped(pkg)
+    found = profile_fit_violations(pkg)
+    assert sorted(v.rule_id for v in found) == ["PKG-FIT-001", "PKG-FIT-002"]
+    view = PackageView(root=pkg)
+    for rule_id in ("PKG-FIT-001", "PKG-FIT-002"):
+        [rule] = [r for r in ALL_RULES if r.rule_id == rule_id]
+        assert rule.check(view) == [v for v in found if v.rule_id == rule_id]
