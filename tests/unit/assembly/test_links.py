@@ -158,6 +158,26 @@ def test_known_digests_from_a_manifest_only_where_the_identity_matches(tmp_path:
     assert len(known) == 1 and known.get(FileIdentity.of(a)) == "11" * 32
 
 
+def test_a_written_files_digest_is_trusted_up_to_its_manifests_mtime(tmp_path: Path) -> None:
+    """A record without an identity (a file the writer wrote) is trusted while the file was last
+    modified no later than the manifest, the same nanosecond included; a later write, or anything
+    but a regular file, is hashed again."""
+    from q38.package.manifest import FileRecord
+
+    written = 1_700_000_000_123_456_789
+    for name, mtime in (("same.onnx", written), ("older.onnx", written - 1), ("newer.onnx", written + 1)):
+        (tmp_path / name).write_bytes(name.encode())
+        os.utime(tmp_path / name, ns=(mtime, mtime))
+    (tmp_path / "link.onnx").symlink_to("same.onnx")
+    os.utime(tmp_path / "link.onnx", ns=(written, written), follow_symlinks=False)
+    records = {name: FileRecord("write", f"{i}{i}" * 32) for i, name in enumerate(("same.onnx", "older.onnx", "newer.onnx", "link.onnx"))}
+    known = KnownDigests()
+    known.add_manifest(tmp_path, records, manifest_mtime_ns=written)
+    assert len(known) == 2
+    assert known.get(FileIdentity.of(tmp_path / "same.onnx")) == "00" * 32
+    assert known.get(FileIdentity.of(tmp_path / "older.onnx")) == "11" * 32
+
+
 def test_copy_falls_back_to_sendfile_across_filesystems(src: Path, tmp_path: Path) -> None:
     known = KnownDigests()
     known.add(FileIdentity.of(src), _sha(src))  # known digest: the kernel copy path
@@ -228,13 +248,35 @@ def test_a_partial_kernel_copy_continues_at_the_offsets_it_reached(src: Path, tm
     assert (tmp_path / "dst").read_bytes()[do:] == src.read_bytes()[so : so + length]
 
 
-@pytest.mark.parametrize("digest", [False, True])
-def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path: Path, digest: bool) -> None:
-    """The source ended before the size the caller stat'ed (a file truncated meanwhile): EIO, saying how far it got."""
+@pytest.mark.parametrize(("digest", "kernel"), [(False, True), (False, False), (True, True)])
+def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path: Path, monkeypatch, digest: bool, kernel: bool) -> None:
+    """The source ended before the size the caller stat'ed (a file truncated meanwhile): EIO, saying how far it got,
+    whichever engine copied (the kernel's, the read/write fallback, the hashing copy)."""
+    if not kernel:
+        def refuse(*a, **k):
+            raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+        monkeypatch.setattr(copying.os, "copy_file_range", refuse)
+        monkeypatch.setattr(copying.os, "sendfile", refuse)
     with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d, pytest.raises(OSError) as info:
         copying.copy_fd(s.fileno(), d.fileno(), SIZE + 100, digest=digest)
     assert info.value.errno == errno.EIO
     assert str(info.value) == f"[Errno {errno.EIO}] short copy: the source ended after {SIZE} of {SIZE + 100} bytes"
+
+
+@pytest.mark.parametrize("digest", [False, True])
+def test_an_empty_copy_reads_nothing_from_its_source(tmp_path: Path, digest: bool) -> None:
+    """Zero bytes need no read: an empty copy succeeds even from a descriptor that cannot be read at
+    an offset (a pipe), with the sha256 of nothing under ``digest``; the destination stays empty."""
+    r, w = os.pipe()
+    try:
+        with open(tmp_path / "dst", "xb") as d:
+            got = copying.copy_fd(r, d.fileno(), 0, digest=digest)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert got == (("read_hash_write", hashlib.sha256(b"").hexdigest()) if digest else ("copy_file_range", None))
+    assert (tmp_path / "dst").read_bytes() == b""
 
 
 def test_the_hashing_copy_of_several_buffers_moves_and_counts_each_byte_once(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ def test_round_trip_is_identity_and_text_is_canonical() -> None:
         (lambda d: d["model"]["qwen38_graph"]["prefill"].__setitem__("chunk", 512), "model.qwen38_graph.prefill.chunk: chunk 512 exceeds kv_capacity 256"),
         (lambda d: d["model"]["qwen38_graph"].__setitem__("variant", "gpu"), "model.qwen38_graph.variant: expected one of faithful, cpu"),
         (lambda d: d.__setitem__("search", {"max_length": 1.5}), "search.max_length: expected int, got a number"),
+        (lambda d: d.__setitem__("search", {"temperature": "0.7"}), "search.temperature: expected float, got a string"),
+        (lambda d: d["model"]["qwen38_graph"]["fold"].pop("head_r2"), "model.qwen38_graph.fold.head_r2: required key is missing"),
         (lambda d: d.__setitem__("weights_pool", 1), "weights_pool: unknown key"),
     ],
 )
@@ -130,6 +132,13 @@ def test_v12_surface_is_migrated_on_read() -> None:
     assert cfg.model.decoder.session_options.provider_options[0].options == {"enable_cuda_graph": "1", "gpu_mem_limit": "8589934592"}
     written = json.loads(dumps_config(cfg))
     assert written["model"]["type"] == "qwen38_flash_graph" and "qwen38" not in written["model"]
+    v12["model"]["decoder"]["session_options"]["provider_options"][0]["cuda"]["gpu_mem_limit"] = None
+    with pytest.raises(ConfigError) as info:
+        parse_config(v12, source="c")
+    assert str(info.value) == (
+        "c: model.decoder.session_options.provider_options[0].cuda.gpu_mem_limit: expected a string, got null"
+    )  # only bools and numbers are stringified on migration, not a null
+    v12["model"]["decoder"]["session_options"]["provider_options"][0]["cuda"]["gpu_mem_limit"] = 8589934592
     v12["model"]["qwen38"]["mystery"] = 1
     with pytest.raises(ConfigError, match=r"model\.qwen38_graph\.mystery: unknown key"):
         parse_config(v12)

@@ -185,8 +185,14 @@ def test_the_models_token_ids_land_in_their_records_and_are_written_back_as_read
         (lambda m: m["decoder"].__setitem__("ple_token_pad_id", 0), "model.decoder.ple_token_pad_id"),
         (lambda m: m.__setitem__("mtp", {"filename": "mtp.onnx", "inputs": {"past_indexer_names": "past_indexer.%d"}}),
          "model.mtp.inputs.past_indexer_names"),
+        (lambda m: m.__setitem__("mtp", {"filename": "mtp.onnx", "outputs": {"present_indexer_names": "present_indexer.%d"}}),
+         "model.mtp.outputs.present_indexer_names"),
+        (lambda m: m["decoder"].update(num_hidden_layers=2, state_groups=[
+            {"kind": "fixed_conv", "layer_ids": [0, 1], "state_update": {"capacity": 2, "compress_ratio": 4}}]),
+         "model.decoder.state_groups[0].state_update.compress_ratio"),
     ],
-    ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names"],
+    ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names", "mtp-present-indexer-names",
+         "state-update-compress-ratio"],
 )  # fmt: skip
 def test_each_research_builder_key_is_accepted_with_genais_refusal_kept(
         edit: Callable[[dict[str, Any]], None], refusal: str) -> None:  # fmt: skip
@@ -221,3 +227,29 @@ def test_the_runtime_profiles_that_swap_the_decoder_graph_are_listed_with_their_
     doc = _doc()
     doc["runtime_profiles"] = _profiles()
     assert parse_genai_config(doc, source=SOURCE).profile_decoder_files() == [("large", "model_large.onnx")]
+
+
+def test_a_config_files_refusals_name_the_file_read(tmp_path: Path) -> None:
+    """read_genai_config names the path it read in a refusal and in the kept 0.18.0 refusal, not a
+    default file name."""
+    path = tmp_path / "genai_config.json"
+    doc = _doc()
+    doc["model"]["engram"] = {"filename": "engram.onnx"}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert read_genai_config(path).og_refusal == f"{path}: model.engram: unknown key"
+    doc["model"]["mystery"] = 1
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_genai_config(path)
+    assert str(info.value) == f"{path}: model.mystery: unknown key"
+
+
+def test_a_non_array_provider_options_is_written_back_as_the_entry_it_is() -> None:
+    """A ``provider_options`` that is not an array is one more catch-all entry to GenAI: a config
+    built from the records writes it back as it was, not as an empty provider list."""
+    doc = _doc()
+    doc["model"]["decoder"]["session_options"] = {"provider_options": "cuda"}
+    cfg = parse_genai_config(doc, source=SOURCE)
+    assert cfg.model.decoder.session_options is not None and cfg.model.decoder.session_options.providers == ()
+    written = json.loads(dumps_genai_config(replace(cfg, source_forms=None)))
+    assert written["model"]["decoder"]["session_options"] == {"provider_options": "cuda"}

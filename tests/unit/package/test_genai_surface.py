@@ -21,6 +21,8 @@ from q38.package.genai_surface import validate
          "pkg/genai_config.json: model.decoder.layer_types[1]: expected a string, got an object"),
         ({"model": {"decoder": {"state_groups": [{"kind": "paged_kv"}, {"kind": "paged_kv", "zz": 1}]}}},
          "pkg/genai_config.json: model.decoder.state_groups[1].zz: unknown key"),
+        ({"model": {"decoder": {"state_groups": [{"kind": "paged_kv"}, "paged_kv"]}}},
+         "pkg/genai_config.json: model.decoder.state_groups[1]: expected an object, got a string"),
         ({"model": {"decoder": []}}, "pkg/genai_config.json: model.decoder: expected an object, got an array"),
         ({"model": {"decoder": {"inputs": "x"}}}, "pkg/genai_config.json: model.decoder.inputs: expected an object, got a string"),
         ({"model": {"decoder": {"head_size": "4"}}}, "pkg/genai_config.json: model.decoder.head_size: expected a number, got a string"),

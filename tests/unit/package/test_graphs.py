@@ -70,6 +70,21 @@ def test_length_field_absent_reads_to_the_expected_size(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_tensor(model.graph.initializers["w"], graph_path=pkg / "model.onnx", root=pkg), WEIGHT)
 
 
+def test_an_empty_external_tensor_loads_and_reads_empty(tmp_path: Path) -> None:
+    """A dimension of 0 is no negative dimension, and a length of 0 no negative length: a tensor
+    of no elements stored as 0 external bytes (an empty data file) loads and reads as empty."""
+    empty = np.zeros((16, 0), dtype=np.float32)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "model.onnx.data").write_bytes(b"")
+    write_matmul_graph(pkg / "model.onnx", weight=_external("w", "model.onnx.data", 0, empty))
+    model = load_graph(pkg / "model.onnx", root=pkg)
+    (ref,) = external_refs(model)
+    assert (ref.offset, ref.length, ref.shape) == (0, 0, (16, 0))
+    got = read_tensor(model.graph.initializers["w"], graph_path=pkg / "model.onnx", root=pkg)
+    assert got.shape == (16, 0) and got.dtype == np.float32
+
+
 @pytest.mark.parametrize(
     ("location", "offset", "data", "message"),
     [
@@ -258,6 +273,9 @@ def test_a_string_tensors_digest_covers_each_strings_length_and_bytes() -> None:
     assert tensor_digest(a) != tensor_digest(b)
     expected = hashlib.sha256(b"".join(len(s).to_bytes(8, "little") + s for s in (b"ab", b"c"))).hexdigest()
     assert tensor_digest(a) == "s" + expected
+    # str elements are hashed as their UTF-8 bytes, a lone surrogate (an undecodable byte) as the byte it escapes
+    assert tensor_digest(ir.StringTensor(np.array(["ab", "c\udcff"], dtype=object))) == \
+        tensor_digest(ir.StringTensor(np.array([b"ab", b"c\xff"], dtype=object)))
     assert tensor_digest(ir.tensor(np.arange(4, dtype=np.int32))) == hashlib.sha256(np.arange(4, dtype=np.int32).tobytes()).hexdigest()
 
 

@@ -125,6 +125,13 @@ def test_dumps_json_refuses_what_it_could_not_read_back(obj: object, expected: s
     assert str(info.value).startswith(expected)
 
 
+def test_dumps_json_without_a_name_calls_the_value_json_output() -> None:
+    """A caller that names nothing gets a PackageError naming "JSON output" and the key path."""
+    with pytest.raises(PackageError) as info:
+        dumps_json({"a": math.nan})
+    assert str(info.value) == "JSON output: a: nan cannot be written as JSON (not a finite number)"
+
+
 def test_dumps_json_is_deterministic_and_round_trips() -> None:
     doc = {"b": [1, 2.5, None, True], "a": {"z": "\u00e9", "y": INT_MAX, "x": INT_MIN}}
     text = dumps_json(doc)

@@ -160,9 +160,29 @@ def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:
     assert (facts.state_graphs, facts.mtp_graphs) == (("mtp.onnx",), ("mtp.onnx",))
     doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
     assert facts.head_size == doc["model"]["decoder"]["head_size"] > 0
+    assert facts.hidden_size == doc["model"]["decoder"]["hidden_size"] > 0
+    assert facts.vocab_size == doc["model"]["vocab_size"] > 0
     del doc["model"]["decoder"]["head_size"], doc["model"]["decoder"]["hidden_size"]
     unknown = read_package_facts(pkg, document=doc)
     assert (unknown.head_size, unknown.hidden_size) == (0, 0)
+
+
+def test_a_runtime_profile_selects_its_overlays_decoder_else_the_packages(tmp_path: Path) -> None:
+    """A profile whose overlay names a decoder filename runs that graph; one whose overlay names
+    none (or no string) runs the package's decoder."""
+    import json
+
+    from q38.package.memory import read_package_facts
+
+    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
+    doc["runtime_profiles"] = [
+        {"id": "own", "overlay": {"model": {"decoder": {"filename": "mtp.onnx"}}}},
+        {"id": "none", "overlay": {"model": {"decoder": {"session_options": {}}}}},
+        {"id": "number", "overlay": {"model": {"decoder": {"filename": 7}}}},
+    ]
+    facts = read_package_facts(pkg, document=doc)
+    assert [(p.id, p.decoder) for p in facts.profiles] == [("own", "mtp.onnx"), ("none", "model.onnx"), ("number", "model.onnx")]
 
 
 def test_an_engram_graph_carries_state_but_is_no_mtp_draft(tmp_path: Path) -> None:
@@ -203,10 +223,12 @@ def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=10)  # fmt: skip
     (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
-    classes = {t.name: (t.kind, t.node, t.experts, t.dtype) for t in graph_memory(tmp_path / "model.onnx", tmp_path).tensors}
+    tensors = graph_memory(tmp_path / "model.onnx", tmp_path).tensors
+    classes = {t.name: (t.kind, t.node, t.experts, t.dtype) for t in tensors}
     assert classes == {
         "router_w": ("dense", "", 0, "float16"), "fc1_w": ("routed_expert", "moe", 4, "float16"),
         "fc2_w": ("routed_expert", "moe", 4, "float16"), "embq": ("embedding", "", 0, "float16"),
         "emb": ("embedding", "", 0, "float16"), "lm_head.weight": ("head", "", 0, "float16"),
         "mtp.norm": ("mtp", "", 0, "float16"), "other": ("dense", "", 0, "float16"),
     }  # fmt: skip
+    assert {t.name: (t.shape, t.nbytes) for t in tensors} == {i.name: (tuple(i.dims), 2 * int(np.prod(i.dims))) for i in inits}

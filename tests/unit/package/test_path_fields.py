@@ -7,12 +7,13 @@ under ``runtime_profiles[i].overlay.model.decoder.filename``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from q38.errors import UnsafePathError
-from q38.package.path_fields import PathField, check_path_fields, path_fields
+from q38.errors import UnsafePathError, quote
+from q38.package.path_fields import PathField, check_path_fields, field_problem, path_fields
 
 
 def test_qwen38_graph_libraries_are_listed_by_name(tmp_path: Path) -> None:
@@ -96,3 +97,46 @@ def test_the_qwen38_graphs_files_are_listed_with_their_kinds(tmp_path: Path) -> 
         PathField("model.qwen38_graph.weights_pool", "weights_pool.txt", "pool", tmp_path),
         PathField("model.qwen38_graph.expert_profile", "experts.json", "profile", tmp_path),
     ]
+
+
+def test_each_shared_initializers_data_file_is_listed_and_checked(tmp_path: Path) -> None:
+    """A ``shared_initializers`` entry's ``data_file`` is a ``data`` field under its own key path,
+    so a missing data file is refused naming that entry."""
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    doc = {"model": {
+        "decoder": {"filename": "model.onnx", "shared_initializers": [{"name": "a", "offset": "0", "length": "1"},
+                                                                      {"name": "b", "data_file": "w.bin"}]},
+        "mtp": {"shared_initializers": [{"name": "c", "data_file": "missing.bin", "offset": "0", "length": "1"}]},
+    }}  # fmt: skip
+    assert path_fields(doc, config_dir=tmp_path) == [
+        PathField("model.decoder.filename", "model.onnx", "graph", tmp_path),
+        PathField("model.decoder.shared_initializers[1].data_file", "w.bin", "data", tmp_path),
+        PathField("model.mtp.shared_initializers[0].data_file", "missing.bin", "data", tmp_path),
+    ]
+    del doc["model"]["decoder"]["filename"]
+    with pytest.raises(UnsafePathError) as info:
+        check_path_fields(doc, root=tmp_path, config_dir=tmp_path, source="c")
+    assert str(info.value) == f"c: model.mtp.shared_initializers[0].data_file: 'missing.bin' does not exist in {tmp_path}"
+
+
+@pytest.mark.parametrize(
+    ("value", "category", "problem"),
+    [
+        ("../model.onnx", "syntax", "path '../model.onnx' escapes the package directory"),
+        ("out.onnx", "escape", "'out.onnx' resolves to {outside}, outside the package directory"),
+        ("missing.onnx", "file", "'missing.onnx' does not exist in {root}"),
+    ],
+)
+def test_a_field_problem_names_its_key_and_its_category(tmp_path: Path, value: str, category: str, problem: str) -> None:
+    """A bad spelling is ``syntax``, a link leading out of the package ``escape``, a missing file
+    ``file``; every message starts with the field's key path."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    outside = tmp_path / "elsewhere.onnx"
+    outside.write_bytes(b"x")
+    (root / "out.onnx").symlink_to(outside)
+    field = PathField("model.decoder.filename", value, "graph", root)
+    found = field_problem(field, root=root)
+    assert found is not None
+    assert (found.category, found.message) == (
+        category, "model.decoder.filename: " + problem.format(outside=quote(os.fspath(outside.resolve())), root=root))

@@ -7,10 +7,13 @@ line naming the field and the path.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from q38.errors import UnsafePathError
-from q38.package.paths import safe_relpath
+from q38.errors import UnsafePathError, quote
+from q38.package.paths import resolve_inside, safe_relpath
 
 WHAT = "genai_config.json: model.decoder.filename"
 
@@ -42,3 +45,19 @@ def test_a_value_that_is_not_a_string_is_refused() -> None:
     with pytest.raises(UnsafePathError) as info:
         safe_relpath(7, what=WHAT)  # type: ignore[arg-type]
     assert str(info.value) == f"{WHAT}: invalid path 7"
+
+
+def test_a_symlink_that_leads_out_is_refused_naming_where_it_resolves(tmp_path: Path) -> None:
+    """resolve_inside follows links: a name inside the package whose link leads out is refused,
+    naming the resolved target; one that stays inside is returned as named."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (tmp_path / "outside.onnx").write_bytes(b"x")
+    (root / "model.onnx").symlink_to(tmp_path / "outside.onnx")
+    (root / "inner.onnx").write_bytes(b"x")
+    (root / "alias.onnx").symlink_to("inner.onnx")
+    assert resolve_inside(root, "alias.onnx", what=WHAT) == root / "alias.onnx"
+    with pytest.raises(UnsafePathError) as info:
+        resolve_inside(root, "model.onnx", what=WHAT)
+    real = os.fspath((tmp_path / "outside.onnx").resolve())
+    assert str(info.value) == f"{WHAT}: 'model.onnx' resolves to {quote(real)}, outside the package directory"

@@ -9,6 +9,7 @@ a copy across filesystems (a real EXDEV via /dev/shm); library symlinks are reso
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -165,3 +166,21 @@ def test_a_file_placed_under_its_own_policy_is_digested_under_the_writers_digest
         record = w.records["w.bin"]
     assert record.sha256 == hashlib.sha256(b"weights").hexdigest()
     assert (tmp_path / "out" / "w.bin").read_bytes() == b"weights" and src.stat().st_nlink == 1
+
+
+def test_a_writer_without_a_placer_places_under_auto_and_logs_each_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``PackageWriter(dest)`` places under ``auto`` (a clone or a copy, never a hard link), and
+    says at INFO what it put where: ``placed <rel> (<mode> of <src>)``, ``wrote <rel>``."""
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    with caplog.at_level(logging.INFO, logger="q38.package.package"), PackageWriter(tmp_path / "out") as w:
+        assert w.placer.policy is LinkPolicy.AUTO
+        mode = w.place(src, "sub/w.bin")
+        w.write_text("a.txt", "text")
+        w.write_bytes("b.bin", b"bytes")
+    assert mode in ("reflink", "copy") and src.stat().st_nlink == 1
+    assert w.link_modes == {"sub/w.bin": mode, "a.txt": "write", "b.bin": "write"}
+    assert [r.getMessage() for r in caplog.records if r.name == "q38.package.package"] == [
+        f"placed sub/w.bin ({mode} of {src})", "wrote a.txt", "wrote b.bin"]  # fmt: skip
+    out = tmp_path / "out"
+    assert [(out / rel).read_bytes() for rel in ("sub/w.bin", "a.txt", "b.bin")] == [b"weights", b"text", b"bytes"]
