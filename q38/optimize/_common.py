@@ -327,8 +327,10 @@ class RewritePass(ir.passes.InPlacePass):
         self.outcomes: list[Outcome] = outcomes if outcomes is not None else []
         self.provenance: dict[str, list[str]] = provenance if provenance is not None else {}
         self.origins: dict[str, str] = origins if origins is not None else {}
-        # One name table for the passes of one pipeline run (None: built per call).
+        # One name table for the passes of one pipeline run (None: built per model a call is given).
         self.names = names
+        self._given_names = names
+        self._names_model: ir.Model | None = None
         # False when the previous pass's ensures already proved this pass's requires.
         self.check_requires = check_requires
         # The CPU-kernel table ``--target cpu`` consults (None: the installed ORT's, probed once).
@@ -383,8 +385,14 @@ class RewritePass(ir.passes.InPlacePass):
 
     def context(self, model: ir.Model, graph: ir.Graph | None = None) -> RewriteContext:
         """The rewrite context of one call: the model, tensor reader, provenance and one shared name table."""
+        if self._given_names is None and self._names_model is not model:
+            # A pass instance reused on another model builds that model's table: the first model's
+            # names would let a fresh name collide with one the new model has (and its subgraphs
+            # would be declined as the new model's). Two phases of one call share one table.
+            self.names = NameTable(model)
+            self._names_model = model
         names = self.names if self.names is not None else NameTable(model)
-        self.names = names  # a pass that calls itself twice (two phases) shares one table
+        self.names = names
         return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
                               origins=self.origins, names=names, graph=graph)
 

@@ -1,5 +1,6 @@
 """Names a rewrite creates are fresh: never a name a subgraph, an unread initializer or an
-intermediate value already holds (the next free ``<name>_<n>``).
+intermediate value already holds (the next free ``<name>_<n>``), nor one the input model held
+for a value a rewrite has since removed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import support.optimize_graphs as G
 from onnx import helper
 from support.optimize_helpers import apply
 
+from q38.optimize.hyper_connection import FuseHyperConnectionPass
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
 
 
@@ -49,3 +51,22 @@ def test_fresh_names_avoid_unread_initializers_and_intermediate_values(taken_by:
     assert fused.inputs[1].name == f"{taken}_1"
     names = collections.Counter(v.name for n in model.graph for v in (*n.inputs, *n.outputs) if v is not None)
     assert names[taken] == (0 if taken_by == "unused_initializer" else 2)
+
+
+def test_a_name_a_first_phase_rewrite_freed_is_not_given_to_a_new_value() -> None:
+    """The hyper-connection pass runs two phases in one call. An intermediate of the second
+    chain, removed by phase one, was named "streams_1_p" -- the name phase two would give the
+    absorbed PostMix's streams output: that output gets the next free name, so no name of the
+    input model ever denotes a different tensor in the output."""
+    proto = G.hc_model(two_blocks=True)
+    down = next(n for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] == "/l0/mlp_hc.down")
+    freed = down.output[0]
+    for node in proto.graph.node:
+        node.input[:] = ["streams_1_p" if i == freed else i for i in node.input]
+    down.output[0] = "streams_1_p"
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 3
+    mix = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix" and len(n.outputs) == 3)
+    assert mix.outputs[2].name == "streams_1_p_1"
+    names = [v.name for n in model.graph for v in n.outputs]
+    assert "streams_1_p" not in names and len(names) == len(set(names))

@@ -122,8 +122,10 @@ def test_a_pass_subset_reaches_builder_packages_and_a_second_run_writes_a_new_da
     assert len(fused) == 1
 
 
-def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(tmp_path: Path) -> None:
-    """The decoder loses a shared tensor; the MTP section listed none: it stays an empty tuple (the
+@pytest.mark.parametrize("empty", ["mtp", "decoder"])
+def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(empty: str, tmp_path: Path) -> None:
+    """One graph section lists no shared tensors, the other loses one of its own (its graph no longer
+    has it): the entry is dropped there, and the section that listed none stays an empty tuple (the
     deterministic writer's empty list), never None."""
     import dataclasses
 
@@ -134,16 +136,50 @@ def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(tmp_pat
     pkg = open_genai_package(src)
     m = pkg.config.model
     assert m.mtp is not None
-    lone = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(
-        m, mtp=dataclasses.replace(m.mtp, shared_initializers=()))))
+    lister = "decoder" if empty == "mtp" else "mtp"
+    emptied = {empty: dataclasses.replace(getattr(m, empty), shared_initializers=())}
+    lone = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(m, **emptied)))
+    models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs()}
+    victim = getattr(m, lister).shared_initializers[0].name
+    models[lister].graph.initializers.pop(victim)
+    cfg, dropped = _reconciled_config(lone, models, pkg.root)
+    assert dropped == [victim]
+    section = getattr(cfg.model, empty)
+    assert section is not None and section.shared_initializers == ()
+    assert [e.name for e in getattr(cfg.model, lister).shared_initializers] == [
+        e.name for e in getattr(m, lister).shared_initializers if e.name != victim]
+    assert cfg.model.engram is None
+    dumps_genai_config(cfg)  # writable as it is
+
+
+def test_an_engram_section_keeps_its_intact_shared_initializers(tmp_path: Path) -> None:
+    """A config with an engram section listing the same shared tensors: the decoder loses one, and
+    that entry is dropped from every list, the engram's included; the engram's other entries are
+    kept, in the written config too."""
+    import dataclasses
+    import json
+
+    from q38.optimize.driver import _reconciled_config
+    from q38.package.genai_config import GenaiEngram, dumps_genai_config
+
+    src = next(p for p in REAL if (p / "mtp.onnx").is_file())
+    pkg = open_genai_package(src)
+    m = pkg.config.model
+    assert m.mtp is not None
+    engram = GenaiEngram(filename="engram.onnx", shared_initializers=m.mtp.shared_initializers)
+    with_engram = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(
+        m, engram=engram)))
     models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs()}
     victim = m.decoder.shared_initializers[0].name
     models["decoder"].graph.initializers.pop(victim)
-    cfg, dropped = _reconciled_config(lone, models, pkg.root)
+    cfg, dropped = _reconciled_config(with_engram, models, pkg.root)
     assert dropped == [victim]
-    assert cfg.model.mtp is not None and cfg.model.mtp.shared_initializers == ()
-    assert cfg.model.engram is None
-    dumps_genai_config(cfg)  # writable as it is
+    kept = [e.name for e in m.mtp.shared_initializers if e.name != victim]
+    assert kept and cfg.model.engram is not None
+    assert [e.name for e in cfg.model.engram.shared_initializers] == kept
+    written = json.loads(dumps_genai_config(cfg))["model"]
+    assert [e["name"] for e in written["engram"]["shared_initializers"]] == kept
+    assert [e["name"] for e in written["decoder"]["shared_initializers"]] == kept
 
 
 def test_a_config_without_an_mtp_section_is_reconciled_without_one(tmp_path: Path) -> None:
@@ -191,3 +227,30 @@ def test_every_runtime_profile_graph_after_one_naming_the_decoder_is_optimized(t
         model = load_graph(tmp_path / "out" / name, root=tmp_path / "out")
         assert [n.op_type for n in model.graph].count("MatMulBlockQuantizedFp8Weight") == 1, name
     assert (tmp_path / "out" / "small.opt.data").is_file()
+
+
+def test_a_link_out_of_the_package_appearing_after_it_was_opened_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package changes under the command: a link to a file outside it appears after the
+    package was opened and checked. The walk that places the unchanged files refuses it with one
+    line naming the link and where it leads, and nothing is written."""
+    from q38.errors import PackageError, quote
+    from q38.optimize import driver
+
+    src = copy_package(next(p for p in REAL if p.name == "int4-cuda-prepacked"), tmp_path / "src")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not part of the package\n")
+    link = src / "notes.txt"
+    opened = driver.open_any
+
+    def open_then_link(path: Path | str):  # type: ignore[no-untyped-def]
+        pkg = opened(path)
+        link.symlink_to(outside)
+        return pkg
+
+    monkeypatch.setattr(driver, "open_any", open_then_link)
+    with pytest.raises(PackageError) as caught:
+        driver.optimize_package(src, tmp_path / "out")
+    assert str(caught.value) == f"{link}: a link to {quote(str(outside.resolve()))}, outside the package"
+    assert not (tmp_path / "out").exists()

@@ -73,3 +73,20 @@ def test_a_cuda_table_from_schemas_takes_every_standard_op_and_no_unlisted_contr
     for ep, source in (("cuda", "cuda-kernels-1.31.1.json"), ("cpu", "ort-1.31.1.json cpu_kernels")):
         facts = TargetKernels("1.31.1", ep, {("", "Gather"): None}, source)
         assert facts.has("Gather", "") and not facts.has("MatMul", ""), (ep, source)
+
+
+def test_a_cuda_fact_file_gives_a_cuda_table_taken_at_its_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a CUDA kernel dump of the release ($Q38_CUDA_KERNELS), ``for_target(v, "cuda")`` is a
+    table of the ``cuda`` EP read from that file (its source is the file's name): an op it lists
+    is there, a standard op it does not list is not."""
+    import json
+
+    from contracts.cuda_kernels import ENV_VAR
+
+    dump = tmp_path / "cuda-kernels-1.31.1.json"
+    dump.write_text(json.dumps({"ort_version": "1.31.1", "kernels": [
+        {"domain": "com.microsoft", "name": "RMSNormRotary", "kernels": [[1, 2147483647, {}]]}]}))
+    monkeypatch.setenv(ENV_VAR, str(dump))
+    table = for_target("1.31.1", "cuda")
+    assert (table.ort_version, table.ep, table.source) == ("1.31.1", "cuda", "cuda-kernels-1.31.1.json")
+    assert table.has("RMSNormRotary", dtype="float16") and not table.has("MatMul", "")

@@ -167,6 +167,33 @@ def test_conv_first_token_carry_needs_a_rank_three_source_to_know_its_sequence_l
     _conv_decline(proto, "first-token carry form needs sequence length 1 (got None)")
 
 
+@pytest.mark.parametrize("axes", ["ax", "ax1"])
+def test_conv_first_token_carry_slicing_another_axis_is_declined(axes: str) -> None:
+    """First-token form with either Slice (the past's tail ``ax``, or the input's head ``ax1``)
+    cutting the channel axis instead of the sequence axis: no carry of the sequence, declined with
+    the form's reason and the graph left as it was."""
+    proto = G.conv_carry_model(form="first_token", S=1)
+    K.set_init(proto, axes, np.asarray([1], np.int64))
+    _conv_decline(proto, "first-token carry is not Concat(Slice(past,[1],[MAX]), Slice(x,[0],[1]))")
+
+
+def test_conv_declaring_no_state_output_gets_one_for_the_carry() -> None:
+    """A conv whose node lists only its output (present_state not declared; ORT's schema wants
+    both): the carry chain is still replaced, by a second output the rewrite adds to the conv,
+    which takes the graph output's public name; the outputs are what the declared form computes."""
+    reference = G.conv_carry_model()
+    proto = G.conv_carry_model()
+    conv = nth_node(proto, "CausalConvWithState")
+    del conv.output[1:]
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert outcome_lines(p) == ["causal_conv_state: /conv/CausalConvWithState: fused"]
+    fused = next(n for n in model.graph if n.op_type == "CausalConvWithState")
+    assert [v.name for v in fused.outputs] == ["conv_y", "present.0.conv"]
+    assert ops(model) == {("", "Transpose"): 2, (MS, "CausalConvWithState"): 1}
+    feeds = K.feeds_for(reference, DIMS, 0)
+    close(run_ort(model, feeds), run_ort(reference, feeds), atol=0)
+
+
 def test_conv_input_of_rank_four_is_declined() -> None:
     proto = G.conv_carry_model()
     xT = nth_node(proto, "Transpose").output[0]
@@ -255,6 +282,30 @@ def test_conv_moved_after_a_late_weight_producer_is_sorted_once(caplog: pytest.L
     assert check_topological(model.graph) is None
     order = [n.name for n in model.graph]
     assert order.index("/late") < order.index("/conv/CausalConvWithState") < order.index("/probe")
+    feeds = {"x": np.ones((1, 2, 8), np.float16), "past.0.conv": np.full((1, 8, 3), 0.5, np.float16)}
+    close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
+
+
+def test_conv_moved_up_lands_after_a_late_weight_producer_and_before_the_reader_without_a_sort() -> None:
+    """The conv's weight is produced by a node after the carry chain, and a reader of the carried
+    state sits between that node and the conv: the conv moves to just after the weight's producer,
+    before the reader -- a sorted place, so no sort -- and the outputs are unchanged."""
+    proto = G.conv_carry_model()
+    g = proto.graph
+    nodes = list(g.node)
+    conv_idx = next(i for i, n in enumerate(nodes) if n.op_type == "CausalConvWithState")
+    late = helper.make_node("Identity", ["conv.weight"], ["w_late"], name="/late")
+    reader = helper.make_node("Identity", ["present.0.conv"], ["state_probe"], name="/probe")
+    nodes[conv_idx].input[1] = "w_late"
+    del g.node[:]
+    g.node.extend([*nodes[:conv_idx], late, reader, *nodes[conv_idx:]])
+    g.output.append(helper.make_tensor_value_info("state_probe", G.F16, None))
+    g.value_info.append(helper.make_tensor_value_info("w_late", G.F16, [8, 1, 4]))
+    model, p = apply(FuseCausalConvStatePass, proto)
+    assert p.count == 1 and p.sorted == 0
+    order = [n.name for n in model.graph]
+    assert order.index("/late") + 1 == order.index("/conv/CausalConvWithState") == order.index("/probe") - 1
+    assert check_topological(model.graph) is None
     feeds = {"x": np.ones((1, 2, 8), np.float16), "past.0.conv": np.full((1, 8, 3), 0.5, np.float16)}
     close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
 

@@ -144,6 +144,16 @@ def test_fp8_head_weight_from_a_constant_node_is_declined(folded: bool) -> None:
     assert [n.op_type for n in model.graph] == ["Constant", "MatMul"] and not model.graph.initializers
 
 
+def test_fp8_head_matmul_with_an_omitted_activation_is_declined_without_a_crash() -> None:
+    """A logits MatMul whose activation input is left empty (""): nothing to quantize against,
+    declined with the weight guard's reason and the graph left as it was -- never a crash."""
+    proto = _head()
+    proto.graph.node[0].input[0] = ""
+    model, p = apply(QuantizeFp8HeadPass, proto)
+    assert outcome_lines(p) == ["fp8_head: /lm_head/MatMul: declined: head weight is not a constant initializer"]
+    assert ops(model) == {("", "MatMul"): 1} and list(model.graph.initializers) == ["lm_head.weight"]
+
+
 def test_fp8_head_is_chosen_by_the_last_component_of_the_output_name() -> None:
     """"logits" in a directory of the output name does not make a projection a vocabulary head."""
     from q38.optimize.fp8_head import QuantizeFp8HeadPass

@@ -253,6 +253,24 @@ def test_rms_norm_rotary_keeps_bfloat16_caches_and_widens_float16_ones_to_float(
     close(run_ref(model, feeds), run_ref(ir.from_proto(proto), feeds))
 
 
+def test_rms_input_untyped_and_not_a_reshape_output_takes_the_scale_dtype() -> None:
+    """The normalized input comes from an untyped Identity (no head-split Reshape behind it to
+    read a dtype from, and a flattening Reshape to [0, 0, -1]): the compute dtype is the scale's,
+    float16 -- the chain fuses, no crash, with parity."""
+    proto = G.rms_rotary_model()
+    r = next(n for n in proto.graph.node if n.name == "/q/Reshape").output[0]
+    for node in proto.graph.node:
+        node.input[:] = ["r_id" if i == r else i for i in node.input]
+    at = [n.name for n in proto.graph.node].index("/q/Reshape") + 1
+    proto.graph.node.insert(at, helper.make_node("Identity", [r], ["r_id"], name="/q/Identity"))
+    set_init(proto, "/q.shape3", np.asarray([0, 0, -1], np.int64))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert outcome_lines(p) == ["rms_norm_rotary: /q/Concat: fused"]
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.inputs[0].name == "r_id" and node.outputs[0].dtype == ir.DataType.FLOAT16
+    close(run_ref(model, {"x": X16, "position_ids": POS}), run_ort(proto, {"x": X16, "position_ids": POS}))
+
+
 # -- a rotary Slice without its axes input --------------------------------------------------------------
 def test_rotary_slices_without_axes_cut_the_first_axis_and_are_declined() -> None:
     """Slice(nw, [0], [D/2]) with no axes input cuts axis 0, not the head dimension: the unfused
@@ -273,3 +291,24 @@ def test_rotary_slices_without_axes_cut_the_first_axis_and_are_declined() -> Non
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
 test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("rms_norm_rotary")
+
+
+def test_a_pass_instance_reused_on_another_model_names_against_that_model() -> None:
+    """Fresh names come from the table of the model being rewritten, not the first one the instance
+    saw: the second model already holds the name the first rewrite took, so the reused pass must
+    pick another (it crashed with "Initializer ... is already registered")."""
+    p = FuseRMSNormRotaryPass()
+    first = ir.from_proto(G.rms_rotary_model())
+    p(first)
+    taken = sorted(set(first.graph.initializers) - {i.name for i in G.rms_rotary_model().graph.initializer})
+    assert taken, "the rewrite adds an initializer under a fresh name"
+    proto = G.rms_rotary_model()
+    # the second model already has the names the first model's table would hand out next
+    held = [f"{name}_{i}" for name in taken for i in (1, 2)]
+    for name in held:
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), name))
+    second = ir.from_proto(proto)
+    p(second)
+    assert p.count == 1
+    added = set(second.graph.initializers) - {i.name for i in proto.graph.initializer}
+    assert added == set(taken)  # free in this model: the plain names, as on a first use
