@@ -112,7 +112,7 @@ def mutation(session: nox.Session) -> None:
 
     The packages are tests/mutation/mutate.py's TARGETS (q38/optimize, q38/offload, q38/assembly,
     q38/package, contracts) or those given. By default a fixed-seed uniform sample of 217 mutants per package (seed 0: a 95 % Wilson
-    interval of at most +-4 points at any passing score, 90 % and up; judged in the sample's shuffled
+    interval of at most +-4 points at any passing score, 90 % and up; judged in the sample's seeded
     order, so a partial run is a smaller uniform sample), each package's score with its interval, per module, the
     allowlisted equivalents with their reasons and every survivor with its diff. Resumable: a rerun
     over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops

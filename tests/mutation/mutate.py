@@ -42,7 +42,8 @@ mutant finishes (``.meta``, written atomically by ``mutmut_cli.py``), and the mu
 chunks (``--chunk``, default 40). A rerun of the same command over the same inputs continues: every
 saved verdict stands, the stats are loaded, the clean run is skipped, and only the mutants without a
 verdict are judged (a larger ``--sample`` of the same seed adds only the new ones: the sample is a
-prefix of one seeded shuffle). ``--time-limit SECONDS`` stops between chunks, reports the verdicts
+prefix of one seeded order, a hash of each name, so a source edit moves only the edited function's
+mutants in or out of it). ``--time-limit SECONDS`` stops between chunks, reports the verdicts
 so far and exits 3; ``--fresh`` starts over. Changed inputs start over too, unless ``--keep``.
 
 An allowlist entry names the function (mutmut's mangled name without the ``__mutmut_N`` suffix,
@@ -64,7 +65,6 @@ import hashlib
 import json
 import math
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -305,17 +305,18 @@ def _codes(workdir: Path, package: str) -> dict[str, int | None]:
 def select(names: list[str], *, only: list[str] | None, sample: int | None, seed: int) -> list[str]:
     """The mutants a run judges: those matching ``only`` (all when None), then a seeded sample.
 
-    The sample is a prefix of one seeded shuffle of the sorted names, so a larger sample of the same
-    seed holds every mutant of a smaller one: a run can be grown without judging anything twice.
-    It is returned in that shuffled order and judged in it, so the mutants a time-limited run has
-    judged so far are themselves a prefix of the shuffle -- a smaller uniform sample, spread over
+    The names are ordered by a seeded hash of each name alone (a uniform random order), and the
+    sample is a prefix of that order, so a larger sample of the same seed holds every mutant of a
+    smaller one: a run can be grown without judging anything twice. Because each name's place
+    depends on nothing else, an edit that adds or removes mutants in one function leaves the rest
+    of the sample as it was (a shuffle of the whole list redrew every member, so a ``--keep`` rerun
+    after a one-line fix was scored on a new sample). The sample is judged in that order, so what a
+    time-limited run has judged so far is itself a prefix -- a smaller uniform sample, spread over
     the package's modules, not the first modules in name order.
     """
     chosen = sorted(n for n in names if only is None or any(fnmatch.fnmatchcase(n, p) for p in only))
     if sample is not None and sample < len(chosen):
-        order = chosen[:]
-        random.Random(seed).shuffle(order)
-        chosen = order[:sample]
+        chosen = sorted(chosen, key=lambda n: hashlib.sha256(f"{seed}:{n}".encode()).digest())[:sample]
     return chosen
 
 

@@ -63,6 +63,24 @@ def test_the_sample_is_seeded_and_uniform_over_the_matching_mutants() -> None:
     assert mutate.select(names, only=None, sample=500, seed=0) == sorted(names)
 
 
+def test_an_edit_that_adds_or_removes_mutants_leaves_the_rest_of_the_sample_in_place() -> None:
+    """A one-line fix renumbers the mutants of one function: the other members keep their places
+    (the sample's untouched mutants before and after are one the prefix of the other, differing
+    only at the tail by as many as the edited function gave or took), not a new sample."""
+    names = [f"q38.package.m{i % 7}.x_f{i % 11}__mutmut_{i}" for i in range(3000)]
+    edited = [n for n in names if ".x_f3__" not in n] + [f"q38.package.m0.x_f3__mutmut_{i}" for i in range(5000, 5300)]
+
+    def untouched(sample: list[str]) -> list[str]:
+        return [n for n in sample if ".x_f3__" not in n]
+
+    before = mutate.select(names, only=None, sample=217, seed=2)
+    after = mutate.select(edited, only=None, sample=217, seed=2)
+    short, long = sorted((untouched(before), untouched(after)), key=len)
+    assert long[: len(short)] == short
+    moved = len(before) - len(untouched(before)) + len(after) - len(untouched(after))
+    assert len(long) - len(short) <= moved and len(short) > 150
+
+
 def test_the_score_interval_is_wilsons() -> None:
     low, high = mutate.wilson(270, 292)
     assert (round(low, 1), round(high, 1)) == (88.9, 95.0)
