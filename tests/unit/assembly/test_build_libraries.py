@@ -202,3 +202,14 @@ def test_cuda_option_extremes_that_fit_are_written_as_decimal_strings(bundles, t
                        cuda_options=("gpu_mem_limit=18446744073709551615", "device_id=2147483647")))
     po = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["session_options"]["provider_options"]
     assert po == [{"cuda": {"device_id": "2147483647", "gpu_mem_limit": "18446744073709551615"}}]
+
+
+def test_a_cuda_option_literal_of_exactly_80_characters_is_still_read(bundles, tmp_path):
+    """80 characters is the longest literal parsed (underscores as digit separators count): 1, 78
+    underscores and 0 is ten; one character more is refused unparsed (test above)."""
+    import json
+
+    out = tmp_path / "pkg"
+    build_package(_req(bundles, out, provider="cuda", cuda_options=("device_id=1" + "_" * 78 + "0",)))
+    po = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["session_options"]["provider_options"]
+    assert po == [{"cuda": {"device_id": "10"}}]
