@@ -436,18 +436,23 @@ def _package_cases() -> list[RuleCase]:
     ]
 
 
+def host_map_first_pool_entry(pkg: Path) -> None:
+    """The pool's first entry made host_mapped (its bytes leave the device for the host)."""
+    pool = pkg / "weights_pool.txt"
+    lines = pool.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    fields = lines[index].split(" ")
+    fields[6] = "host_mapped"
+    lines[index] = " ".join(fields)
+    pool.write_text("\n".join(lines) + "\n")
+
+
 def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
-    """``first``, then the pool's first entry host_mapped (its bytes leave the device for the host)."""
+    """``first``, then :func:`host_map_first_pool_entry`."""
 
     def write(pkg: Path) -> None:
         first(pkg)
-        pool = pkg / "weights_pool.txt"
-        lines = pool.read_text().splitlines()
-        index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
-        fields = lines[index].split(" ")
-        fields[6] = "host_mapped"
-        lines[index] = " ".join(fields)
-        pool.write_text("\n".join(lines) + "\n")
+        host_map_first_pool_entry(pkg)
 
     return write
 

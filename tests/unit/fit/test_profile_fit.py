@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.rule_cases import host_map_first_pool_entry
 
 from contracts.package_layout import PackageView
 from contracts.profile_fit import profile_fit_violations
@@ -113,16 +114,6 @@ def _one_profile(device: int, host: int) -> object:
     return add
 
 
-def _first_pool_entry_host_mapped(pkg: Path) -> None:
-    pool = pkg / "weights_pool.txt"
-    lines = pool.read_text().splitlines()
-    index = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
-    fields = lines[index].split(" ")
-    fields[6] = "host_mapped"
-    lines[index] = " ".join(fields)
-    pool.write_text("\n".join(lines) + "\n")
-
-
 def test_planned_placements_are_judged_instead_of_the_written_pool(tiny_cpu_package: Path, tmp_path: Path) -> None:
     """``placements`` (q38 offload's plan, not written yet) decide where the bytes go: one entry planned
     host_mapped breaks a host maximum of 0 that the written, all-device pool meets."""
@@ -140,7 +131,7 @@ def test_each_fit_rule_record_reports_exactly_its_own_violations(tiny_cpu_packag
     """The PKG-FIT-001 / PKG-FIT-002 records of the registry, evaluated on a package, each give the
     violations of their own id that profile_fit_violations finds, and no other."""
     pkg = _edit(tiny_cpu_package, tmp_path / "pkg", _one_profile(1 << 20, 0))
-    _first_pool_entry_host_mapped(pkg)
+    host_map_first_pool_entry(pkg)
     found = profile_fit_violations(pkg)
     assert sorted(v.rule_id for v in found) == ["PKG-FIT-001", "PKG-FIT-002"]
     view = PackageView(root=pkg)

@@ -260,21 +260,28 @@ def test_conv_stays_in_place_when_every_reader_of_the_state_follows_it() -> None
     close(run_ort(model, feeds), run_ort(proto, feeds), atol=0)
 
 
-def test_conv_moved_after_a_late_weight_producer_is_sorted_once(caplog: pytest.LogCaptureFixture) -> None:
-    """A reader of the carried state sits before the conv and the conv's weight is produced after
-    that reader: the conv cannot be placed before the reader, so the pass records the sort it needs
-    and the result is still topologically sorted, with the same outputs."""
+def _late_weight_model(*, reader_first: bool) -> onnx.ModelProto:
+    """The carry model with the conv's weight produced late (``/late``) and a reader of the carried
+    state (``/probe``), both just before the conv, the reader first or second."""
     proto = G.conv_carry_model()
     g = proto.graph
     nodes = list(g.node)
     conv_idx = next(i for i, n in enumerate(nodes) if n.op_type == "CausalConvWithState")
-    reader = helper.make_node("Identity", ["present.0.conv"], ["state_probe"], name="/probe")
     late = helper.make_node("Identity", ["conv.weight"], ["w_late"], name="/late")
+    reader = helper.make_node("Identity", ["present.0.conv"], ["state_probe"], name="/probe")
     nodes[conv_idx].input[1] = "w_late"
     del g.node[:]
-    g.node.extend([*nodes[:conv_idx], reader, late, *nodes[conv_idx:]])
+    g.node.extend([*nodes[:conv_idx], *((reader, late) if reader_first else (late, reader)), *nodes[conv_idx:]])
     g.output.append(helper.make_tensor_value_info("state_probe", G.F16, None))
     g.value_info.append(helper.make_tensor_value_info("w_late", G.F16, [8, 1, 4]))
+    return proto
+
+
+def test_conv_moved_after_a_late_weight_producer_is_sorted_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A reader of the carried state sits before the conv and the conv's weight is produced after
+    that reader: the conv cannot be placed before the reader, so the pass records the sort it needs
+    and the result is still topologically sorted, with the same outputs."""
+    proto = _late_weight_model(reader_first=True)
     caplog.set_level(logging.DEBUG, logger="q38.optimize._common")
     model, p = apply(FuseCausalConvStatePass, proto)
     assert p.count == 1 and p.sorted == 1
@@ -290,17 +297,7 @@ def test_conv_moved_up_lands_after_a_late_weight_producer_and_before_the_reader_
     """The conv's weight is produced by a node after the carry chain, and a reader of the carried
     state sits between that node and the conv: the conv moves to just after the weight's producer,
     before the reader -- a sorted place, so no sort -- and the outputs are unchanged."""
-    proto = G.conv_carry_model()
-    g = proto.graph
-    nodes = list(g.node)
-    conv_idx = next(i for i, n in enumerate(nodes) if n.op_type == "CausalConvWithState")
-    late = helper.make_node("Identity", ["conv.weight"], ["w_late"], name="/late")
-    reader = helper.make_node("Identity", ["present.0.conv"], ["state_probe"], name="/probe")
-    nodes[conv_idx].input[1] = "w_late"
-    del g.node[:]
-    g.node.extend([*nodes[:conv_idx], late, reader, *nodes[conv_idx:]])
-    g.output.append(helper.make_tensor_value_info("state_probe", G.F16, None))
-    g.value_info.append(helper.make_tensor_value_info("w_late", G.F16, [8, 1, 4]))
+    proto = _late_weight_model(reader_first=False)
     model, p = apply(FuseCausalConvStatePass, proto)
     assert p.count == 1 and p.sorted == 0
     order = [n.name for n in model.graph]

@@ -232,17 +232,8 @@ def test_final_mixer_without_inject_projection_fuses_with_zero_inject() -> None:
     r = G.rng(1)
     g = G.G()
     X = g.inp("streams", G.F16, ["B", "S", 32])
-    pre, _ = G.hc_chain(g, X, C=4, H=8, R=4, prefix="/model/final_hc", r=r)
-    # Drop the inject branch (MatMul(hn, inject) -> Div -> Sigmoid -> Mul): a mix with no combine.
-    inject_mm = next(n for n in g.nodes if n.op_type == "MatMul" and "inject" in n.input[1])
-    drop = {inject_mm.output[0]}
-    kept = []
-    for n in g.nodes:
-        if any(i in drop for i in n.input) or n is inject_mm:
-            drop.update(n.output)
-            continue
-        kept.append(n)
-    g.nodes = kept
+    # The inject branch (MatMul(hn, inject) -> Div -> Sigmoid -> Mul) dropped: a mix with no combine.
+    pre = _final_mixer(g, X, C=4, H=8, prefix="/model/final_hc", r=r)
     g.op("Identity", [pre], outs=["y"])
     g.out("y", G.F16, ["B", "S", 8])
     proto = g.model()
