@@ -160,6 +160,14 @@ def test_v12_surface_is_migrated_on_read() -> None:
         (lambda d: d.__setitem__("runtime_profiles", [{**_profile("", 0, None)}]), "runtime_profiles[0].id: must not be empty"),
         (lambda d: d.__setitem__("runtime_profiles", [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 0},
                                                       "overlay": {}}]), "runtime_profiles[0].overlay.model: required key is missing"),
+        (lambda d: d.__setitem__("runtime_profiles", [{"id": "a", "overlay": {"model": {"decoder": {"filename": "m.onnx"}}}}]),
+         "runtime_profiles[0].eligibility: required key is missing"),
+        (lambda d: d.__setitem__("runtime_profiles", {}), "runtime_profiles: expected an array, got an object"),
+        (lambda d: d["model"]["qwen38_graph"]["prefill"].pop("filename"), "model.qwen38_graph.prefill.filename: required key is missing"),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("provider_options", [{}]),
+         "model.decoder.session_options.provider_options[0]: expected an object with exactly one provider name"),
+        (lambda d: d["model"]["decoder"]["session_options"].__setitem__("provider_options", [{"rocm": {}}]),
+         "model.decoder.session_options.provider_options[0].rocm: unknown provider (expected one of cuda, cpu)"),
     ],
 )  # fmt: skip
 def test_bounds_and_types_name_the_key_path(mutate, message: str) -> None:
@@ -215,6 +223,21 @@ def test_a_v12_config_without_prefill_migrates_without_one() -> None:
     g = parse_config(v12).model.qwen38_graph
     assert g.prefill is None
     assert g.lineage == "contrib"
+
+
+def test_a_v12_key_that_v12b_also_has_is_carried_with_its_value() -> None:
+    """A v12 ``qwen38`` key the migration does not rename (``expert_profile``) moves into
+    ``qwen38_graph`` with its value, not as a placeholder."""
+    v12 = {
+        "model": {
+            "type": "qwen38_flash", "vocab_size": 16, "context_length": 256,
+            "decoder": {"filename": "model.onnx", "hidden_size": 16, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "head_size": 4, "num_hidden_layers": 1},
+            "qwen38": {"head_graph": "head_r2.onnx", "kv_capacity": 256, "pool": "weights_pool.txt",
+                       "expert_profile": "experts.json"},
+        }
+    }  # fmt: skip
+    assert parse_config(v12).model.qwen38_graph.expert_profile == "experts.json"
 
 
 def _full_doc() -> dict:
@@ -277,3 +300,13 @@ def test_a_missing_top_level_key_is_named_without_a_leading_dot() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(doc, source="c")
     assert str(info.value) == f"c: model.decoder.hidden_size: value {2**64} does not fit in int64"
+
+
+def test_a_config_with_every_optional_part_round_trips() -> None:
+    """Multidraft graphs, custom-op libraries, the expert profile, search and runtime profiles are
+    read into the config and written back as they were."""
+    doc = _full_doc()
+    cfg = parse_config(doc, source="c")
+    g = cfg.model.qwen38_graph
+    assert (g.multidraft, g.libraries) == ({"s2": "model_s2.onnx"}, {"qmoe": "libqmoe.so"})
+    assert config_to_dict(cfg) == doc

@@ -84,6 +84,11 @@ _REFUSED = [
      "runtime_profiles[1].eligibility: runtime profile eligibility ranges overlap: 'a' and 'b'"),
     (_profiles(_profile("a", 0, 5, is_integrated=True), _profile("b", 3, 9, is_integrated=True)),
      "runtime_profiles[1].eligibility: runtime profile eligibility ranges overlap: 'a' and 'b'"),
+    (lambda d: d["model"].pop("context_length"),
+     "model.context_length: must be set and > 0 (onnxruntime-genai requires it)"),
+    (_groups(), "model.decoder.state_groups: must not be empty"),
+    (_groups({"kind": "fixed_conv", "layer_ids": [1], "state_update": {}}),
+     "model.decoder.state_groups[0]: (fixed_conv) state_update capacity must be in [1, 8]"),
     (lambda d: d["model"]["decoder"].__setitem__("num_hidden_layers", 2**31),
      "model.decoder.num_hidden_layers: value 2.14748e+09 is out of int32 range"),
 ]  # fmt: skip

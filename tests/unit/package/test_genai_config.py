@@ -122,11 +122,32 @@ def test_a_graph_sections_keys_land_in_their_records_and_only_the_rest_in_extra(
     assert (mtp.filename, mtp.enabled, mtp.num_hidden_layers, mtp.num_key_value_heads, mtp.head_size,
             mtp.main_hidden_states) == ("mtp.onnx", True, 1, 2, 16, "hidden_states")  # fmt: skip
     assert (mtp.inputs, mtp.outputs, mtp.extra) == ({"input_ids": "input_ids"}, {"logits": "logits"}, {})
+    doc["model"]["mtp"].update(num_hidden_layers=1.0, num_key_value_heads=2.0, head_size=16.0)  # JSON numbers GenAI reads as ints
+    mtp = parse_genai_config(doc, source=SOURCE).model.mtp
+    assert mtp is not None
+    assert [(v, type(v)) for v in (mtp.num_hidden_layers, mtp.num_key_value_heads, mtp.head_size)] == [
+        (1, int), (2, int), (16, int)]
     doc["model"]["decoder"].update(head_size=16, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
                                    num_key_value_heads=2)  # fmt: skip
     d = parse_genai_config(doc, source=SOURCE).model.decoder
     assert (d.head_size, d.hidden_size, d.num_attention_heads, d.num_hidden_layers, d.num_key_value_heads, d.extra) == (
         16, 64, 4, 2, 2, {})
+
+
+@pytest.mark.parametrize(("edit", "path", "text"), [
+    (lambda c: replace(c, ignored={"a\x01b": 1}), "(top level)", "'a\\x01b'"),
+    (lambda c: replace(c, search={"k\x02": 1}), "search", "'k\\x02'"),
+    (lambda c: replace(c, search={"k": "v\x03"}), "search.k", "'v\\x03'"),
+])  # fmt: skip
+def test_a_control_character_json_would_escape_is_refused_when_written(
+        edit: Callable[[Any], Any], path: str, text: str) -> None:  # fmt: skip
+    """A key or a string value with a control character JSON writes as a ``\\u`` escape is refused,
+    naming where it is (a top-level key has no path of its own), since GenAI 0.18.0 cannot read it back."""
+    cfg = edit(parse_genai_config(_doc(), source=SOURCE))
+    with pytest.raises(ConfigError) as info:
+        dumps_genai_config(cfg)
+    assert str(info.value) == (f"genai_config.json: {path}: control character in {text} needs a \\u escape, "
+                               "which onnxruntime-genai 0.18.0 cannot read")
 
 
 def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,18 @@ def test_shared_initializers_resolve_and_a_broken_entry_is_named(mutate, expect:
         assert expect in problems[0][1]
 
 
+def test_a_shared_range_is_checked_against_the_data_file_beside_its_graph() -> None:
+    """A graph's external data resolves next to the graph file, not the root the entry is named
+    from: checked from the fixtures directory, entries naming ``PKG/model.onnx.data`` still match."""
+    assert _mtp_packages(), "the int4 cpu + MTP fixture is committed"
+    for src in _mtp_packages():
+        pkg = open_any(src)
+        models = {r.role: load_graph(r.path, root=src) for r in pkg.graphs()}
+        sections = {role: tuple(replace(e, data_file=f"{src.name}/{e.data_file}") for e in s.shared_initializers)
+                    for role, s in pkg.config.graph_sections.items() if s.shared_initializers}  # fmt: skip
+        assert sections and shared_initializer_problems(src.parent, sections, models) == []
+
+
 def test_a_graph_section_without_session_options_runs_with_the_decoders(tmp_path: Path) -> None:
     """GenAI's default: a graph section with no ``session_options`` of its own (``mtp`` here) gets the
     decoder's providers and entries; a section with its own block keeps only those."""
@@ -305,3 +318,14 @@ def test_a_config_that_is_a_directory_is_refused_naming_the_package(tmp_path: Pa
     with pytest.raises(PackageError) as info:
         open_genai_package(pkg)
     assert str(info.value) == f"{pkg}: config: 'genai_config.json' is a directory, expected a file"
+
+
+def test_a_layered_package_is_refused_as_a_genai_package(tmp_path: Path) -> None:
+    """A genai package keeps its config at the top level: q38's layered form (target/, head/) is refused."""
+    pkg = tmp_path / "pkg"
+    (pkg / "target").mkdir(parents=True)
+    (pkg / "head").mkdir()
+    (pkg / "target" / "genai_config.json").write_text("{}")
+    with pytest.raises(PackageError) as info:
+        open_genai_package(pkg)
+    assert str(info.value) == f"{pkg}: a genai package keeps genai_config.json at its top level"

@@ -39,6 +39,11 @@ def test_an_array_item_of_the_wrong_kind_names_its_index(doc: dict, message: str
     assert str(info.value) == message
 
 
+def _device_type(value: str) -> dict:
+    return {"model": {"decoder": {"session_options": {"provider_options": [
+        {"cuda": {"device_filtering_options": {"hardware_device_type": value}}}]}}}}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("doc", "problem"),
     [
@@ -48,6 +53,10 @@ def test_an_array_item_of_the_wrong_kind_names_its_index(doc: dict, message: str
         ({"speculative": {"ngram_size": 1}}, "speculative.ngram_size: must be 0 or between 2 and 16, got 1"),
         ({"speculative": {"ngram_size": 17}}, "speculative.ngram_size: must be 0 or between 2 and 16, got 17"),
         ({"engine": {"dynamic_batching": {"dflash2_max_snapshots": 0}}}, None),
+        (_device_type("GPU"), None),  # hardware_device_type is case-folded
+        (_device_type("tpu"),
+         ("model.decoder.session_options.provider_options[0].cuda.device_filtering_options.hardware_device_type: "
+          "expected one of cpu, gpu, npu, got 'tpu'")),
         ({"engine": {"dynamic_batching": {"dflash2_max_snapshots": -1}}},
          "engine.dynamic_batching.dflash2_max_snapshots: must be >= 0, got -1"),
     ],

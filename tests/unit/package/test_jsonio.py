@@ -85,7 +85,8 @@ def test_nesting_is_bounded() -> None:
     ok = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
     assert loads_strict(ok, what="x") is not None
     deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
-    assert f"nested deeper than {MAX_DEPTH} levels" in _refused(deep)
+    refused = _refused(deep)
+    assert refused.startswith("cfg.json: [0][0][0]") and refused.endswith(f": nested deeper than {MAX_DEPTH} levels")
     assert "nested too deeply" in _refused("[" * 100_000 + "]" * 100_000, limit=1 << 20)
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from q38.errors import PackageError
-from q38.package.manifest import parse_manifest
+from q38.package.manifest import Manifest, parse_manifest, read_manifest, recorded_path
 
 SOURCE = "pkg/package_manifest.json"
 
@@ -88,3 +91,22 @@ def test_every_field_is_read_back_as_written() -> None:
     m = parse_manifest(doc, source=SOURCE)
     assert (m.command, m.q38_version, m.notes, m.extra) == ("offload", "9.9", ("one", "two"), {"k": [1]})
     assert m.to_dict() == doc
+
+
+def test_a_source_path_that_is_not_utf8_is_written_readable_with_its_exact_bytes() -> None:
+    """A non-UTF-8 source path is written as ``\\xNN`` text plus its bytes in hex (which read back
+    to the exact path); a UTF-8 one, and a value already under a ``_bytes_hex`` key, as they are."""
+    raw = os.fsdecode(b"/src/caf\xe9")
+    doc = Manifest("build", sources=({"path": raw, "sha256": "ab", "note_bytes_hex": "ff"},)).to_dict()
+    assert doc["sources"] == [{"path": "/src/caf\\xe9", "path_bytes_hex": b"/src/caf\xe9".hex(), "sha256": "ab",
+                               "note_bytes_hex": "ff"}]  # fmt: skip
+    assert recorded_path(doc["sources"][0]) == raw
+
+
+def test_a_manifest_that_is_no_regular_file_is_refused_naming_it_as_the_manifest(tmp_path: Path) -> None:
+    """read_manifest's file-level refusal names the file's role (``manifest``) and its path."""
+    path = tmp_path / "package_manifest.json"
+    path.mkdir()
+    with pytest.raises(PackageError) as info:
+        read_manifest(path)
+    assert str(info.value) == f"manifest {path}: is a directory, not a regular file (refusing to read it)"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from q38.errors import PackageError
+from q38.errors import GraphError, PackageError
 from q38.package.memory import (
     GraphMemory,
     PackageFacts,
@@ -206,12 +206,14 @@ def test_an_engram_graph_carries_state_but_is_no_mtp_draft(tmp_path: Path) -> No
 def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
     """A QMoE's expert inputs (2..13, 15, 16) are routed experts of that node (the expert count is
     their first dim), its router input (1) is not; a Gather or GatherBlockQuantized table indexed by a
-    graph input is an embedding; lm_head and mtp.* by name; the rest dense."""
+    graph input is an embedding, and so is an ``embed_tokens`` tensor nothing gathers; lm_head and
+    mtp.* by name; the rest dense."""
     def init(name: str, dims: list[int]) -> TensorProto:
         return helper.make_tensor(name, TensorProto.FLOAT16, dims, [0.0] * int(np.prod(dims)))
 
     inits = [init("router_w", [4, 8]), init("fc1_w", [4, 8, 2]), init("fc2_w", [4, 2, 8]), init("embq", [16, 4]),
-             init("emb", [16, 4]), init("lm_head.weight", [4, 16]), init("mtp.norm", [4]), init("other", [4])]
+             init("emb", [16, 4]), init("lm_head.weight", [4, 16]), init("mtp.norm", [4]), init("other", [4]),
+             init("model.embed_tokens.weight", [16, 4])]
     nodes = [
         helper.make_node("QMoE", ["x", "router_w", "fc1_w", "", "fc2_w"], ["y"], name="moe", domain="com.microsoft"),
         helper.make_node("GatherBlockQuantized", ["embq", "ids", "s"], ["e1"], name="gq", domain="com.microsoft"),
@@ -230,5 +232,37 @@ def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
         "fc2_w": ("routed_expert", "moe", 4, "float16"), "embq": ("embedding", "", 0, "float16"),
         "emb": ("embedding", "", 0, "float16"), "lm_head.weight": ("head", "", 0, "float16"),
         "mtp.norm": ("mtp", "", 0, "float16"), "other": ("dense", "", 0, "float16"),
+        "model.embed_tokens.weight": ("embedding", "", 0, "float16"),
     }  # fmt: skip
     assert {t.name: (t.shape, t.nbytes) for t in tensors} == {i.name: (tuple(i.dims), 2 * int(np.prod(i.dims))) for i in inits}
+
+
+def test_a_file_that_is_no_onnx_graph_is_one_line_naming_it_and_the_parse_error(tmp_path: Path) -> None:
+    """A truncated or foreign file: GraphError naming the file, the parser's exception type and text."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\xff\xff\xff\xff")
+    with pytest.raises(GraphError) as info:
+        graph_memory(path, tmp_path)
+    # the parser's own text after the type differs between protobuf builds (upb, python)
+    assert str(info.value).startswith(f"{path}: not a readable ONNX graph: DecodeError: Error parsing message")
+    assert "\n" not in str(info.value)
+
+
+def test_a_runtime_profile_reads_its_context_tier_and_device_bounds(tmp_path: Path) -> None:
+    """A profile's context tier is its overlay's ``search.max_length`` (else the model's
+    context_length); its device bounds are the eligibility's minimum and maximum."""
+    import json
+
+    from q38.package.memory import read_package_facts
+
+    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
+    doc["model"]["context_length"] = 4096
+    doc["runtime_profiles"] = [
+        {"id": "short", "overlay": {"search": {"max_length": 512}},
+         "eligibility": {"minimum_total_device_memory_bytes": 100, "maximum_total_device_memory_bytes": 200}},
+        {"id": "full", "overlay": {}, "eligibility": {"minimum_total_device_memory_bytes": 200}},
+    ]  # fmt: skip
+    facts = read_package_facts(pkg, document=doc)
+    assert [(p.id, p.context, p.min_device, p.max_device) for p in facts.profiles] == [
+        ("short", 512, 100, 200), ("full", 4096, 200, None)]

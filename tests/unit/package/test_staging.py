@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import q38.package.staging as staging
-from q38.errors import PackageError
+from q38.errors import InternalError, PackageError
 from q38.package.staging import StagedDirectory, rename_noreplace
 
 
@@ -112,3 +112,54 @@ def test_the_sweep_of_a_killed_writers_staging_is_logged_naming_it(tmp_path: Pat
         staged.commit()
     assert [r.getMessage() for r in caplog.records] == [f"removing stale staging directory {debris}"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_without_renameat2_an_existing_destination_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check-then-rename fallback (a libc without renameat2) refuses the same way, naming ``dst``."""
+    monkeypatch.setattr(staging, "_RENAMEAT2", None)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(b"staged")
+    dst.write_bytes(b"user data")
+    with pytest.raises(FileExistsError) as info:
+        rename_noreplace(src, dst)
+    assert (info.value.errno, info.value.filename) == (errno.EEXIST, os.fspath(dst))
+    assert src.read_bytes() == b"staged" and dst.read_bytes() == b"user data"
+
+
+def test_a_staging_directory_that_cannot_be_set_up_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure writing the staging marker (ENOSPC) is one line, and the half-made staging
+    directory next to the destination is removed."""
+    def no_space(*_a: object) -> bytes:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(staging, "marker_text", no_space)
+    dest = tmp_path / "out"
+    staged = StagedDirectory(dest)
+    with pytest.raises(PackageError) as info:
+        staged.__enter__()
+    assert str(info.value) == f"cannot create staging directory next to {dest}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_commit_outside_the_with_block_is_an_internal_error(tmp_path: Path) -> None:
+    """Before the block is entered the staged path is the destination itself, and commit() is refused."""
+    staged = StagedDirectory(tmp_path / "out")
+    assert staged.path == tmp_path / "out"
+    with pytest.raises(InternalError) as info:
+        staged.commit()
+    assert str(info.value) == "commit() outside the with block"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_committed_tree_stays_committed_when_its_staging_directory_cannot_be_removed(tmp_path: Path) -> None:
+    """Removing the staging directory after the rename is best effort: here it has become a symlink
+    (rmtree refuses one), and the commit still succeeds with the tree in place."""
+    dest = tmp_path / "out"
+    with StagedDirectory(dest) as staged:
+        (staged.path / "genai_config.json").write_text("{}")
+        assert staged.staging is not None
+        moved = tmp_path / "moved"
+        staged.staging.rename(moved)
+        staged.staging.symlink_to(moved)
+        staged.commit()
+    assert staged.committed and (dest / "genai_config.json").read_text() == "{}"

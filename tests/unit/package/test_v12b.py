@@ -8,6 +8,7 @@ graph its ``filename`` names (default: the decoder's file), never to the head.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,7 @@ def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) ->
     assert refs["target"].overlay_entries == ({"session.big": "1"},)
     assert refs["target"].session_entries == {"session.moe.offload.mode": "auto"}
     assert refs["head"].overlay_entries == refs["prefill"].overlay_entries == ()
+    assert (refs["head"].providers, refs["target"].providers) == (("cuda",), ())  # the head keeps its own options
 
 
 @pytest.mark.parametrize(("variant", "providers", "expected"), [
@@ -163,3 +165,11 @@ def test_a_layered_package_keeps_the_head_directorys_own_manifest(tmp_path: Path
     assert package.graph_path("head") == root / "head" / "head_r2.onnx"
     assert package.manifest is not None and package.head_manifest is not None
     assert (package.manifest.command, package.head_manifest.command) == ("test", "head-test")
+
+
+def test_opening_a_package_logs_its_path_and_layout(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """INFO names the package directory being read and whether it is flat or layered."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    with caplog.at_level(logging.INFO, logger="q38.package.package"):
+        open_package(pkg)
+    assert f"reading package {pkg} (flat)" in [r.getMessage() for r in caplog.records if r.name == "q38.package.package"]
