@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,3 +102,12 @@ def test_the_ticker_draws_elapsed_seconds_on_a_terminal_only() -> None:
             time.sleep(1.7)
     assert "\r[1/8] synth ... 1 s" in tty.getvalue() and tty.getvalue().endswith("\r\x1b[K")
     assert pipe.getvalue() == ""
+
+
+def test_demo_runs_in_a_fresh_process_as_the_console_script(tmp_path: Path) -> None:
+    """``python -m q38 demo`` in its own interpreter: each step's run sits inside the demo's run and
+    imports its modules fresh (the in-process test above finds them imported by earlier tests)."""
+    done = subprocess.run([sys.executable, "-m", "q38", "demo", "--workdir", str(tmp_path / "w"), "--preset", "tiny",
+                           "--no-ort"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "FAILED" not in done.stdout and (tmp_path / "w" / "run-1" / "offloaded" / "genai_config.json").is_file()

@@ -96,3 +96,31 @@ seen["later_import"] = "numpy.linalg" in sys.modules
         "kept": ["numpy._core._multiarray_umath"],  # ... yet the module it created is never freed
         "initializing_after": False, "later_import": True,
     }  # fmt: skip
+
+
+def test_a_run_inside_a_run_keeps_one_guard_and_still_imports() -> None:
+    """q38 demo runs each step through the CLI inside its own run: the inner block adds no second
+    guard (two guards asked each other for specs until RecursionError, failing every demo step)."""
+    seen = _run("""
+with g.guarded_extension_imports([signal.SIGINT]):
+    with g.guarded_extension_imports([signal.SIGINT]):
+        import numpy
+        import json.decoder, email.parser  # pure-Python imports pass through the guard too
+        seen["guards_inside"] = sum(isinstance(f, g.ExtensionGuard) for f in sys.meta_path)
+    seen["guards_after_inner"] = sum(isinstance(f, g.ExtensionGuard) for f in sys.meta_path)
+seen["guards_after"] = sum(isinstance(f, g.ExtensionGuard) for f in sys.meta_path)
+""")
+    assert seen == {"initializing": True, "sigint_blocked": True, "sigterm_blocked": False,
+                    "guards_inside": 1, "guards_after_inner": 1, "guards_after": 0}  # fmt: skip
+
+
+def test_a_second_guard_put_on_the_path_by_hand_does_not_recurse() -> None:
+    """Two guards on sys.meta_path (whoever put them there) each skip every guard when asking for a spec."""
+    seen = _run("""
+sys.meta_path.insert(0, g.ExtensionGuard([signal.SIGINT]))
+sys.meta_path.insert(0, g.ExtensionGuard([signal.SIGINT]))
+import numpy
+import email.parser
+seen["imported"] = "email.parser" in sys.modules
+""")
+    assert seen["initializing"] is True and seen["imported"] is True
