@@ -391,10 +391,9 @@ class RewritePass(ir.passes.InPlacePass):
             # would be declined as the new model's). Two phases of one call share one table.
             self.names = NameTable(model)
             self._names_model = model
-        names = self.names if self.names is not None else NameTable(model)
-        self.names = names
+        assert self.names is not None  # given, or built just above
         return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
-                              origins=self.origins, names=names, graph=graph)
+                              origins=self.origins, names=self.names, graph=graph)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Run the pass over the model's graph: match each live anchor, rewrite or record the decline reason."""

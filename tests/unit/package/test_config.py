@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 from support.minipkg import mini_config
@@ -210,17 +211,20 @@ def test_a_runtime_profiles_overlay_session_options_are_read() -> None:
         "log_id": "p", "session.moe.offload.mode": "auto"}
 
 
-def test_a_v12_config_without_prefill_migrates_without_one() -> None:
-    v12 = {
+def _v12_without_prefill(**qwen38: str) -> dict[str, Any]:
+    """A v12 config with no prefill graph; ``qwen38``: its extra ``model.qwen38`` keys."""
+    return {
         "model": {
             "type": "qwen38_flash", "vocab_size": 16, "context_length": 256,
             "decoder": {"filename": "model.onnx", "hidden_size": 16, "num_attention_heads": 4,
                         "num_key_value_heads": 2, "head_size": 4, "num_hidden_layers": 1},
-            "qwen38": {"head_graph": "head_r2.onnx", "kv_capacity": 256, "pool": "weights_pool.txt",
-                       "lineage": "contrib"},
+            "qwen38": {"head_graph": "head_r2.onnx", "kv_capacity": 256, "pool": "weights_pool.txt", **qwen38},
         }
     }  # fmt: skip
-    g = parse_config(v12).model.qwen38_graph
+
+
+def test_a_v12_config_without_prefill_migrates_without_one() -> None:
+    g = parse_config(_v12_without_prefill(lineage="contrib")).model.qwen38_graph
     assert g.prefill is None
     assert g.lineage == "contrib"
 
@@ -228,16 +232,7 @@ def test_a_v12_config_without_prefill_migrates_without_one() -> None:
 def test_a_v12_key_that_v12b_also_has_is_carried_with_its_value() -> None:
     """A v12 ``qwen38`` key the migration does not rename (``expert_profile``) moves into
     ``qwen38_graph`` with its value, not as a placeholder."""
-    v12 = {
-        "model": {
-            "type": "qwen38_flash", "vocab_size": 16, "context_length": 256,
-            "decoder": {"filename": "model.onnx", "hidden_size": 16, "num_attention_heads": 4,
-                        "num_key_value_heads": 2, "head_size": 4, "num_hidden_layers": 1},
-            "qwen38": {"head_graph": "head_r2.onnx", "kv_capacity": 256, "pool": "weights_pool.txt",
-                       "expert_profile": "experts.json"},
-        }
-    }  # fmt: skip
-    assert parse_config(v12).model.qwen38_graph.expert_profile == "experts.json"
+    assert parse_config(_v12_without_prefill(expert_profile="experts.json")).model.qwen38_graph.expert_profile == "experts.json"
 
 
 def _full_doc() -> dict:
