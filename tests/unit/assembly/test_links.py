@@ -127,6 +127,16 @@ def test_outside_files_are_copied_even_under_hardlink(src: Path, tmp_path: Path)
     _assert_private_copy(src, tmp_path / "lib.so")
 
 
+def test_a_placer_counts_the_bytes_it_copied_and_not_those_it_linked(src: Path, tmp_path: Path) -> None:
+    """``bytes_copied`` sums only copies (what a command reports as copied): a hard link adds nothing, each copy its size."""
+    placer = Placer(LinkPolicy.HARDLINK)
+    assert placer.place(src, tmp_path / "linked").mode == "hardlink"
+    assert placer.bytes_copied == 0
+    placer.place(src, tmp_path / "lib.so", outside=True)
+    placer.place(src, tmp_path / "lib2.so", outside=True)
+    assert placer.bytes_copied == 2 * SIZE
+
+
 def test_a_known_digest_is_reused_and_a_stale_one_recomputed(src: Path, tmp_path: Path, monkeypatch) -> None:
     known = KnownDigests()
     known.add(FileIdentity.of(src), "ab" * 32)  # not src's digest: reuse must not recompute it

@@ -89,6 +89,12 @@ _REFUSED = [
     (_groups(), "model.decoder.state_groups: must not be empty"),
     (_groups({"kind": "fixed_conv", "layer_ids": [1], "state_update": {}}),
      "model.decoder.state_groups[0]: (fixed_conv) state_update capacity must be in [1, 8]"),
+    (_groups({"layer_ids": [1]}), "model.decoder.state_groups[0]: is missing kind"),
+    (_groups({"kind": "fixed_conv", "layer_ids": [1], "state_update": {"capacity": 2}}, {"kind": "fixed_recurrent", "layer_ids": [2]}),
+     "model.decoder.state_groups: all fixed state groups must declare state_update when any fixed group declares it"),
+    (_groups({"kind": "fixed_conv", "layer_ids": [1], "state_update": {"capacity": 2}},
+             {"kind": "fixed_recurrent", "layer_ids": [2], "state_update": {"capacity": 2, "key_head_count": 2, "enabled": False}}),
+     "model.decoder.state_groups: all fixed state_update groups must use the same enabled setting"),
     (lambda d: d["model"]["decoder"].__setitem__("num_hidden_layers", 2**31),
      "model.decoder.num_hidden_layers: value 2.14748e+09 is out of int32 range"),
 ]  # fmt: skip

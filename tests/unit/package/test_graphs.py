@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 from pathlib import Path
 
@@ -288,3 +289,51 @@ def test_a_value_two_nodes_produce_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(GraphError) as info:
         load_graph(path, root=tmp_path)
     assert str(info.value) == "model.onnx: node 'b' output 'y' is already produced (duplicate value name)"
+
+
+@pytest.mark.parametrize(("length", "size", "message"), [
+    (2048, 2048, "2048 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
+    (512, 1024, "512 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
+    (None, 512, "512 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
+], ids=["explicit-too-long", "explicit-too-short", "to-eof-too-short"])  # fmt: skip
+def test_an_external_byte_count_that_does_not_fit_the_shape_is_refused(
+        tmp_path: Path, length: int | None, size: int, message: str) -> None:  # fmt: skip
+    """A stated length must equal dtype x shape (too long reads neighbour bytes), and a to-EOF range must hold at least that."""
+    tensor = _external("w", "model.onnx.data", 0, WEIGHT)
+    entry = next(e for e in tensor.external_data if e.key == "length")
+    if length is None:
+        tensor.external_data.remove(entry)
+    else:
+        entry.value = str(length)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "model.onnx.data").write_bytes(b"\0" * size)
+    write_matmul_graph(pkg / "model.onnx", weight=tensor)
+    with pytest.raises(GraphError) as info:
+        load_graph(pkg / "model.onnx", root=pkg)
+    assert str(info.value) == f"model.onnx: initializer 'w' external data: {message}"
+
+
+def test_a_packed_int4_external_tensor_loads_and_reads_as_its_raw_bytes(tmp_path: Path) -> None:
+    """Three int4 values pack into ceil(12 bits / 8) = 2 bytes: that length loads, and read_tensor hands back those 2 bytes."""
+    tensor = _external("w", "model.onnx.data", 0, np.zeros((3, 1), dtype=np.uint8))
+    tensor.data_type = TensorProto.INT4
+    next(e for e in tensor.external_data if e.key == "length").value = "2"
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "model.onnx.data").write_bytes(b"\x21\x03")
+    write_matmul_graph(pkg / "model.onnx", weight=tensor)
+    model = load_graph(pkg / "model.onnx", root=pkg)
+    (ref,) = external_refs(model)
+    assert (ref.dtype, ref.length, ref.shape) == (ir.DataType.INT4, 2, (3, 1))
+    got = read_tensor(model.graph.initializers["w"], graph_path=pkg / "model.onnx", root=pkg)
+    assert got.dtype == np.uint8
+    assert got.tobytes() == b"\x21\x03"
+
+
+def test_loading_a_graph_logs_its_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """INFO names the graph file being read, so a user sees which graph a slow or failing load is on."""
+    pkg = _graph_with(tmp_path, "model.onnx.data", data=WEIGHT.tobytes())
+    with caplog.at_level(logging.INFO, logger="q38.package.graphs"):
+        load_graph(pkg / "model.onnx", root=pkg)
+    assert f"reading graph {pkg / 'model.onnx'}" in [r.getMessage() for r in caplog.records if r.name == "q38.package.graphs"]

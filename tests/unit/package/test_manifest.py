@@ -93,6 +93,13 @@ def test_every_field_is_read_back_as_written() -> None:
     assert m.to_dict() == doc
 
 
+def test_a_manifest_with_only_its_required_keys_reads_empty_defaults() -> None:
+    """Absent optional keys read as empty values: no q38 version is invented for a manifest that names none."""
+    m = parse_manifest({"manifest_version": 1, "command": "build"}, source=SOURCE)
+    assert m == Manifest("build", q38_version="")
+    assert m.to_dict()["q38_version"] == ""
+
+
 def test_a_source_path_that_is_not_utf8_is_written_readable_with_its_exact_bytes() -> None:
     """A non-UTF-8 source path is written as ``\\xNN`` text plus its bytes in hex (which read back
     to the exact path); a UTF-8 one, and a value already under a ``_bytes_hex`` key, as they are."""

@@ -7,6 +7,7 @@ only an MTP graph's dense tensors count as ``mtp``; a graph outside the package 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,11 @@ from q38.package.memory import (
     breakdown,
     graph_memory,
     load_memory,
+    profile_breakdowns,
+    read_package_facts,
 )
+
+_MTP_PKG = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
 
 
 def _state_graph(path: Path) -> None:
@@ -64,7 +69,7 @@ def test_state_dims_scale_with_batch_and_context() -> None:
 def test_each_named_dim_of_a_state_output_is_classified(tmp_path: Path) -> None:
     """The exporters' dim names: batch -> B, num_blocks -> BT (paged), block_size -> 1 row, every
     sequence-like name -> T, kv_cache_dim -> the head size; fixed dims stay as they are."""
-    names = ["batch_size", "num_blocks", "block_size", "total_sequence_length", "past_len", "total_len",
+    names: list[str | int] = ["batch_size", "num_blocks", "block_size", "total_sequence_length", "past_len", "total_len",
              "context", "max_seq_len", "kv_cache_dim", 5]  # fmt: skip
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
     out = helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT16, names)
@@ -150,11 +155,7 @@ def test_a_graph_named_outside_the_package_is_refused_unread(tmp_path: Path) -> 
 def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:
     """The int4-cpu-mtp builder export: its MTP graph is a companion with a KV cache of its own;
     dims the config leaves out are 0 (unknown), never a guess."""
-    import json
-
-    from q38.package.memory import read_package_facts
-
-    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    pkg = _MTP_PKG
     facts = read_package_facts(pkg)
     assert (facts.surface, facts.decoder, facts.companions) == ("genai", "model.onnx", ("mtp.onnx",))
     assert (facts.state_graphs, facts.mtp_graphs) == (("mtp.onnx",), ("mtp.onnx",))
@@ -170,11 +171,7 @@ def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:
 def test_a_runtime_profile_selects_its_overlays_decoder_else_the_packages(tmp_path: Path) -> None:
     """A profile whose overlay names a decoder filename runs that graph; one whose overlay names
     none (or no string) runs the package's decoder."""
-    import json
-
-    from q38.package.memory import read_package_facts
-
-    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    pkg = _MTP_PKG
     doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
     doc["runtime_profiles"] = [
         {"id": "own", "overlay": {"model": {"decoder": {"filename": "mtp.onnx"}}}},
@@ -188,13 +185,10 @@ def test_a_runtime_profile_selects_its_overlays_decoder_else_the_packages(tmp_pa
 def test_an_engram_graph_carries_state_but_is_no_mtp_draft(tmp_path: Path) -> None:
     """The research builder's ``model.engram`` section (the MTP export's graph named as engram):
     its graph keeps a KV cache of its own, and it drafts nothing."""
-    import json
     import shutil
 
-    from q38.package.memory import read_package_facts
-
     pkg = tmp_path / "engram"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp", pkg)
+    shutil.copytree(_MTP_PKG, pkg)
     doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
     mtp = doc["model"].pop("mtp")
     doc["model"]["engram"] = {key: mtp[key] for key in ("filename", "inputs", "outputs")}
@@ -248,21 +242,41 @@ def test_a_file_that_is_no_onnx_graph_is_one_line_naming_it_and_the_parse_error(
     assert "\n" not in str(info.value)
 
 
-def test_a_runtime_profile_reads_its_context_tier_and_device_bounds(tmp_path: Path) -> None:
+def test_a_runtime_profile_reads_its_context_tier_and_memory_bounds(tmp_path: Path) -> None:
     """A profile's context tier is its overlay's ``search.max_length`` (else the model's
-    context_length); its device bounds are the eligibility's minimum and maximum."""
-    import json
-
-    from q38.package.memory import read_package_facts
-
-    pkg = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "int4-cpu-mtp"
+    context_length); its device and effective-host bounds are the eligibility's minimum and maximum."""
+    pkg = _MTP_PKG
     doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
     doc["model"]["context_length"] = 4096
     doc["runtime_profiles"] = [
         {"id": "short", "overlay": {"search": {"max_length": 512}},
-         "eligibility": {"minimum_total_device_memory_bytes": 100, "maximum_total_device_memory_bytes": 200}},
+         "eligibility": {"minimum_total_device_memory_bytes": 100, "maximum_total_device_memory_bytes": 200,
+                         "minimum_effective_host_memory_bytes": 30, "maximum_effective_host_memory_bytes": 40}},
         {"id": "full", "overlay": {}, "eligibility": {"minimum_total_device_memory_bytes": 200}},
     ]  # fmt: skip
     facts = read_package_facts(pkg, document=doc)
-    assert [(p.id, p.context, p.min_device, p.max_device) for p in facts.profiles] == [
-        ("short", 512, 100, 200), ("full", 4096, 200, None)]
+    assert [(p.id, p.context, p.min_device, p.max_device, p.min_host, p.max_host) for p in facts.profiles] == [
+        ("short", 512, 100, 200, 30, 40), ("full", 4096, 200, None, None, None)]
+
+
+def test_a_config_that_names_no_graph_is_refused_naming_the_package(tmp_path: Path) -> None:
+    """A config with no decoder filename (nor any other graph) has nothing to size: one PackageError naming the package."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "genai_config.json").write_text(json.dumps({"model": {"type": "qwen3_5_moe_text", "decoder": {}}}), encoding="utf-8")
+    with pytest.raises(PackageError) as info:
+        read_package_facts(pkg)
+    assert str(info.value) == f"{pkg}: the config names no graph"
+
+
+def test_each_profiles_breakdown_sizes_its_state_at_the_batch_asked() -> None:
+    """``profile_breakdowns(batch=N)`` sizes every profile's state for N sequences, as ``breakdown`` does, not for one."""
+    doc = json.loads((_MTP_PKG / "genai_config.json").read_text(encoding="utf-8"))
+    doc["runtime_profiles"] = [{"id": "a", "overlay": {"search": {"max_length": 64}},
+                                "eligibility": {"minimum_total_device_memory_bytes": 0}}]  # fmt: skip
+    facts = read_package_facts(_MTP_PKG, document=doc)
+    [(one_profile, one)] = profile_breakdowns(facts)
+    [(profile, three)] = profile_breakdowns(facts, batch=3)
+    assert profile.id == one_profile.id == "a"
+    assert (one.batch, three.batch) == (1, 3)
+    assert one.state and three.state == {kind: 3 * n for kind, n in one.state.items()}

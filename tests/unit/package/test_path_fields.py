@@ -65,6 +65,18 @@ def test_the_first_bad_shared_initializer_range_is_the_one_reported(tmp_path: Pa
     assert str(info.value) == "c: model.decoder.shared_initializers[0]: bytes [8, 24) lie past the end of 'w.bin' (16 bytes)"
 
 
+@pytest.mark.parametrize(("name", "value"), [("offset", "-8"), ("length", "1.5"), ("offset", 8)])
+def test_a_malformed_shared_initializer_range_names_its_key_and_value(tmp_path: Path, name: str, value: object) -> None:
+    """An offset or length that is no decimal string is refused naming its key path and the value written."""
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    entry = {"name": "a", "data_file": "w.bin", "offset": "0", "length": "1", name: value}
+    doc = {"model": {"mtp": {"shared_initializers": [entry]}}}
+    with pytest.raises(UnsafePathError) as info:
+        check_path_fields(doc, root=tmp_path, config_dir=tmp_path, source="c")
+    assert str(info.value) == (f"c: model.mtp.shared_initializers[0].{name}: "
+                               f"expected a non-negative decimal string, got {quote(value)}")  # fmt: skip
+
+
 def test_multidraft_graphs_are_listed_by_role(tmp_path: Path) -> None:
     doc = {"model": {"qwen38_graph": {"multidraft": {"s3": "model_s3.onnx", "s2": "model_s2.onnx"}}}}
     assert path_fields(doc, config_dir=tmp_path) == [

@@ -41,6 +41,13 @@ def test_empty_pools_round_trip(text: str) -> None:
     assert format_pool(pool) == text
 
 
+def test_a_last_line_without_a_newline_is_still_an_entry() -> None:
+    """Only an empty string after the final newline is dropped: a last entry with no line end is read."""
+    pool = parse_pool("# header\nw0 model.onnx.data 0 4 float 1 device")
+    assert [e.pool_id for e in pool.entries] == ["w0"]
+    assert format_pool(pool) == "# header\nw0 model.onnx.data 0 4 float 1 device\n"
+
+
 def test_replace_entries_keeps_comments_in_place() -> None:
     pool = parse_pool(TEXT)
     moved = pool.replace_entries(lambda e: None if e.pool_id == "s" else e)

@@ -19,7 +19,7 @@ from support.minipkg import build_mini_package, mini_config
 from q38.errors import PackageError
 from q38.package import Manifest, dumps_manifest, open_package
 from q38.package.config import config_to_dict
-from q38.package.readers.v12b import v12b_graph_refs
+from q38.package.readers.v12b import READER, v12b_graph_refs
 from q38.package.surface import open_any
 
 
@@ -173,3 +173,16 @@ def test_opening_a_package_logs_its_path_and_layout(tmp_path: Path, caplog: pyte
     with caplog.at_level(logging.INFO, logger="q38.package.package"):
         open_package(pkg)
     assert f"reading package {pkg} (flat)" in [r.getMessage() for r in caplog.records if r.name == "q38.package.package"]
+
+
+@pytest.mark.parametrize(("variant", "providers", "expected"), [
+    ("faithful", ("cuda",), {"cuda"}),
+    ("faithful", (), {"cuda", "cpu"}),
+    ("cpu", ("cuda",), {"cuda", "cpu"}),
+    ("cpu", (), {"cpu"}),
+])  # fmt: skip
+def test_the_eps_a_v12b_graphs_kernel_rules_concern_follow_variant_and_providers(
+        variant: str, providers: tuple[str, ...], expected: set[str]) -> None:  # fmt: skip
+    """A faithful graph on CUDA is checked against CUDA rules only; CPU rules apply to the cpu variant or without CUDA."""
+    doc = config_to_dict(mini_config(variant=variant))
+    assert READER.graph_eps(doc, providers) == frozenset(expected)

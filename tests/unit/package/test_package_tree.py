@@ -1,0 +1,69 @@
+"""Opening a v12b package (``q38.package.open_package``): its graph roles and its directory walk.
+
+Invariants guarded here: every multidraft graph the config names (``s2``, ``s3``, ``s4``) is a
+role of the package; an entry of the package that cannot even be examined is
+refused in one line naming that entry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from support.as_nobody import as_nobody
+from support.minipkg import build_mini_package, mini_config
+
+from q38.errors import PackageError
+from q38.package import dumps_config, open_package
+
+DRAFTS = {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
+
+
+def _multidraft_package(dest: Path) -> Path:
+    """The mini package with three multidraft graphs (copies of its target) named by its config."""
+    pkg = build_mini_package(dest)
+    for rel in DRAFTS.values():
+        shutil.copyfile(pkg / "model.onnx", pkg / rel)
+    (pkg / "genai_config.json").write_text(dumps_config(mini_config(multidraft=DRAFTS)), encoding="utf-8")
+    return pkg
+
+
+def test_every_multidraft_graph_is_a_role(tmp_path: Path) -> None:
+    """Each of s2, s3 and s4 the config names is listed as a role, in order (commands walk the roles)."""
+    pkg = _multidraft_package(tmp_path / "pkg")
+    package = open_package(pkg)
+    assert package.roles() == ["target", "head", "prefill", "s2", "s3", "s4"]
+    assert [package.graph_path(role) for role in DRAFTS] == [pkg / rel for rel in DRAFTS.values()]
+
+
+def test_an_entry_the_user_cannot_examine_is_named(tmp_path: Path) -> None:
+    """A file inside a directory the user may list but not search (mode r--) is refused naming that file.
+
+    Root examines every entry, so when the suite runs as root the open runs in a forked child that
+    has dropped to ``nobody`` (support.as_nobody), in a world-traversable copy of the package.
+    """
+    top = Path(tempfile.mkdtemp(prefix="q38-tree-", dir="/tmp"))  # world-traversable, unlike tmp_path
+    try:
+        top.chmod(0o755)
+        pkg = build_mini_package(top / "pkg")
+        pkg.chmod(0o755)
+        (pkg / "extra").mkdir()
+        (pkg / "extra" / "x.bin").write_bytes(b"x")
+        (pkg / "extra").chmod(0o744 if os.geteuid() == 0 else 0o644)  # others (nobody) / the owner: r, no x
+
+        def run() -> str:
+            try:
+                open_package(pkg)
+            except PackageError as exc:
+                return str(exc)
+            return "opened"
+
+        # As root, once in this process too: every lazy import happens before the fork.
+        result = run() if os.geteuid() != 0 else (run(), as_nobody(run))[1]
+        assert result == f"{pkg}/extra/x.bin: permission denied", result
+    finally:
+        if (top / "pkg" / "extra").is_dir():
+            (top / "pkg" / "extra").chmod(0o755)  # searchable again, so that it can be removed
+        shutil.rmtree(top, ignore_errors=True)
