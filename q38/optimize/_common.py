@@ -506,6 +506,20 @@ def inp(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
+def slice_args(node: ir.Node, reader: TensorReader) -> tuple[int, int, int] | None:
+    """(start, end, axis) of a one-axis, unit-step ``Slice`` whose arguments are constants.
+
+    None when it is not that: a dynamic argument, several axes or a step other than 1. Omitted
+    ``axes`` are the leading axes and omitted ``steps`` are 1, as ONNX and ORT read them.
+    """
+    starts, ends = const_ints(inp(node, 1), reader), const_ints(inp(node, 2), reader)
+    axes = const_ints(inp(node, 3), reader) if inp(node, 3) is not None else list(range(len(starts or [])))
+    steps = const_ints(inp(node, 4), reader) if inp(node, 4) is not None else [1]
+    if not starts or not ends or not axes or steps != [1] or len(starts) != 1 or len(axes) != 1:
+        return None
+    return starts[0], ends[0], axes[0]
+
+
 def rank_of(value: ir.Value | None) -> int | None:
     """The declared rank of ``value`` (None: no value, or no shape declared)."""
     if value is None or value.shape is None:

@@ -38,13 +38,13 @@ from q38.optimize._common import (
     attr_ints,
     captured_by_subgraph,
     check_private,
-    const_ints,
     copy_type,
     first_dtype,
     inp,
     producer_of,
     rank_of,
     replace_value,
+    slice_args,
 )
 
 __all__ = ["FuseCausalConvStatePass"]
@@ -65,14 +65,7 @@ class _Match:
 
 
 def _slice(node: ir.Node | None, ctx: RewriteContext) -> tuple[int, int, int] | None:
-    if node is None:
-        return None
-    starts, ends = const_ints(inp(node, 1), ctx.reader), const_ints(inp(node, 2), ctx.reader)
-    axes = const_ints(inp(node, 3), ctx.reader) if inp(node, 3) is not None else [0]
-    steps = const_ints(inp(node, 4), ctx.reader) if inp(node, 4) is not None else [1]
-    if not starts or not ends or not axes or len(starts) != 1 or steps != [1]:
-        return None
-    return starts[0], ends[0], axes[0]
+    return slice_args(node, ctx.reader) if node is not None else None
 
 
 def _is_transpose021(node: ir.Node | None) -> bool:

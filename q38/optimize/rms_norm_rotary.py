@@ -42,6 +42,7 @@ from q38.optimize._common import (
     producer_of,
     rank_of,
     replace_value,
+    slice_args,
 )
 
 __all__ = ["FuseRMSNormRotaryPass"]
@@ -70,18 +71,6 @@ def _mul_operands(value: ir.Value | None) -> tuple[ir.Node, ir.Value, ir.Value] 
     if node is None or len(node.inputs) != 2 or node.inputs[0] is None or node.inputs[1] is None:
         return None
     return node, node.inputs[0], node.inputs[1]
-
-
-def _slice_args(node: ir.Node, ctx: RewriteContext) -> tuple[int, int, int] | None:
-    """(start, end, axis) of a single-axis unit-step Slice with constant arguments."""
-    starts = const_ints(inp(node, 1), ctx.reader)
-    ends = const_ints(inp(node, 2), ctx.reader)
-    # Without axes a Slice cuts the leading axes (ONNX, ORT), not the last one.
-    axes = const_ints(inp(node, 3), ctx.reader) if inp(node, 3) is not None else list(range(len(starts or [])))
-    steps = const_ints(inp(node, 4), ctx.reader) if inp(node, 4) is not None else [1]
-    if not starts or not ends or not axes or steps != [1] or len(starts) != 1 or len(axes) != 1:
-        return None
-    return starts[0], ends[0], axes[0]
 
 
 def _same_dim(a: object, b: object) -> bool | None:
@@ -230,7 +219,7 @@ class FuseRMSNormRotaryPass(RewritePass):
         if w_arr.ndim != 1:
             return Decline(f"RMS scale {w.name!r} has shape {list(w_arr.shape)}, expected [head_size]")
         d = int(w_arr.shape[0])
-        a1, a2 = _slice_args(slice1, ctx), _slice_args(slice2, ctx)
+        a1, a2 = slice_args(slice1, ctx.reader), slice_args(slice2, ctx.reader)
         if a1 is None or a2 is None or a1[2] not in (-1, 3) or a2[2] not in (-1, 3):
             return Decline("rotary Slices are not constant single-axis slices of the last axis")
         if d % 2 or a1[:2] != (0, d // 2) or a2[0] != d // 2 or a2[1] not in (d, _INT64_MAX):

@@ -98,6 +98,31 @@ def test_every_committed_equivalent_has_a_reason_and_names_a_mutated_module() ->
         assert e.function.startswith(packages) and e.line and e.reason.strip()
 
 
+def _defined_functions(module: Path) -> set[str]:
+    """Every function of ``module`` as mutmut names it: ``x_f`` at top level, ``xǁCǁm`` in class C."""
+    import ast
+
+    tree = ast.parse(module.read_text("utf-8"))
+    names = {f"x_{n.name}" for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        names |= {f"x\u01c1{cls.name}\u01c1{m.name}" for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return names
+
+
+def test_every_committed_equivalent_names_a_function_the_code_still_has() -> None:
+    """An entry whose function was renamed or moved would hide nothing and mislead: it must follow the code."""
+    root = HARNESS.parents[1]
+    missing = []
+    for e in mutate.load_allowlist():
+        module_name, _, function = e.function.rpartition(".")
+        path = root / (module_name.replace(".", "/") + ".py")
+        if not path.is_file():
+            path = root / module_name.replace(".", "/") / "__init__.py"
+        if not path.is_file() or function not in _defined_functions(path):
+            missing.append(e.function)
+    assert missing == []
+
+
 def test_an_equivalent_without_a_reason_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "allow.toml"
     path.write_text('[[equivalent]]\nfunction = "contracts.qmoe.x_f"\nline = "x = 1"\nreason = " "\n', "utf-8")
