@@ -359,8 +359,11 @@ class FuseHyperConnectionPass(RewritePass):
             return Decline("PostMix has no post_mix input")
         if not from_mix and (gate.shape is None or len(gate.shape) < 1 or gate.shape[-1] != c):
             return Decline(f"PostMix post_mix shape {getattr(gate, 'shape', None)} is not provably (..., C)")
+        # The streams' type: the PostMix output's, else its streams input's (an exporter or an
+        # earlier rewrite may leave the output untyped; the op's one T makes them the same).
+        streams = first_dtype(inp(mix, 0), inp(post, 0))
         for operand in (post.inputs[1], gate):
-            if operand is not None and operand.dtype not in (None, mix.inputs[0].dtype if mix.inputs[0] else None):
+            if operand is not None and streams is not None and first_dtype(operand) not in (None, streams):
                 return Decline(f"PostMix operand {operand.name!r} dtype differs from the streams")
         out = post.outputs[0]
         if captured_by_subgraph(out):

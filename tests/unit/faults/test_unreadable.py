@@ -76,7 +76,7 @@ def test_a_file_the_session_opens_that_the_user_cannot_read_fails_check(package:
     (package / rel).chmod(0o200 if os.geteuid() != 0 else 0o600)  # root's 0o600: unreadable to nobody
     found = [v for v in _violations(package) if v[0] == "PKG-READ-001"]
     assert len(found) == 1, found
-    rule, message, where = found[0]
+    _, message, where = found[0]
     assert message.startswith(f"{rel}: {what}") and "not readable by the current user" in message
     assert where == graph
     (package / rel).chmod(0o644)

@@ -96,8 +96,8 @@ def test_builder_forms_outcomes_by_pass() -> None:
         got[key] = sorted((o.pass_name, o.applied, o.reason) for o in result.outcomes)
     assert got["conv"] == [("causal_conv_state", False,
                             "present_state output already carries the state (no carry chain to remove)")]
-    assert got["mrope"] == [("rms_norm_rotary", False, "MRotaryEmbedding (multi-section rotary over [3, B, S] "
-                             "positions) has no RMSNormRotary form; kept as exported")]
+    assert got["mrope"] == [("rms_norm_rotary", False, ("MRotaryEmbedding (multi-section rotary over [3, B, S] "
+                             "positions) has no RMSNormRotary form; kept as exported"))]
     assert got["hc"] == sorted([("hyper_connection", True, "")] * 5 + [("fp8_head", True, "")])
     assert got["shared"] == [("shared_expert", True, "")]
 

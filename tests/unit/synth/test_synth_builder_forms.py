@@ -155,7 +155,7 @@ def test_qsa_faithful_form(tiny_builder_faithful_package: Path) -> None:
     for n in _ops(m, "DynamicSparseAttention"):
         assert len(n.input) == 17 and _attrs(n)["do_rotary"] == 1
         gather = prod[n.input[13]]
-        assert gather.op_type == "Gather" and list(gather.input)[0] == "position_ids"
+        assert gather.op_type == "Gather" and gather.input[0] == "position_ids"
         zero = prod[gather.input[1]]
         assert zero.op_type == "Constant" and numpy_helper.to_array(zero.attribute[0].t) == 0
         assert n.input[14].endswith(".q_norm.weight") and n.input[15].endswith(".k_norm.weight")

@@ -343,6 +343,19 @@ def test_post_mix_operand_of_other_dtype_is_not_absorbed() -> None:
     assert "PostMix operand 'blk_f32' dtype differs from the streams" in reasons(p)
 
 
+def test_an_untyped_post_mix_output_is_still_absorbed_by_its_operands_types() -> None:
+    """The streams a PostMix writes may carry no value_info (an exporter or an earlier rewrite left it
+    untyped): its operands are judged against the streams' own type, so the prologue is absorbed and
+    the graph computes what it did."""
+    proto = G.hc_model(two_blocks=True)
+    post = nth_node(proto, "HyperConnectionPostMix", 0)
+    assert post.output[0] == "streams_1" and not [vi for vi in proto.graph.value_info if vi.name == "streams_1"]
+    proto.graph.value_info.append(helper.make_tensor_value_info(post.input[1], G.F16, ["B", "S", 8]))  # typed block output
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert _prologues(model) == 1, reasons(p)
+    close(run_ref(model, {"streams": STREAMS}), run_ort(proto, {"streams": STREAMS}), atol=3e-2)
+
+
 def test_post_mix_output_captured_by_a_subgraph_is_not_absorbed() -> None:
     proto = G.hc_model(two_blocks=True)
     K.if_capture(proto, "streams_1")
@@ -421,8 +434,15 @@ def test_prologue_with_late_weights_falls_back_to_one_sort() -> None:
     proto.graph.node.extend([nodes[0], reader, late, *nodes[1:]])
     proto.graph.output.append(helper.make_tensor_value_info("x_probe", G.F16, None))
     model, p = apply(FuseHyperConnectionPass, proto)
-    assert p.count == 0  # the weight is no initializer: a LowRankMix made by hand, left alone
+    # The PostMix output "x" is untyped: its typed operands are judged against the streams' type
+    # (an untyped output once read as "dtype differs" declined it, and this test counted 0).
+    assert outcome_lines(p) == ["hyper_connection: /mix: fused"]
+    assert (p.count, p.sorted, _prologues(model)) == (1, 1, 1)
     assert check_topological(model.graph) is None
+    r = G.rng(1)
+    feeds = {name: r.standard_normal(shape).astype(np.float16)
+             for name, shape in [("streams", (2, 3, 32)), ("b0", (2, 3, 8)), ("g0", (2, 3, 4)), ("b1", (2, 3, 8)), ("g1", (2, 3, 4))]}
+    close(run_ref(model, feeds), run_ref(ir.from_proto(proto), feeds), atol=3e-2)
 
 
 def test_prologue_of_a_mix_whose_mixed_output_is_a_graph_output_keeps_the_public_name() -> None:
