@@ -391,6 +391,10 @@ class RewritePass(ir.passes.InPlacePass):
             # would be declined as the new model's). Two phases of one call share one table.
             self.names = NameTable(model)
             self._names_model = model
+        elif self._given_names is None and self.names is not None:
+            # Called on this model again: other passes may have named things since; the names
+            # this table reserved (the model's earlier ones included) stay reserved.
+            self.names.add_names_of(model)
         assert self.names is not None  # given, or built just above
         return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
                               origins=self.origins, names=self.names, graph=graph)

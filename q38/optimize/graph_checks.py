@@ -142,6 +142,15 @@ class NameTable:
         # rewrites a control-flow node (patterns inside bodies are declined), so the list holds
         # for every pass of the pipeline run that shares this table.
         self.subgraphs: list[ir.Graph] = []
+        self.add_names_of(model)
+
+    def add_names_of(self, model: ir.Model) -> None:
+        """Add every name ``model`` uses now (a table kept across calls learns what others named).
+
+        Names already in the table stay reserved, so a name the model once had is never handed out
+        for a different tensor; the subgraph list is the model's as it is now.
+        """
+        self.subgraphs = []
         for graph in iter_graphs(model.graph):
             if graph is not model.graph:
                 self.subgraphs.append(graph)

@@ -293,6 +293,25 @@ def test_rotary_slices_without_axes_cut_the_first_axis_and_are_declined() -> Non
 test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("rms_norm_rotary")
 
 
+def test_a_pass_instance_called_again_on_an_edited_model_names_against_its_names_now() -> None:
+    """A pass instance that saw a model before (here: handed out its context) and is called on it again
+    after something else added names must not hand out a name the model now holds: its table is the
+    model's as of this call (a table kept from before crashed with "Initializer ... is already registered")."""
+    probe = ir.from_proto(G.rms_rotary_model())
+    FuseRMSNormRotaryPass()(probe)
+    taken = sorted(set(probe.graph.initializers) - {i.name for i in G.rms_rotary_model().graph.initializer})
+    assert taken, "the rewrite adds an initializer under a fresh name"
+    p = FuseRMSNormRotaryPass()
+    model = ir.from_proto(G.rms_rotary_model())
+    p.context(model)  # the instance has seen this model
+    for name in taken:  # another pass then takes the names this rewrite would pick
+        model.graph.register_initializer(ir.Value(name=name, const_value=ir.tensor(np.zeros(1, np.float32))))
+    p(model)
+    assert p.count == 1
+    added = set(model.graph.initializers) - {i.name for i in G.rms_rotary_model().graph.initializer} - set(taken)
+    assert added == {f"{name}_1" for name in taken}
+
+
 def test_a_pass_instance_reused_on_another_model_names_against_that_model() -> None:
     """Fresh names come from the table of the model being rewritten, not the first one the instance
     saw: the second model already holds the name the first rewrite took, so the reused pass must
