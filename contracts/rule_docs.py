@@ -301,7 +301,8 @@ DOCS: dict[str, RuleDoc] = {
         "While resolving the graph ORT runs onnx's shape inference of each standard op on the "
         "shapes it infers for the inputs; incompatible MatMul / broadcast dims, a Reshape target "
         "that does not fit, Split sizes that do not sum, a bad Transpose perm or an axis out of "
-        "range fail the session with the op's shape-inference error.",
+        "range fail the session with the op's shape-inference error; so does an If whose two branches, "
+        "or whose branches and node, disagree on the number of outputs.",
         "MatMul(a: [2, 3], b: [4, 5])",
         "Make the shapes agree (fix the producer, the initializer or the attribute named in the message).",
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import onnx_ir as ir
 
 from contracts._graph import attr_int, attr_ints
 from contracts.shape_types import (
@@ -426,6 +427,25 @@ def _layer_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
     return [data, stats, stats]
 
 
-@register("", "Einsum", "Resize", "Conv", "ConvTranspose", "Pad", "NonZero", "Compress", "If", "Loop", "Scan")
+@register("", "If")
+def _if(ctx: ShapeContext) -> Sequence[Shape | None]:
+    """onnx's IfInferenceFunction: both branches and the node agree on the number of outputs."""
+    counts = []
+    for key in ("then_branch", "else_branch"):
+        attr = ctx.node.attributes.get(key)
+        graph = attr.value if attr is not None else None
+        if not isinstance(graph, ir.Graph):
+            return [None] * ctx.n_out  # a missing or mistyped branch is the schema rules' to report
+        counts.append(len(graph.outputs))
+    then_n, else_n = counts
+    if then_n != else_n:
+        raise ShapeInferenceError(f"then_branch and else_branch produce different number of outputs. {then_n} != {else_n}",
+                                  "TypeInferenceError")
+    if then_n != ctx.n_out:
+        raise ShapeInferenceError(f"If node has {ctx.n_out} but subgraphs produce {then_n}", "TypeInferenceError")
+    return [None] * ctx.n_out
+
+
+@register("", "Einsum", "Resize", "Conv", "ConvTranspose", "Pad", "NonZero", "Compress", "Loop", "Scan")
 def _unknown(ctx: ShapeContext) -> Sequence[Shape | None]:
     return [None] * ctx.n_out

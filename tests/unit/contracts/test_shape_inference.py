@@ -226,3 +226,46 @@ def test_a_graph_listed_consumer_first_is_inferred_as_onnxruntime_infers_it(cons
     text = "Node (mm) Op (MatMul) [ShapeInferenceError] Incompatible dimensions for matrix multiplication"
     assert [(v.rule_id, v.node, v.message) for v in graph_violations(refused)] == [("ORT-SHAPE-001", "mm", text)]
     assert text in (ort_error(refused) or "")
+
+
+def _if_model(then_n: int, else_n: int, node_n: int, *, nested: bool) -> onnx.ModelProto:
+    """If(c) with ``then_n`` / ``else_n`` branch outputs and ``node_n`` node outputs (Identity of x);
+    ``nested``: that If is the then-branch's only node of an outer, well-formed If."""
+    def branch(n: int, tag: str) -> onnx.GraphProto:
+        outs = [f"{tag}_o{i}" for i in range(n)]
+        return oh.make_graph([oh.make_node("Identity", ["x"], [o]) for o in outs], tag, [],
+                             [_vi(o, TP.FLOAT, [1]) for o in outs])  # fmt: skip
+
+    inner = oh.make_node("If", ["c"], [f"y{i}" for i in range(node_n)], name="inner",
+                         then_branch=branch(then_n, "t"), else_branch=branch(else_n, "e"))  # fmt: skip
+    if nested:
+        wrap = oh.make_graph([inner], "outer_then", [], [_vi("y0", TP.FLOAT, [1])])
+        node = oh.make_node("If", ["c"], ["z"], name="outer", then_branch=wrap, else_branch=branch(1, "oe"))
+        return _model([node], [_vi("c", TP.BOOL, []), _vi("x", TP.FLOAT, [1])], [_vi("z", TP.FLOAT, [1])], ms=False)
+    outs = [_vi(f"y{i}", TP.FLOAT, [1]) for i in range(node_n)]
+    return _model([inner], [_vi("c", TP.BOOL, []), _vi("x", TP.FLOAT, [1])], outs, ms=False)
+
+
+_IF_COUNTS = [(1, 1, 1), (2, 2, 2), (2, 1, 1), (1, 2, 2), (1, 1, 2), (2, 2, 1)]
+
+
+@pytest.mark.parametrize(("then_n", "else_n", "node_n", "nested"), [
+    *[(*counts, False) for counts in _IF_COUNTS],
+    *[(*counts, True) for counts in _IF_COUNTS if counts[2] == 1],  # the outer branch returns the inner If's one output
+])  # fmt: skip
+def test_an_if_whose_branches_and_node_disagree_on_outputs_is_refused_as_onnxruntime_refuses_it(
+        then_n: int, else_n: int, node_n: int, nested: bool) -> None:  # fmt: skip
+    """onnx's If inference, run by ORT while it resolves the graph: the branches must produce as many
+    outputs as each other, then as many as the node has; the contract gives ORT's text (or nothing
+    when the session is created), in the main graph and inside a branch alike."""
+    model = _if_model(then_n, else_n, node_n, nested=nested)
+    refused = ort_error(model)
+    found = [(v.rule_id, v.node, v.message) for v in graph_violations(model)]
+    if then_n == else_n == node_n:
+        assert (refused, found) == (None, [])
+        return
+    detail = (f"then_branch and else_branch produce different number of outputs. {then_n} != {else_n}" if then_n != else_n
+              else f"If node has {node_n} but subgraphs produce {then_n}")  # fmt: skip
+    text = f"Node (inner) Op (If) [TypeInferenceError] {detail}"
+    assert refused is not None and text in refused
+    assert found == [("ORT-SHAPE-001", "inner", text)]
