@@ -429,7 +429,7 @@ def _layer_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
 
 @register("", "If")
 def _if(ctx: ShapeContext) -> Sequence[Shape | None]:
-    """onnx's IfInferenceFunction: both branches and the node agree on the number of outputs."""
+    """As onnx's IfInferenceFunction: both branches and the node agree on the number of outputs."""
     counts = []
     for key in ("then_branch", "else_branch"):
         attr = ctx.node.attributes.get(key)
