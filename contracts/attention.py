@@ -1,7 +1,8 @@
 """GroupQueryAttention schema-inference and CPU kernel-constructor rules (probed on 1.32.0 CPU).
 
-``GQA-SCHEMA-001`` (any EP), on the shapes ORT infers: the query has rank 3; a packed query's
-width divides by ``num_heads + 2 * kv_num_heads``; an ``output_qk`` output needs ``qk_output`` (when
+``GQA-SCHEMA-001`` (any EP), on the shapes ORT infers: the query has rank 3; a packed query (of
+known rank) has positive ``num_heads`` and ``kv_num_heads`` and a width that divides by
+``num_heads + 2 * kv_num_heads``; an ``output_qk`` output needs ``qk_output`` (when
 the node has a ``past_key``: inference checks it there);
 ``past_key`` has rank 4 and comes with ``past_value`` (inference reads input 4's type). ``GQA-CPU-001`` (``ep="cpu"``): ``num_heads``
 and ``kv_num_heads`` positive, ``causal`` 0 or 1, ``local_window_size`` -1 when not causal,
@@ -40,11 +41,12 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
     rank = shapes.rank(query)
     if rank is not None and rank != 3:
         return "Inputs 0 (query) shall be 3 dimensions"
-    if input_at(node, 1) is None:
+    if input_at(node, 1) is None and rank == 3:  # a packed query, read once its rank is known
         heads, kv_heads = attr_int(node, "num_heads", 0), attr_int(node, "kv_num_heads", 0)
-        width = shapes.dim(query, 2) if rank == 3 else None
-        groups = heads + 2 * kv_heads
-        if width is not None and groups > 0 and width % groups:
+        if heads <= 0 or kv_heads <= 0:  # before the CPU constructor's check, and on every EP
+            return "num_heads and kv_num_heads must be positive."
+        width = shapes.dim(query, 2)
+        if width is not None and width % (heads + 2 * kv_heads):
             return "Packed query hidden size must be divisible by the grouped head count."
     if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0 and input_at(node, 3) is not None:
         # checked where inference reads the past (probed 1.31.1 and 1.32.0: without past_key an

@@ -237,6 +237,12 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gqa past_key without past_value", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa output_qk without qk_output", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa num_heads 0", lambda: _gqa(num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
+    ("gqa packed num_heads 0", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), num_heads=0), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa packed kv_num_heads -1", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), kv_num_heads=-1), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa packed num_heads -2, kv 2 (groups 2 divide the width)", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), num_heads=-2, kv_num_heads=2),
+     {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa packed num_heads 0, query rank unknown", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), {"qkv": None}, num_heads=0), {},
+     "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa num_heads 0 beside a bfloat16 Relu (no CPU kernel)", lambda: _beside_bf16_relu(_gqa(num_heads=0)), {}, None, None),
     ("gqa kv_num_heads 0", lambda: _gqa(kv_num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa causal 2", lambda: _gqa(causal=2), {}, "GQA-CPU-001", "GQA-CPU-001"),
@@ -342,3 +348,17 @@ def test_session_config_is_read_as_onnxruntime_stores_it(case: str, entries: dic
     if _V132:
         assert (not violations) == accepted_on_132, violations
     assert_agrees(violations, error, context=case)
+
+
+def test_a_packed_gqa_without_positive_head_counts_is_refused_for_a_cuda_graph_too() -> None:
+    """GroupQueryAttention's inference, not the CPU kernel, refuses a packed query with a head count
+    of 0 or less: it runs while ORT resolves the graph for any EP, so a CUDA graph gets the same
+    GQA-SCHEMA-001 line a real CPU session gives (and no CPU-constructor line)."""
+    model = _gqa(("qkv", "", "", "", "", "sk", "tsl"), num_heads=0)
+    text = "num_heads and kv_num_heads must be positive."
+    refused = ort_error(model)
+    assert refused is not None and f"Node (gqa) Op (GroupQueryAttention) [ShapeInferenceError] {text}" in refused
+    for eps in (frozenset({"cpu"}), frozenset({"cuda"})):
+        found = [(v.rule_id, v.node) for v in graph_violations(model, eps=eps) if v.severity == "error"]
+        assert found == [("GQA-SCHEMA-001", "gqa")], eps
+        assert next(v.message for v in graph_violations(model, eps=eps) if v.rule_id == "GQA-SCHEMA-001").endswith(text)
