@@ -26,7 +26,6 @@ them: the public builder writes none); every other file is placed unchanged, nev
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -150,9 +149,10 @@ def plan_session_offload(
         if part is not None:
             profiles[profile_name] = encode_profile(part)
         caps = {name: c for (graph, name), c in plan.caps.items() if graph == g.rel}
-        with_profile = dataclasses.replace(options, expert_profile=options.expert_profile if part is not None else None)
-        entries = offload_config_entries(with_profile, caps)
-        if part is not None and profile_name != PROFILE_FILENAME:
+        entries = offload_config_entries(options, caps)
+        if part is None:  # no rows for this graph (a decoder-only profile leaves the MTP graph out)
+            entries.pop(OFFLOAD_PREFIX + "popularity_file", None)
+        elif profile_name != PROFILE_FILENAME:
             entries[OFFLOAD_PREFIX + "popularity_file"] = profile_name
         check_emitted(entries)
         session_entries[g.role] = entries

@@ -16,12 +16,17 @@ Invariants guarded:
 - a package without MTP converts: offload options, no verify graphs, said in the summary;
 - with a profile and ``--total-resident-slots N``: the decoder's and the MTP's caps sum to N,
   each session's popularity file holds exactly its graph's rows;
-- the source is byte-identical after every conversion, refused ones included.
+- the source is byte-identical after every conversion, refused ones included;
+- runtime profiles overlaying the decoder (its own file or an alternate) convert; a decoder with
+  no QMoE converts when the MTP graph holds one; with none anywhere, or with the old QMoEOffload
+  operator, or a QMoE node of no static expert count, the refusal names the file and the node;
+- a profile of the decoder layers alone matches (the mtp.onnx node is a draft site).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -264,3 +269,151 @@ def test_genai_report_counts_cleared_router_weights_and_names_the_session_option
     (tier,) = report.hit_rates
     assert tier.tier == "session_options"
     assert tier.lines()[0].startswith("expected hit rate [session_options]: ")
+
+
+def _config_with_profiles(pkg: Path, profiles: list[dict[str, object]]) -> None:
+    """Give the builder config at ``pkg`` these ``runtime_profiles`` (rewritten, never through a link)."""
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text())
+    doc["runtime_profiles"] = profiles
+    path.unlink()
+    path.write_text(json.dumps(doc))
+
+
+def test_runtime_profiles_overlaying_the_decoder_or_an_alternate_convert(tiny_builder_cpu_package: Path,
+                                                                        editable_copy: Callable[[Path], Path],
+                                                                        tmp_path: Path) -> None:
+    """A builder config whose runtime profiles overlay the decoder's own file or an alternate decoder converts, profiles kept."""
+    src = editable_copy(tiny_builder_cpu_package)
+    onnx.save(onnx.load(src / "model.onnx", load_external_data=False), src / "model_alt.onnx")
+    profiles: list[dict[str, object]] = [
+        {"id": "same", "eligibility": {"minimum_total_device_memory_bytes": 0,
+                                       "maximum_total_device_memory_bytes": (16 << 30) - 1},
+         "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
+        {"id": "alt", "eligibility": {"minimum_total_device_memory_bytes": 16 << 30},
+         "overlay": {"model": {"decoder": {"filename": "model_alt.onnx"}}}},
+    ]  # fmt: skip
+    _config_with_profiles(src, profiles)
+    out = tmp_path / "out"
+    report = convert_package(src, out, OffloadOptions(mode="auto"))
+    assert json.loads((out / "genai_config.json").read_text())["runtime_profiles"] == profiles
+    assert (out / "model_alt.onnx").is_file()
+    alt = [n.name for n in onnx.load(out / "model_alt.onnx", load_external_data=False).graph.node if n.op_type == "QMoE"]
+    assert alt == [f"/model/layers.{i}/moe/QMoE" for i in range(8)]
+    assert report.graphs == {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
+
+
+def test_offload_json_names_the_flat_layout_of_a_builder_package(tiny_builder_cpu_package: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``q38 offload --json`` of a builder package reports its one-directory layout as ``flat``."""
+    out = tmp_path / "out"
+    assert main(["offload", str(out), "--from-package", str(tiny_builder_cpu_package), "--offload-mode", "auto",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["layout"] == "flat" and doc["surface"] == "genai" and doc["out"] == str(out)
+
+
+def _demote_qmoe(model: onnx.ModelProto) -> None:
+    """Every QMoE node becomes a plain (unquantized-op) MoE node of the same name."""
+    for node in model.graph.node:
+        if node.op_type == "QMoE":
+            node.op_type = "MoE"
+
+
+def test_a_decoder_without_qmoe_converts_when_the_mtp_graph_holds_one(tiny_builder_cpu_package: Path,
+                                                                       editable_copy: Callable[[Path], Path],
+                                                                       tmp_path: Path) -> None:
+    """Only the MTP graph holds QMoE: still something to offload, so the package converts with MTP offload options."""
+    src = editable_copy(tiny_builder_cpu_package)
+    edit_graph(src / "model.onnx", _demote_qmoe)
+    out = tmp_path / "out"
+    report = convert_package(src, out, OffloadOptions(mode="auto"))
+    assert [n for n, _ in report.kept_resident if n.startswith("mtp.onnx:")] == ["mtp.onnx:/model/layers.0/moe/QMoE"]
+    assert _entries(out, "mtp") == {OFFLOAD_PREFIX + "mode": "auto", OFFLOAD_PREFIX + "placement": "adaptive"}
+    assert report.graphs == {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
+
+
+def test_a_package_of_plain_moe_only_is_refused_naming_a_moe_node(tiny_builder_cpu_package: Path,
+                                                                   editable_copy: Callable[[Path], Path],
+                                                                   tmp_path: Path) -> None:
+    """No QMoE anywhere: refused naming the decoder file and the first plain MoE node ORT will not offload."""
+    src = editable_copy(tiny_builder_cpu_package)
+    edit_graph(src / "model.onnx", _demote_qmoe)
+    edit_graph(src / "mtp.onnx", _demote_qmoe)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == (f"{src / 'model.onnx'}: no com.microsoft::QMoE node to offload (plain MoE nodes such "
+                               "as '/model/layers.0/moe/QMoE' are not offloaded by ORT)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_default_domain_qmoe_offload_node_is_refused_with_the_way_out(tiny_builder_cpu_package: Path,
+                                                                         editable_copy: Callable[[Path], Path],
+                                                                         tmp_path: Path) -> None:
+    """The old tool's operator in the default domain is refused naming file, node, ``ai.onnx`` and the ORT options to use."""
+    src = editable_copy(tiny_builder_cpu_package)
+
+    def legacy(model: onnx.ModelProto) -> None:
+        node = next(n for n in model.graph.node if n.op_type == "QMoE")
+        node.op_type, node.domain = "QMoEOffload", ""
+
+    edit_graph(src / "model.onnx", legacy)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == (
+        f"{src / 'model.onnx'}: node '/model/layers.0/moe/QMoE' is a ai.onnx::QMoEOffload node of the old offload "
+        "tool; ORT 1.32.0 offloads com.microsoft::QMoE nodes through session.moe.offload.* options: convert from the "
+        "QMoE source package instead"
+    )
+
+
+def test_a_qmoe_node_without_a_static_expert_count_is_refused_by_name(tiny_builder_cpu_package: Path,
+                                                                       editable_copy: Callable[[Path], Path],
+                                                                       tmp_path: Path) -> None:
+    """FC1 weights fed by a graph input of symbolic expert dim: no site can be sized, refused naming graph and node."""
+    src = editable_copy(tiny_builder_cpu_package)
+
+    def symbolic_experts(model: onnx.ModelProto) -> None:
+        node = next(n for n in model.graph.node if n.op_type == "QMoE")
+        init = next(t for t in model.graph.initializer if t.name == node.input[2])
+        model.graph.input.append(onnx.helper.make_tensor_value_info(
+            "fc1_experts_weights", init.data_type, ["num_experts", *init.dims[1:]]))
+        node.input[2] = "fc1_experts_weights"
+
+    edit_graph(src / "model.onnx", symbolic_experts)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == "model.onnx: QMoE node '/model/layers.0/moe/QMoE': fc1_experts_weights has no static expert count"
+
+
+def test_a_decoder_only_profile_leaves_the_mtp_graph_out(builder_prepacked_faithful: Path, tmp_path: Path) -> None:
+    """The mtp.onnx node is a draft site whatever its name, so a profile of the 8 decoder layers alone matches."""
+    counts = np.random.default_rng(3).integers(0, 500, size=(8, 8)).astype(np.uint64)
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    out = tmp_path / "out"
+    report = convert_package(builder_prepacked_faithful, out, OffloadOptions(mode="auto", expert_profile=str(profile)))
+    assert read_profile(out / "expert-profile.bin").counts.tolist() == counts.tolist()
+    assert not (out / "mtp.expert-profile.bin").exists()
+    assert _entries(out, "decoder")[OFFLOAD_PREFIX + "popularity_file"] == "expert-profile.bin"
+    assert OFFLOAD_PREFIX + "popularity_file" not in _entries(out, "mtp")
+    (tier,) = report.hit_rates
+    assert [h.graph for h in tier.layers] == ["model.onnx"] * 8
+
+
+def test_a_decoder_only_profile_with_a_total_slot_budget_converts_a_package_with_an_mtp_graph(
+        builder_prepacked_faithful: Path, tmp_path: Path) -> None:  # fmt: skip
+    """``--total-resident-slots`` with a profile of the decoder layers alone: the MTP session has no
+    rows and no popularity file, and the conversion is not refused as if no profile were given
+    (it was: "--total-resident-slots needs --expert-profile FILE")."""
+    counts = np.random.default_rng(4).integers(0, 500, size=(8, 8)).astype(np.uint64)
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(counts)))
+    out = tmp_path / "out"
+    options = OffloadOptions(mode="auto", expert_profile=str(profile), total_resident_slots=16)
+    convert_package(builder_prepacked_faithful, out, options)
+    decoder, mtp = _entries(out, "decoder"), _entries(out, "mtp")
+    assert decoder[OFFLOAD_PREFIX + "popularity_file"] == "expert-profile.bin"
+    assert OFFLOAD_PREFIX + "popularity_file" not in mtp
+    caps = [int(c) for c in re.findall(r"=(\d+)", decoder[OFFLOAD_PREFIX + "node_overrides"])]
+    assert len(caps) == 8 and sum(caps) == 16  # the budget goes to the profiled decoder layers

@@ -133,6 +133,19 @@ def test_popular_layer_gets_more_slots() -> None:
     assert plan_from_profile(counts, 4, uniform=True) == [2, 2]
 
 
+@pytest.mark.parametrize(("layers", "experts", "total", "want"), [
+    (4, 8, 10, [7, 1, 1, 1]),
+    (3, 8, 10, [8, 1, 1]),
+    (4, 8, 20, [8, 8, 3, 1]),
+    (8, 8, 10, [3, 1, 1, 1, 1, 1, 1, 1]),
+])
+def test_tied_slots_go_to_the_lower_layer_first(layers: int, experts: int, total: int, want: list[int]) -> None:
+    """Equal gains across layers are broken by layer order (documented tie rule), not by sort internals."""
+    counts = np.ones((layers, experts), dtype=np.uint64)
+    counts[:, 0] = 9  # one popular expert per layer, then ties across every layer
+    assert plan_from_profile(counts, total) == want
+
+
 @pytest.mark.parametrize(
     ("total", "kwargs", "message"),
     [

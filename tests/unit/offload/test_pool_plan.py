@@ -1,0 +1,118 @@
+"""The offload plan of a v12b package (``q38.offload.pool_plan``), seen through ``convert_package``.
+
+Invariants guarded:
+- files the conversion does not regenerate are carried over: a source's expert profile when no
+  new one is given, and a flat package's own ``head/`` folder;
+- the hit-rate report names the base tier ``decoder`` and then each runtime profile;
+- a QMoE node without a name that stays resident is reported under its (empty) name;
+- a target without an MTP draft that protobuf cannot hold is refused naming ``model.onnx``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from support.offload_synthpkg import edit_graph
+
+from q38.errors import OffloadError
+from q38.offload.convert import convert_package
+from q38.offload.options import OffloadOptions
+from q38.package import encode_profile, open_package
+from q38.package.profile import ExpertProfile
+
+SPARSE_NODE = "/model/layers.3/moe/QMoE"
+SPARSE_REASON = "use_sparse_mixer=1 is not supported by the QMoE offload backend"
+
+
+def _profile(tmp_path: Path) -> Path:
+    """An expert profile of the tiny package's 8 decoder layers (8 experts each)."""
+    counts = np.random.default_rng(5).integers(0, 1000, size=(8, 8)).astype(np.uint64)
+    path = tmp_path / "profile.strp"
+    path.write_bytes(encode_profile(ExpertProfile(counts)))
+    return path
+
+
+def test_reconverting_without_a_profile_keeps_the_sources_expert_profile(tiny_cpu_package: Path,
+                                                                         tmp_path: Path) -> None:
+    """A package converted with a profile, converted again without one, still ships the profile its
+    config names (the file is copied, not dropped as if regenerated)."""
+    profile = _profile(tmp_path)
+    first = tmp_path / "first"
+    convert_package(tiny_cpu_package, first, OffloadOptions(mode="auto", expert_profile=str(profile),
+                                                            total_resident_slots=16))
+    second = tmp_path / "second"
+    convert_package(first, second, OffloadOptions(mode="auto"))
+    assert open_package(second).config.model.qwen38_graph.expert_profile == "expert-profile.bin"
+    assert (second / "expert-profile.bin").read_bytes() == profile.read_bytes()
+
+
+def test_a_flat_packages_head_folder_is_copied(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                               tmp_path: Path) -> None:
+    """Only a layered package's head/ is the head graph's directory: a flat package's own head/
+    folder is an ordinary source file tree and is carried over unchanged."""
+    src = editable_copy(tiny_cpu_package)
+    (src / "head").mkdir()
+    (src / "head" / "notes.txt").write_text("kept\n")
+    out = tmp_path / "out"
+    convert_package(src, out, OffloadOptions(mode="auto"))
+    assert (out / "head" / "notes.txt").read_text() == "kept\n"
+
+
+def test_hit_rates_name_the_decoder_tier_then_each_runtime_profile(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """With a profile, one hit-rate report per tier: the base options are the ``decoder`` tier (the
+    name the summary prints, grouped with the profiles of the same outcome), then the profiles by id."""
+    report = convert_package(tiny_cpu_package, tmp_path / "out", OffloadOptions(
+        mode="auto", expert_profile=str(_profile(tmp_path)), total_resident_slots=16))
+    assert [h.tier for h in report.hit_rates] == [
+        "decoder", "20gib-to-24gib", "24gib-to-28gib", "28gib-to-32gib", "32gib-to-34gib"
+    ]
+    assert any(line.startswith("  expected hit rate [decoder, 20gib-to-24gib, ") for line in report.summary())
+
+
+def test_an_unnamed_node_kept_resident_is_reported_by_its_empty_name(tiny_cpu_package: Path,
+                                                                     editable_copy: Callable[[Path], Path],
+                                                                     tmp_path: Path) -> None:
+    """``--offload-mode auto`` keeps an ineligible QMoE node on the GPU; a node without a name is
+    reported as "" (the name the graph gives it), never an invented one."""
+    src = editable_copy(tiny_cpu_package)
+
+    def unnamed_sparse_mixer(model: onnx.ModelProto) -> None:
+        node = next(n for n in model.graph.node if n.name == SPARSE_NODE)
+        next(a for a in node.attribute if a.name == "use_sparse_mixer").i = 1
+        node.name = ""
+
+    edit_graph(src / "model.onnx", unnamed_sparse_mixer)
+    report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert report.kept_resident == [("", SPARSE_REASON)]
+
+
+def test_a_target_without_draft_too_big_for_protobuf_is_refused_naming_it(
+    tiny_cpu_package: Path, editable_copy: Callable[[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an MTP draft the target itself is written; past protobuf's 2 GiB the refusal names
+    model.onnx. (The limit is simulated: a 2 GiB graph is too large to build in a unit test.)"""
+    src = editable_copy(tiny_cpu_package)
+
+    def drop_mtp(model: onnx.ModelProto) -> None:
+        keep = [n for n in model.graph.node if not n.name.startswith("/mtp/")]
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        outs = [o for o in model.graph.output if not o.name.startswith("mtp.")]
+        del model.graph.output[:]
+        model.graph.output.extend(outs)
+
+    edit_graph(src / "model.onnx", drop_mtp)
+
+    def too_big(model: ir.Model) -> object:
+        raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
+
+    monkeypatch.setattr(ir.serde, "serialize_model", too_big)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value).startswith("model.onnx: the graph does not fit in one protobuf (2 GiB): ")
+    assert not (tmp_path / "out").exists()
