@@ -229,7 +229,7 @@ def _clone_node(node: ir.Node, inputs: Iterable[ir.Value | None], j: int) -> ir.
         name=_rename(node.name, j),
     )
     for old, new in zip(node.outputs, clone.outputs):
-        new.name = _rename(old.name, j) if old.name else None
+        new.name = _rename(old.name, j) if old.name else old.name  # an omitted output ("") stays omitted
         new.type = old.type
         new.shape = old.shape.copy() if old.shape is not None else None
     return clone

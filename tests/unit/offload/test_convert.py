@@ -17,8 +17,10 @@ Invariants guarded:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ import pytest
 from support.offload_synthpkg import edit_graph, tree_digest
 
 from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Error
-from q38.offload.convert import convert_package
+from q38.offload.convert import convert_package, preview_offload
 from q38.offload.eligibility import contracts_eligibility
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.offload.report import OffloadReport
@@ -58,7 +60,7 @@ def test_flat_conversion_graphs(converted_cpu: Path) -> None:
         assert len(nodes) == 8 + drafts
         assert all(n.domain == "com.microsoft" for n in nodes)
         assert all(len(n.inputs) <= 14 for n in nodes), "router_weights (slot 14) must be cleared"
-        outs = [v.name for v in model.graph.outputs]
+        outs = [v.name or "" for v in model.graph.outputs]
         assert [o for o in outs if o.startswith("mtp.")] == [f"mtp.{j}.logits" for j in range(drafts)]
         assert not [n for n in model.graph if n.op_type == "Softmax" and "/moe/router" in (n.name or "")]
         rows[role] = model.metadata_props["q38.verify_rows"]
@@ -108,7 +110,7 @@ def test_flat_conversion_manifest_and_config(converted_cpu: Path) -> None:
 
 def test_pool_bindings_never_dangle(converted_cpu: Path, tiny_cpu_package: Path) -> None:
     pkg = open_package(converted_cpu)  # validates every pool entry's file
-    sizes = {}
+    sizes: dict[str, int] = {}
     for entry in pkg.pool.entries:
         size = sizes.setdefault(entry.file, (converted_cpu / entry.file).stat().st_size)
         assert entry.length is not None and entry.offset + entry.length <= size, entry
@@ -275,16 +277,15 @@ def test_prefill_chunk_over_kv_capacity_refused(tiny_cpu_package: Path, editable
 def test_offload_config_refuses_a_prefill_chunk_a_caller_built(tiny_cpu_package: Path, chunk: int) -> None:
     """apply_offload_config's own guard, for a Config built in code (the parser cannot produce one):
     a chunk that is not positive or exceeds kv_capacity is refused, a fitting one is kept."""
-    import dataclasses
-
     from q38.offload.profiles import apply_offload_config
 
     cfg = open_package(tiny_cpu_package).config
     g = cfg.model.qwen38_graph
     assert g.prefill is not None
+    prefill = g.prefill
 
     def with_chunk(n: int):  # type: ignore[no-untyped-def]
-        graph = dataclasses.replace(g, prefill=dataclasses.replace(g.prefill, chunk=n))
+        graph = dataclasses.replace(g, prefill=dataclasses.replace(prefill, chunk=n))
         return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, qwen38_graph=graph))
 
     with pytest.raises(ConfigError, match=rf"x\.json: model\.qwen38_graph\.prefill\.chunk {chunk} exceeds kv_capacity"):
@@ -528,8 +529,6 @@ def test_offload_profiles_config_writes_the_given_caps(tiny_cpu_package: Path) -
 
 
 def test_apply_offload_config_keeps_other_entries_and_replaces_old_offload_ones(tiny_cpu_package: Path) -> None:
-    import dataclasses
-
     from q38.offload.profiles import apply_offload_config
 
     cfg = open_package(tiny_cpu_package).config
@@ -543,3 +542,31 @@ def test_apply_offload_config_keeps_other_entries_and_replaces_old_offload_ones(
     assert entries["custom.keep.me"] == "1"  # a non-offload entry survives
     assert entries[OFFLOAD_PREFIX + "mode"] == "auto"  # replaced
     assert OFFLOAD_PREFIX + "host_expert_bytes" not in entries  # old offload entries are not merged
+
+
+def test_conversion_logs_its_plan_in_one_info_line(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
+                                                   tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Before writing, ``q38 offload`` logs at INFO the offloaded, kept-resident and
+    cleared router_weights counts of its plan, each in its place."""
+    src = editable_copy(tiny_cpu_package)
+    _edit_target(src, _set_sparse_mixer)
+    with caplog.at_level(logging.INFO, logger="q38.offload"):
+        report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert (len(report.offloaded), len(report.kept_resident), report.router_weights_cleared) == (8, 1, 17)
+    assert [r.getMessage() for r in caplog.records if r.name == "q38.offload"] == [
+        "offload: 8 QMoE nodes offloaded, 1 kept resident, 17 router_weights cleared"
+    ]
+
+
+def test_preview_gives_the_conversion_report_and_writes_nothing(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """``q38 profile --plan``'s preview (source given as a str) reports what the conversion would, names
+    SRC.offload-preview as its output and creates nothing, next to the source or in it."""
+    before = tree_digest(tiny_cpu_package)
+    siblings = sorted(p.name for p in tiny_cpu_package.parent.iterdir())
+    options = OffloadOptions(mode="auto", target_resident_slots=2)
+    preview = preview_offload(str(tiny_cpu_package), options)
+    assert preview.out == str(tiny_cpu_package.parent / f"{tiny_cpu_package.name}.offload-preview")
+    assert sorted(p.name for p in tiny_cpu_package.parent.iterdir()) == siblings
+    assert tree_digest(tiny_cpu_package) == before
+    report = convert_package(tiny_cpu_package, tmp_path / "out", options)
+    assert dataclasses.replace(preview, out=report.out) == report

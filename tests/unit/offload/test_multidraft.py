@@ -35,8 +35,15 @@ from support.offload_synthpkg import (
 )
 
 from q38.errors import GraphError
+from q38.offload.build import emit_multidraft_graphs
 from q38.offload.convert import convert_package
-from q38.offload.multidraft import MultiDraftPass, build_multidraft
+from q38.offload.multidraft import (
+    MultiDraftPass,
+    build_multidraft,
+    find_draft,
+    sequence_symbol,
+    verify_graph,
+)
 from q38.offload.options import OffloadOptions
 from q38.offload.router import ClearRouterWeightsPass
 from q38.package import external_refs, open_package
@@ -220,14 +227,19 @@ def test_width_of_a_shapeless_value_is_the_k_of_the_matmul_it_feeds() -> None:
     assert _width(identity) is None  # nothing declares a width
 
 
+def _moved_outside_draft(target: ir.Model, node: str, to: str, domain: str = "") -> ir.Model:
+    """A copy of ``target`` whose draft node ``node`` is renamed ``to`` (out of /mtp/0/), in ``domain``."""
+    model = ir.serde.deserialize_model(ir.serde.serialize_model(target))
+    moved = next(n for n in model.graph if n.name == node)
+    moved.name = to
+    moved.outputs[0].name = f"{to}/output_0"
+    moved.domain = domain
+    return model
+
+
 def _with_embed_outside_draft(target: ir.Model, domain: str) -> ir.Model:
     """The draft's token-embedding Gather moved out of /mtp/0/ (a shared embedding), in ``domain``."""
-    model = ir.serde.deserialize_model(ir.serde.serialize_model(target))
-    gather = next(n for n in model.graph if n.name == "/mtp/0/embed/Gather")
-    gather.name = "/model/mtp_embed/Gather"
-    gather.outputs[0].name = "/model/mtp_embed/Gather/output_0"
-    gather.domain = domain
-    return model
+    return _moved_outside_draft(target, "/mtp/0/embed/Gather", "/model/mtp_embed/Gather", domain)
 
 
 def test_token_gather_outside_the_draft_is_cloned_per_draft_for_standard_domains(target: ir.Model) -> None:
@@ -261,15 +273,13 @@ def test_build_multidraft_binds_the_sequence_symbol_to_the_rows(target: ir.Model
     assert "input_ids:1" in places.split(";")
 
 
-def _ids_graph(shape: list[object] | None) -> ir.Graph:
+def _ids_graph(shape: list[int | str | None] | None) -> ir.Graph:
     inputs = [] if shape is None else [ir.Value(name="input_ids", shape=ir.Shape(shape),
                                                 type=ir.TensorType(ir.DataType.INT64))]
     return ir.Graph(inputs, [], nodes=[], name="g")
 
 
 def test_sequence_symbol_refuses_a_packed_or_missing_input_ids() -> None:
-    from q38.offload.multidraft import sequence_symbol
-
     with pytest.raises(GraphError) as info:
         sequence_symbol(_ids_graph(["total_tokens"]), where="model.onnx")
     assert str(info.value) == (
@@ -323,3 +333,145 @@ def test_clear_router_weights_removes_dead_producers_and_keeps_inputs_and_initia
     assert [v.name for v in out.graph.inputs] == ["scores", "router_in"]
     assert list(out.graph.initializers) == ["router_init"]
     assert [n.name for n in model.graph] == ["/router/Cast", "/router/Softmax", "/a/QMoE", "/b/QMoE", "/c/QMoE"]
+
+
+def test_a_gather_on_another_graph_input_outside_the_draft_is_not_a_token_embedding(target: ir.Model) -> None:
+    """A shared rotary-cache Gather on position_ids feeding the draft is not re-fed with draft ids: it is
+    a second decoder input, refused by name (only a Gather on input_ids is a token embedding)."""
+    prepared = ClearRouterWeightsPass()(target).model
+    moved = _moved_outside_draft(prepared, "/mtp/0/attn/q_norm/rotary/cos/Gather", "/model/mtp_rotary/cos/Gather")
+    with pytest.raises(GraphError, match=r"model\.onnx: MTP draft /mtp/0/ must consume exactly one decoder hidden "
+                                         r"value, found .*'/model/mtp_rotary/cos/Gather/output_0'"):
+        build_multidraft(moved, 3, lineage="contrib")
+
+
+def test_emit_multidraft_graphs_gives_the_three_verify_graphs_with_router_weights_cleared(target: ir.Model) -> None:
+    """``q38 build --multidraft``'s hook returns model_s2/s3/s4 (2/3/4 verify rows) of the cleared target
+    and the router_weights count, leaving the target untouched; without clearing they keep them."""
+    before = ir.serde.serialize_model(target).SerializeToString()
+    graphs, cleared = emit_multidraft_graphs(target, lineage="contrib")
+    assert cleared == 9
+    assert list(graphs) == ["model_s2.onnx", "model_s3.onnx", "model_s4.onnx"]
+    for rows, model in zip((2, 3, 4), graphs.values()):
+        assert model.metadata_props["q38.verify_rows"] == str(rows)
+        assert [v.name for v in model.graph.outputs if (v.name or "").startswith("mtp.")] == [
+            f"mtp.{j}.logits" for j in range(rows - 1)
+        ]
+        assert all(len(n.inputs) <= 14 for n in model.graph if n.op_type == "QMoE")
+    assert ir.serde.serialize_model(target).SerializeToString() == before
+    kept, none = emit_multidraft_graphs(target, lineage="contrib", clear_router=False)
+    assert none == 0 and list(kept) == list(graphs)
+    assert sum(1 for n in kept["model_s2.onnx"].graph if n.op_type == "QMoE" and len(n.inputs) > 14) == 9
+
+
+def _mini_target(anchor_width: int, hidden_width: int) -> ir.Model:
+    """A minimal single-draft target: the draft's residual Add has no declared shape (as after an
+    optimizer's fusion), its width is the token embedding's; the lm_head is a MatMulNBits (no K to read)
+    and the final LayerNormalization omits its optional Mean / InvStdDev outputs."""
+    b, s = "batch_size", "sequence_length"
+
+    def typed(value: ir.Value, dims: list[int | str], dtype: ir.DataType = ir.DataType.FLOAT) -> ir.Value:
+        value.shape, value.type = ir.Shape(dims), ir.TensorType(dtype)
+        return value
+
+    def init(name: str, array: np.ndarray) -> ir.Value:
+        return ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                        const_value=ir.tensor(array, name=name))
+
+    ids = typed(ir.Value(name="input_ids"), [b, s], ir.DataType.INT64)
+    x = typed(ir.Value(name="x"), [b, s, anchor_width])
+    table = init("embed.weight", np.zeros((8, hidden_width), np.float32))
+    proj = init("mtp.0.fc.weight", np.zeros((anchor_width, hidden_width), np.float32))
+    gamma = init("mtp.0.norm.weight", np.ones(hidden_width, np.float32))
+    head = init("lm_head.qweight", np.zeros((8, 1, 16), np.uint8))
+    final = ir.Node("", "Identity", [x], name="/model/final/Identity", num_outputs=1)
+    typed(final.outputs[0], [b, s, anchor_width]).name = "/model/final/output_0"
+    embed = ir.Node("", "Gather", [table, ids], name="/mtp/0/embed/Gather", num_outputs=1)
+    typed(embed.outputs[0], [b, s, hidden_width]).name = "/mtp/0/embed/output_0"
+    fc = ir.Node("", "MatMul", [final.outputs[0], proj], name="/mtp/0/fc/MatMul", num_outputs=1)
+    fc.outputs[0].name = "/mtp/0/fc/output_0"
+    residual = ir.Node("", "Add", [fc.outputs[0], embed.outputs[0]], name="/mtp/0/Add", num_outputs=1)
+    residual.outputs[0].name = "/mtp/0/Add/output_0"
+    norm = ir.Node("", "LayerNormalization", [residual.outputs[0], gamma], name="/mtp/0/norm/LayerNormalization",
+                   num_outputs=3)
+    for value, name in zip(norm.outputs, ["/mtp/0/norm/output_0", "", ""]):
+        value.name = name
+    lm = ir.Node("com.microsoft", "MatMulNBits", [norm.outputs[0], head], name="/mtp/0/lm_head/MatMulNBits",
+                 num_outputs=1)
+    typed(lm.outputs[0], [b, s, 8]).name = "mtp.0.logits"
+    graph = ir.Graph([ids, x], [lm.outputs[0]], nodes=[final, embed, fc, residual, norm, lm],
+                     initializers=[table, proj, gamma, head], opset_imports={"": 21, "com.microsoft": 1}, name="mini")
+    return ir.Model(graph, ir_version=10)
+
+
+def test_a_draft_hidden_two_wide_is_read_from_its_residual_operand() -> None:
+    """A shapeless draft hidden takes the width of its residual Add's declared operand, even when that is
+    2 (only width-1 broadcast operands are skipped): a 4-wide decoder hidden is 2 streams of it."""
+    draft = find_draft(_mini_target(4, 2).graph, lineage="contrib", where="model.onnx")
+    assert draft.hidden_out.name == "/mtp/0/Add/output_0"
+    assert draft.repeats == 2
+
+
+def test_a_draft_hidden_that_does_not_tile_the_decoder_hidden_is_refused_naming_the_graph() -> None:
+    """Widths that do not divide (decoder 3, draft 2) are refused before cloning, the message naming the
+    graph (``where``) and both values with their widths."""
+    with pytest.raises(GraphError) as info:
+        build_multidraft(_mini_target(3, 2), 3, lineage="contrib", where="target/model.onnx")
+    assert str(info.value) == (
+        "target/model.onnx: cannot chain MTP drafts: draft hidden '/mtp/0/Add/output_0' (width 2) does not fit "
+        "the decoder hidden '/model/final/output_0' (width 3)"
+    )
+
+
+def test_chained_drafts_of_a_node_with_omitted_optional_outputs_stay_valid_onnx() -> None:
+    """Draft 0's omitted optional outputs (empty names) must not give each clone two outputs of one name:
+    the written model_s4 passes the ONNX checker (single static assignment)."""
+    s4 = build_multidraft(_mini_target(4, 2), 4, lineage="contrib")
+    proto = ir.serde.serialize_model(s4)
+    onnx.checker.check_model(proto)
+    names = [o for n in proto.graph.node for o in n.output if o]
+    assert len(names) == len(set(names))
+    assert [n.output[0] for n in proto.graph.node if n.op_type == "LayerNormalization"] == [
+        "/mtp/0/norm/output_0", "/mtp/1/norm/output_0", "/mtp/2/norm/output_0"
+    ]
+    # Each copy omits what draft 0 omits: no clone computes (and keeps) the Mean / InvStdDev outputs.
+    assert [[o for o in n.output if o] for n in proto.graph.node if n.op_type == "LayerNormalization"] == [
+        [f"/mtp/{j}/norm/output_0"] for j in range(3)
+    ]
+
+
+def test_the_stream_tile_repeats_of_a_chained_draft_is_a_named_tensor() -> None:
+    """The Tile repeats initializer added per chained draft holds [1, 1, streams] in a tensor named as
+    its value, so a caller reading the returned model's tensors (not only its serialization) finds it."""
+    s3 = build_multidraft(_mini_target(4, 2), 3, lineage="contrib")
+    repeats = s3.graph.initializers["/mtp/1/streams/Tile/repeats"].const_value
+    assert repeats is not None
+    assert repeats.name == "/mtp/1/streams/Tile/repeats"
+    assert repeats.numpy().tolist() == [1, 1, 2]
+
+
+def test_a_graph_emitted_before_verify_dims_is_rebound_to_new_rows() -> None:
+    """A verify graph written before q38.verify_dims existed (only q38.verify_rows) gets its input_ids /
+    position_ids rows restored to sequence_length, then bound to the new row count."""
+    ids = ir.Value(name="input_ids", shape=ir.Shape(["batch_size", 2]), type=ir.TensorType(ir.DataType.INT64))
+    pos = ir.Value(name="position_ids", shape=ir.Shape(["batch_size", 2]), type=ir.TensorType(ir.DataType.INT64))
+    model = ir.Model(ir.Graph([ids, pos], [], nodes=[], name="g"), ir_version=10)
+    model.metadata_props["q38.verify_rows"] = "2"
+    verify_graph(model, 4, where="model_s2.onnx")
+    assert {v.name: [str(d) for d in v.shape.dims] for v in model.graph.inputs if v.shape is not None} == {
+        "input_ids": ["batch_size", "4"], "position_ids": ["batch_size", "4"]
+    }
+    assert model.metadata_props["q38.verify_rows"] == "4"
+    assert model.metadata_props["q38.verify_dims"] == "sequence_length=input_ids:1;position_ids:1"
+
+
+def test_sequence_symbol_refuses_a_fixed_or_unnamed_sequence_dim() -> None:
+    """The last dim of input_ids must be a named symbol: a fixed size or an unnamed dim is a GraphError
+    naming the graph and the dim (never a crash, never the symbol 'None')."""
+    with pytest.raises(GraphError) as info:
+        sequence_symbol(_ids_graph(["batch_size", 4]), where="model.onnx")
+    assert str(info.value) == (
+        "model.onnx: the sequence dim of input_ids is 4, not a named symbol: cannot set verify rows"
+    )
+    with pytest.raises(GraphError, match=r"^model\.onnx: the sequence dim of input_ids is SymbolicDim\(None\), "):
+        sequence_symbol(_ids_graph(["batch_size", None]), where="model.onnx")
