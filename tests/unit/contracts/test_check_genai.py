@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 import pytest
-from support.contracts_testkit import needs_fp16_gates
+from support.contracts_testkit import FP16_GATES, ORT_VERSION, needs_fp16_gates
 from support.genai_packages import (
     builder_packages,
     copy_package,
@@ -35,11 +35,14 @@ from contracts.runner import check_package
 from q38.cli import main
 
 REAL = real_package_dirs()
-pytestmark = needs_fp16_gates  # the builder packages include exports of q38's synthetic ones
 
 
 @pytest.fixture(scope="module")
 def packages(tiny_cpu_package: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every builder package; where onnxruntime types GatedDeltaNet's gates float only (1.31.1), the
+    real exports alone: q38's synthetic ones feed fp16 gates and fail that check by design."""
+    if not FP16_GATES:
+        return REAL
     return builder_packages(tmp_path_factory.mktemp("genai"), tiny_cpu_package)
 
 
@@ -84,7 +87,10 @@ def test_a_cuda_graph_is_never_a_plain_ok(packages: list[Path]) -> None:
     paged = [p for p in cuda if p.name == "fp16-cuda-paged"]
     assert paged, "the paged fixture is committed"
     (session,) = check_package(paged[0], ort_sessions=True).sessions
-    assert (session.status, session.message) == ("skipped", "op PagedAttention has no CPU kernel")
+    if ORT_VERSION.startswith("1.32."):
+        assert (session.status, session.message) == ("skipped", "op PagedAttention has no CPU kernel")
+    else:  # 1.31.1 has no CPU kernel for the conv and GatedDeltaNet ops of that graph either
+        assert session.status == "skipped" and "PagedAttention" in session.message, session.message
 
 
 @pytest.mark.skipif(not __import__("onnxruntime").__version__.startswith("1.32."), reason="the 1.32.0 CPU kernel table")
@@ -228,6 +234,7 @@ def test_runtime_profile_decoders_are_checked_as_graphs(packages: list[Path], tm
     assert [(s.graph, s.status) for s in report.sessions] == [("decoder", "ok"), ("profile:small", "failed")]
 
 
+@needs_fp16_gates  # a synthetic faithful package
 @pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names")
 def test_with_cuda_available_a_cuda_graph_is_tried_on_cuda_not_judged_by_the_cpu_table(
         tiny_faithful_package: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -242,6 +249,7 @@ def test_with_cuda_available_a_cuda_graph_is_tried_on_cuda_not_judged_by_the_cpu
     assert (tried["head"].status, tried["head"].message) == ("ok", "")
 
 
+@needs_fp16_gates  # a synthetic cpu package
 def test_sessions_are_created_with_the_graphs_session_config(tiny_cpu_package: Path, tmp_path: Path) -> None:
     pkg = copy_package(tiny_cpu_package, tmp_path / "pkg")
     edit_genai_config(pkg, lambda d: d["model"]["decoder"]["session_options"].update({"session.moe.offload.mode": "bogus"}))
