@@ -489,7 +489,9 @@ def _migrate_v12(data: dict[str, Any]) -> dict[str, Any]:
         if "head_graph" in legacy:
             graph["fold"] = {"head_r2": {"filename": legacy.pop("head_graph")}}
         if "prefill_graph" in legacy or "prefill_chunk" in legacy:
-            graph["prefill"] = {"filename": legacy.pop("prefill_graph", None), "chunk": legacy.pop("prefill_chunk", None)}
+            # Only the keys the user wrote: a missing one is then "required key is missing", not a null.
+            graph["prefill"] = {new: legacy.pop(old) for old, new in (("prefill_graph", "filename"), ("prefill_chunk", "chunk"))
+                                if old in legacy}  # fmt: skip
         if "pool" in legacy:
             graph["weights_pool"] = legacy.pop("pool")
         for key in ("kv_capacity", "lineage", "variant"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -308,3 +309,28 @@ def test_a_config_with_every_optional_part_round_trips() -> None:
     g = cfg.model.qwen38_graph
     assert (g.multidraft, g.libraries) == ({"s2": "model_s2.onnx"}, {"qmoe": "libqmoe.so"})
     assert config_to_dict(cfg) == doc
+
+
+def test_a_v12_prefill_graph_without_its_chunk_is_refused_naming_the_prefill_chunk() -> None:
+    """A v12 ``prefill_graph`` alone still migrates into ``qwen38_graph.prefill``: the refusal names its chunk."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(_v12_without_prefill(prefill_graph="prefill.onnx"), source="c")
+    assert str(info.value) == "c: model.qwen38_graph.prefill.chunk: required key is missing"
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda d: d["model"].pop("context_length"), "c: model.context_length: required key is missing"),
+    (lambda d: d["model"]["qwen38_graph"]["target"].pop("filename"),
+     "c: model.qwen38_graph.target.filename: required key is missing"),
+    (lambda d: d["model"].__setitem__("decoder", 7), "c: model.decoder: expected an object, got a number"),
+    (lambda d: d["model"]["qwen38_graph"].__setitem__("target", "model.onnx"),
+     "c: model.qwen38_graph.target: expected an object, got a string"),
+], ids=["missing-context_length", "missing-target.filename", "decoder-not-object", "target-not-object"])  # fmt: skip
+def test_a_refusal_is_exactly_one_line_with_the_full_key_path_and_the_reason(
+        mutate: Callable[[dict[str, Any]], object], message: str) -> None:  # fmt: skip
+    """The whole refusal line: the full key path (not a shortened or re-cased one) and the reason."""
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="c")
+    assert str(info.value) == message

@@ -49,3 +49,8 @@ def test_the_header_q38_writes_for_test_libraries_passes_and_a_real_one_does_too
 
     real = next(Path(capi.__file__).parent.glob("onnxruntime_pybind11_state*.so"))
     assert shared_object_problem(real) is None
+
+
+def test_the_header_q38_writes_is_the_64_byte_elf_header_padded_with_zeros() -> None:
+    """Placeholder libraries start with exactly the 64-byte ELF64 header: its fields, then zeros only."""
+    assert shared_object_header(machine=62) == _header() + b"\0" * 40

@@ -34,6 +34,14 @@ def test_a_speculative_block_is_carried() -> None:
     assert parse_genai_config(_doc(), source=SOURCE).speculative == {}
 
 
+def test_a_search_block_is_carried() -> None:
+    """The ``search`` block is read into the config as written (a converter edits and writes it back)."""
+    doc = _doc()
+    doc["search"] = {"max_length": 32, "top_k": 5}
+    assert parse_genai_config(doc, source=SOURCE).search == {"max_length": 32, "top_k": 5}
+    assert parse_genai_config(_doc(), source=SOURCE).search == {}
+
+
 def test_a_research_config_keeps_genais_refusal() -> None:
     doc = _doc()
     doc["model"]["engram"] = {"filename": "engram.onnx"}

@@ -28,7 +28,7 @@ from support.genai_packages import copy_package, edit_genai_config, real_package
 from q38.cli import main
 from q38.errors import PackageError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
-from q38.package.genai_package import genai_graph_refs, open_genai_package
+from q38.package.genai_package import GenaiPackage, genai_graph_refs, open_genai_package
 from q38.package.graphs import load_graph
 from q38.package.readers.genai import READER as GENAI_READER
 from q38.package.shared_initializers import shared_initializer_problems
@@ -329,3 +329,16 @@ def test_a_layered_package_is_refused_as_a_genai_package(tmp_path: Path) -> None
     with pytest.raises(PackageError) as info:
         open_genai_package(pkg)
     assert str(info.value) == f"{pkg}: a genai package keeps genai_config.json at its top level"
+
+
+def test_editing_a_research_configs_sessions_keeps_genais_refusal(tmp_path: Path) -> None:
+    """A research-builder config (read with GenAI 0.18.0's refusal kept) stays editable: the edit is re-parsed on its surface."""
+    doc = {"model": {"type": "llama", "context_length": 64, "decoder": {"filename": "model.onnx"},
+                     "engram": {"filename": "engram.onnx"}}}  # fmt: skip
+    cfg = parse_genai_config(doc, source="src", research=True)
+    assert cfg.og_refusal == "src: model.engram: unknown key"
+    edited = GenaiPackage(root=tmp_path, config=cfg).edit_sessions(
+        {"decoder": {"q38.x.a": "1"}}, drop_prefix="q38.x.", provider_options={}, source="edited")
+    assert edited.config.og_refusal == "edited: model.engram: unknown key"
+    assert edited.entries_by_file == {"model.onnx": {"q38.x.a": "1"}}
+    assert json.loads(edited.text)["model"]["engram"] == {"filename": "engram.onnx"}

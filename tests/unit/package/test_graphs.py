@@ -71,6 +71,20 @@ def test_length_field_absent_reads_to_the_expected_size(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_tensor(model.graph.initializers["w"], graph_path=pkg / "model.onnx", root=pkg), WEIGHT)
 
 
+def test_a_to_eof_range_longer_than_the_shape_reads_only_the_shapes_bytes(tmp_path: Path) -> None:
+    """Without a ``length`` field the range runs to the end of the file; bytes past what dtype x
+    shape needs (a neighbour's) are allowed there but never read into the tensor."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "d.bin").write_bytes(b"\0" * 64 + WEIGHT.tobytes() + b"\xff" * 100)
+    t = _external("w", "d.bin", 64, WEIGHT)
+    del t.external_data[2]  # drop "length": read to EOF
+    write_matmul_graph(pkg / "model.onnx", weight=t)
+    model = load_graph(pkg / "model.onnx", root=pkg)
+    got = read_tensor(model.graph.initializers["w"], graph_path=pkg / "model.onnx", root=pkg)
+    np.testing.assert_array_equal(got, WEIGHT)
+
+
 def test_an_empty_external_tensor_loads_and_reads_empty(tmp_path: Path) -> None:
     """A dimension of 0 is no negative dimension, and a length of 0 no negative length: a tensor
     of no elements stored as 0 external bytes (an empty data file) loads and reads as empty."""

@@ -133,6 +133,13 @@ def test_dumps_json_without_a_name_calls_the_value_json_output() -> None:
     assert str(info.value) == "JSON output: a: nan cannot be written as JSON (not a finite number)"
 
 
+def test_dumps_json_names_a_refused_top_level_value_as_the_top_level() -> None:
+    """A value refused at the document root is named "(top level)", the words loads_strict uses."""
+    with pytest.raises(PackageError) as info:
+        dumps_json(math.nan, what="out.json")
+    assert str(info.value) == "out.json: (top level): nan cannot be written as JSON (not a finite number)"
+
+
 def test_dumps_json_is_deterministic_and_round_trips() -> None:
     doc = {"b": [1, 2.5, None, True], "a": {"z": "\u00e9", "y": INT_MAX, "x": INT_MIN}}
     text = dumps_json(doc)

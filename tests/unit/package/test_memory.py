@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 from q38.errors import GraphError, PackageError
 from q38.package.memory import (
+    ExpertNode,
     GraphMemory,
     PackageFacts,
     StateTensor,
@@ -280,3 +281,34 @@ def test_each_profiles_breakdown_sizes_its_state_at_the_batch_asked() -> None:
     assert profile.id == one_profile.id == "a"
     assert (one.batch, three.batch) == (1, 3)
     assert one.state and three.state == {kind: 3 * n for kind, n in one.state.items()}
+
+
+def test_config_entries_are_session_entries_beside_the_plain_options() -> None:
+    """``session_options.config_entries`` (the builder's form of the offload keys) reach the
+    package's and each profile's entries, string values only, as the plain options do."""
+    doc = json.loads((_MTP_PKG / "genai_config.json").read_text(encoding="utf-8"))
+    doc["model"]["decoder"]["session_options"] = {
+        "log_id": "x", "config_entries": {"session.moe.offload.mode": "auto", "ignored": 3}}  # fmt: skip
+    overrides = {"session.moe.offload.node_overrides": "moe:max_resident_slots=1"}
+    doc["runtime_profiles"] = [{"id": "a", "overlay": {"model": {"decoder": {"session_options": {"config_entries": overrides}}}}}]
+    facts = read_package_facts(_MTP_PKG, document=doc)
+    assert facts.entries == {"log_id": "x", "session.moe.offload.mode": "auto"}
+    assert [p.entries for p in facts.profiles] == [{**facts.entries, **overrides}]
+
+
+def test_a_qmoe_nodes_experts_are_sized_from_all_its_expert_tensors(tmp_path: Path) -> None:
+    """A node's bytes per expert sum every expert tensor of it (fc1 and fc2), named with its graph;
+    without offload every expert is resident, and an offload cap keeps only that many on the device."""
+    def t(name: str, nbytes: int, offset: int) -> TensorBytes:
+        return TensorBytes(name, "model.onnx", "model.onnx.data", offset, nbytes, "uint8", (4, nbytes // 4), "routed_expert",
+                           "moe", 4)  # fmt: skip
+
+    graphs = {"model.onnx": GraphMemory("model.onnx", (t("fc1", 64, 0), t("fc2", 32, 64)), ())}
+    facts = _facts(tmp_path)
+    plain = breakdown(facts, graphs, decoder="model.onnx", entries={}, context=8)
+    assert plain.experts == (ExpertNode("model.onnx", "moe", 4, 24, 4),)
+    assert (plain.expert_device, plain.expert_host) == (96, 0)
+    entries = {"session.moe.offload.mode": "auto", "session.moe.offload.node_overrides": "moe:max_resident_slots=1"}
+    offloaded = breakdown(facts, graphs, decoder="model.onnx", entries=entries, context=8)
+    assert offloaded.experts == (ExpertNode("model.onnx", "moe", 4, 24, 1),)
+    assert (offloaded.expert_device, offloaded.expert_host) == (24, 72)

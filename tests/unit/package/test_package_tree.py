@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from support.as_nobody import as_nobody
 from support.minipkg import build_mini_package, mini_config
 
@@ -67,3 +68,12 @@ def test_an_entry_the_user_cannot_examine_is_named(tmp_path: Path) -> None:
         if (top / "pkg" / "extra").is_dir():
             (top / "pkg" / "extra").chmod(0o755)  # searchable again, so that it can be removed
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_package_path_that_cannot_be_examined_is_named_with_the_reason(tmp_path: Path) -> None:
+    """A package path under a regular file (stat fails with ENOTDIR) is one line naming the path and why."""
+    (tmp_path / "file").write_bytes(b"x")
+    path = tmp_path / "file" / "pkg"
+    with pytest.raises(PackageError) as info:
+        open_package(path)
+    assert str(info.value) == f"{path}: a parent of it is not a directory"

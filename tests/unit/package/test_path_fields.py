@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from q38.errors import UnsafePathError, quote
-from q38.package.path_fields import PathField, check_path_fields, field_problem, path_fields
+from q38.package.path_fields import (
+    PathField,
+    Problem,
+    check_path_fields,
+    field_problem,
+    path_fields,
+)
 
 
 def test_qwen38_graph_libraries_are_listed_by_name(tmp_path: Path) -> None:
@@ -115,7 +122,7 @@ def test_each_shared_initializers_data_file_is_listed_and_checked(tmp_path: Path
     """A ``shared_initializers`` entry's ``data_file`` is a ``data`` field under its own key path,
     so a missing data file is refused naming that entry."""
     (tmp_path / "w.bin").write_bytes(b"\0" * 16)
-    doc = {"model": {
+    doc: dict[str, Any] = {"model": {
         "decoder": {"filename": "model.onnx", "shared_initializers": [{"name": "a", "offset": "0", "length": "1"},
                                                                       {"name": "b", "data_file": "w.bin"}]},
         "mtp": {"shared_initializers": [{"name": "c", "data_file": "missing.bin", "offset": "0", "length": "1"}]},
@@ -152,3 +159,16 @@ def test_a_field_problem_names_its_key_and_its_category(tmp_path: Path, value: s
     assert found is not None
     assert (found.category, found.message) == (
         category, "model.decoder.filename: " + problem.format(outside=quote(os.fspath(outside.resolve())), root=root))
+
+
+@pytest.mark.parametrize(("kind", "described"), [("directory", "a directory"), ("fifo", "a FIFO (named pipe)")])
+def test_a_field_naming_no_regular_file_is_a_file_problem_of_that_field(tmp_path: Path, kind: str, described: str) -> None:
+    """A directory or FIFO where a file belongs is a ``file`` problem that carries the field itself
+    (the contract runner reads from it which graph not to open) and says what is there instead."""
+    if kind == "directory":
+        (tmp_path / "model.onnx").mkdir()
+    else:
+        os.mkfifo(tmp_path / "model.onnx")
+    field = PathField("model.decoder.filename", "model.onnx", "graph", tmp_path)
+    assert field_problem(field, root=tmp_path) == Problem(
+        field, "file", f"model.decoder.filename: 'model.onnx' is {described}, not a regular file")

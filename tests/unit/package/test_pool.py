@@ -6,12 +6,14 @@ parse(format(pool)) == pool; malformed lines name file:line and the field; place
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from q38.errors import PoolError
-from q38.package import Placement, PoolEntry, WeightsPool, format_pool, parse_pool
+from q38.package import Placement, PoolEntry, WeightsPool, format_pool, parse_pool, read_pool
 
 TEXT = (
     "# q38 weights pool v1\n"
@@ -110,3 +112,17 @@ def test_any_pool_round_trips(records: list) -> None:
         unique.append(r)
     pool = WeightsPool(tuple(unique))
     assert parse_pool(format_pool(pool)) == pool
+
+
+@pytest.mark.parametrize(("content", "problem"), [(None, "does not exist"), (b"w0 \xff\n", "not UTF-8 text (byte 3)")])
+def test_a_pool_file_that_cannot_be_read_is_a_pool_error_naming_it(tmp_path: Path, content: bytes | None, problem: str) -> None:
+    """A missing or non-UTF-8 pool file is refused as a PoolError (the pool's own error class,
+    which callers catch as such) in one line naming the file."""
+    path = tmp_path / "weights_pool.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(PoolError) as info:
+        read_pool(path)
+    assert type(info.value) is PoolError
+    assert str(info.value).startswith(f"weights pool {path}")
+    assert problem in str(info.value)

@@ -99,15 +99,21 @@ def test_an_os_error_inside_the_block_is_one_line_naming_the_file_it_has(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_sweep_of_a_killed_writers_staging_is_logged_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The next writer removes a killed run's staging directory and says so (INFO, with its path)."""
-    dest = tmp_path / "out"
+def _killed_writers_staging(dest: Path) -> Path:
+    """The staging directory a writer into ``dest`` left when it died before committing (its pid is gone)."""
     code = (
         "import os; from pathlib import Path; from q38.package import StagedDirectory;"
         f"StagedDirectory(Path({str(dest)!r})).__enter__(); os._exit(9)"
     )
     subprocess.run([sys.executable, "-c", code], check=False)
-    (debris,) = tmp_path.iterdir()
+    (debris,) = dest.parent.iterdir()
+    return debris
+
+
+def test_the_sweep_of_a_killed_writers_staging_is_logged_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The next writer removes a killed run's staging directory and says so (INFO, with its path)."""
+    dest = tmp_path / "out"
+    debris = _killed_writers_staging(dest)
     with caplog.at_level(logging.INFO, logger="q38.package.staging"), StagedDirectory(dest) as staged:
         staged.commit()
     assert [r.getMessage() for r in caplog.records] == [f"removing stale staging directory {debris}"]
@@ -163,3 +169,34 @@ def test_a_committed_tree_stays_committed_when_its_staging_directory_cannot_be_r
         staged.staging.symlink_to(moved)
         staged.commit()
     assert staged.committed and (dest / "genai_config.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the marker file another owner")
+def test_a_staging_directory_whose_marker_another_user_owns_is_never_swept(tmp_path: Path) -> None:
+    """A dead writer's staging directory is removed only when its marker is ours too: one whose
+    marker (exact bytes and all) belongs to another user is not provably q38's and stays."""
+    dest = tmp_path / "out"
+    debris = _killed_writers_staging(dest)
+    os.chown(debris / staging.MARKER_NAME, 65534, 65534)
+    with StagedDirectory(dest) as staged:
+        staged.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([debris.name, "out"])
+
+
+def test_a_staging_setup_failure_is_reported_even_when_its_directory_cannot_be_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Removing the half-made staging directory is best effort: here it has become a symlink
+    (rmtree refuses one), and the user still sees the setup failure as one PackageError line."""
+    dest = tmp_path / "out"
+
+    def no_space(*_a: object) -> bytes:
+        (made,) = tmp_path.iterdir()
+        made.rename(tmp_path / "moved")
+        made.symlink_to(tmp_path / "moved")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(staging, "marker_text", no_space)
+    with pytest.raises(PackageError) as info:
+        StagedDirectory(dest).__enter__()
+    assert str(info.value) == f"cannot create staging directory next to {dest}: No space left on device"
+    assert not os.path.lexists(dest)
