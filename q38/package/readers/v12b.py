@@ -36,7 +36,8 @@ def v12b_graph_refs(root: Path, tdir: Path, doc: Mapping[str, Any]) -> list[Grap
     """Every graph a v12b document names: target, head, prefill, s2..s4, profile decoders.
 
     ``overlay_entries`` of a graph are the session entries runtime profiles apply to it (the
-    profile's decoder file, by default the target graph; the head keeps its own options).
+    profile's decoder file, by default the target graph; the head keeps its own options). A
+    profile decoder that is no other graph's file is listed as ``profile:ID``.
     """
     model = _obj(doc.get("model"))
     graph = _obj(model.get("qwen38_graph", model.get("qwen38")))
@@ -58,21 +59,32 @@ def v12b_graph_refs(root: Path, tdir: Path, doc: Mapping[str, Any]) -> list[Grap
         if isinstance(rel, str):
             specs.append((role, tdir, rel, dso))
     decoder_file = str(decoder.get("filename", "model.onnx"))
-    overlays: list[tuple[str, str, object]] = []
+    overlays: list[tuple[str, str, object, int]] = []
     profiles = doc.get("runtime_profiles")
     for i, profile in enumerate(profiles if isinstance(profiles, list) else []):
         over = _obj(_obj(_obj(_obj(profile).get("overlay")).get("model")).get("decoder"))
         filename = over.get("filename", decoder_file)
         if isinstance(filename, str):
-            overlays.append((f"profile:{_obj(profile).get('id', i)}", filename, over.get("session_options")))
+            overlays.append((f"profile:{_obj(profile).get('id', i)}", filename, over.get("session_options"), i))
     refs = []
     for role, base, rel, so in specs:
         path = base / rel
         extra = tuple(
-            session_entries(oso) for _pid, name, oso in overlays if role != "head" and name == path.name and oso is not None
+            session_entries(oso) for _pid, name, oso, _i in overlays if role != "head" and name == path.name and oso is not None
         )
         refs.append(GraphRef(role, path, _rel(root, path, rel), "model.qwen38_graph" if role != "head" else
                              "model.qwen38_graph.fold.head_r2", session_entries(so), provider_names(so), base, extra))  # fmt: skip
+    # A profile whose decoder is a file no graph above is: a graph of its own (checked like the
+    # target, with the decoder's options and the profile's overlay on them).
+    listed = {ref.path for ref in refs}
+    for pid, name, oso, i in overlays:
+        path = tdir / name
+        if path in listed:
+            continue
+        listed.add(path)
+        refs.append(GraphRef(pid, path, _rel(root, path, name), f"runtime_profiles[{i}].overlay.model.decoder",
+                             session_entries(dso), provider_names(dso), tdir,
+                             (session_entries(oso),) if oso is not None else ()))  # fmt: skip
     return refs
 
 

@@ -67,3 +67,35 @@ def test_every_synth_combination_passes_check(
         elif session["status"] != "skipped":  # the custom-lineage target needs its library
             assert session["status"] == "failed" and first["message"] in session["message"]
     assert main(["check", str(pkg), "--ort-version", "1.32.0"]) == 0
+
+
+@pytest.mark.skipif(not _V132, reason="q38's synthetic packages feed fp16 GatedDeltaNet gates, float only before 1.32")
+def test_a_v12b_profiles_own_decoder_is_checked_as_a_graph(tiny_cpu_package: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A runtime profile naming a decoder file of its own (a smaller model for small GPUs) gets that
+    graph checked and a session tried, as on the builder surface; a broken one fails the check."""
+    import shutil
+
+    import onnx
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_cpu_package, pkg)
+    config = pkg / "genai_config.json"
+    doc = json.loads(config.read_text(encoding="utf-8"))
+    target = doc["model"]["qwen38_graph"]["target"]["filename"]
+    shutil.copyfile(pkg / target, pkg / "model_small.onnx")  # its external data stays the target's file
+    doc["runtime_profiles"] = [{"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 24 << 30},
+                                "overlay": {"model": {"decoder": {"filename": "model_small.onnx"}}}}]  # fmt: skip
+    config.write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["check", str(pkg), "--ort", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["graphs"] == ["target", "head", "prefill", "profile:small"]
+    sessions = {s["graph"]: s["status"] for s in report["sessions"]}
+    assert sessions["profile:small"] == sessions["target"] == "ok"
+    model = onnx.load(pkg / "model_small.onnx", load_external_data=False)
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("bogus_attribute", 1))
+    onnx.save(model, pkg / "model_small.onnx")
+    assert main(["check", str(pkg), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert {(v["rule_id"], v["graph"]) for v in report["violations"] if v["severity"] == "error"} == {
+        ("ORT-SCHEMA-003", "profile:small")}

@@ -48,6 +48,28 @@ def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) ->
     assert (refs["head"].providers, refs["target"].providers) == (("cuda",), ())  # the head keeps its own options
 
 
+def test_a_profile_decoder_that_is_no_other_graph_is_a_graph_of_its_own(tmp_path: Path) -> None:
+    """A runtime profile whose decoder is a file of its own (a smaller model for small GPUs) is listed
+    as ``profile:ID`` under its config key, with the decoder's options and the overlay on them, so
+    ``q38 check`` loads and checks it; profiles naming a listed graph add no second entry."""
+    doc = config_to_dict(mini_config())
+    doc["runtime_profiles"] = [
+        {"id": "same", "eligibility": {"minimum_total_device_memory_bytes": 0},
+         "overlay": {"model": {"decoder": {"session_options": {"session.a": "1"}}}}},
+        {"id": "small", "eligibility": {"minimum_total_device_memory_bytes": 100},
+         "overlay": {"model": {"decoder": {"filename": "model_small.onnx", "session_options": {"session.b": "2"}}}}},
+        {"id": "small-again", "eligibility": {"minimum_total_device_memory_bytes": 200},
+         "overlay": {"model": {"decoder": {"filename": "model_small.onnx"}}}},
+    ]  # fmt: skip
+    refs = v12b_graph_refs(tmp_path, tmp_path, doc)
+    assert [r.role for r in refs] == ["target", "head", "prefill", "profile:small"]
+    small = refs[-1]
+    assert (small.path, small.rel, small.section) == (tmp_path / "model_small.onnx", "model_small.onnx",
+                                                      "runtime_profiles[1].overlay.model.decoder")  # fmt: skip
+    assert (small.session_entries, small.overlay_entries) == (refs[0].session_entries, ({"session.b": "2"},))
+    assert refs[0].overlay_entries == ({"session.a": "1"},)
+
+
 @pytest.mark.parametrize(("variant", "providers", "expected"), [
     ("faithful", [], ("cpu", "its session options name no CUDA provider")),
     ("faithful", [{"cuda": {}}], ("cuda", "the package is the faithful variant with a CUDA provider")),
