@@ -72,12 +72,18 @@ class BuildResult:
     packages: list[Path]
     link_modes: Counter[str] = field(default_factory=Counter)
     pool_entries: dict[str, int] = field(default_factory=dict)
+    bytes_copied: int = 0  # bytes of placed files written as copies (neither cloned nor linked)
 
     def summary(self) -> dict[str, Any]:
-        """The JSON summary ``q38 build --json`` prints: package paths, link-mode counts, pool entries."""
+        """The JSON summary ``q38 build --json`` prints.
+
+        Package paths, link-mode counts, the bytes copied (what a reflink or a hard link would have
+        saved) and pool entries.
+        """
         return {
             "packages": [os.fspath(p) for p in self.packages],
             "link_modes": dict(sorted(self.link_modes.items())),
+            "bytes_copied": self.bytes_copied,
             "pool_entries": self.pool_entries,
         }
 
@@ -370,6 +376,7 @@ def build_package(req: BuildRequest) -> BuildResult:
         result.packages = list(dests)
     for pkg in packages:
         result.pool_entries[pkg.rel or "package"] = len(pkg.comp.pool)
+    result.bytes_copied = placer.bytes_copied
     if not result.packages:
         raise InternalError("no package was built")
     return result

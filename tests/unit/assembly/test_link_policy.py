@@ -188,4 +188,15 @@ def test_build_json_summary_counts_every_placed_file_by_its_link_mode(plain_bund
     elif flags == ("--link", "hardlink"):
         assert "hardlink" in modes and "copy" not in modes
     assert sum(modes.values()) >= len(GRAPHS)  # at least the three graph files (and their data)
+    # The bytes placed as copies: every weight file at least (the bulk of a package), never more
+    # than the package holds; none when every file was linked.
+    files = [p for p in out.rglob("*") if p.is_file() and not p.is_symlink()]
+    weights = sum(p.stat().st_size for p in files if p.name.endswith(".data"))
+    total = sum(p.stat().st_size for p in files)
+    if "copy" not in modes:
+        assert summary["bytes_copied"] == 0, modes
+    elif not {"reflink", "hardlink"} & set(modes):  # every file placed by copying
+        assert weights <= summary["bytes_copied"] <= total, (modes, summary)
+    else:  # a filesystem that clones some files: the rest were copied
+        assert 0 < summary["bytes_copied"] <= total, (modes, summary)
     assert isinstance(summary["pool_entries"], dict)
