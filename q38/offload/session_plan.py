@@ -165,7 +165,11 @@ def plan_session_offload(
         taken = {r.rel for r in pkg.graphs()} | set(os.listdir(pkg.root))
         for rows_n in DRAFT_ROWS:
             name = names[f"s{rows_n}"]
-            if name in taken and name not in files:
+            if name in files:  # a graph the config names (the decoder, the MTP graph) has the verify graph's name
+                role = next(g.role for g in graphs if g.rel == name)
+                raise OffloadError(f"{pkg.root / name}: the {role} graph has the name of the verify graph of S={rows_n}, "
+                                   "which would replace it; rename the graph in the source")
+            if name in taken:
                 raise OffloadError(f"{pkg.root / name}: exists in the source; the verify graph of S={rows_n} would replace it")
             model = verify_graph(decoder.model.clone(), rows_n, where=decoder.rel)
             files[name] = serialize_graph(model, where=name)

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from support.genai_packages import real_package_dirs
+from support.genai_packages import edit_genai_config, real_package_dirs
 from support.offload_synthpkg import edit_graph, tree_digest
 from support.synth_builder import feeds_for, og_greedy, zero_state
 
@@ -129,6 +129,37 @@ def test_verify_graphs_bind_the_sequence_dim_and_run(tiny_builder_cpu_package: P
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feeds = feeds_for(np.arange(3, 3 + rows)[None], 0, zero_state(sess))
         np.testing.assert_array_equal(sess.run(["logits"], feeds)[0], decoder.run(["logits"], feeds)[0])
+
+
+def test_a_source_file_in_the_place_of_a_verify_graph_is_refused_by_name(tiny_builder_cpu_package: Path,
+                                                                         editable_copy: Callable[[Path], Path],
+                                                                         tmp_path: Path) -> None:
+    """A ``model_s2.onnx`` the config does not name would be overwritten by the S=2 verify graph: refused naming it."""
+    src = editable_copy(tiny_builder_cpu_package)
+    (src / "model_s2.onnx").write_bytes((src / "model.onnx").read_bytes())
+    before = tree_digest(src)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == f"{src / 'model_s2.onnx'}: exists in the source; the verify graph of S=2 would replace it"
+    assert not (tmp_path / "out").exists()
+    assert tree_digest(src) == before
+
+
+def test_a_decoder_with_a_verify_graphs_name_is_refused_not_replaced(tiny_builder_cpu_package: Path,
+                                                                      editable_copy: Callable[[Path], Path],
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    """A decoder the config names ``model_s2.onnx`` would be replaced by the S=2 verify graph (two-row
+    input_ids: a one-token decode no longer fits it): refused naming the graph, nothing written."""
+    src = editable_copy(tiny_builder_cpu_package)
+    (src / "model.onnx").rename(src / "model_s2.onnx")
+    edit_genai_config(src, lambda d: d["model"]["decoder"].update({"filename": "model_s2.onnx"}))
+    before = tree_digest(src)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == (f"{src / 'model_s2.onnx'}: the decoder graph has the name of the verify graph of S=2, "
+                               "which would replace it; rename the graph in the source")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+    assert tree_digest(src) == before
 
 
 def test_fp8_mtp_qmoe_is_refused_by_name_or_kept_resident(builder_prepacked_faithful: Path, tmp_path: Path) -> None:

@@ -331,3 +331,26 @@ def test_a_pass_instance_reused_on_another_model_names_against_that_model() -> N
     assert p.count == 1
     added = set(second.graph.initializers) - {i.name for i in proto.graph.initializer}
     assert added == set(taken)  # free in this model: the plain names, as on a first use
+
+
+# -- an unnamed chain output (an in-memory model) ---------------------------------------------------------
+def test_rms_norm_rotary_unnamed_internal_output_gets_the_default_fused_name() -> None:
+    """An in-memory model may leave the chain's internal output unnamed: the fused output is then ``rms_norm_rotary_fused``, with parity."""
+    proto = G.rms_rotary_model()
+    g = proto.graph
+    flatten = next(n for n in reversed(g.node) if n.op_type == "Reshape" and n.output[0] == "y")
+    flatten.output[0] = "y_mid"
+    g.node.append(helper.make_node("Identity", ["y_mid"], ["y"]))
+    model = ir.from_proto(proto)
+    reader = next(n for n in model.graph if n.op_type == "Identity")
+    chain_out = reader.inputs[0]
+    assert chain_out is not None
+    chain_out.name = None  # onnx_ir allows unnamed intermediate values (what a graph builder may hand over)
+    p = FuseRMSNormRotaryPass()
+    p(model)
+    assert outcome_lines(p) == ["rms_norm_rotary: /q/Concat: fused"]
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.outputs[0].name == "rms_norm_rotary_fused"
+    assert reader.inputs[0] is node.outputs[0]
+    feeds = {"x": X16, "position_ids": POS}
+    close(run_ref(model, feeds), run_ort(proto, feeds))

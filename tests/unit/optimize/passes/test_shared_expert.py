@@ -147,3 +147,18 @@ def test_shared_expert_gate_read_first_by_another_node_still_fuses_with_parity()
 
 # -- parity that can fail (tests/support/optimize_parity.py) ---------------------------------------
 test_real_rewrite_passes_parity, test_every_fused_weight_broken_fails_parity = parity_tests("shared_expert")
+
+
+# -- shared expert: a projection MatMul without its weight input --------------------------------------------
+@pytest.mark.parametrize("role,name", [("gate", "/mlp/shared/gate/MatMul"), ("up", "/mlp/shared/up/MatMul"),
+                                       ("shared-gate", "/mlp/shared/sgate/MatMul")])
+def test_shared_expert_projection_with_an_absent_weight_input_is_declined(role: str, name: str) -> None:
+    """A projection MatMul whose weight input is absent ('') has nothing to concatenate: declined naming the role, graph unchanged, no crash."""
+    proto = G.shared_expert_model()
+    next(n for n in proto.graph.node if n.name == name).input[1] = ""
+    before = K.signature(proto)
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert p.count == 0
+    assert outcome_lines(p) == [(f"shared_expert: /mlp/shared/gate/MatMul: declined: {role} weight None is not a "
+                                 "constant initializer")]
+    assert K.signature(ir.to_proto(model)) == before
