@@ -54,7 +54,7 @@ def offload_profiles_config(
     entries = offload_config_entries(options, caps or {})
     seen: dict[tuple[str, int], int] = {}
     for ref in external_refs(s4):
-        seen[(ref.location, ref.offset)] = ref.length or 0
+        seen[(ref.location, ref.offset)] = ref.nbytes
     out = apply_offload_config(
         cfg, entries, min_host_bytes=sum(seen.values()), multidraft=multidraft_filenames()
     )

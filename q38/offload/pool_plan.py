@@ -64,7 +64,7 @@ _LOG = logging.getLogger("q38.offload")
 def _host_bytes(model: ir.Model) -> int:
     seen: dict[tuple[str, int], int] = {}
     for ref in external_refs(model):
-        seen[(ref.location, ref.offset)] = max(seen.get((ref.location, ref.offset), 0), ref.length or 0)
+        seen[(ref.location, ref.offset)] = max(seen.get((ref.location, ref.offset), 0), ref.nbytes)
     return sum(seen.values())
 
 

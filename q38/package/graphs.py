@@ -60,6 +60,17 @@ class ExternalRef:
     dtype: ir.DataType
     shape: tuple[int, ...]
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes the tensor occupies.
+
+        Its ``length``, else what its dtype and shape need (as ORT and :func:`load_graph` read a
+        reference without a length); 0 for a type of no fixed size.
+        """
+        if self.length is not None:
+            return self.length
+        return _expected_nbytes(self.dtype, self.shape) or 0
+
 
 def all_graphs(model: ir.Model) -> Iterator[ir.Graph]:
     """The main graph and every subgraph (If/Loop/Scan bodies, nested), in a stable order."""

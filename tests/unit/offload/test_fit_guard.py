@@ -45,3 +45,25 @@ def test_unfit_profiles_are_refused_naming_the_first_and_counting_the_rest(
     assert message.count(" more)") == (1 if more else 0)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], "staging left behind"
+
+
+def test_dense_weights_the_planned_pool_host_maps_do_not_count_against_the_device_budget(
+    tiny_cpu_package: Path, editable_copy: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """The fit check reads the planned pool, not the source's: its host_mapped embedding, lm_head and
+    hc_gate (133120 bytes, all ``device`` in the source pool) leave room for 520 more tokens of state, so
+    a context that fits the 20 GiB profile only with them off the device converts."""
+    tokens = 83_880_133  # 20 GiB profile: 65624 bytes spare with them host-mapped, 67496 over with them on device
+    src = editable_copy(tiny_cpu_package)
+    path = src / "genai_config.json"
+    doc = json.loads(path.read_text())
+    doc["model"]["context_length"] = tokens
+    doc["model"]["qwen38_graph"]["kv_capacity"] = tokens
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    convert_package(src, out, OffloadOptions(target_resident_slots=2))
+    written = json.loads((out / "genai_config.json").read_text())
+    assert written["runtime_profiles"][0]["id"] == "20gib-to-24gib"
+    pool = [line.split() for line in (out / "weights_pool.txt").read_text().splitlines() if not line.startswith("#")]
+    dense = {row[7].split(",")[0]: row[6] for row in pool if "embed_tokens" in row[7] or "lm_head" in row[7]}
+    assert dense == {"target:lm_head.weight": "host_mapped", "target:model.embed_tokens.weight": "host_mapped"}

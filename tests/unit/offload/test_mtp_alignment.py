@@ -8,8 +8,9 @@ Invariants guarded:
   the second move (offset 100 instead of 4096); an entry read to the end of its file (``-``)
   moves exactly the bytes up to that end;
 - pool entries are matched to graph tensors by location (offset 0 included), else by provenance
-  name: a matched routed expert is ``cpu_mmap`` and gets no second entry; an expert the pool does
-  not list gets exactly one new entry per distinct byte range, its length kept (``-`` included).
+  name (any name of a comma-separated provenance): a matched routed expert is ``cpu_mmap`` and gets
+  no second entry; an expert the pool does not list gets exactly one new entry per distinct byte
+  range, its length kept (``-`` included).
 """
 
 from __future__ import annotations
@@ -127,3 +128,12 @@ def test_unlisted_experts_get_one_entry_per_byte_range_with_their_length() -> No
         ("expert.0002", 200, None, Placement.CPU_MMAP, "target:mtp.experts.w2"),
     ]
     assert plan.counts == {"cpu_mmap": 2, "host_mapped": 1, "moved": 0, "added": 2}
+
+
+def test_a_provenance_listing_several_names_matches_any_of_them() -> None:
+    """A pool entry shared by several tensors lists them comma-separated (``role:A,role:B``): the
+    expert named second is matched by name (placed ``cpu_mmap``, not listed a second time)."""
+    pool = WeightsPool.from_entries([_entry("w0", 4096, 100, "target:mtp.shared.bias,target:mtp.experts.w0")])
+    plan = plan_pool(pool, _graph([(10, 100)]), mtp_host_mapped=False, file_sizes={"model.onnx.data": EOF})
+    assert [(e.pool_id, e.placement) for e in plan.pool.entries] == [("w0", Placement.CPU_MMAP)]
+    assert plan.counts["added"] == 0

@@ -475,3 +475,69 @@ def test_sequence_symbol_refuses_a_fixed_or_unnamed_sequence_dim() -> None:
     )
     with pytest.raises(GraphError, match=r"^model\.onnx: the sequence dim of input_ids is SymbolicDim\(None\), "):
         sequence_symbol(_ids_graph(["batch_size", None]), where="model.onnx")
+
+
+def test_find_draft_reports_the_token_embedding_inside_the_draft(target: ir.Model) -> None:
+    """find_draft's embed_gathers names draft 0's own Gather on input_ids (inside /mtp/0/), not only
+    embeddings outside it: callers read from it which node embeds the draft's tokens."""
+    draft = find_draft(target.graph, lineage="contrib", where="model.onnx")
+    assert [n.name for n in draft.embed_gathers] == ["/mtp/0/embed/Gather"]
+
+
+def test_a_graph_with_chained_drafts_is_refused_as_a_source(target: ir.Model) -> None:
+    """An s3 graph (drafts /mtp/0/ and /mtp/1/, no /mtp/2/) is not chained again: building from it is a
+    GraphError naming the graph, so a converted verify graph never gets drafts copied from a copy."""
+    s3 = build_multidraft(ClearRouterWeightsPass()(target).model, 3, lineage="contrib")
+    with pytest.raises(GraphError) as info:
+        build_multidraft(s3, 4, lineage="contrib", where="model_s3.onnx")
+    assert str(info.value) == (
+        "model_s3.onnx: already has chained drafts (/mtp/1/...); convert a single-draft target"
+    )
+
+
+def test_every_node_of_a_verify_graph_is_in_an_imported_domain(target: ir.Model) -> None:
+    """The draft-id ArgMax added per chained draft is a standard ONNX op (domain ""): every node of the
+    returned model names a domain its opset_imports declare, as ONNX requires of a graph."""
+    s4 = build_multidraft(ClearRouterWeightsPass()(target).model, 4, lineage="contrib")
+    argmaxes = [n for n in s4.graph if n.op_type == "ArgMax"]
+    assert [n.name for n in argmaxes] == ["/mtp/1/ArgMax", "/mtp/2/ArgMax"]
+    assert [n.domain for n in argmaxes] == ["", ""]
+    assert {n.domain for n in s4.graph} <= set(s4.opset_imports)
+
+
+def test_chained_draft_copies_keep_draft_zeros_node_opset_version() -> None:
+    """A draft node pinned to an opset version (onnx-ir's node.version) keeps it in every copy, so a
+    pass dispatching on it treats the chained drafts as it treats draft 0."""
+    model = _mini_target(4, 2)
+    norm = next(n for n in model.graph if n.name == "/mtp/0/norm/LayerNormalization")
+    norm.version = 17
+    s4 = build_multidraft(model, 4, lineage="contrib")
+    assert {n.name: n.version for n in s4.graph if n.op_type == "LayerNormalization"} == {
+        f"/mtp/{j}/norm/LayerNormalization": 17 for j in range(3)
+    }
+
+
+def test_a_draft_value_named_mtp_0_is_renamed_per_draft() -> None:
+    """A draft 0 value named with an ``mtp.0`` token (``mtp.0.pre_norm``) is ``mtp.{j}.pre_norm`` in
+    draft j (not ``mtp.0.pre_norm__d{j}``): each copy's names say which draft they belong to."""
+    model = _mini_target(4, 2)
+    residual = next(n for n in model.graph if n.name == "/mtp/0/Add")
+    residual.outputs[0].name = "mtp.0.pre_norm"
+    s4 = build_multidraft(model, 4, lineage="contrib")
+    assert [n.outputs[0].name for n in s4.graph if n.op_type == "Add"] == [
+        "mtp.0.pre_norm", "mtp.1.pre_norm", "mtp.2.pre_norm"
+    ]
+
+
+def test_a_verify_dims_record_naming_a_missing_or_shapeless_value_is_skipped() -> None:
+    """A q38.verify_dims record naming a value the graph no longer has, or one with no shape, is skipped
+    when the graph is rebound to new rows: the named input_ids is restored and rebound, no crash."""
+    ids = ir.Value(name="input_ids", shape=ir.Shape(["batch_size", 2]), type=ir.TensorType(ir.DataType.INT64))
+    bare = ir.Value(name="attention_mask", type=ir.TensorType(ir.DataType.INT64))  # no shape
+    model = ir.Model(ir.Graph([ids, bare], [], nodes=[], name="g"), ir_version=10)
+    model.metadata_props["q38.verify_rows"] = "2"
+    model.metadata_props["q38.verify_dims"] = "sequence_length=input_ids:1;attention_mask:1;logits:1"
+    verify_graph(model, 3, where="model_s2.onnx")
+    assert ids.shape is not None and [str(d) for d in ids.shape.dims] == ["batch_size", "3"]
+    assert bare.shape is None
+    assert model.metadata_props["q38.verify_dims"] == "sequence_length=input_ids:1"
