@@ -70,3 +70,19 @@ def test_a_name_a_first_phase_rewrite_freed_is_not_given_to_a_new_value() -> Non
     assert mix.outputs[2].name == "streams_1_p_1"
     names = [v.name for n in model.graph for v in n.outputs]
     assert "streams_1_p" not in names and len(names) == len(set(names))
+
+
+def test_a_base_name_taken_twice_gets_the_next_free_number() -> None:
+    """Both ``q_norm.weight_fp32`` and ``q_norm.weight_fp32_1`` are already value names: the fp32
+    scale the rewrite creates is ``q_norm.weight_fp32_2`` -- the search for a free name keeps
+    counting instead of retrying the first suffix (which would never end)."""
+    proto = G.rms_rotary_model()
+    for i, taken in enumerate(("q_norm.weight_fp32", "q_norm.weight_fp32_1")):
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.full(2, i, np.float16), taken))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert [o.line() for o in p.outcomes] == ["rms_norm_rotary: /q/Concat: fused"]
+    fused = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert fused.inputs[1].name == "q_norm.weight_fp32_2"
+    kept = model.graph.initializers["q_norm.weight_fp32_1"].const_value
+    assert kept is not None
+    np.testing.assert_array_equal(kept.numpy(), np.ones(2, np.float16))  # the other tensor, untouched

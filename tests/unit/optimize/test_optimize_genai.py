@@ -254,3 +254,56 @@ def test_a_link_out_of_the_package_appearing_after_it_was_opened_is_refused(
         driver.optimize_package(src, tmp_path / "out")
     assert str(caught.value) == f"{link}: a link to {quote(str(outside.resolve()))}, outside the package"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_package_whose_weights_are_hard_linked_optimizes_reading_them_itself(tmp_path: Path) -> None:
+    """``--link hardlink`` leaves the output's data file one inode with the source's, which onnx-ir
+    refuses to read; the fusions read the weights through q38's own reader, so optimizing that
+    output again still works, and each concatenated weight holds its source tensors' values."""
+    import os
+
+    import numpy as np
+
+    from q38.optimize.driver import optimize_package
+    from q38.package import LinkPolicy, read_tensor
+
+    src = copy_package(next(p for p in REAL if p.name == "fp16-cuda-gdn"), tmp_path / "src")
+    once, _ = optimize_package(src, tmp_path / "once", passes=["fp8_head"], link=LinkPolicy.HARDLINK)
+    assert {k: v for k, v in once.rewrites.items() if v} == {"fp8_head": 1}
+    assert os.path.samefile(tmp_path / "once" / "model.onnx.data", src / "model.onnx.data")  # the premise
+    twice, _ = optimize_package(tmp_path / "once", tmp_path / "twice", passes=["shared_expert"])
+    assert {k: v for k, v in twice.rewrites.items() if v} == {"shared_expert": 4}
+    assert [o.applied for o in twice.outcomes] == [True] * 4
+    before_path, after_path = tmp_path / "once" / "model.onnx", tmp_path / "twice" / "model.onnx"
+    before = load_graph(before_path, root=before_path.parent).graph.initializers
+    after = load_graph(after_path, root=after_path.parent).graph.initializers
+    assert len(twice.provenance) == 4
+    for name, sources in twice.provenance.items():
+        parts = [read_tensor(before[s], graph_path=before_path, root=before_path.parent) for s in sources]
+        fused = read_tensor(after[name], graph_path=after_path, root=after_path.parent)
+        np.testing.assert_array_equal(fused, np.concatenate(parts, axis=1))
+
+
+def test_an_engram_section_listing_no_shared_initializers_keeps_an_empty_list(tmp_path: Path) -> None:
+    """The engram section lists no shared tensors while the decoder loses one of its own: the
+    reconciled engram section stays an empty tuple, never None. (The private reconciliation is
+    called directly, as above: the written config is the same for both, so only its result shows it.)"""
+    import dataclasses
+    import json
+
+    from q38.optimize.driver import _reconciled_config
+    from q38.package.genai_config import GenaiEngram, dumps_genai_config
+
+    src = next(p for p in REAL if (p / "mtp.onnx").is_file())
+    pkg = open_genai_package(src)
+    m = pkg.config.model
+    with_engram = dataclasses.replace(pkg, config=dataclasses.replace(pkg.config, model=dataclasses.replace(
+        m, engram=GenaiEngram(filename="engram.onnx"))))
+    models = {r.role: load_graph(r.path, root=pkg.root) for r in pkg.graphs()}
+    victim = m.decoder.shared_initializers[0].name
+    models["decoder"].graph.initializers.pop(victim)
+    cfg, dropped = _reconciled_config(with_engram, models, pkg.root)
+    assert dropped == [victim]
+    assert cfg.model.engram is not None
+    assert (cfg.model.engram.filename, cfg.model.engram.shared_initializers) == ("engram.onnx", ())
+    assert json.loads(dumps_genai_config(cfg))["model"]["engram"] == {"filename": "engram.onnx"}

@@ -49,6 +49,7 @@ from q38.optimize._common import (
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.graph_order import NodeOrder
 from q38.optimize.rms_norm_rotary import FuseRMSNormRotaryPass
+from q38.optimize.shared_expert import FuseSharedExpertPass
 
 
 class _Silent(RewritePass):
@@ -344,3 +345,111 @@ def test_constants_from_constant_nodes_value_tensors_are_read_like_initializers(
     x = np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float16)
     feeds = {"x": x, "position_ids": np.array([[0, 1, 2], [5, 6, 7]], np.int64)}
     close(run_ref(model, feeds), run_ort(proto, feeds))
+
+
+# -- survivors of `nox -s mutation -- q38/optimize` (candidate loop, base produces, slices, removal) --
+def _two_shared_experts_first_up_silu(H: int = 8) -> onnx.ModelProto:
+    """Two shared-expert blocks in a row; the first block's up projection also feeds its own
+    SiLU ``Mul(u, Sigmoid(u))``, so that MatMul is an anchor too (listed between the two gates)."""
+    r = G.rng(3)
+    g = G.G()
+    x = g.inp("h", G.F16, ["B", "S", H])
+
+    def w(name: str, cols: int) -> str:
+        return g.init(name, (0.3 * r.standard_normal((H, cols))).astype(np.float16))
+
+    for b in (1, 2):
+        gg = g.o("MatMul", [x, w(f"b{b}.gate_proj.weight", H)], name=f"/b{b}/gate/MatMul")
+        u = g.o("MatMul", [x, w(f"b{b}.up_proj.weight", H)], name=f"/b{b}/up/MatMul")
+        sg = g.o("MatMul", [x, w(f"b{b}.shared_expert_gate.weight", 1)], name=f"/b{b}/sgate/MatMul")
+        a = g.o("Mul", [g.o("Mul", [gg, g.o("Sigmoid", [gg])]), u])
+        y = g.o("Mul", [g.o("MatMul", [a, w(f"b{b}.down_proj.weight", H)], name=f"/b{b}/down/MatMul"), g.o("Sigmoid", [sg])])
+        if b == 1:
+            y = g.o("Add", [y, g.o("Mul", [u, g.o("Sigmoid", [u])])])
+        x = y
+    g.op("Identity", [x], outs=["y"])
+    g.out("y", G.F16, ["B", "S", H])
+    return g.model()
+
+
+def test_an_anchor_an_earlier_rewrite_consumed_is_skipped_and_later_anchors_still_fuse() -> None:
+    """The first block's fusion absorbs its up MatMul, itself an anchor listed next: that anchor is
+    skipped silently (no outcome) and the candidate loop goes on to the second block, which fuses
+    too -- a consumed anchor must not end the pass's walk."""
+    proto = _two_shared_experts_first_up_silu()
+    assert [n.name for n in FuseSharedExpertPass().anchors(ir.from_proto(proto).graph)] == [
+        "/b1/gate/MatMul", "/b1/up/MatMul", "/b2/gate/MatMul"]
+    model, p = apply(FuseSharedExpertPass, proto)
+    assert [o.line() for o in p.outcomes] == ["shared_expert: /b1/gate/MatMul: fused",
+                                              "shared_expert: /b2/gate/MatMul: fused"]
+    assert p.count == 2
+    assert sorted(n.name for n in model.graph if n.op_type in ("MatMul", "Split")) == [
+        "/b1/down/MatMul", "/b1/gate/FusedMatMul", "/b1/gate/FusedSplit",
+        "/b2/down/MatMul", "/b2/gate/FusedMatMul", "/b2/gate/FusedSplit"]
+    feeds = {"h": np.random.default_rng(4).standard_normal((2, 3, 8)).astype(np.float16)}
+    close(run_ref(model, feeds), run_ort(proto, feeds))
+
+
+class _Renaming(RewritePass):
+    """Rewrites each Tanh by giving it a fresh name: standard ops only, no ``contrib_op``."""
+
+    name = "renaming"
+    contrib_op = None
+
+    def anchors(self, graph: ir.Graph) -> list[ir.Node]:
+        return [n for n in graph if n.op_type == "Tanh"]
+
+    def match(self, ctx: RewriteContext, node: ir.Node) -> ir.Node:
+        return node
+
+    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+        assert isinstance(match, ir.Node)
+        match.name = ctx.node_name("/renamed")
+
+
+def test_a_pass_introducing_no_contrib_op_rewrites_under_target_cpu() -> None:
+    """A pass with no ``contrib_op`` that keeps the base ``produces`` leaves no contrib node for
+    ``--target cpu`` to check: it rewrites there as on cuda (no 'no CPU kernel' decline)."""
+    p = _Renaming(target="cpu")
+    model = _tanh_model()
+    result = p(model)
+    assert [o.line() for o in p.outcomes] == ["renaming: /tanh: fused"]
+    assert result.modified is True
+    assert [n.name for n in model.graph] == ["/renamed"]
+
+
+@pytest.mark.parametrize(("starts", "axes"), [([0], [-1, 2]), ([0, 0], [-1])])
+def test_a_rotary_slice_whose_starts_and_axes_differ_in_length_is_declined(starts: list[int],
+                                                                          axes: list[int]) -> None:
+    """A rotary Slice whose ``starts`` and ``axes`` do not both name exactly one axis (an ill-formed
+    Slice: two axes for one start, or two starts for one axis) is not read as a one-axis slice of
+    the first entries: the chain is declined and left as it was."""
+    proto = G.rms_rotary_model()
+    for name, vals in (("/q.s0", starts), ("/q.a0", axes)):
+        init = next(t for t in proto.graph.initializer if t.name == name)
+        init.CopyFrom(onnx.numpy_helper.from_array(np.asarray(vals, np.int64), name))
+    before = [n.op_type for n in proto.graph.node]
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert [o.line() for o in p.outcomes] == [
+        "rms_norm_rotary: /q/Concat: declined: rotary Slices are not constant single-axis slices of the last axis"]
+    assert [n.op_type for n in model.graph] == before
+
+
+def test_remove_dead_without_a_node_order_removes_the_dead_candidates_at_once() -> None:
+    """``remove_dead`` called with no pass-call order (every pass passes its own, so only a direct
+    call reaches this mode) removes the candidates nobody else reads, right away, and keeps one
+    whose output is a graph output."""
+    from q38.optimize.graph_order import remove_dead
+
+    g = G.G()
+    x = g.inp("x", G.F16, ["B"])
+    a = g.o("Relu", [x], name="/relu")
+    g.o("Neg", [a], name="/neg")
+    g.op("Tanh", [x], outs=["y"], name="/tanh")
+    g.out("y", G.F16, ["B"])
+    model = ir.from_proto(g.model(ms=False))
+    relu, neg, tanh = list(model.graph)
+    remove_dead(model.graph, [relu, neg, tanh])
+    assert [n.name for n in model.graph] == ["/tanh"]
+    assert relu.graph is None and neg.graph is None
+    assert [u.node.name for u in model.graph.inputs[0].uses()] == ["/tanh"]
