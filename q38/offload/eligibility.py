@@ -28,27 +28,16 @@ EligibilityCheck = Callable[[ir.Model, str], Sequence[Verdict]]
 
 
 def contracts_eligibility(model: ir.Model, mode: str) -> list[Verdict]:
-    """Verdicts from ``contracts.offload_nodes.offload_eligibility`` for every candidate node of ``model``."""
+    """Verdicts from ``contracts.offload_nodes.offload_eligibility`` for every candidate node of ``model``.
+
+    The rules answer (node name, reason) pairs; each name is mapped back to the model's own node.
+    """
     # function-level: the QMoE node rules load the schema registry, which ``q38 --help`` must not pay for
     # deferred: pulls in onnx (contracts._graph)
     from contracts.offload_nodes import offload_eligibility
 
-    return _normalize(offload_eligibility(model, mode), model)
-
-
-def _normalize(result: object, model: ir.Model) -> list[Verdict]:
-    """Accept [(node, reason)] or [(node_name, reason)] or objects with .node/.reason."""
     by_name = {n.name: n for n in ir.traversal.RecursiveGraphIterator(model.graph)}
-    out: list[Verdict] = []
-    for item in result:  # type: ignore[attr-defined]
-        if isinstance(item, tuple):
-            node, reason = item
-        else:
-            node, reason = getattr(item, "node"), getattr(item, "reason", None)  # noqa: B009
-        if isinstance(node, str):
-            node = by_name[node]
-        out.append((node, reason))
-    return out
+    return [(by_name[name], reason) for name, reason in offload_eligibility(model, mode)]
 
 
 def resolve_eligibility(custom: EligibilityCheck | None) -> EligibilityCheck:
