@@ -9,9 +9,6 @@ the nodes that only fed the cleared inputs removed. ORT then weights the top-k e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
-import onnx
 import onnx_ir as ir
 
 from q38._ops import MS_DOMAIN, QMOE, QMOE_OFFLOAD
@@ -33,34 +30,15 @@ def qmoe_nodes(graph: ir.Graph) -> list[ir.Node]:
     return [n for n in graph if n.domain == MS_DOMAIN and n.op_type == QMOE]
 
 
-def refuse_qmoe_offload(model: ir.Model | onnx.ModelProto, *, where: str) -> None:
-    """A graph holding the old tool's QMoEOffload operator is refused, naming the node.
-
-    Takes an onnx-ir model or a bare ``ModelProto`` (cheap scan of graphs q38 only copies).
-    """
-    nodes: Iterable[ir.Node | onnx.NodeProto]
-    if isinstance(model, onnx.ModelProto):
-        nodes = _proto_nodes(model.graph)
-    else:
-        nodes = ir.traversal.RecursiveGraphIterator(model.graph)
-    for node in nodes:
+def refuse_qmoe_offload(model: ir.Model, *, where: str) -> None:
+    """A graph holding the old tool's QMoEOffload operator (subgraphs included) is refused, naming the node."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.op_type == QMOE_OFFLOAD:
             raise OffloadError(
                 f"{where}: node {node.name!r} is a {node.domain or 'ai.onnx'}::{QMOE_OFFLOAD} node of the old "
                 "offload tool; ORT 1.32.0 offloads com.microsoft::QMoE nodes through "
                 "session.moe.offload.* options: convert from the QMoE source package instead"
             )
-
-
-def _proto_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _proto_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _proto_nodes(sub)
 
 
 def _remove_dead(graph: ir.Graph, values: list[ir.Value]) -> None:

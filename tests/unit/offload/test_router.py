@@ -1,17 +1,13 @@
-"""``q38.offload.router.refuse_qmoe_offload`` on a bare ``onnx.ModelProto``.
+"""``q38.offload.router.refuse_qmoe_offload``: the old tool's QMoEOffload node is refused.
 
-Invariants guarded:
-- a ``ModelProto`` (the cheap scan of graphs q38 only copies) is scanned like an onnx-ir model,
-  subgraphs of control-flow nodes included: the old tool's ``QMoEOffload`` node is refused in
-  one line naming the graph and the node; a graph without one passes.
-
-Every caller inside q38 hands the function an onnx-ir model, so the ``ModelProto`` form is only
-reachable by calling the public function directly.
+Invariant guarded: every graph is scanned, subgraphs of control-flow nodes included: a
+``QMoEOffload`` node is refused in one line naming the graph and the node; a graph without one passes.
 """
 
 from __future__ import annotations
 
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
@@ -19,7 +15,7 @@ from q38.errors import OffloadError
 from q38.offload.router import refuse_qmoe_offload
 
 
-def _if_model(branch_node: onnx.NodeProto) -> onnx.ModelProto:
+def _if_model(branch_node: onnx.NodeProto) -> ir.Model:
     """A model whose only top-level nodes are an Identity and an If whose then-branch holds ``branch_node``."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
@@ -32,11 +28,11 @@ def _if_model(branch_node: onnx.NodeProto) -> onnx.ModelProto:
         helper.make_node("Identity", ["x"], ["x1"], name="top_id"),
         helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_branch, else_branch=else_branch),
     ]
-    return helper.make_model(helper.make_graph(nodes, "g", [x, cond], [y]))
+    return ir.from_proto(helper.make_model(helper.make_graph(nodes, "g", [x, cond], [y])))
 
 
-def test_a_model_proto_with_a_nested_qmoe_offload_node_is_refused_naming_it() -> None:
-    """A ModelProto's QMoEOffload inside an If branch is found and refused by graph and node name (the proto scan works)."""
+def test_a_qmoe_offload_node_inside_a_branch_is_refused_naming_it() -> None:
+    """A QMoEOffload inside an If branch is found and refused by graph and node name."""
     legacy = helper.make_node("QMoEOffload", ["x"], ["t"], name="/model/layers.0/moe/QMoEOffload",
                               domain="com.microsoft")
     with pytest.raises(OffloadError) as info:
@@ -48,7 +44,7 @@ def test_a_model_proto_with_a_nested_qmoe_offload_node_is_refused_naming_it() ->
     )
 
 
-def test_a_model_proto_without_qmoe_offload_passes() -> None:
-    """A ModelProto holding no QMoEOffload node anywhere is accepted silently (a graph q38 only copies stays copyable)."""
+def test_a_graph_without_qmoe_offload_passes() -> None:
+    """A graph holding no QMoEOffload node anywhere is accepted (a graph q38 only copies stays copyable)."""
     plain = helper.make_node("Identity", ["x"], ["t"], name="then_id")
     refuse_qmoe_offload(_if_model(plain), where="copied.onnx")  # no OffloadError
