@@ -425,7 +425,9 @@ def tensor_digest(tensor: ir.TensorProtocol) -> str:
     """
     h = hashlib.sha256()
     if tensor.dtype == ir.DataType.STRING:
-        strings = tensor.string_data() if hasattr(tensor, "string_data") else []
+        # A loaded graph's StringTensor has string_data(); an in-memory ir.Tensor of a str array
+        # (or a lazy one) only numpy(), whose items are the strings.
+        strings = tensor.string_data() if hasattr(tensor, "string_data") else tensor.numpy().reshape(-1).tolist()
         for item in strings:
             data = item if isinstance(item, bytes) else str(item).encode("utf-8", "surrogateescape")
             h.update(len(data).to_bytes(8, "little"))

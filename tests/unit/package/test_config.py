@@ -8,6 +8,7 @@ kv_capacity; runtime profiles unique and non-overlapping; v12 configs migrate on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,7 @@ def test_round_trip_is_identity_and_text_is_canonical() -> None:
         (lambda d: d["model"]["decoder"].__setitem__("bar", 1), "model.decoder.bar: unknown key"),
         (lambda d: d["model"]["qwen38_graph"]["fold"]["head_r2"].__setitem__("x", 1), "model.qwen38_graph.fold.head_r2.x: unknown key"),
         (lambda d: d["model"]["decoder"]["inputs"].__setitem__("past_foo_names", "a"), "model.decoder.inputs.past_foo_names: unknown key"),
+        (lambda d: d["model"]["decoder"]["outputs"].__setitem__("past_foo_names", "a"), "model.decoder.outputs.past_foo_names: unknown key"),
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", "16"), "model.decoder.hidden_size: expected an integer, got a string"),
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", True), "model.decoder.hidden_size: expected an integer, got a bool"),
         (lambda d: d["model"]["decoder"].__setitem__("hidden_size", 2**64), "does not fit in int64"),
@@ -111,7 +113,7 @@ def test_runtime_profiles_round_trip_and_overlap_is_refused() -> None:
 
 
 def test_v12_surface_is_migrated_on_read() -> None:
-    v12 = {
+    v12: dict[str, Any] = {
         "model": {
             "type": "qwen38_flash",
             "vocab_size": 16,
@@ -334,3 +336,20 @@ def test_a_refusal_is_exactly_one_line_with_the_full_key_path_and_the_reason(
     with pytest.raises(ConfigError) as info:
         parse_config(doc, source="c")
     assert str(info.value) == message
+
+
+def test_a_surface_other_than_v12b_is_refused_naming_the_surface_key() -> None:
+    """An unsupported ``qwen38_graph.surface`` is refused with its own key path, so the user knows which key to fix."""
+    doc = _doc()
+    doc["model"]["qwen38_graph"]["surface"] = "v13"
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, source="c")
+    assert str(info.value) == "c: model.qwen38_graph.surface: unsupported surface 'v13' (expected 'v12b')"
+
+
+def test_a_value_json_cannot_carry_is_refused_on_write_naming_the_config_file() -> None:
+    """dumps_config refuses a NaN search value with a ConfigError naming genai_config.json and the key path."""
+    cfg = dataclasses.replace(mini_config(), search={"temperature": float("nan")})
+    with pytest.raises(ConfigError) as info:
+        dumps_config(cfg)
+    assert str(info.value) == "genai_config.json: search.temperature: nan cannot be written as JSON (not a finite number)"

@@ -53,6 +53,8 @@ def _profiles(*profiles: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 _REFUSED = [
     (_groups({"kind": "paged_kv", "layer_ids": []}),
      "model.decoder.state_groups[0]: (paged_kv) must contain at least one layer_id"),
+    (_groups({"kind": "paged_kv", "layer_ids": [1, 1]}),
+     "model.decoder.state_groups[0]: (paged_kv) contains duplicate layer_id 1"),
     (_groups({"kind": "paged_kv", "layer_ids": [3]}, {"kind": "paged_kv", "layer_ids": [2, 3]}),
      "model.decoder.state_groups[1]: (paged_kv) overlaps another paged_kv group at layer_id 3"),
     (_groups({"kind": "fixed_conv", "layer_ids": [1]}, {"kind": "fixed_conv", "layer_ids": [1]}),

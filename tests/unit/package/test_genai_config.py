@@ -219,9 +219,13 @@ def test_the_models_token_ids_land_in_their_records_and_are_written_back_as_read
         (lambda m: m["decoder"].update(num_hidden_layers=2, state_groups=[
             {"kind": "fixed_conv", "layer_ids": [0, 1], "state_update": {"capacity": 2, "compress_ratio": 4}}]),
          "model.decoder.state_groups[0].state_update.compress_ratio"),
+        (lambda m: m.__setitem__("engram", {"filename": "engram.onnx", "session_options": {"log_id": "e"}}), "model.engram"),
+        (lambda m: m.__setitem__("engram", {"filename": "engram.onnx",
+                                            "inputs": {"input_ids": "ids", "past_ple_token_names": "past_ple.%d"}}),
+         "model.engram"),
     ],
     ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names", "mtp-present-indexer-names",
-         "state-update-compress-ratio"],
+         "state-update-compress-ratio", "engram-session-options", "engram-inputs"],
 )  # fmt: skip
 def test_each_research_builder_key_is_accepted_with_genais_refusal_kept(
         edit: Callable[[dict[str, Any]], None], refusal: str) -> None:  # fmt: skip
@@ -282,3 +286,25 @@ def test_a_non_array_provider_options_is_written_back_as_the_entry_it_is() -> No
     assert cfg.model.decoder.session_options is not None and cfg.model.decoder.session_options.providers == ()
     written = json.loads(dumps_genai_config(replace(cfg, source_forms=None)))
     assert written["model"]["decoder"]["session_options"] == {"provider_options": "cuda"}
+
+
+def test_a_shared_initializer_missing_its_string_fields_reads_them_as_empty() -> None:
+    """GenAI 0.18.0 accepts a ``shared_initializers`` entry without ``data_file``/``offset``/``length``:
+    the record holds empty strings (no byte range), never None a caller's string method would trip on."""
+    from q38.package.genai_config import SharedInitializer
+
+    doc = _doc()
+    doc["model"]["decoder"]["shared_initializers"] = [{"name": "w"}]
+    (shared,) = parse_genai_config(doc, source=SOURCE).model.decoder.shared_initializers
+    assert shared == SharedInitializer(name="w", data_file="", offset="", length="")
+    assert shared.byte_range() is None
+
+
+def test_a_parsed_config_is_written_back_as_read_after_its_source_document_is_edited() -> None:
+    """The config keeps its own copy of the document it was parsed from: a caller editing a nested
+    part of that document afterwards does not change what the config writes back."""
+    doc = _doc()
+    cfg = parse_genai_config(doc, source=SOURCE)
+    doc["model"]["decoder"]["filename"] = "other.onnx"
+    doc["model"]["vocab_size"] = 64
+    assert json.loads(dumps_genai_config(cfg)) == _doc()

@@ -27,6 +27,7 @@ from q38.package.genai_surface import validate
         ({"model": {"decoder": {"inputs": "x"}}}, "pkg/genai_config.json: model.decoder.inputs: expected an object, got a string"),
         ({"model": {"decoder": {"head_size": "4"}}}, "pkg/genai_config.json: model.decoder.head_size: expected a number, got a string"),
         ({"search": {"do_sample": "yes"}}, "pkg/genai_config.json: search.do_sample: expected a bool, got a string"),
+        ({"search": {"do_sample": {"a": 1}}}, "pkg/genai_config.json: search.do_sample: expected a bool, got an object"),
         ({"model": {"eos_token_id": {"a": 1}}},
          "pkg/genai_config.json: model.eos_token_id: expected a number or an array, got an object"),
         ({"model": {"decoder": {"session_options": {"log_id": 3}}}},

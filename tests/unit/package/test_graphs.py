@@ -351,3 +351,57 @@ def test_loading_a_graph_logs_its_path(tmp_path: Path, caplog: pytest.LogCapture
     with caplog.at_level(logging.INFO, logger="q38.package.graphs"):
         load_graph(pkg / "model.onnx", root=pkg)
     assert f"reading graph {pkg / 'model.onnx'}" in [r.getMessage() for r in caplog.records if r.name == "q38.package.graphs"]
+
+
+def test_an_initializer_with_a_negative_dimension_is_refused_naming_it_and_its_dims(tmp_path: Path) -> None:
+    """onnx-ir would accept a negative dim silently; load_graph refuses it in one line naming the tensor and its shape."""
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[16, -1])
+    write_matmul_graph(tmp_path / "model.onnx", weight=weight)
+    with pytest.raises(GraphError) as info:
+        load_graph(tmp_path / "model.onnx", root=tmp_path)
+    assert str(info.value) == "model.onnx: initializer 'w' has a negative dimension [16, -1]"
+
+
+def test_a_graph_over_protobufs_2_gib_limit_is_refused_naming_it_before_any_read(tmp_path: Path) -> None:
+    """A graph file past 2 GiB (sparse here: nothing is read) is one line naming the file and its size."""
+    path = tmp_path / "model.onnx"
+    with open(path, "wb") as fh:
+        fh.truncate((2 << 30) + 1)
+    with pytest.raises(GraphError) as info:
+        load_graph(path, root=tmp_path)
+    assert str(info.value) == f"{path}: {(2 << 30) + 1} bytes is larger than protobuf's 2 GiB limit for one graph"
+
+
+def test_many_tensors_in_one_data_file_stat_that_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a graph checks each external-data file once, not once per tensor (a real graph has thousands)."""
+    data = tmp_path / "model.onnx.data"
+    data.write_bytes(WEIGHT.tobytes() * 3)
+    weights = [_external(f"w{i}", data.name, i * WEIGHT.nbytes, WEIGHT) for i in range(3)]
+    nodes = [helper.make_node("MatMul", [a, w.name], [b], name=f"mm{i}")
+             for i, (a, b, w) in enumerate(zip(["x", "a", "b"], ["a", "b", "y"], weights, strict=True))]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], weights)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    stats: list[str] = []
+    real_stat = Path.stat
+
+    def counting_stat(self: Path, *, follow_symlinks: bool = True) -> os.stat_result:
+        stats.append(os.fspath(self))
+        return real_stat(self, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(Path, "stat", counting_stat)
+    loaded = load_graph(tmp_path / "model.onnx", root=tmp_path)
+    assert [r.offset for r in external_refs(loaded)] == [0, WEIGHT.nbytes, 2 * WEIGHT.nbytes]
+    assert stats.count(os.fspath(data)) == 1
+
+
+def test_a_string_tensor_without_string_data_is_digested_over_its_strings() -> None:
+    """``ir.tensor`` of a str array is a plain Tensor of dtype STRING (no ``string_data``): the
+    optimizer's source-identity walk gets a digest of its strings (it once got one digest for every such tensor)."""
+    tensor = ir.tensor(np.array(["a", "b"]))
+    assert tensor.dtype == ir.DataType.STRING and not hasattr(tensor, "string_data")
+    assert tensor_digest(tensor).startswith("s")
+    # Its digest covers its strings, as a loaded StringTensor's does: other strings, another digest.
+    assert tensor_digest(tensor) != tensor_digest(ir.tensor(np.array(["a", "c"])))
+    assert tensor_digest(tensor) == tensor_digest(ir.StringTensor(np.array([b"a", b"b"], dtype=object)))

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from q38.errors import PackageError
-from q38.package.manifest import Manifest, parse_manifest, read_manifest, recorded_path
+from q38.package.manifest import (
+    Manifest,
+    dumps_manifest,
+    parse_manifest,
+    read_manifest,
+    recorded_path,
+)
 
 SOURCE = "pkg/package_manifest.json"
 
@@ -117,3 +123,19 @@ def test_a_manifest_that_is_no_regular_file_is_refused_naming_it_as_the_manifest
     with pytest.raises(PackageError) as info:
         read_manifest(path)
     assert str(info.value) == f"manifest {path}: is a directory, not a regular file (refusing to read it)"
+
+
+def test_a_value_json_cannot_carry_is_refused_on_write_naming_the_manifest_file() -> None:
+    """dumps_manifest refuses an infinite ``extra`` value with a message naming package_manifest.json and the key path."""
+    with pytest.raises(PackageError) as info:
+        dumps_manifest(Manifest("build", extra={"k": float("inf")}))
+    assert str(info.value) == "package_manifest.json: extra.k: inf cannot be written as JSON (not a finite number)"
+
+
+def test_a_manifest_file_with_a_bad_key_is_refused_naming_its_path(tmp_path: Path) -> None:
+    """read_manifest's content refusal names the file it read, so the user knows which manifest is broken."""
+    path = tmp_path / "package_manifest.json"
+    path.write_text('{"manifest_version": 1, "command": "build", "zzz": 1}')
+    with pytest.raises(PackageError) as info:
+        read_manifest(path)
+    assert str(info.value) == f"{path}: zzz: unknown key"

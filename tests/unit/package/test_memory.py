@@ -202,13 +202,14 @@ def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
     """A QMoE's expert inputs (2..13, 15, 16) are routed experts of that node (the expert count is
     their first dim), its router input (1) is not; a Gather or GatherBlockQuantized table indexed by a
     graph input is an embedding, and so is an ``embed_tokens`` tensor nothing gathers; lm_head and
-    mtp.* by name; the rest dense."""
+    the MTP layers (``mtp.``, ``mtp/``, ``/mtp/``, ``model.mtp`` prefixes) by name; the rest dense."""
     def init(name: str, dims: list[int]) -> TensorProto:
         return helper.make_tensor(name, TensorProto.FLOAT16, dims, [0.0] * int(np.prod(dims)))
 
     inits = [init("router_w", [4, 8]), init("fc1_w", [4, 8, 2]), init("fc2_w", [4, 2, 8]), init("embq", [16, 4]),
              init("emb", [16, 4]), init("lm_head.weight", [4, 16]), init("mtp.norm", [4]), init("other", [4]),
-             init("model.embed_tokens.weight", [16, 4])]
+             init("model.embed_tokens.weight", [16, 4]), init("mtp/w", [4]), init("/mtp/w", [4]),
+             init("model.mtp.layers.0.w", [4])]
     nodes = [
         helper.make_node("QMoE", ["x", "router_w", "fc1_w", "", "fc2_w"], ["y"], name="moe", domain="com.microsoft"),
         helper.make_node("GatherBlockQuantized", ["embq", "ids", "s"], ["e1"], name="gq", domain="com.microsoft"),
@@ -227,7 +228,8 @@ def test_each_initializer_is_classed_by_what_reads_it(tmp_path: Path) -> None:
         "fc2_w": ("routed_expert", "moe", 4, "float16"), "embq": ("embedding", "", 0, "float16"),
         "emb": ("embedding", "", 0, "float16"), "lm_head.weight": ("head", "", 0, "float16"),
         "mtp.norm": ("mtp", "", 0, "float16"), "other": ("dense", "", 0, "float16"),
-        "model.embed_tokens.weight": ("embedding", "", 0, "float16"),
+        "model.embed_tokens.weight": ("embedding", "", 0, "float16"), "mtp/w": ("mtp", "", 0, "float16"),
+        "/mtp/w": ("mtp", "", 0, "float16"), "model.mtp.layers.0.w": ("mtp", "", 0, "float16"),
     }  # fmt: skip
     assert {t.name: (t.shape, t.nbytes) for t in tensors} == {i.name: (tuple(i.dims), 2 * int(np.prod(i.dims))) for i in inits}
 
@@ -312,3 +314,12 @@ def test_a_qmoe_nodes_experts_are_sized_from_all_its_expert_tensors(tmp_path: Pa
     offloaded = breakdown(facts, graphs, decoder="model.onnx", entries=entries, context=8)
     assert offloaded.experts == (ExpertNode("model.onnx", "moe", 4, 24, 1),)
     assert (offloaded.expert_device, offloaded.expert_host) == (24, 72)
+
+
+def test_a_breakdown_without_a_batch_sizes_state_for_one_sequence(tmp_path: Path) -> None:
+    """``breakdown`` called without ``batch`` sizes the state for a single sequence (batch 1), as the fit assumes."""
+    kv = StateTensor("model.onnx", "present.0.key", "kv", "GroupQueryAttention", "float16", 16, ("B", 2, "T", 4))
+    graphs = {"model.onnx": GraphMemory("model.onnx", (), (kv,))}
+    mem = breakdown(_facts(tmp_path), graphs, decoder="model.onnx", entries={}, context=8)
+    assert mem.batch == 1
+    assert mem.state == {"kv": 2 * 8 * 4 * 2}

@@ -77,3 +77,28 @@ def test_a_package_path_that_cannot_be_examined_is_named_with_the_reason(tmp_pat
     with pytest.raises(PackageError) as info:
         open_package(path)
     assert str(info.value) == f"{path}: a parent of it is not a directory"
+
+
+def test_a_package_without_a_prefill_graph_refuses_that_role_naming_the_package(tmp_path: Path) -> None:
+    """Asking for the prefill graph of a package whose config names none is one PackageError line naming the package."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    (pkg / "genai_config.json").write_text(dumps_config(mini_config(prefill=None)), encoding="utf-8")
+    package = open_package(pkg)
+    assert "prefill" not in package.roles()
+    with pytest.raises(PackageError) as info:
+        package.graph_path("prefill")
+    assert str(info.value) == f"{pkg}: package has no prefill graph"
+
+
+def test_a_layered_packages_head_graph_loads_with_its_data_inside_head(tmp_path: Path) -> None:
+    """A layered package's head graph is checked against head/ (its own directory), so its data file there loads."""
+    root = tmp_path / "layered"
+    (root / "head").mkdir(parents=True)
+    target = build_mini_package(root / "target")
+    for name in ("head_r2.onnx", "head_r2.onnx.data"):
+        shutil.copy(target / name, root / "head" / name)
+    package = open_package(root)
+    model = package.load("head")
+    assert model.meta["q38.path"] == str(root / "head" / "head_r2.onnx")
+    assert model.meta["q38.root"] == str(root / "head")
+    assert list(model.graph.initializers) == ["w"]

@@ -172,3 +172,11 @@ def test_a_field_naming_no_regular_file_is_a_file_problem_of_that_field(tmp_path
     field = PathField("model.decoder.filename", "model.onnx", "graph", tmp_path)
     assert field_problem(field, root=tmp_path) == Problem(
         field, "file", f"model.decoder.filename: 'model.onnx' is {described}, not a regular file")
+
+
+def test_a_path_field_that_is_no_string_is_refused_naming_its_key_and_value(tmp_path: Path) -> None:
+    """A file name written as a number is a ``syntax`` problem whose one line names the key path and the value written."""
+    doc = {"model": {"decoder": {"filename": 7}}}
+    with pytest.raises(UnsafePathError) as info:
+        check_path_fields(doc, root=tmp_path, config_dir=tmp_path, source="c")
+    assert str(info.value) == "c: model.decoder.filename: expected a file name (a string), got 7"

@@ -61,3 +61,13 @@ def test_a_symlink_that_leads_out_is_refused_naming_where_it_resolves(tmp_path: 
         resolve_inside(root, "model.onnx", what=WHAT)
     real = os.fspath((tmp_path / "outside.onnx").resolve())
     assert str(info.value) == f"{WHAT}: 'model.onnx' resolves to {quote(real)}, outside the package directory"
+
+
+def test_a_path_through_a_regular_file_is_refused_naming_the_path(tmp_path: Path) -> None:
+    """resolve_inside refuses a name that cannot be resolved (a file used as a directory), naming the path."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "model.onnx").write_bytes(b"x")
+    with pytest.raises(UnsafePathError) as info:
+        resolve_inside(root, "model.onnx/data.bin", what=WHAT)
+    assert str(info.value).startswith(f"{WHAT}: cannot resolve 'model.onnx/data.bin': ")
