@@ -141,8 +141,7 @@ def plan_pool_offload(
     if graph_cfg.prefill is not None and "prefill" in package.roles():
         # The prefill graph runs under the decoder's session options, offload entries included:
         # its QMoE nodes must lose router_weights too, or mode=required rejects them (slot 14).
-        prefill = package.load("prefill")
-        refuse_qmoe_offload(prefill, where=str(package.graph_path("prefill")))
+        prefill = package.load("prefill")  # refused above if it holds QMoEOffload (every role but the base is)
         prefill, prefill_cleared = clear_router_weights(prefill, in_place=True)
         retarget_graph(prefill, pool_plan.relocated)
         split_verdicts(check, prefill, options.mode, str(package.graph_path("prefill")))

@@ -8,7 +8,7 @@ Invariants guarded:
   the second move (offset 100 instead of 4096); an entry read to the end of its file (``-``)
   moves exactly the bytes up to that end;
 - pool entries are matched to graph tensors by location (offset 0 included), else by provenance
-  name (any name of a comma-separated provenance): a matched routed expert is ``cpu_mmap`` and gets
+  name (any name of a comma-separated provenance, cut at its first ``:`` only): a matched routed expert is ``cpu_mmap`` and gets
   no second entry; an expert the pool does not list gets exactly one new entry per distinct byte
   range, its length kept (``-`` included).
 """
@@ -32,16 +32,16 @@ TENSORS = ((10, 100), (200, 3000), (5000, 5000), (12345, 1))
 EOF = max(o + n for o, n in TENSORS)  # size of model.onnx.data
 
 
-def _graph(tensors: Sequence[tuple[int, int | None]] = TENSORS) -> ir.Graph:
+def _graph(tensors: Sequence[tuple[int, int | None]] = TENSORS, prefix: str = "mtp.experts.w") -> ir.Graph:
     """The MTP draft's QMoE node, its expert slots reading ``tensors`` ((offset, length); length
-    None: to the end of model.onnx.data) as initializers named ``mtp.experts.w{i}``."""
+    None: to the end of model.onnx.data) as initializers named ``{prefix}{i}``."""
     inputs: list[ir.Value | None] = [ir.Value(name="x"), ir.Value(name="router")]
     inits = []
     for i, (offset, length) in enumerate(tensors):
         size = length if length is not None else EOF - offset
         tensor = ir.ExternalTensor("model.onnx.data", offset, length, ir.DataType.UINT8,
-                                   shape=ir.Shape([size]), name=f"mtp.experts.w{i}")
-        value = ir.Value(name=f"mtp.experts.w{i}", shape=tensor.shape, type=ir.TensorType(ir.DataType.UINT8),
+                                   shape=ir.Shape([size]), name=f"{prefix}{i}")
+        value = ir.Value(name=f"{prefix}{i}", shape=tensor.shape, type=ir.TensorType(ir.DataType.UINT8),
                          const_value=tensor)
         inputs.append(value)
         inits.append(value)
@@ -135,5 +135,15 @@ def test_a_provenance_listing_several_names_matches_any_of_them() -> None:
     expert named second is matched by name (placed ``cpu_mmap``, not listed a second time)."""
     pool = WeightsPool.from_entries([_entry("w0", 4096, 100, "target:mtp.shared.bias,target:mtp.experts.w0")])
     plan = plan_pool(pool, _graph([(10, 100)]), mtp_host_mapped=False, file_sizes={"model.onnx.data": EOF})
+    assert [(e.pool_id, e.placement) for e in plan.pool.entries] == [("w0", Placement.CPU_MMAP)]
+    assert plan.counts["added"] == 0
+
+
+def test_a_provenance_name_holding_colons_matches_the_whole_name() -> None:
+    """Only the first ``:`` ends the role: an exporter's name such as ``onnx::QMoE_w0`` (torch
+    writes these) is matched whole, so its entry is placed ``cpu_mmap`` and not listed twice."""
+    pool = WeightsPool.from_entries([_entry("w0", 4096, 100, "target:onnx::QMoE_w0")])
+    plan = plan_pool(pool, _graph([(10, 100)], prefix="onnx::QMoE_w"), mtp_host_mapped=False,
+                     file_sizes={"model.onnx.data": EOF})
     assert [(e.pool_id, e.placement) for e in plan.pool.entries] == [("w0", Placement.CPU_MMAP)]
     assert plan.counts["added"] == 0

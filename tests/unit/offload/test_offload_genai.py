@@ -20,7 +20,10 @@ Invariants guarded:
 - runtime profiles overlaying the decoder (its own file or an alternate) convert; a decoder with
   no QMoE converts when the MTP graph holds one; with none anywhere, or with the old QMoEOffload
   operator, or a QMoE node of no static expert count, the refusal names the file and the node;
-- a profile of the decoder layers alone matches (the mtp.onnx node is a draft site).
+- a profile of the decoder layers alone matches (the mtp.onnx node is a draft site); one of
+  another layer count is refused naming the profile file;
+- a runtime profile's alternate decoder is converted, one overlaying the decoder's file is not
+  converted twice; a package with no MoE node at all is refused naming the decoder alone.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from support.offload_synthpkg import edit_graph, tree_digest
 from support.synth_builder import feeds_for, og_greedy, zero_state
 
 from q38.cli import main
-from q38.errors import OffloadError
+from q38.errors import OffloadError, ProfileError
 from q38.offload.convert import convert_package
 from q38.offload.hitrate import LayerHit
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
@@ -448,3 +451,61 @@ def test_a_decoder_only_profile_with_a_total_slot_budget_converts_a_package_with
     assert OFFLOAD_PREFIX + "popularity_file" not in mtp
     caps = [int(c) for c in re.findall(r"=(\d+)", decoder[OFFLOAD_PREFIX + "node_overrides"])]
     assert len(caps) == 8 and sum(caps) == 16  # the budget goes to the profiled decoder layers
+
+
+def test_an_alternate_decoder_of_a_runtime_profile_is_converted_once(tiny_builder_cpu_package: Path,
+                                                                     editable_copy: Callable[[Path], Path],
+                                                                     tmp_path: Path) -> None:
+    """A runtime profile's alternate decoder file is converted like the decoder (its router_weights
+    cleared in the written copy), and a profile overlaying the decoder's own file is not converted
+    a second time: the report counts each graph file's cleared inputs once."""
+    src = editable_copy(tiny_builder_cpu_package)
+    edit_graph(src / "model.onnx", _route_weights_through_slot_14)
+    onnx.save(onnx.load(src / "model.onnx", load_external_data=False), src / "model_alt.onnx")
+    held = sum(n.op_type == "QMoE" for n in onnx.load(src / "model.onnx", load_external_data=False).graph.node)
+    _config_with_profiles(src, [
+        {"id": "same", "eligibility": {"minimum_total_device_memory_bytes": 0,
+                                       "maximum_total_device_memory_bytes": (16 << 30) - 1},
+         "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
+        {"id": "alt", "eligibility": {"minimum_total_device_memory_bytes": 16 << 30},
+         "overlay": {"model": {"decoder": {"filename": "model_alt.onnx"}}}},
+    ])  # fmt: skip
+    out = tmp_path / "out"
+    report = convert_package(src, out, OffloadOptions(mode="auto"))
+    assert report.router_weights_cleared == 2 * held
+    for name in ("model.onnx", "model_alt.onnx"):
+        qmoe = [n for n in onnx.load(out / name, load_external_data=False).graph.node if n.op_type == "QMoE"]
+        assert len(qmoe) == held and all(len(n.input) <= 14 for n in qmoe), name
+
+
+def test_a_package_with_no_moe_node_at_all_is_refused_naming_the_decoder(tiny_builder_cpu_package: Path,
+                                                                          editable_copy: Callable[[Path], Path],
+                                                                          tmp_path: Path) -> None:
+    """Neither QMoE nor plain MoE anywhere: the refusal names the decoder file alone, with no
+    "such as" clause pointing at a MoE node that does not exist."""
+    src = editable_copy(tiny_builder_cpu_package)
+
+    def no_moe(model: onnx.ModelProto) -> None:
+        for node in model.graph.node:
+            if node.op_type == "QMoE":
+                node.op_type = "DenseMlp"
+
+    edit_graph(src / "model.onnx", no_moe)
+    edit_graph(src / "mtp.onnx", no_moe)
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
+    assert str(info.value) == f"{src / 'model.onnx'}: no com.microsoft::QMoE node to offload"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_of_the_wrong_layer_count_is_refused_naming_the_profile_file(tiny_builder_cpu_package: Path,
+                                                                               tmp_path: Path) -> None:
+    """A profile that fits neither every QMoE node nor the decoder layers is refused naming the
+    profile file the user gave (the one to fix), before anything is written."""
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(np.ones((5, 8), dtype=np.uint64))))
+    with pytest.raises(ProfileError) as info:
+        convert_package(tiny_builder_cpu_package, tmp_path / "out", OffloadOptions(
+            mode="auto", expert_profile=str(profile), total_resident_slots=8))
+    assert str(info.value) == f"{profile}: 5 layers, but the package has 9 QMoE nodes (8 decoder layers + 1 MTP)"
+    assert not (tmp_path / "out").exists()

@@ -11,7 +11,8 @@ Invariants guarded:
 - each graph's QMoE candidates are checked once: model_s2 is the target's own nodes, only the
   chained drafts of model_s3/s4 are checked again;
 - the profiles' minimum host memory counts the bytes the decoder maps: a zero-byte external
-  tensor adds none.
+  tensor adds none;
+- a profile without a slot flag caps nothing: every tier's hit report lists each layer uncapped.
 """
 
 from __future__ import annotations
@@ -227,3 +228,16 @@ def test_an_external_tensor_without_a_length_counts_its_bytes_in_host_memory(
     edit_graph(src / "model.onnx", drop_length)
     convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
     assert min_host(tmp_path / "out") == min_host(tmp_path / "plain")
+
+
+def test_hit_rates_with_a_profile_and_no_slot_flag_report_every_node_uncapped(tiny_cpu_package: Path,
+                                                                              tmp_path: Path) -> None:
+    """A profile without a slot flag caps nothing (no ``node_overrides`` emitted): each tier's hit
+    report still comes back, every offloaded layer uncapped (ORT sizes residency), none invented."""
+    report = convert_package(tiny_cpu_package, tmp_path / "out", OffloadOptions(
+        mode="auto", expert_profile=str(_profile(tmp_path))))
+    assert report.resident_slots == {}
+    assert report.hit_rates[0].tier == "decoder" and len(report.hit_rates) == 5
+    for tier in report.hit_rates:
+        assert tier.uncapped == [f"/model/layers.{i}/moe/QMoE" for i in range(8)], tier.tier
+        assert {h.state for h in tier.layers} == {"uncapped"}, tier.tier

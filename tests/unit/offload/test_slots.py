@@ -353,3 +353,25 @@ def test_the_four_profiles_split_20_to_34_gib_and_an_empty_host_range_is_refused
         with pytest.raises(ConfigError, match=r"^runtime_profiles: effective host memory range \[.*\] is empty$"):
             build_runtime_profiles({}, **bad)  # type: ignore[arg-type]
     assert len(build_runtime_profiles({}, min_host_bytes=0)) == 4
+
+
+@pytest.mark.parametrize("counts", [np.zeros((0, 4), dtype=np.uint64), np.zeros((2, 0), dtype=np.uint64),
+                                    np.ones(4, dtype=np.uint64)])
+def test_a_profile_matrix_that_is_not_a_non_empty_l_by_e_is_refused_naming_its_shape(counts: np.ndarray) -> None:
+    """No layer, no expert, or not two-dimensional: refused naming the flag and the shape it got."""
+    with pytest.raises(FlagError) as info:
+        plan_from_profile(counts, 0)
+    assert str(info.value) == f"--expert-profile: counts must be a non-empty [L, E] matrix, got {counts.shape}"
+
+
+def test_a_total_when_every_profiled_node_stays_resident_is_refused_naming_the_flag(tiny_builder_cpu_package: Path,
+                                                                                    tmp_path: Path) -> None:
+    """``auto`` keeps every builder QMoE node on the GPU, so a total has no offloaded node to
+    spread over: refused in one line naming ``--total-resident-slots``, nothing written."""
+    profile = tmp_path / "p.bin"
+    profile.write_bytes(encode_profile(ExpertProfile(np.ones((9, 8), dtype=np.uint64))))
+    with pytest.raises(OffloadError) as info:
+        convert_package(tiny_builder_cpu_package, tmp_path / "out", OffloadOptions(
+            mode="auto", expert_profile=str(profile), total_resident_slots=8))
+    assert str(info.value) == "--total-resident-slots: no offloaded QMoE node is covered by the profile"
+    assert not (tmp_path / "out").exists()
