@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -94,4 +95,13 @@ def build_mini_package(dest: Path) -> Path:
     return dest
 
 
-__all__ = ["HEAD_WEIGHT", "WEIGHT", "build_mini_package", "mini_config", "write_matmul_graph"]
+def build_layered_mini_package(root: Path) -> Path:
+    """The mini package as ``root/target``, with its head graph and data copied into ``root/head``."""
+    (root / "head").mkdir(parents=True)
+    target = build_mini_package(root / "target")
+    for name in ("head_r2.onnx", "head_r2.onnx.data"):
+        shutil.copy(target / name, root / "head" / name)
+    return root
+
+
+__all__ = ["HEAD_WEIGHT", "WEIGHT", "build_layered_mini_package", "build_mini_package", "mini_config", "write_matmul_graph"]

@@ -81,6 +81,13 @@ def test_hit_rates_name_the_decoder_tier_then_each_runtime_profile(tiny_cpu_pack
     assert any(line.startswith("  expected hit rate [decoder, 20gib-to-24gib, ") for line in report.summary())
 
 
+def _unnamed_sparse_mixer(model: onnx.ModelProto) -> None:
+    """One QMoE node becomes ineligible for offload (sparse mixer) and loses its name."""
+    node = next(n for n in model.graph.node if n.name == SPARSE_NODE)
+    next(a for a in node.attribute if a.name == "use_sparse_mixer").i = 1
+    node.name = ""
+
+
 def test_an_unnamed_node_kept_resident_is_reported_by_its_empty_name(tiny_cpu_package: Path,
                                                                      editable_copy: Callable[[Path], Path],
                                                                      tmp_path: Path) -> None:
@@ -88,12 +95,7 @@ def test_an_unnamed_node_kept_resident_is_reported_by_its_empty_name(tiny_cpu_pa
     reported as "" (the name the graph gives it), never an invented one."""
     src = editable_copy(tiny_cpu_package)
 
-    def unnamed_sparse_mixer(model: onnx.ModelProto) -> None:
-        node = next(n for n in model.graph.node if n.name == SPARSE_NODE)
-        next(a for a in node.attribute if a.name == "use_sparse_mixer").i = 1
-        node.name = ""
-
-    edit_graph(src / "model.onnx", unnamed_sparse_mixer)
+    edit_graph(src / "model.onnx", _unnamed_sparse_mixer)
     report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto"))
     assert report.kept_resident == [("", SPARSE_REASON)]
 
@@ -146,12 +148,7 @@ def test_an_unnamed_node_kept_resident_has_every_expert_hit(tiny_cpu_package: Pa
     graph gives it no name (it is matched by its empty name, never left uncapped)."""
     src = editable_copy(tiny_cpu_package)
 
-    def unnamed_sparse_mixer(model: onnx.ModelProto) -> None:
-        node = next(n for n in model.graph.node if n.name == SPARSE_NODE)
-        next(a for a in node.attribute if a.name == "use_sparse_mixer").i = 1
-        node.name = ""
-
-    edit_graph(src / "model.onnx", unnamed_sparse_mixer)
+    edit_graph(src / "model.onnx", _unnamed_sparse_mixer)
     report = convert_package(src, tmp_path / "out", OffloadOptions(
         mode="auto", expert_profile=str(_profile(tmp_path)), target_resident_slots=2))
     decoder = report.hit_rates[0]

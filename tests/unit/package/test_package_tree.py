@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.as_nobody import as_nobody
-from support.minipkg import build_mini_package, mini_config
+from support.minipkg import build_layered_mini_package, build_mini_package, mini_config
 
 from q38.errors import PackageError
 from q38.package import dumps_config, open_package
@@ -92,11 +92,7 @@ def test_a_package_without_a_prefill_graph_refuses_that_role_naming_the_package(
 
 def test_a_layered_packages_head_graph_loads_with_its_data_inside_head(tmp_path: Path) -> None:
     """A layered package's head graph is checked against head/ (its own directory), so its data file there loads."""
-    root = tmp_path / "layered"
-    (root / "head").mkdir(parents=True)
-    target = build_mini_package(root / "target")
-    for name in ("head_r2.onnx", "head_r2.onnx.data"):
-        shutil.copy(target / name, root / "head" / name)
+    root = build_layered_mini_package(tmp_path / "layered")
     package = open_package(root)
     model = package.load("head")
     assert model.meta["q38.path"] == str(root / "head" / "head_r2.onnx")

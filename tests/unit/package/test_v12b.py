@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.minipkg import build_mini_package, mini_config
+from support.minipkg import build_layered_mini_package, build_mini_package, mini_config
 
 from q38.errors import PackageError
 from q38.package import Manifest, dumps_manifest, open_package
@@ -176,11 +175,7 @@ def test_custom_op_libraries_the_config_names_are_opened_with_the_package(tmp_pa
 
 def test_a_layered_package_keeps_the_head_directorys_own_manifest(tmp_path: Path) -> None:
     """Layered: target/ and head/ each hold a manifest; the package carries both, unmixed."""
-    root = tmp_path / "layered"
-    (root / "head").mkdir(parents=True)
-    target = build_mini_package(root / "target")
-    for name in ("head_r2.onnx", "head_r2.onnx.data"):
-        shutil.copy(target / name, root / "head" / name)
+    root = build_layered_mini_package(tmp_path / "layered")
     (root / "head" / "package_manifest.json").write_text(dumps_manifest(Manifest(command="head-test")), encoding="utf-8")
     package = open_package(root)
     assert package.layout == "layered"
