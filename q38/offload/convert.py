@@ -24,7 +24,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from q38 import __version__
 from q38.errors import OffloadError
 from q38.offload.eligibility import EligibilityCheck, resolve_eligibility
 from q38.offload.options import OffloadOptions
@@ -99,7 +98,6 @@ def write_offload(
             files[rel] = FileRecord("write")
         manifest = Manifest(
             command="offload",
-            q38_version=__version__,
             sources=({"role": "source", "path": str(plan.package.root)},),
             files=files,
             rewrites={"router_weights_cleared": report.router_weights_cleared,

@@ -63,6 +63,16 @@ AUTO_MODE = {"session.moe.offload.mode": "auto"}
 """The offload mode a CPU session runs converted graphs with (the CPU wheel has no offload backend)."""
 
 
+def drop_mtp_draft(model: onnx.ModelProto) -> None:
+    """Remove the target's MTP draft (its ``/mtp/`` nodes and ``mtp.`` outputs): a target without one."""
+    keep = [n for n in model.graph.node if not n.name.startswith("/mtp/")]
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    outs = [o for o in model.graph.output if not o.name.startswith("mtp.")]
+    del model.graph.output[:]
+    model.graph.output.extend(outs)
+
+
 def cpu_session(path: Path, entries: dict[str, str]) -> ort.InferenceSession:
     """A real onnxruntime CPU session of the graph at ``path`` with the session config ``entries``."""
     import onnxruntime as ort

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from support.offload_synthpkg import edit_graph, tree_digest
+from support.offload_synthpkg import drop_mtp_draft, edit_graph, tree_digest
 
 from q38.errors import ConfigError, FlagError, GraphError, OffloadError, Q38Error
 from q38.offload.convert import convert_package, preview_offload
@@ -200,6 +200,31 @@ def test_required_refuses_before_writing(tiny_cpu_package: Path, editable_copy: 
     )
     _assert_nothing_written(out)
     assert tree_digest(src) == before
+
+
+def _set_block_size_64(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        if node.name == "/model/layers.3/moe/QMoE":
+            for a in node.attribute:
+                if a.name == "block_size":
+                    a.i = 64
+
+
+def test_required_does_not_tell_a_prepacked_node_to_re_export_prepacked(
+    tiny_cpu_package: Path, editable_copy: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """An int4 node already weights_prepacked=1 but refused for its block_size (64, not 32) is not told to
+    re-export with qmoe_weights_prepacked=1 (it would not help): the refusal offers --offload-mode auto."""
+    src = editable_copy(tiny_cpu_package)
+    _edit_target(src, _set_block_size_64)
+    out = tmp_path / "out"
+    with pytest.raises(OffloadError) as info:
+        convert_package(src, out, OffloadOptions(mode="required"))
+    assert str(info.value).startswith(
+        f"{src / 'model.onnx'}: QMoE node '/model/layers.3/moe/QMoE' would not be offloaded by onnxruntime "
+        "(--offload-mode required; --offload-mode auto keeps it on the GPU): quant_type='int' offload requires "
+    )
+    _assert_nothing_written(out)
 
 
 def test_auto_keeps_ineligible_nodes_resident(tiny_cpu_package: Path, editable_copy: Callable[[Path], Path],
@@ -384,15 +409,7 @@ def test_a_target_without_mtp_draft_converts(tiny_cpu_package: Path, editable_co
                                              tmp_path: Path) -> None:
     src = editable_copy(tiny_cpu_package)
 
-    def drop_mtp(model: onnx.ModelProto) -> None:
-        keep = [n for n in model.graph.node if not n.name.startswith("/mtp/")]
-        del model.graph.node[:]
-        model.graph.node.extend(keep)
-        outs = [o for o in model.graph.output if not o.name.startswith("mtp.")]
-        del model.graph.output[:]
-        model.graph.output.extend(outs)
-
-    edit_graph(src / "model.onnx", drop_mtp)
+    edit_graph(src / "model.onnx", drop_mtp_draft)
     report = convert_package(src, tmp_path / "out", OffloadOptions(mode="auto", target_resident_slots=2))
     out = tmp_path / "out"
     assert report.graphs == {}

@@ -22,6 +22,15 @@ from q38.offload.convert import convert_package
 from q38.offload.options import OffloadOptions
 
 
+def _with_context(src: Path, tokens: int) -> Path:
+    """``src`` with its context length and KV capacity set to ``tokens`` (its state grows with them)."""
+    path = src / "genai_config.json"
+    doc = json.loads(path.read_text())
+    doc["model"]["context_length"] = tokens
+    doc["model"]["qwen38_graph"]["kv_capacity"] = tokens
+    path.write_text(json.dumps(doc))
+    return src
+
 @pytest.mark.parametrize(("gib", "more"), [(22, ""), (26, " (and 1 more)"), (30, " (and 2 more)")])
 def test_unfit_profiles_are_refused_naming_the_first_and_counting_the_rest(
     gib: int, more: str, tiny_cpu_package: Path, editable_copy: Callable[[Path], Path], tmp_path: Path
@@ -29,12 +38,7 @@ def test_unfit_profiles_are_refused_naming_the_first_and_counting_the_rest(
     """A conversion whose planned profiles overflow their device budget is refused in one message: the
     first violation in full, then how many more profiles are unfit (none said for a single one)."""
     tokens = gib << 22
-    src = editable_copy(tiny_cpu_package)
-    path = src / "genai_config.json"
-    doc = json.loads(path.read_text())
-    doc["model"]["context_length"] = tokens
-    doc["model"]["qwen38_graph"]["kv_capacity"] = tokens
-    path.write_text(json.dumps(doc))
+    src = _with_context(editable_copy(tiny_cpu_package), tokens)
     out = tmp_path / "out"
     with pytest.raises(OffloadError) as info:
         convert_package(src, out, OffloadOptions(target_resident_slots=2))
@@ -54,12 +58,7 @@ def test_dense_weights_the_planned_pool_host_maps_do_not_count_against_the_devic
     hc_gate (133120 bytes, all ``device`` in the source pool) leave room for 520 more tokens of state, so
     a context that fits the 20 GiB profile only with them off the device converts."""
     tokens = 83_880_133  # 20 GiB profile: 65624 bytes spare with them host-mapped, 67496 over with them on device
-    src = editable_copy(tiny_cpu_package)
-    path = src / "genai_config.json"
-    doc = json.loads(path.read_text())
-    doc["model"]["context_length"] = tokens
-    doc["model"]["qwen38_graph"]["kv_capacity"] = tokens
-    path.write_text(json.dumps(doc))
+    src = _with_context(editable_copy(tiny_cpu_package), tokens)
     out = tmp_path / "out"
     convert_package(src, out, OffloadOptions(target_resident_slots=2))
     written = json.loads((out / "genai_config.json").read_text())

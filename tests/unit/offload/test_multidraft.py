@@ -41,6 +41,7 @@ from q38.offload.multidraft import (
     MultiDraftPass,
     build_multidraft,
     find_draft,
+    grow_multidraft,
     sequence_symbol,
     verify_graph,
 )
@@ -541,3 +542,53 @@ def test_a_verify_dims_record_naming_a_missing_or_shapeless_value_is_skipped() -
     assert ids.shape is not None and [str(d) for d in ids.shape.dims] == ["batch_size", "3"]
     assert bare.shape is None
     assert model.metadata_props["q38.verify_dims"] == "sequence_length=input_ids:1"
+
+
+def test_a_draft_target_without_a_sequence_symbol_is_refused_naming_the_graph() -> None:
+    """A target whose draft is found but whose input_ids has a fixed sequence dim is refused by
+    build_multidraft with a GraphError naming the graph the caller gave (``where``), not 'None'."""
+    model = _mini_target(4, 2)
+    ids = next(v for v in model.graph.inputs if v.name == "input_ids")
+    ids.shape = ir.Shape(["batch_size", 7])
+    with pytest.raises(GraphError) as info:
+        build_multidraft(model, 3, lineage="contrib", where="target/model.onnx")
+    assert str(info.value) == (
+        "target/model.onnx: the sequence dim of input_ids is 7, not a named symbol: cannot set verify rows"
+    )
+
+
+def test_grow_multidraft_names_model_onnx_when_no_graph_is_given() -> None:
+    """grow_multidraft's refusals name ``model.onnx`` (the target's file name) when the caller passes no
+    ``where``: a draft that cannot be chained is reported against that file."""
+    with pytest.raises(GraphError) as info:
+        next(grow_multidraft(_mini_target(3, 2), lineage="contrib"))
+    assert str(info.value).startswith("model.onnx: cannot chain MTP drafts: draft hidden '/mtp/0/Add/output_0'")
+
+
+def test_emit_multidraft_graphs_refusals_name_the_graph_given() -> None:
+    """``q38 build --multidraft``'s hook passes its ``where`` to every verify graph it builds: a draft that
+    cannot be chained is refused naming that graph, not 'None'."""
+    with pytest.raises(GraphError) as info:
+        emit_multidraft_graphs(_mini_target(3, 2), lineage="contrib", clear_router=False, where="pkg/model.onnx")
+    assert str(info.value).startswith("pkg/model.onnx: cannot chain MTP drafts: ")
+
+
+def test_a_draft_hidden_behind_a_norm_without_its_optional_scale_is_chained() -> None:
+    """A shapeless draft residual whose first operand comes from a shape-keeping op with an omitted
+    optional input ('' in the ONNX node: a hyper-connection BranchwiseRMSNorm without a scale), ahead of a
+    GatedRMSNorm final norm, still takes the embedding's width: the omitted input is skipped, never
+    dereferenced, and the draft chains as 2 streams of the 4-wide decoder hidden."""
+    model = _mini_target(4, 2)
+    nodes = {n.name: n for n in model.graph}
+    fc, residual, norm = nodes["/mtp/0/fc/MatMul"], nodes["/mtp/0/Add"], nodes["/mtp/0/norm/LayerNormalization"]
+    streams = ir.Node("com.microsoft", "BranchwiseRMSNorm", [fc.outputs[0], None],
+                      name="/mtp/0/streams/BranchwiseRMSNorm", num_outputs=1)
+    streams.outputs[0].name = "/mtp/0/streams/output_0"
+    model.graph.insert_after(fc, streams)
+    residual.replace_input_with(0, streams.outputs[0])
+    norm.op_type, norm.domain = "GatedRMSNorm", "com.microsoft"
+    draft = find_draft(model.graph, lineage="contrib", where="model.onnx")
+    assert (draft.hidden_out.name, draft.repeats) == ("/mtp/0/Add/output_0", 2)
+    s3 = build_multidraft(model, 3, lineage="contrib")
+    tile = next(n for n in s3.graph if n.name == "/mtp/1/streams/Tile")
+    assert tile.inputs[0] is not None and tile.inputs[0].name == "/mtp/0/Add/output_0"

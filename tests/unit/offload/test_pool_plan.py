@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from support.offload_synthpkg import edit_graph
+from support.offload_synthpkg import drop_mtp_draft, edit_graph
 
 from q38.errors import OffloadError
 from q38.offload.convert import convert_package
@@ -107,15 +107,7 @@ def test_a_target_without_draft_too_big_for_protobuf_is_refused_naming_it(
     model.onnx. (The limit is simulated: a 2 GiB graph is too large to build in a unit test.)"""
     src = editable_copy(tiny_cpu_package)
 
-    def drop_mtp(model: onnx.ModelProto) -> None:
-        keep = [n for n in model.graph.node if not n.name.startswith("/mtp/")]
-        del model.graph.node[:]
-        model.graph.node.extend(keep)
-        outs = [o for o in model.graph.output if not o.name.startswith("mtp.")]
-        del model.graph.output[:]
-        model.graph.output.extend(outs)
-
-    edit_graph(src / "model.onnx", drop_mtp)
+    edit_graph(src / "model.onnx", drop_mtp_draft)
 
     def too_big(model: ir.Model) -> object:
         raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
