@@ -36,6 +36,7 @@ __all__ = [
     "Qwen38Graph",
     "RuntimeProfile",
     "SessionOptions",
+    "as_v12b_document",
     "config_to_dict",
     "dumps_config",
     "parse_config",
@@ -523,6 +524,18 @@ def _stringify_provider(entry: object) -> object:
         else:
             out[name] = options
     return out
+
+
+def as_v12b_document(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A v12 document (``model.type`` qwen38_flash) rewritten into v12b keys, else ``data`` itself.
+
+    Tolerant: anything unexpected is left for the strict parser, so a listing of a v12 package
+    finds the graphs the parser would.
+    """
+    model = data.get("model")
+    if isinstance(model, dict) and model.get("type") == LEGACY_MODEL_TYPE:
+        return _migrate_v12(dict(data))
+    return data
 
 
 def parse_config(data: object, *, source: str = CONFIG_FILENAME) -> Config:

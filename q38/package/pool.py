@@ -126,8 +126,9 @@ class WeightsPool:
 def _parse_int(text: str, *, what: str, source: str, lineno: int) -> int:
     if not text.isdigit() or not text.isascii():
         raise PoolError(f"{source}:{lineno}: {what} {quote(text)} is not a non-negative decimal integer")
-    # len() first: int() of more than 4300 digits raises ValueError (CPython's conversion limit).
-    if len(text) > 19 or int(text) >= 2**63:
+    # The significant digits' count first: int() of more than 4300 digits raises ValueError
+    # (CPython's conversion limit); leading zeros are allowed, as anywhere in a decimal integer.
+    if len(text.lstrip("0")) > 19 or int(text) >= 2**63:
         raise PoolError(f"{source}:{lineno}: {what} {quote(text)} does not fit in int64")
     return int(text)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import ConfigError
-from q38.package.config import config_to_dict, parse_config
+from q38.package.config import as_v12b_document, config_to_dict, parse_config
 from q38.package.graph_ref import GraphRef
 from q38.package.links import LinkPolicy, Placer
 from q38.package.package import Package, open_package, source_placer
@@ -39,8 +39,9 @@ def v12b_graph_refs(root: Path, tdir: Path, doc: Mapping[str, Any]) -> list[Grap
     profile's decoder file, by default the target graph; the head keeps its own options). A
     profile decoder that is no other graph's file is listed as ``profile:ID``.
     """
+    doc = as_v12b_document(doc)  # a v12 document names its graphs under other keys
     model = _obj(doc.get("model"))
-    graph = _obj(model.get("qwen38_graph", model.get("qwen38")))
+    graph = _obj(model.get("qwen38_graph"))
     decoder = _obj(model.get("decoder"))
     dso = decoder.get("session_options")
     layered = tdir != root and (root / "head").is_dir()
@@ -169,7 +170,7 @@ class V12bReader:
 
     def graph_eps(self, document: Mapping[str, Any], providers: tuple[str, ...]) -> frozenset[str]:
         """The EPs a graph's kernel rules concern: by the package variant and the providers named."""
-        model = document.get("model")
+        model = as_v12b_document(document).get("model")
         graph = model.get("qwen38_graph") if isinstance(model, Mapping) else None
         variant = (graph if isinstance(graph, Mapping) else {}).get("variant", "faithful")
         cuda = "cuda" in providers

@@ -370,6 +370,15 @@ def test_the_source_must_be_a_regular_file(tmp_path: Path) -> None:
     assert not os.path.lexists(tmp_path / "dst")
 
 
+def test_a_missing_source_is_one_line_naming_the_path_given(tmp_path: Path) -> None:
+    """A source that cannot be opened is refused as a PackageError naming the path the caller gave and the reason."""
+    missing = tmp_path / "gone.bin"
+    with pytest.raises(PackageError) as info:
+        place(missing, tmp_path / "dst", LinkPolicy.AUTO)
+    assert str(info.value) == f"{missing}: cannot read: No such file or directory"
+    assert not os.path.lexists(tmp_path / "dst")
+
+
 def test_copy_range_at_offsets_falls_back_across_filesystems(src: Path, tmp_path: Path) -> None:
     """The offload's aligned-file moves: a byte range at an offset, onto another filesystem."""
     data = src.read_bytes()

@@ -217,7 +217,7 @@ def test_a_runtime_profiles_overlay_session_options_are_read() -> None:
         "log_id": "p", "session.moe.offload.mode": "auto"}
 
 
-def _v12_without_prefill(**qwen38: str) -> dict[str, Any]:
+def _v12_without_prefill(**qwen38: object) -> dict[str, Any]:
     """A v12 config with no prefill graph; ``qwen38``: its extra ``model.qwen38`` keys."""
     return {
         "model": {
@@ -320,6 +320,13 @@ def test_a_v12_prefill_graph_without_its_chunk_is_refused_naming_the_prefill_chu
     assert str(info.value) == "c: model.qwen38_graph.prefill.chunk: required key is missing"
 
 
+def test_a_v12_prefill_chunk_without_its_graph_is_refused_naming_the_prefill_filename() -> None:
+    """A v12 ``prefill_chunk`` alone also migrates into ``qwen38_graph.prefill``: the refusal names the missing filename, not an unknown key."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(_v12_without_prefill(prefill_chunk=64), source="c")
+    assert str(info.value) == "c: model.qwen38_graph.prefill.filename: required key is missing"
+
+
 @pytest.mark.parametrize(("mutate", "message"), [
     (lambda d: d["model"].pop("context_length"), "c: model.context_length: required key is missing"),
     (lambda d: d["model"]["qwen38_graph"]["target"].pop("filename"),
@@ -327,7 +334,8 @@ def test_a_v12_prefill_graph_without_its_chunk_is_refused_naming_the_prefill_chu
     (lambda d: d["model"].__setitem__("decoder", 7), "c: model.decoder: expected an object, got a number"),
     (lambda d: d["model"]["qwen38_graph"].__setitem__("target", "model.onnx"),
      "c: model.qwen38_graph.target: expected an object, got a string"),
-], ids=["missing-context_length", "missing-target.filename", "decoder-not-object", "target-not-object"])  # fmt: skip
+    (lambda d: d["model"]["qwen38_graph"].pop("target"), "c: model.qwen38_graph.target: required key is missing"),
+], ids=["missing-context_length", "missing-target.filename", "decoder-not-object", "target-not-object", "missing-target"])  # fmt: skip
 def test_a_refusal_is_exactly_one_line_with_the_full_key_path_and_the_reason(
         mutate: Callable[[dict[str, Any]], object], message: str) -> None:  # fmt: skip
     """The whole refusal line: the full key path (not a shortened or re-cased one) and the reason."""

@@ -54,3 +54,10 @@ def test_the_header_q38_writes_for_test_libraries_passes_and_a_real_one_does_too
 def test_the_header_q38_writes_is_the_64_byte_elf_header_padded_with_zeros() -> None:
     """Placeholder libraries start with exactly the 64-byte ELF64 header: its fields, then zeros only."""
     assert shared_object_header(machine=62) == _header() + b"\0" * 40
+
+
+def test_the_header_q38_writes_by_default_leaves_the_machine_unspecified() -> None:
+    """Without ``machine`` the header's ``e_machine`` is 0 (EM_NONE, "unspecified"), not some real architecture."""
+    header = shared_object_header()
+    assert header == shared_object_header(machine=0)
+    assert struct.unpack("<H" if _LITTLE else ">H", header[18:20]) == (0,)

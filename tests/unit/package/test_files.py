@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from q38.errors import LINE_LIMIT, ProfileError, Q38Error, bound_line, clip, quote
 from q38.package.files import (
     PROFILE_LIMIT,
+    describe_mode,
     format_size,
     open_regular,
     os_problem,
@@ -159,3 +161,9 @@ def test_a_file_whose_size_is_unknown_is_read_no_further_than_one_byte_past_the_
     with pytest.raises(Q38Error, match="endless: larger than the 1048586 bytes limit for this file"):
         read_bounded(path, what="f", limit=limit)
     assert sum(asked) == limit + 1
+
+
+def test_describe_mode_names_a_regular_file_and_an_unknown_file_type_with_its_mode() -> None:
+    """A regular file's mode reads "a regular file"; a file type no test knows is "a special file" with its mode in octal."""
+    assert describe_mode(stat.S_IFREG | 0o644) == "a regular file"
+    assert describe_mode(0o644) == "a special file (mode 0o644)"

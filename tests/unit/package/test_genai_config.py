@@ -308,3 +308,15 @@ def test_a_parsed_config_is_written_back_as_read_after_its_source_document_is_ed
     doc["model"]["decoder"]["filename"] = "other.onnx"
     doc["model"]["vocab_size"] = 64
     assert json.loads(dumps_genai_config(cfg)) == _doc()
+
+
+def test_an_unreadable_config_is_refused_as_the_config_naming_its_path(tmp_path: Path) -> None:
+    """A missing or non-regular genai config is refused naming it as the config and its path, so the
+    user knows which file of the package is at fault."""
+    missing = tmp_path / "genai_config.json"
+    with pytest.raises(ConfigError) as info:
+        read_genai_config(missing)
+    assert str(info.value) == f"config {missing}: does not exist"
+    with pytest.raises(ConfigError) as info:
+        read_genai_config(tmp_path)
+    assert str(info.value) == f"config {tmp_path}: is a directory, not a regular file (refusing to read it)"

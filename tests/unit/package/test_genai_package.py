@@ -342,3 +342,29 @@ def test_editing_a_research_configs_sessions_keeps_genais_refusal(tmp_path: Path
     assert edited.config.og_refusal == "edited: model.engram: unknown key"
     assert edited.entries_by_file == {"model.onnx": {"q38.x.a": "1"}}
     assert json.loads(edited.text)["model"]["engram"] == {"filename": "engram.onnx"}
+
+
+def test_a_runtime_profile_without_an_id_is_named_by_its_position(tmp_path: Path) -> None:
+    """The tolerant graph listing names a runtime profile that lacks an ``id`` by its index, so its
+    alternate decoder is still reported under a role the user can find in the config."""
+    doc = {"model": {"decoder": {"filename": "model.onnx"}},
+           "runtime_profiles": [{"id": "small", "overlay": {"search": {"chunk_size": 8}}},
+                                {"overlay": {"model": {"decoder": {"filename": "model_s4.onnx"}}}}]}  # fmt: skip
+    refs = genai_graph_refs(tmp_path, doc)
+    assert [(r.role, r.section, r.rel) for r in refs] == [
+        ("decoder", "model.decoder", "model.onnx"),
+        ("profile:1", "runtime_profiles[1].overlay.model.decoder", "model_s4.onnx"),
+    ]  # fmt: skip
+
+
+def test_a_config_the_caller_passes_is_used_instead_of_the_file(tmp_path: Path) -> None:
+    """open_genai_package validates and keeps the config a caller already holds (e.g. an edited one)
+    rather than re-reading genai_config.json, which here names a model type it would refuse."""
+    pkg = copy_package(FIXTURES / "int4-cpu-mtp", tmp_path / "pkg")
+    cfg = read_genai_config(pkg / "genai_config.json")
+    edit_genai_config(pkg, lambda d: d["model"].update({"type": "whisper"}))
+    with pytest.raises(PackageError, match=r"model\.type 'whisper'"):
+        open_genai_package(pkg)
+    opened = open_genai_package(pkg, config=cfg)
+    assert opened.config is cfg
+    assert [r.rel for r in opened.graphs()] == ["model.onnx", "mtp.onnx"]

@@ -181,6 +181,27 @@ def test_missing_inputs_and_cycles_are_refused(tmp_path: Path) -> None:
         load_graph(p, root=tmp_path)
 
 
+def test_a_missing_input_inside_an_if_branch_is_refused_naming_the_graph_file(tmp_path: Path) -> None:
+    """The structure check descends into a node's graph attribute and reports a fault there as a
+    GraphError naming the graph file, like one in the main graph; outer values stay visible inside."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+
+    def write(inner_input: str, name: str) -> Path:
+        branch = helper.make_graph([helper.make_node("Identity", [inner_input], ["b"], name="inner")], "then", [],
+                                   [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])  # fmt: skip
+        nodes = [helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch)]
+        graph = helper.make_graph(nodes, "g", [x, helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
+        path = tmp_path / name
+        path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+        return path
+
+    load_graph(write("x", "outer.onnx"), root=tmp_path)  # an outer graph input is defined inside the branch
+    with pytest.raises(GraphError) as info:
+        load_graph(write("ghost", "branch.onnx"), root=tmp_path)
+    assert str(info.value) == "branch.onnx: node 'inner' input 'ghost' is not produced by any node"
+
+
 def test_save_graph_keeps_external_references_and_externalizes_new_weights(tmp_path: Path, mini_package: Path) -> None:
     package = open_package(mini_package)
     model = package.load("target")

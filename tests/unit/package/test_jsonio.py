@@ -59,6 +59,22 @@ def test_a_string_with_a_nul_is_read_up_to_it_with_a_warning_naming_the_key_path
     assert "cfg.json: d.n: string contains a NUL character; read up to it as onnxruntime does: ''" in lines
 
 
+def test_the_nul_warning_cuts_a_key_path_longer_than_200_characters(caplog: pytest.LogCaptureFixture) -> None:
+    """The warning shows a key path of 201 characters cut to its head and tail with its length, as the refusals do."""
+    keys = ["a" * 64, "b" * 64, "c" * 64, "d" * 6]
+    path = ".".join(keys)
+    assert len(path) == 201
+    doc: object = "x\x00y"
+    for key in reversed(keys):
+        doc = {key: doc}
+    with caplog.at_level("WARNING", logger="q38.package.jsonio"):
+        loads_strict(json.dumps(doc), what="cfg.json")
+    shown = f"{path[:97]}...{path[-97:]} (201 chars)"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cfg.json: {shown}: string contains a NUL character; read up to it as onnxruntime does: 'x'"
+    ]
+
+
 def test_the_integer_range_is_int64_and_uint64_inclusive() -> None:
     assert loads_strict(f'[{INT_MIN}, {INT_MAX}, 0, -1]', what="x") == [INT_MIN, INT_MAX, 0, -1]
     assert "does not fit in 64 bits" in _refused(f"[{INT_MAX + 1}]")
@@ -114,10 +130,11 @@ def test_read_json_reads_a_bounded_regular_file(tmp_path) -> None:  # type: igno
     ({"p": [{"gpu_mem_limit": 10**23}]}, "out.json: p[0].gpu_mem_limit: integer 100000000000000000000000 does not fit in 64 bits"),
     ({"d": {"filename": "a\x00b"}}, "out.json: d.filename: string 'a\\x00b' contains a NUL character"),
     ({"d": {1: "x"}}, "out.json: d: key 1 is not a string"),
+    ({"d": {"k\x00x": "v"}}, "out.json: d: key 'k\\x00x' contains a NUL character"),
     ({"d": {"x": {1, 2}}}, "out.json: d.x: a set cannot be written as JSON"),
-    (functools.reduce(lambda inner, _: {"a": inner}, range(MAX_DEPTH + 1), {}),
+    (functools.reduce(lambda inner, _: {"a": inner}, range(MAX_DEPTH + 1), dict[str, object]()),
      "out.json: " + ".".join(["a"] * MAX_DEPTH) + f": nested deeper than {MAX_DEPTH} levels"),
-    (functools.reduce(lambda inner, _: [inner], range(MAX_DEPTH + 1), []),
+    (functools.reduce(lambda inner, _: [inner], range(MAX_DEPTH + 1), list[object]()),
      "out.json: " + "[0]" * MAX_DEPTH + f": nested deeper than {MAX_DEPTH} levels"),
 ])  # fmt: skip
 def test_dumps_json_refuses_what_it_could_not_read_back(obj: object, expected: str) -> None:

@@ -126,3 +126,21 @@ def test_a_pool_file_that_cannot_be_read_is_a_pool_error_naming_it(tmp_path: Pat
     assert type(info.value) is PoolError
     assert str(info.value).startswith(f"weights pool {path}")
     assert problem in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("00000000000000000001", 1),                      # 20 digits, one significant
+    ("0" * 30 + "9223372036854775807", 2**63 - 1),    # int64's maximum behind 30 zeros
+])  # fmt: skip
+def test_an_offset_with_leading_zeros_is_read_by_its_value(text: str, value: int) -> None:
+    """Leading zeros do not make a number bigger: a zero-padded offset that fits int64 is read (it was
+    refused as "does not fit in int64" once its text passed 19 characters)."""
+    (entry,) = parse_pool(f"w0 model.onnx.data {text} 2 float16 1 device\n", source="p").entries
+    assert entry.offset == value
+
+
+def test_an_offset_past_int64_is_refused_whatever_its_leading_zeros() -> None:
+    """The bound is on the value: 2**63 behind zeros is still refused, in one line naming file and line."""
+    with pytest.raises(PoolError) as info:
+        parse_pool(f"w0 model.onnx.data {'0' * 5}9223372036854775808 2 float16 1 device\n", source="p")
+    assert str(info.value) == f"p:1: offset '{'0' * 5}9223372036854775808' does not fit in int64"

@@ -200,3 +200,18 @@ def test_a_staging_setup_failure_is_reported_even_when_its_directory_cannot_be_r
         StagedDirectory(dest).__enter__()
     assert str(info.value) == f"cannot create staging directory next to {dest}: No space left on device"
     assert not os.path.lexists(dest)
+
+
+def test_commit_after_the_with_block_or_a_second_time_is_an_internal_error(tmp_path: Path) -> None:
+    """Once the block has ended (its staged tree removed) or the tree was committed, commit() is refused as misuse."""
+    with StagedDirectory(tmp_path / "left") as left:
+        pass
+    with pytest.raises(InternalError) as info:
+        left.commit()
+    assert str(info.value) == "commit() outside the with block"
+    with StagedDirectory(tmp_path / "out") as staged:
+        staged.commit()
+        with pytest.raises(InternalError) as info:
+            staged.commit()
+    assert str(info.value) == "commit() outside the with block"
+    assert staged.committed and (tmp_path / "out").is_dir()

@@ -203,3 +203,36 @@ def test_the_eps_a_v12b_graphs_kernel_rules_concern_follow_variant_and_providers
     """A faithful graph on CUDA is checked against CUDA rules only; CPU rules apply to the cpu variant or without CUDA."""
     doc = config_to_dict(mini_config(variant=variant))
     assert READER.graph_eps(doc, providers) == frozenset(expected)
+
+
+def test_each_graph_of_a_layered_package_keeps_its_data_inside_its_own_directory(tmp_path: Path) -> None:
+    """A layered package's graphs are confined to their own layer: the target and prefill to
+    ``target/``, the head to ``head/`` (the directory their external data must stay inside)."""
+    pkg = build_layered_mini_package(tmp_path / "pkg")
+    refs = open_any(pkg).graphs()
+    assert [(r.role, r.rel, r.root) for r in refs] == [
+        ("target", "target/model.onnx", pkg / "target"),
+        ("head", "head/head_r2.onnx", pkg / "head"),
+        ("prefill", "target/prefill.onnx", pkg / "target"),
+    ]  # fmt: skip
+
+
+def test_a_v12_package_lists_the_graphs_its_strict_reader_opens(tmp_path: Path) -> None:
+    """A v12 config (``model.qwen38`` with head_graph / prefill_graph) is migrated for listings too:
+    ``list_graphs`` (what q38 check, fit and the offload fit guard walk) names the same graphs as
+    the strict reader (it named none, so a v12 package was checked and sized without its graphs)."""
+    from q38.package.surface import list_graphs
+
+    pkg = build_mini_package(tmp_path / "pkg")
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    graph = doc["model"].pop("qwen38_graph")
+    doc["model"]["type"] = "qwen38_flash"
+    doc["model"]["qwen38"] = {"head_graph": graph["fold"]["head_r2"]["filename"], "prefill_graph": "prefill.onnx",
+                              "prefill_chunk": graph["prefill"]["chunk"], "kv_capacity": graph["kv_capacity"],
+                              "pool": graph["weights_pool"]}  # fmt: skip
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    strict = [(g.role, g.path) for g in open_any(pkg).graphs()]
+    assert strict == [("target", pkg / "model.onnx"), ("head", pkg / "head_r2.onnx"), ("prefill", pkg / "prefill.onnx")]
+    assert [(g.role, g.path) for g in list_graphs(pkg).graphs] == strict
+    assert json.loads(path.read_text(encoding="utf-8")) == doc  # the listing rewrote nothing
