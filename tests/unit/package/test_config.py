@@ -58,6 +58,8 @@ def test_round_trip_is_identity_and_text_is_canonical() -> None:
             "provider_options[1].cuda: provider listed twice",
         ),
         (lambda d: d["model"]["qwen38_graph"]["prefill"].__setitem__("chunk", 512), "model.qwen38_graph.prefill.chunk: chunk 512 exceeds kv_capacity 256"),
+        (lambda d: d["model"]["qwen38_graph"]["prefill"].__setitem__("chunk", 0), "model.qwen38_graph.prefill.chunk: must be >= 1, got 0"),
+        (lambda d: d["model"]["qwen38_graph"].pop("weights_pool"), "model.qwen38_graph.weights_pool: required key is missing"),
         (lambda d: d["model"]["qwen38_graph"].__setitem__("variant", "gpu"), "model.qwen38_graph.variant: expected one of faithful, cpu"),
         (lambda d: d.__setitem__("search", {"max_length": 1.5}), "search.max_length: expected int, got a number"),
         (lambda d: d.__setitem__("search", {"temperature": "0.7"}), "search.temperature: expected float, got a string"),

@@ -1,7 +1,8 @@
 """ELF checks of the custom-op libraries a package names: what ``shared_object_problem`` says.
 
 Invariant: only an ELF shared object (ET_DYN) of this platform's word size and byte order passes;
-anything else gets one phrase saying what the file is instead.
+anything else gets one phrase saying what the file is instead. Big-endian hosts are simulated by
+patching ``sys.byteorder``, which the module reads at each call.
 """
 
 from __future__ import annotations
@@ -61,3 +62,25 @@ def test_the_header_q38_writes_by_default_leaves_the_machine_unspecified() -> No
     header = shared_object_header()
     assert header == shared_object_header(machine=0)
     assert struct.unpack("<H" if _LITTLE else ">H", header[18:20]) == (0,)
+
+
+def test_on_a_big_endian_platform_the_header_q38_writes_is_big_endian_and_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a big-endian host (s390x; simulated via ``sys.byteorder``) placeholder libraries get an ELFDATA2MSB header."""
+    monkeypatch.setattr(sys, "byteorder", "big")
+    header = shared_object_header(machine=22)
+    assert header == _header(data=2)[:18] + struct.pack(">HI", 22, 1) + b"\0" * 40
+    path = tmp_path / "libfake.so"
+    path.write_bytes(header)
+    assert shared_object_problem(path) is None
+
+
+def test_on_a_big_endian_platform_a_processor_specific_type_is_named_by_its_unsigned_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big-endian ``e_type`` of 0xff00 (ET_LOPROC) is reported as 65280: ``e_type`` is an unsigned half-word."""
+    monkeypatch.setattr(sys, "byteorder", "big")
+    path = tmp_path / "lib.so"
+    path.write_bytes(_header(data=2, e_type=0xFF00) + b"\0" * 44)
+    assert shared_object_problem(path) == "an ELF file of type 65280, not a shared object (ET_DYN)"

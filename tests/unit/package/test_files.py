@@ -167,3 +167,9 @@ def test_describe_mode_names_a_regular_file_and_an_unknown_file_type_with_its_mo
     """A regular file's mode reads "a regular file"; a file type no test knows is "a special file" with its mode in octal."""
     assert describe_mode(stat.S_IFREG | 0o644) == "a regular file"
     assert describe_mode(0o644) == "a special file (mode 0o644)"
+
+
+def test_a_regular_file_that_fails_while_being_read_is_one_line_naming_it() -> None:
+    """/proc/self/mem opens as a regular file but reading offset 0 fails (EIO): the refusal is the
+    caller's error class naming what the file is, its path and the errno, not a crash."""
+    assert _refused("/proc/self/mem") == "--expert-profile /proc/self/mem: cannot read: Input/output error (EIO)"

@@ -46,6 +46,12 @@ def _past_keys(template: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+def _present_keys(template: str) -> Callable[[dict[str, Any]], None]:
+    def edit(d: dict[str, Any]) -> None:
+        d["model"]["decoder"].update(outputs={"present_key_names": template}, state_groups=[{"kind": "paged_kv", "layer_ids": [3]}])
+    return edit
+
+
 def _profiles(*profiles: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     return lambda d: d.__setitem__("runtime_profiles", list(profiles))
 
@@ -66,6 +72,8 @@ _REFUSED = [
       "expected exactly one %d")),
     (_past_keys("past.key"),
      "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed input template 'past.key'; expected exactly one %d"),
+    (_present_keys("present.key"),
+     "model.decoder.state_groups[0]: (paged_kv) binding 'key' has malformed output template 'present.key'; expected exactly one %d"),
     (_profiles({"id": "a", "eligibility": {"maximum_total_device_memory_bytes": 5}, "overlay": {"search": {"chunk_size": 8}}}),
      "runtime_profiles[0].eligibility: runtime profile 'a' is missing minimum_total_device_memory_bytes"),
     (_profiles({"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 0}, "overlay": {"model": {"decoder": {}}, "search": {}}}),

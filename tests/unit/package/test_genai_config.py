@@ -223,9 +223,14 @@ def test_the_models_token_ids_land_in_their_records_and_are_written_back_as_read
         (lambda m: m.__setitem__("engram", {"filename": "engram.onnx",
                                             "inputs": {"input_ids": "ids", "past_ple_token_names": "past_ple.%d"}}),
          "model.engram"),
+        (lambda m: m["decoder"].__setitem__("inputs", {"past_indexer_names": "past_indexer.%d"}),
+         "model.decoder.inputs.past_indexer_names"),
+        (lambda m: m["decoder"].__setitem__("inputs", {"engram_embeddings": "engram_embeddings"}),
+         "model.decoder.inputs.engram_embeddings"),
     ],
     ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names", "mtp-present-indexer-names",
-         "state-update-compress-ratio", "engram-session-options", "engram-inputs"],
+         "state-update-compress-ratio", "engram-session-options", "engram-inputs", "decoder-past-indexer-names",
+         "decoder-engram-embeddings"],
 )  # fmt: skip
 def test_each_research_builder_key_is_accepted_with_genais_refusal_kept(
         edit: Callable[[dict[str, Any]], None], refusal: str) -> None:  # fmt: skip
@@ -320,3 +325,69 @@ def test_an_unreadable_config_is_refused_as_the_config_naming_its_path(tmp_path:
     with pytest.raises(ConfigError) as info:
         read_genai_config(tmp_path)
     assert str(info.value) == f"config {tmp_path}: is a directory, not a regular file (refusing to read it)"
+
+
+def test_a_unicode_escapes_line_counts_a_leading_blank_line(tmp_path: Path) -> None:
+    r"""The line a ``\u`` escape is refused on counts a newline that opens the file, so the user is sent to the right line."""
+    path = tmp_path / "genai_config.json"
+    path.write_text('\n{"model": {"type": "\\u0041", "context_length": 64}}', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_genai_config(path)
+    assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"
+
+
+def test_dropping_a_sections_shared_initializers_drops_them_from_the_written_config() -> None:
+    """``shared_initializers`` is read into its records only, not also kept in ``extra``: a converter
+    that clears them writes a config without them."""
+    doc = _doc()
+    doc["model"]["decoder"]["shared_initializers"] = [{"name": "w", "data_file": "model.onnx.data", "offset": "0",
+                                                       "length": "8", "data_type": 1, "shape": [2]}]  # fmt: skip
+    cfg = parse_genai_config(doc, source=SOURCE)
+    assert cfg.model.decoder.extra == {}
+    cleared = replace(cfg, model=replace(cfg.model, decoder=replace(cfg.model.decoder, shared_initializers=())))
+    assert json.loads(dumps_genai_config(cleared)) == _doc()
+
+
+def test_dropping_the_runtime_profiles_drops_them_from_the_written_config() -> None:
+    """``runtime_profiles`` is read into its records, not into the ignored top-level keys: a converter
+    that clears the profiles writes a config without them."""
+    doc = _doc()
+    doc["runtime_profiles"] = _profiles()
+    cfg = parse_genai_config(doc, source=SOURCE)
+    assert cfg.ignored == {}
+    assert json.loads(dumps_genai_config(replace(cfg, runtime_profiles=()))) == _doc()
+
+
+def test_an_engine_block_is_carried_and_written_from_the_records() -> None:
+    """The ``engine`` block is read into the config as written, and a config built from the records
+    (no source form) writes it back."""
+    doc = _doc()
+    doc["engine"] = {"dynamic_batching": {"block_size": 16, "max_batch_size": 4}}
+    cfg = parse_genai_config(doc, source=SOURCE)
+    assert cfg.engine == {"dynamic_batching": {"block_size": 16, "max_batch_size": 4}}
+    assert json.loads(dumps_genai_config(replace(cfg, source_forms=None))) == doc
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"device_id": "0", "device_filtering_options": {"hardware_device_type": "gpu"}},
+], ids=["plain", "device-filtering"])  # fmt: skip
+def test_a_providers_options_are_written_from_the_records_as_read(options: dict[str, Any]) -> None:
+    """A provider's ``device_filtering_options`` is written back under its own key, and only when the
+    provider has some (no empty block invented for a provider without)."""
+    doc = _doc()
+    doc["model"]["decoder"]["session_options"] = {"provider_options": [{"cuda": options}]}
+    cfg = parse_genai_config(doc, source=SOURCE)
+    out = json.loads(dumps_genai_config(replace(cfg, source_forms=None)))
+    assert out["model"]["decoder"]["session_options"] == {"provider_options": [{"cuda": options}]}
+
+
+def test_editing_the_written_document_leaves_the_config_unchanged() -> None:
+    """genai_config_to_dict hands the caller its own copy: editing a nested part of it does not change
+    what the config writes next time."""
+    from q38.package.genai_config import genai_config_to_dict
+
+    cfg = parse_genai_config(_doc(), source=SOURCE)
+    out = genai_config_to_dict(cfg)
+    out["model"]["decoder"]["filename"] = "other.onnx"
+    out["model"]["vocab_size"] = 64
+    assert genai_config_to_dict(cfg) == _doc()

@@ -426,3 +426,38 @@ def test_a_string_tensor_without_string_data_is_digested_over_its_strings() -> N
     # Its digest covers its strings, as a loaded StringTensor's does: other strings, another digest.
     assert tensor_digest(tensor) != tensor_digest(ir.tensor(np.array(["a", "c"])))
     assert tensor_digest(tensor) == tensor_digest(ir.StringTensor(np.array([b"a", b"b"], dtype=object)))
+
+
+def test_a_graph_file_that_fails_while_being_read_is_one_line_naming_it() -> None:
+    """/proc/self/mem opens as a regular file but reading it fails (EIO): load_graph refuses with a
+    GraphError naming the file and the errno, not an OSError traceback."""
+    with pytest.raises(GraphError) as info:
+        load_graph(Path("/proc/self/mem"), root=Path("/proc/self"))
+    assert str(info.value) == "/proc/self/mem: cannot read: Input/output error (EIO)"
+
+
+def test_a_graph_onnx_ir_cannot_deserialize_is_one_line_naming_the_file_and_the_cause(tmp_path: Path) -> None:
+    """An input of an unknown element type passes the protobuf decode but onnx-ir refuses the graph:
+    the GraphError names the file and carries onnx-ir's reason (which names the graph), bounded."""
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "decoder_main",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
+    graph.input[0].type.tensor_type.elem_type = 999
+    path = tmp_path / "model.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+    with pytest.raises(GraphError) as info:
+        load_graph(path, root=tmp_path)
+    prefix = f"{path}: not a valid ONNX model (malformed graph): "
+    message = str(info.value)
+    assert message.startswith(prefix)
+    assert "decoder_main" in message[len(prefix):]
+
+
+def test_saving_a_graph_logs_the_path_it_wrote(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """INFO names the graph file save_graph wrote, so a user sees which output file a step produced."""
+    pkg = _graph_with(tmp_path, "model.onnx.data", data=WEIGHT.tobytes())
+    model = load_graph(pkg / "model.onnx", root=pkg)
+    out = pkg / "saved.onnx"
+    with caplog.at_level(logging.INFO, logger="q38.package.graphs"):
+        save_graph(model, out)
+    assert f"wrote graph {out}" in [r.getMessage() for r in caplog.records if r.name == "q38.package.graphs"]

@@ -1,12 +1,14 @@
 """Opening a v12b package (``q38.package.open_package``): its graph roles and its directory walk.
 
 Invariants guarded here: every multidraft graph the config names (``s2``, ``s3``, ``s4``) is a
-role of the package; an entry of the package that cannot even be examined is
-refused in one line naming that entry.
+role of the package; an entry of the package that cannot even be examined, or is not a
+regular file, directory or symlink, is refused in one line naming that entry; the package
+writer writes UTF-8 text whatever the locale.
 """
 
 from __future__ import annotations
 
+import locale
 import os
 import shutil
 import tempfile
@@ -17,7 +19,7 @@ from support.as_nobody import as_nobody
 from support.minipkg import build_layered_mini_package, build_mini_package, mini_config
 
 from q38.errors import PackageError
-from q38.package import dumps_config, open_package
+from q38.package import PackageWriter, dumps_config, open_package
 
 DRAFTS = {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
 
@@ -98,3 +100,36 @@ def test_a_layered_packages_head_graph_loads_with_its_data_inside_head(tmp_path:
     assert model.meta["q38.path"] == str(root / "head" / "head_r2.onnx")
     assert model.meta["q38.root"] == str(root / "head")
     assert list(model.graph.initializers) == ["w"]
+
+
+def test_a_fifo_inside_the_package_is_refused_naming_that_entry(tmp_path: Path) -> None:
+    """A FIFO in the package is refused in one line naming it, so no command ever blocks reading it."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    os.mkfifo(pkg / "pipe")
+    with pytest.raises(PackageError) as info:
+        open_package(pkg)
+    assert str(info.value) == (
+        f"{pkg}/pipe: is a FIFO (named pipe); a package holds only regular files, directories and symlinks"
+    )
+
+
+def test_a_directory_without_a_config_is_refused_as_not_a_package(tmp_path: Path) -> None:
+    """A directory with neither layout's config is one line naming it and both places a config was looked for."""
+    root = tmp_path / "empty"
+    root.mkdir()
+    with pytest.raises(PackageError) as info:
+        open_package(root)
+    assert str(info.value) == f"{root}: not a q38 package (no genai_config.json, no target/genai_config.json)"
+
+
+def test_the_writer_writes_utf8_text_whatever_the_locale(tmp_path: Path) -> None:
+    """``write_text`` stores UTF-8 bytes even under an ASCII (C) locale, so a config is the same file everywhere."""
+    text = "caf\u00e9 \u2014 \u4e2d\n"
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")  # open()'s default encoding is now ASCII (outside UTF-8 mode)
+        with PackageWriter(tmp_path / "out") as writer:
+            writer.write_text("notes.txt", text)
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+    assert (tmp_path / "out" / "notes.txt").read_bytes() == text.encode("utf-8")
