@@ -48,16 +48,16 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
         width = shapes.dim(query, 2)
         if width is not None and width % (heads + 2 * kv_heads):
             return "Packed query hidden size must be divisible by the grouped head count."
-    if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0 and input_at(node, 3) is not None:
-        # checked where inference reads the past (probed 1.31.1 and 1.32.0: without past_key an
-        # output_qk without qk_output passes)
-        return "Output QK buffer was provided but qk_output attribute was not configured"
     if input_at(node, 3) is not None:
+        # ORT's order where inference reads the past (probed 1.31.1 and 1.32.0): past_value's type,
+        # past_key's rank, then output_qk (without past_key an output_qk without qk_output passes).
+        if input_at(node, 4) is None:
+            return "Input 4 expected to have type but instead is null"
         past_rank = shapes.rank(input_at(node, 3))
         if past_rank is not None and past_rank != 4:
             return "The past_key input shall be 4 dimensions"
-        if input_at(node, 4) is None:
-            return "Input 4 expected to have type but instead is null"
+        if output_at(node, 3) is not None and attr_int(node, "qk_output", 0) == 0:
+            return "Output QK buffer was provided but qk_output attribute was not configured"
     return None
 
 

@@ -181,7 +181,7 @@ def _psai_rotary(node: ir.Node, shapes: Shapes, p: str, head: int | None, batch:
         return f"{p}invalid rotary cache width {rotary}"
     if rotary is not None and head is not None and rotary > head:
         return f"{p}rotary cache width is incompatible with head_size"
-    if shapes.shape(cos) != shapes.shape(sin):
+    if any(_differ(shapes.dim(cos, i), shapes.dim(sin, i)) for i in range(rank)):  # static dims only, as ORT
         return f"{p}cos_cache and sin_cache dimensions must match"
     return None
 

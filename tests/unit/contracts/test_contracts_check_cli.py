@@ -29,6 +29,7 @@ from typing import Any
 import onnx
 import pytest
 from support.as_nobody import as_nobody
+from support.contracts_testkit import needs_fp16_gates
 
 from contracts.package_layout import GraphFile, PackageView, check_package_layout
 from contracts.runner import check_package, installed_ort_version
@@ -297,3 +298,38 @@ def test_a_file_the_session_opens_that_the_user_cannot_read_is_named_with_its_gr
     message = (f"{unreadable}: {what} is not readable by the current user (permission denied); "
                "onnxruntime cannot open it when the session is created")  # fmt: skip
     assert found == [("PKG-READ-001", message, "decoder")]
+
+
+def _profile_overlaying_the_decoder(data: dict[str, Any]) -> None:
+    data["runtime_profiles"] = [{"id": "p", "eligibility": {"minimum_total_device_memory_bytes": 1 << 40},
+                                 "overlay": {"model": {"decoder": {"filename": "model.onnx", "session_options": {}}}}}]  # fmt: skip
+
+
+def test_a_graph_fault_seen_under_a_profile_overlay_too_is_reported_once(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """A graph checked with its own and a profile's session entries names each of its faults once, not per entry set."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    _edit_node(pkg, "CausalConvWithState", "state_window", 9)
+    _edit_config(pkg, _profile_overlaying_the_decoder)
+    found = [v for v in check_package(pkg).violations if v.rule_id == "CCONV-SCHEMA-001"]
+    assert len(found) == 1 and found[0].graph == "target"
+
+
+@needs_fp16_gates  # a synthetic package: it checks clean only where GatedDeltaNet takes fp16 gates
+def test_the_report_names_the_onnxruntime_version_it_checked_against(tiny_cpu_package: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report (and its JSON) carries the onnxruntime version whose rules were applied: the one asked for, else the installed one."""
+    assert check_package(tiny_cpu_package, ort_version="1.31.1").ort_version == "1.31.1"
+    assert main(["check", str(tiny_cpu_package), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ort_version"] == installed_ort_version()
+
+
+def test_a_session_needing_several_custom_op_libraries_is_skipped_naming_each_domain(tiny_cpu_package: Path, tmp_path: Path) -> None:
+    """--ort skips a graph whose nodes use custom-op domains, listing the domains sorted and comma-separated."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    path = pkg / "model.onnx"
+    model = onnx.load(path, load_external_data=False)
+    model.graph.node[0].domain, model.graph.node[1].domain = "zz.custom", "aa.custom"
+    model.opset_import.extend([onnx.helper.make_opsetid("zz.custom", 1), onnx.helper.make_opsetid("aa.custom", 1)])
+    path.write_bytes(model.SerializeToString())
+    sessions = {s.graph: s for s in check_package(pkg, ort_sessions=True).sessions}
+    assert sessions["target"].status == "skipped"
+    assert sessions["target"].message == "custom-op domain(s) aa.custom, zz.custom need their library"

@@ -50,3 +50,14 @@ def test_a_document_that_is_not_an_object_is_one_cfg_surface_line(document: Any,
     found = check_genai_config(document)
     assert [(v.rule_id, v.message) for v in found] == [
         ("CFG-SURFACE-001", f"genai_config.json: expected an object, got {shown}")]
+
+
+def test_a_runtime_profile_overlays_session_options_are_checked() -> None:
+    """A profile overlay's decoder session_options reach the session too: a non-string config
+    entry there is refused, named by its runtime_profiles[i] JSON path."""
+    so = {"config_entries": {"session.y": 2}}
+    config = {"runtime_profiles": [{"id": "a", "overlay": {"model": {"decoder": {"session_options": so}}}}]}
+    where = "runtime_profiles[0].overlay.model.decoder.session_options"
+    assert list(session_option_blocks(config)) == [(where, so)]
+    found = [(v.rule_id, v.message) for v in check_genai_config(config) if v.rule_id != "CFG-SURFACE-001"]
+    assert ("CFG-VALUES-001", f"{where}.config_entries.session.y: session config values must be strings, got 2") in found

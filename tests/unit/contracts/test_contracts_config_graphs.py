@@ -229,3 +229,27 @@ def test_a_multidraft_graph_lacking_a_target_input_is_named(multidraft_package: 
     found = _rows(pkg, "CFG-GRAPH-003")
     assert found == [("error", role, f"model.qwen38_graph.multidraft.{role}: {role} lacks the target's inputs ['extra_in']")
                      for role in ("s2", "s3", "s4")]  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", ["all", "decoder"])
+def test_a_profile_checks_the_mtp_bank_only_when_it_has_a_row_for_it(rows: str, tiny_cpu_package: Path,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    """A profile with a row per QMoE node covers the /mtp/0/ bank, whose expert count must then match
+    (named by node); a decoder-layers-only profile has no row for it and leaves it unjudged."""
+    pkg = _copy(tiny_cpu_package, tmp_path)
+    model = onnx.load(pkg / "model.onnx", load_external_data=False)
+    mtp = next(n for n in model.graph.node if n.op_type == "QMoE" and n.name.startswith("/mtp/"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((4, 64, 64), np.uint8), "four_experts.fc1"))
+    mtp.input[2] = "four_experts.fc1"
+    (pkg / "model.onnx").write_bytes(model.SerializeToString())
+    nodes = _qmoe_nodes(pkg)
+    count = len(nodes) if rows == "all" else len([n for n in nodes if not n.name.startswith("/mtp/")])
+    (pkg / "expert-profile.bin").write_bytes(encode_profile(ExpertProfile(np.ones((count, 8), np.uint64))))
+    _edit_config(pkg, lambda d: d["model"]["qwen38_graph"].update({"expert_profile": "expert-profile.bin"}))
+    found = [(v.graph, v.node, v.message) for v in check_package(pkg, ort_version="1.32.0").violations
+             if v.rule_id == "CFG-GRAPH-002"]  # fmt: skip
+    if rows == "decoder":
+        assert found == []
+    else:
+        assert found == [("target", mtp.name, (f"model.qwen38_graph.expert_profile: the profile has 8 experts per layer, "
+                                               f"but QMoE node {mtp.name!r} has 4"))]  # fmt: skip

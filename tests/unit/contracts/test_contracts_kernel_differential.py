@@ -214,6 +214,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gdn packed width 120", lambda: _gdn(shapes={"qkv": [1, 3, 120]}), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
     ("gdn Hv not a multiple of Hq", lambda: _gdn(shapes={"qkv": [1, 3, 160]}), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
     ("gdn tokens / batch", lambda: _gdn(shapes={"qkv": [3, 128], "decay": [3, 4], "beta": [3, 4], "st": [2, 4, 16, 16]}), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
+    ("gdn tokens symbolic (divisibility unknown)", lambda: _gdn(shapes={"qkv": ["t", 128], "decay": ["t", 4], "beta": ["t", 4], "st": [2, 4, 16, 16]}), {}, None, "ORT-SCHEMA-002"),
     ("gdn head counts 0", lambda: _gdn(shapes={"st": [1, 0, 16, 16]}), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
     ("gdn key without value", lambda: _gdn(["qkv", "k", "", "", "decay", "beta", "st", "alog", "dtb"]), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
     ("gdn separate query/value ranks", lambda: _gdn(["q", "k", "v", "", "decay", "beta", "st", "alog", "dtb"], {"q": [3, 2, 16], "k": [3, 2, 16]}), {}, "GDN-SCHEMA-001", "ORT-SCHEMA-002"),
@@ -236,6 +237,7 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gqa past_key rank 3", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), {"pk": [1, 8, 16]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa past_key without past_value", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa output_qk without qk_output", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa output_qk without qk_output, past_value but no past_key", lambda: _gqa(("q", "k", "v", "", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, None, None),
     ("gqa num_heads 0", lambda: _gqa(num_heads=0), {}, "GQA-CPU-001", "GQA-CPU-001"),
     ("gqa packed num_heads 0", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), num_heads=0), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa packed kv_num_heads -1", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), kv_num_heads=-1), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
@@ -362,3 +364,22 @@ def test_a_packed_gqa_without_positive_head_counts_is_refused_for_a_cuda_graph_t
         found = [(v.rule_id, v.node) for v in graph_violations(model, eps=eps) if v.severity == "error"]
         assert found == [("GQA-SCHEMA-001", "gqa")], eps
         assert next(v.message for v in graph_violations(model, eps=eps) if v.rule_id == "GQA-SCHEMA-001").endswith(text)
+
+
+@pytest.mark.parametrize(("names", "outputs", "past_key", "text"), [
+    (("q", "k", "v", "pk", "", "sk", "tsl"), ("o", "pko", "pvo", "qk"), [1, 1, 8, 16],
+     "Input 4 expected to have type but instead is null"),
+    (("q", "k", "v", "pk", "pv", "sk", "tsl"), ("o", "pko", "pvo", "qk"), [1, 8, 16], "The past_key input shall be 4 dimensions"),
+    (("q", "k", "v", "pk", "", "sk", "tsl"), ("o", "pko", "pvo", "qk"), [1, 8, 16],
+     "Input 4 expected to have type but instead is null"),
+    (("q", "k", "v", "pk", "", "sk", "tsl"), ("o", "pko", "pvo"), [1, 8, 16], "Input 4 expected to have type but instead is null"),
+], ids=["qk-without-past-value", "qk-with-rank-3-past-key", "all-three", "rank-3-past-key-without-past-value"])  # fmt: skip
+def test_gqa_past_refusals_come_in_onnxruntimes_order(names: tuple[str, ...], outputs: tuple[str, ...],
+                                                       past_key: list[int], text: str) -> None:  # fmt: skip
+    """Where inference reads the past, ORT refuses a missing past_value first, then a past_key not of
+    rank 4, then an output_qk without qk_output: the contract's one GQA-SCHEMA-001 line is ORT's
+    first (it gave the output_qk text first once)."""
+    model = _gqa(names, {"pk": past_key}, outputs)
+    found = [(v.rule_id, v.message) for v in graph_violations(model) if v.severity == "error"]
+    assert found == [("GQA-SCHEMA-001", text)]
+    assert text in (ort_error(model) or "")

@@ -115,6 +115,14 @@ def _external(entries: list[tuple[str, str]], *, dims: tuple[int, ...] = (4,)) -
 
 
 _L = ("location", "w.bin")
+
+
+def _graph_in_doc_string() -> onnx.ModelProto:
+    """A valid model whose doc_string (a length-delimited field, not the graph) holds the bytes of a
+    graph with an absolute external location: ORT ignores it, so must the header reader."""
+    model = _add()
+    model.doc_string = _external([("location", "/etc/hostname")]).graph.SerializeToString().decode("ascii")
+    return model
 _HEADER_CASES: dict[str, Callable[[], onnx.ModelProto]] = {
     "plain": lambda: _external([_L]),
     "offset and length": lambda: _external([_L, ("offset", "16"), ("length", "16")]),
@@ -132,12 +140,15 @@ _HEADER_CASES: dict[str, Callable[[], onnx.ModelProto]] = {
     "offset hex": lambda: _external([_L, ("offset", "0x10")]),
     "offset over int64": lambda: _external([_L, ("offset", "99999999999999999999")]),
     "negative offset": lambda: _external([_L, ("offset", "-4")]),
+    "offset one below int64's minimum": lambda: _external([_L, ("offset", "-9223372036854775809")]),
+    "offset int64's minimum": lambda: _external([_L, ("offset", "-9223372036854775808")]),
     "offset past the end": lambda: _external([_L, ("offset", "250")]),
     "length short": lambda: _external([_L, ("length", "8")]),
     "length long": lambda: _external([_L, ("length", "32")]),
     "absolute location": lambda: _external([("location", "/etc/hostname")]),
     "escaping location": lambda: _external([("location", "../outside.bin")]),
     "missing file": lambda: _external([("location", "nope.bin")]),
+    "a doc_string holding a graph's bytes": lambda: _graph_in_doc_string(),
     "ir missing": lambda: _add(ir_version=None),
 }
 

@@ -137,3 +137,21 @@ def test_a_bias_slot_that_is_no_constant_is_named_by_its_slot(slot: int, name: s
     """The fc1 / fc2 bias of a QMoE fed from a graph input keeps the node on the GPU, naming the slot."""
     model = offload_model("int4", slots={slot: (TP.FLOAT16, [4, width])}, graph_inputs=[slot])
     assert offload_eligibility(model, "required") == [("moe0", f"optional expert slot {slot} ('{name}') must be a constant initializer")]
+
+
+def test_a_wrong_kind_attribute_is_left_to_the_schema_rules() -> None:
+    """An attribute of the wrong kind is a schema fault, which the offload node rule must not report again."""
+    model = offload_model("int4", attrs={"k": "two"})
+    assert offload_eligibility(model, "required")[0][1] is not None
+    assert check_offload_nodes(model, {_P + "mode": "required"}, cuda=True) == []
+    assert check_offload_nodes(model, {_P + "mode": "auto"}, cuda=True) == []
+
+
+def test_a_moe_packed_node_with_a_single_expert_is_eligible() -> None:
+    """§1F's expert-count range starts at 1: a MoEPacked node with one expert and k=1 is offloaded."""
+    slots: dict[int, Any] = {2: (TP.UINT8, [1, 8, 8]), 3: (TP.UINT8, [1, 8, 8]), 4: (TP.UINT8, [1, 8, 8]), 5: None, 6: None}
+    attrs = {"quant_type": None, "expert_weight_bits": None, "weights_prepacked": None, "block_size": None,
+             "swiglu_fusion": None, "use_sparse_mixer": None, "k": 1}  # fmt: skip
+    model = offload_model("int4", op_type="MoEPacked", attrs=attrs, slots=slots)
+    assert offload_eligibility(model, "required") == [("moe0", None)]
+    assert check_offload_nodes(model, {_P + "mode": "required"}, cuda=True) == []

@@ -35,6 +35,7 @@ from support.contracts_testkit import (
     merge_model,
     ort_error,
     psai_indexshare_model,
+    psai_model,
     rule_for,
     sai_model,
 )
@@ -236,3 +237,72 @@ def test_indexshare_rules_match_onnxruntime(case: str, kwargs: dict[str, Any], m
     else:  # 1.31.1 knows neither the attributes nor inputs 18-21 / outputs 6-8
         assert all(v.rule_id.startswith("ORT-SCHEMA-") for v in violations), violations
     assert_agrees(violations, error, context=case)
+
+
+def test_packed_indexer_state_capacity_message_names_the_dimension_found() -> None:
+    """PackedSparseAttentionIndexer's state_capacity fault quotes past_key_state's dim 1 as ORT does."""
+    model = psai_model(shapes={"pks": [1, 63, 32]})
+    violations = graph_violations(model)
+    assert [v.rule_id for v in violations] == ["QSA-PSAI-001"], violations
+    assert "past_key_state dimension 1 must equal state_capacity (64), got 63" in violations[0].message
+    error = ort_error(model)
+    assert_agrees(violations, error, context="state_capacity 64, past_key_state [1, 63, 32]")
+    assert error is not None and "got 63" in str(error)
+
+
+def test_packed_indexer_with_a_symbolic_head_size_is_accepted() -> None:
+    """An unknown head_size (symbolic norm weights) leaves the width checks unjudged, like ORT's inference."""
+    model = psai_model()
+    for value in model.graph.input:
+        if value.name in ("qn", "kn"):
+            value.type.tensor_type.shape.dim[0].dim_param = "h"
+    violations = graph_violations(model)
+    assert violations == []
+    assert_agrees(violations, ort_error(model), context="symbolic head_size")
+
+
+def test_packed_indexer_reads_an_empty_dim_param_as_an_unknown_dim() -> None:
+    """A cos_cache dim declared with an empty dim_param is unknown, like sin_cache's unset dim: the caches match, as in ORT."""
+    model = psai_model()
+    for value in model.graph.input:
+        if value.name == "cos":
+            value.type.tensor_type.shape.dim[0].dim_param = ""
+        if value.name == "sin":
+            value.type.tensor_type.shape.dim[0].Clear()
+    violations = graph_violations(model)
+    assert violations == []
+    assert_agrees(violations, ort_error(model), context="cos dim 0 dim_param '', sin dim 0 unset")
+
+
+@pytest.mark.parametrize(("cos_dim", "sin_dim", "refused"), [
+    ("a", "b", False),    # two symbols: not provably different, ORT accepts
+    ("a", "a", False),
+    ("a", None, False),   # a symbol against a static dim: unknown
+    (None, None, False),  # both static as psai_model declares them
+], ids=["two-symbols", "same-symbol", "symbol-vs-static", "both-static"])  # fmt: skip
+def test_packed_indexer_rotary_caches_differ_only_by_static_dims(cos_dim: str | None, sin_dim: str | None,
+                                                                  refused: bool) -> None:  # fmt: skip
+    """cos_cache and sin_cache "must match" only where both dims are static and differ: dims named by
+    different symbols are accepted, as ORT accepts them (the contract refused them once)."""
+    model = psai_model()
+    for value in model.graph.input:
+        dim = value.type.tensor_type.shape.dim[0] if value.name in ("cos", "sin") else None
+        want = cos_dim if value.name == "cos" else sin_dim
+        if dim is not None and want is not None:
+            dim.dim_param = want
+    violations = graph_violations(model)
+    assert [v.rule_id for v in violations if v.severity == "error"] == (["QSA-PSAI-001"] if refused else [])
+    assert_agrees(violations, ort_error(model), context=f"cos dim 0 {cos_dim!r}, sin dim 0 {sin_dim!r}")
+
+
+def test_packed_indexer_rotary_caches_with_different_static_dims_are_refused_as_in_onnxruntime() -> None:
+    """Static dims that differ are refused with ORT's text."""
+    model = psai_model()
+    for value in model.graph.input:
+        if value.name == "sin":
+            dim = value.type.tensor_type.shape.dim[0]
+            dim.dim_value = dim.dim_value + 1
+    violations = graph_violations(model)
+    assert [v.message.endswith("cos_cache and sin_cache dimensions must match") for v in violations
+            if v.rule_id == "QSA-PSAI-001"] == [True]  # fmt: skip
+    assert_agrees(violations, ort_error(model), context="sin dim 0 one longer")

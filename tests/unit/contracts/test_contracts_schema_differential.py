@@ -348,3 +348,14 @@ def test_an_import_of_an_unknown_domain_names_it_and_the_way_out() -> None:
     assert found == [("ORT-OPSET-002", "error", f"opset import of domain 'com.evil' (version 3): {tail}"),
                      ("ORT-OPSET-002", "error", f"opset import of domain 'org.other' (version 1): {tail}")]  # fmt: skip
     assert [v for v in check_graph(model, ort_version=ORT_VERSION, custom_library=True) if v.rule_id.startswith("ORT-OPSET")] == []
+
+
+def test_a_backward_slice_that_selects_nothing_is_empty_as_in_onnxruntime() -> None:
+    """A step -1 Slice whose start lies before its end is empty: adding it to a length-2 tensor is refused, as ORT does."""
+    inits = [oh.make_tensor(n, TP.INT64, [1], [v]) for n, v in (("st", 0), ("en", 3), ("ax", 0), ("sp", -1))]
+    nodes = [oh.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"]), oh.make_node("Add", ["s", "z"], ["y"])]
+    model = _model(nodes, [_vi("x", TP.FLOAT, [5]), _vi("z", TP.FLOAT, [2])], [_vi("y", TP.FLOAT, None)], inits, ms=False)
+    violations = graph_violations(model)
+    error = ort_error(model)
+    assert violations and error is not None and "Incompatible dimensions" in error
+    assert_agrees(violations, error, context="Slice [5] 0:3:-1 then Add [2]")

@@ -22,7 +22,7 @@ from support.contracts_testkit import gdn_model
 
 from contracts._rule import Enforced, Ep, OrtVersions, RuleKind
 from contracts._versions import version_spans
-from contracts.runner import ALL_RULES
+from contracts.runner import ALL_RULES, check_graph
 from contracts.schema_registry import available_versions
 
 
@@ -63,3 +63,10 @@ def test_per_version_rules_check_with_their_own_versions_registry() -> None:
         assert len(rules) == 1
         by_version[version] = [v.rule_id for v in rules[0].check(model, {})]
     assert by_version == {"1.31.1": ["ORT-SCHEMA-002"], "1.32.0": []}
+
+
+def test_a_version_older_than_every_dump_is_checked_with_the_oldest_schemas() -> None:
+    """onnxruntime older than the oldest mirrored dump still gets the schema rules, judged by that oldest dump."""
+    model = gdn_model(decay=TP.FLOAT16)
+    assert [v.rule_id for v in check_graph(model, ort_version="1.30.0")] == ["ORT-SCHEMA-002"]
+    assert [v.rule_id for v in check_graph(model, ort_version="1.32.0")] == []

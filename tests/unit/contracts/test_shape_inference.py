@@ -27,7 +27,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
-from support.contracts_testkit import ORT_VERSION, _model, _vi, graph_violations, ort_error
+from support.contracts_testkit import MS, ORT_VERSION, _model, _vi, graph_violations, ort_error
 
 from contracts._graph import as_ir_model
 from contracts.shapes import broadcast, shapes_of
@@ -269,3 +269,14 @@ def test_an_if_whose_branches_and_node_disagree_on_outputs_is_refused_as_onnxrun
     text = f"Node (inner) Op (If) [TypeInferenceError] {detail}"
     assert refused is not None and text in refused
     assert found == [("ORT-SHAPE-001", "inner", text)]
+
+
+def test_a_symbolic_flattened_stream_width_leaves_the_hyper_connection_hidden_dim_unknown() -> None:
+    """Flattened PreMix streams of a symbolic width (``w``): ORT infers (1, 3, ?) and creates the
+    session; the contract infers the same and does not try to divide the symbol."""
+    node = oh.make_node("HyperConnectionPreMix", ["s", "g"], ["y"], name="hc", domain=MS, num_branches=4)
+    proto = _model([node], [_vi("s", TP.FLOAT, [1, 3, "w"]), _vi("g", TP.FLOAT, [1, 3, 4])], [_vi("y", TP.FLOAT, None)])
+    assert ort_error(proto) is None
+    assert graph_violations(proto) == []
+    model = as_ir_model(proto)
+    assert shapes_of(model).shape(model.graph.outputs[0]) == (1, 3, None)
