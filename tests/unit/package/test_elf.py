@@ -7,7 +7,9 @@ patching ``sys.byteorder``, which the module reads at each call.
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,3 +86,13 @@ def test_on_a_big_endian_platform_a_processor_specific_type_is_named_by_its_unsi
     path = tmp_path / "lib.so"
     path.write_bytes(_header(data=2, e_type=0xFF00) + b"\0" * 44)
     assert shared_object_problem(path) == "an ELF file of type 65280, not a shared object (ET_DYN)"
+
+
+def test_a_fifo_without_a_writer_is_answered_at_once_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO named as a library is opened non-blocking: the check answers "no ELF magic" instead of
+    hanging until some process writes to it (run in a child so a hang fails by timeout)."""
+    fifo = tmp_path / "lib.so"
+    os.mkfifo(fifo)
+    code = f"from q38.package.elf import shared_object_problem; print(shared_object_problem({str(fifo)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=False)
+    assert (done.returncode, done.stdout) == (0, "not an ELF shared object (no ELF magic)\n"), done.stderr

@@ -227,10 +227,11 @@ def test_the_models_token_ids_land_in_their_records_and_are_written_back_as_read
          "model.decoder.inputs.past_indexer_names"),
         (lambda m: m["decoder"].__setitem__("inputs", {"engram_embeddings": "engram_embeddings"}),
          "model.decoder.inputs.engram_embeddings"),
+        (lambda m: m.__setitem__("mtp", {"filename": "mtp.onnx", "index_share": 2}), "model.mtp.index_share"),
     ],
     ids=["engram-run-options", "decoder-ple-token-pad-id", "mtp-past-indexer-names", "mtp-present-indexer-names",
          "state-update-compress-ratio", "engram-session-options", "engram-inputs", "decoder-past-indexer-names",
-         "decoder-engram-embeddings"],
+         "decoder-engram-embeddings", "mtp-index-share"],
 )  # fmt: skip
 def test_each_research_builder_key_is_accepted_with_genais_refusal_kept(
         edit: Callable[[dict[str, Any]], None], refusal: str) -> None:  # fmt: skip
@@ -391,3 +392,15 @@ def test_editing_the_written_document_leaves_the_config_unchanged() -> None:
     out["model"]["decoder"]["filename"] = "other.onnx"
     out["model"]["vocab_size"] = 64
     assert genai_config_to_dict(cfg) == _doc()
+
+
+def test_a_sections_session_options_land_in_its_record_not_in_extra() -> None:
+    """A graph section's ``session_options`` is read into its record; ``extra`` keeps only keys no record field
+    holds (else the block would be written back twice or treated as unknown)."""
+    doc = _doc()
+    doc["model"]["decoder"]["session_options"] = {"log_id": "d"}
+    doc["model"]["mtp"] = {"filename": "mtp.onnx", "session_options": {"log_id": "m"}}
+    model = parse_genai_config(doc, source=SOURCE).model
+    assert model.mtp is not None
+    assert (model.decoder.extra, model.mtp.extra) == ({}, {})
+    assert json.loads(dumps_genai_config(parse_genai_config(doc, source=SOURCE))) == doc

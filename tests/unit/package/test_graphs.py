@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from support.minipkg import WEIGHT, _external, write_matmul_graph
 
 from q38.errors import GraphError
-from q38.package import external_refs, load_graph, open_package, read_tensor, save_graph
+from q38.package import all_graphs, external_refs, load_graph, open_package, read_tensor, save_graph
 from q38.package.graphs import iter_tensors, tensor_digest
 
 
@@ -461,3 +461,35 @@ def test_saving_a_graph_logs_the_path_it_wrote(tmp_path: Path, caplog: pytest.Lo
     with caplog.at_level(logging.INFO, logger="q38.package.graphs"):
         save_graph(model, out)
     assert f"wrote graph {out}" in [r.getMessage() for r in caplog.records if r.name == "q38.package.graphs"]
+
+
+def test_a_graph_list_attributes_subgraphs_see_the_outer_values_defined_before_them(tmp_path: Path) -> None:
+    """A subgraph held in a list-of-graphs attribute (a custom op's bodies) may read an outer graph
+    input like an If branch may: the structure check loads it rather than calling it undefined."""
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["b"], name="inner")], "body", [],
+                             [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])  # fmt: skip
+    node = helper.make_node("Bodies", ["x"], ["y"], name="bodies", domain="custom.q38", bodies=[body, body])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
+    path = tmp_path / "bodies.onnx"
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("custom.q38", 1)]
+    path.write_bytes(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+    model = load_graph(path, root=tmp_path)
+    assert [g.name for g in all_graphs(model)] == ["g", "body", "body"]
+
+
+def test_all_graphs_lists_nested_if_branches_after_their_parent() -> None:
+    """all_graphs yields the main graph, then each branch followed by the branches nested in it, so
+    a walk over every graph (weights, kernel checks) reaches a subgraph two levels down."""
+    def out(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1])
+
+    def leaf(name: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("Identity", ["x"], [f"{name}_o"])], name, [], [out(f"{name}_o")])
+
+    inner_if = helper.make_node("If", ["c"], ["then_o"], then_branch=leaf("deep_then"), else_branch=leaf("deep_else"))
+    then = helper.make_graph([inner_if], "then", [], [out("then_o")])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=leaf("else"))]
+    graph = helper.make_graph(nodes, "main", [out("x"), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [out("y")])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    assert [g.name for g in all_graphs(model)] == ["main", "else", "then", "deep_else", "deep_then"]

@@ -323,3 +323,20 @@ def test_a_breakdown_without_a_batch_sizes_state_for_one_sequence(tmp_path: Path
     mem = breakdown(_facts(tmp_path), graphs, decoder="model.onnx", entries={}, context=8)
     assert mem.batch == 1
     assert mem.state == {"kv": 2 * 8 * 4 * 2}
+
+
+def test_a_state_output_after_an_unresolved_one_is_still_sized_with_its_dtype_named(tmp_path: Path) -> None:
+    """One unsizable ``present.*`` output does not hide the ones after it; each sized state names its
+    dtype (a type without a short name by its onnx number, never None)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+    outputs = [helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT16, ["mystery_dim"]),
+               helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT16, ["batch_size", 4]),
+               helper.make_tensor_value_info("present.1.key", TensorProto.FLOAT8E4M3FNUZ, ["batch_size", 2])]  # fmt: skip
+    nodes = [helper.make_node("Identity", ["x"], [o.name], name=o.name) for o in outputs]
+    graph = helper.make_graph(nodes, "g", [x], outputs)
+    (tmp_path / "model.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString())
+    gm = graph_memory(tmp_path / "model.onnx", tmp_path)
+    assert gm.unresolved == ("present.0.key",)
+    assert [(s.name, s.dtype, s.bits, s.dims) for s in gm.states] == [
+        ("present.0.value", "float16", 16, ("B", 4)), ("present.1.key", str(TensorProto.FLOAT8E4M3FNUZ), 8, ("B", 2))]

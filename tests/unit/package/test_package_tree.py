@@ -14,12 +14,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.as_nobody import as_nobody
 from support.minipkg import build_layered_mini_package, build_mini_package, mini_config
 
 from q38.errors import PackageError
-from q38.package import PackageWriter, dumps_config, open_package
+from q38.package import ExpertProfile, PackageWriter, dumps_config, encode_profile, open_package
 
 DRAFTS = {"s2": "model_s2.onnx", "s3": "model_s3.onnx", "s4": "model_s4.onnx"}
 
@@ -133,3 +134,14 @@ def test_the_writer_writes_utf8_text_whatever_the_locale(tmp_path: Path) -> None
     finally:
         locale.setlocale(locale.LC_CTYPE, saved)
     assert (tmp_path / "out" / "notes.txt").read_bytes() == text.encode("utf-8")
+
+
+def test_the_expert_profile_the_config_names_is_read_into_the_package(tmp_path: Path) -> None:
+    """open_package reads the expert profile that ``qwen38_graph.expert_profile`` names and hands it to the
+    caller (commands use its counts); a package naming none has no profile."""
+    pkg = build_mini_package(tmp_path / "pkg")
+    assert open_package(pkg).profile is None
+    profile = ExpertProfile(np.arange(8, dtype=np.uint64).reshape(2, 4))
+    (pkg / "expert-profile.bin").write_bytes(encode_profile(profile))
+    (pkg / "genai_config.json").write_text(dumps_config(mini_config(expert_profile="expert-profile.bin")), encoding="utf-8")
+    assert open_package(pkg).profile == profile

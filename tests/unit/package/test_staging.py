@@ -215,3 +215,22 @@ def test_commit_after_the_with_block_or_a_second_time_is_an_internal_error(tmp_p
             staged.commit()
     assert str(info.value) == "commit() outside the with block"
     assert staged.committed and (tmp_path / "out").is_dir()
+
+
+def test_a_live_writers_staging_directory_is_never_swept(tmp_path: Path) -> None:
+    """Another writer that is still running keeps its staging directory while a second writer works next
+    to it (sweeping it would destroy a write in progress)."""
+    dest = tmp_path / "out"
+    code = (
+        "import sys; from pathlib import Path; from q38.package import StagedDirectory;"
+        f"StagedDirectory(Path({str(dest)!r})).__enter__(); print('ready', flush=True); sys.stdin.read()"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+        (live,) = tmp_path.iterdir()
+        with StagedDirectory(tmp_path / "other") as staged:
+            staged.commit()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "other"])
+    finally:
+        writer.communicate(timeout=30)

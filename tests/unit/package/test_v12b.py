@@ -66,6 +66,7 @@ def test_a_profile_decoder_that_is_no_other_graph_is_a_graph_of_its_own(tmp_path
     assert (small.path, small.rel, small.section) == (tmp_path / "model_small.onnx", "model_small.onnx",
                                                       "runtime_profiles[1].overlay.model.decoder")  # fmt: skip
     assert (small.session_entries, small.overlay_entries) == (refs[0].session_entries, ({"session.b": "2"},))
+    assert small.root == tmp_path  # its external data is confined to the target's directory, like the target's
     assert refs[0].overlay_entries == ({"session.a": "1"},)
 
 
