@@ -158,10 +158,15 @@ def test_a_control_character_json_would_escape_is_refused_when_written(
                                "which onnxruntime-genai 0.18.0 cannot read")
 
 
-def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
-    r"""GenAI 0.18.0's reader refuses every ``\uXXXX`` escape; an escaped backslash before a ``u`` is no escape."""
+@pytest.mark.parametrize("text", [
+    '{"model": {"type": "a\\\\u",\n "x": "\\u0041",\n "context_length": 64,\n "vocab_size": 32}}',
+    '\n{"model": {"type": "\\u0041", "context_length": 64}}',
+], ids=["escaped-backslash-before-u-is-no-escape", "a-leading-blank-line-counts"])  # fmt: skip
+def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path, text: str) -> None:
+    r"""GenAI 0.18.0's reader refuses every ``\uXXXX`` escape, named by its line (a newline that opens
+    the file counts); an escaped backslash before a ``u`` is no escape."""
     path = tmp_path / "genai_config.json"
-    path.write_text('{"model": {"type": "a\\\\u",\n "x": "\\u0041",\n "context_length": 64,\n "vocab_size": 32}}', encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         read_genai_config(path)
     assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"
@@ -326,15 +331,6 @@ def test_an_unreadable_config_is_refused_as_the_config_naming_its_path(tmp_path:
     with pytest.raises(ConfigError) as info:
         read_genai_config(tmp_path)
     assert str(info.value) == f"config {tmp_path}: is a directory, not a regular file (refusing to read it)"
-
-
-def test_a_unicode_escapes_line_counts_a_leading_blank_line(tmp_path: Path) -> None:
-    r"""The line a ``\u`` escape is refused on counts a newline that opens the file, so the user is sent to the right line."""
-    path = tmp_path / "genai_config.json"
-    path.write_text('\n{"model": {"type": "\\u0041", "context_length": 64}}', encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        read_genai_config(path)
-    assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"
 
 
 def test_dropping_a_sections_shared_initializers_drops_them_from_the_written_config() -> None:
