@@ -118,7 +118,8 @@ def mutation(session: nox.Session) -> None:
     over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops
     between chunks (exit 3, rerun to continue), `--fresh` starts over. `nox -s mutation --
     q38/assembly --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
-    --mutants GLOB, --keep, --no-run, --fail-under.
+    --mutants GLOB, --keep, --no-run, --fail-under. Across machines: `-- PKG --shard k/N` judges the
+    k-th of N disjoint parts of the sample, `-- --merge DIR...` scores the shards' result files.
     """
     _install(session, *MUTATION_DEPS)
     session.run("python", "tests/mutation/mutate.py", *session.posargs)
