@@ -64,6 +64,34 @@ def quick(session: nox.Session) -> None:
     _pytest(session, *CPU_SUITE, "-m", "not slow")
 
 
+# The sharded suite (ci.yml): `nox -s cpu -- --splits N --group k --junitxml=junit-k.xml` runs one of N
+# pytest-split groups, chosen from the stored .test_durations (repository root); the union job
+# then fails if a collected test ran in no shard (tools/shard_union.py, `nox -s shard-union`).
+DURATIONS_JUNIT = os.path.join(".benchmarks", "durations", "junit.xml")
+
+
+@nox.session(python=PYTHON, default=False)
+def durations(session: nox.Session) -> None:
+    """Refresh .test_durations (pytest-split's input) from one full run of the CPU suite.
+
+    Runs `nox -s cpu`'s suite with a JUnit report, checks that every collected test ran, and writes
+    each test's time to .test_durations (commit it; posargs go to pytest).
+    """
+    _install(session)
+    os.makedirs(os.path.dirname(DURATIONS_JUNIT), exist_ok=True)
+    _pytest(session, *CPU_SUITE, f"--junitxml={DURATIONS_JUNIT}")
+    session.run("python", "tools/shard_union.py", DURATIONS_JUNIT, "--durations-out", ".test_durations")
+
+
+@nox.session(name="shard-union", python=PYTHON, default=False)
+def shard_union(session: nox.Session) -> None:
+    """Fail if a collected CPU-suite test ran in no shard (or in two): `-- JUNIT_DIR [--durations-out F]`."""
+    if not session.posargs:
+        session.error("usage: nox -s shard-union -- REPORT_OR_DIR... [--durations-out FILE] [-- PYTEST_ARGS]")
+    _install(session)
+    session.run("python", "tools/shard_union.py", *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False)
 @nox.parametrize("ort", ["1.32.0", "1.31.1"])
 def contracts(session: nox.Session, ort: str) -> None:
