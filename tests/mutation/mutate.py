@@ -420,10 +420,10 @@ class Scope:
     def describe(self, v: Verdicts) -> str:
         low, high = wilson(len(v.killed), len(v.killed) + len(v.survived))
         only = f" matching {' '.join(self.only)}" if self.only else ""
-        part = "" if self.shard is None else f"shard {self.shard[0]}/{self.shard[1]} of the "
+        part = "" if self.shard is None else f"shard {self.shard[0]}/{self.shard[1]} of "
         if self.size is None or self.size >= self.total:
             return f"{part}every mutant{only} ({self.total})" + (f", 95% Wilson interval {low:.1f}-{high:.1f}%" if part else "")
-        return (f"{part}uniform sample of {self.size} of {self.total} mutants{only}, seed {self.seed}, "
+        return (f"{part}{'the ' if part else ''}uniform sample of {self.size} of {self.total} mutants{only}, seed {self.seed}, "
                 f"95% Wilson interval {low:.1f}-{high:.1f}% (+-{(high - low) / 2:.1f} points)")
 
 
@@ -652,8 +652,13 @@ def _selection(workdir: Path, package: str, args: argparse.Namespace) -> list[st
     return shards.shard_of(chosen, args.seed, args.shard)
 
 
-def save_result(workdir: Path, package: str, scope: Scope, names: list[str]) -> Path:
-    """Store the verdicts of ``names`` (and their survivors' diffs) for ``--merge`` (shards.py)."""
+def save_result(workdir: Path, package: str, scope: Scope, names: list[str]) -> Path | None:
+    """Store the verdicts of ``names`` (and their survivors' diffs) for ``--merge`` (shards.py).
+
+    Returns the file written, or None where the workdir holds no run (nothing to store).
+    """
+    if not (workdir / "mutants").is_dir():
+        return None
     codes = _codes(workdir, package)
     try:
         inputs = json.loads((workdir / RUN_STATE).read_text("utf-8")).get("inputs")

@@ -154,3 +154,11 @@ def test_the_merge_refuses_parts_of_different_runs(judged: tuple[Path, str], cap
     assert "a mutant of another part" in capsys.readouterr().err
     assert mutate.main(["--merge", str(root / "nothing-here")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_a_shard_of_a_workdir_without_a_run_stores_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mutate.main(["--no-run", "--workdir", str(tmp_path), "q38/package", "--shard", "2/4"]) == 0
+    assert "shard 2/4 of every mutant (0)" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    assert mutate.main(["--merge", str(tmp_path)]) == 2  # and there is nothing to merge
+    assert "no q38-result*.json under" in capsys.readouterr().err
