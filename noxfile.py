@@ -64,6 +64,44 @@ def quick(session: nox.Session) -> None:
     _pytest(session, *CPU_SUITE, "-m", "not slow")
 
 
+# The sharded suite (ci.yml): `nox -s cpu -- --splits N --group k --junitxml=junit-k.xml` runs one of N
+# pytest-split groups, chosen from the stored .test_durations (repository root); the union job
+# then fails if a collected test ran in no shard (tools/shard_union.py, `nox -s shard-union`).
+DURATIONS_JUNIT = os.path.join(".benchmarks", "durations", "junit.xml")
+
+
+@nox.session(python=PYTHON, default=False)
+def durations(session: nox.Session) -> None:
+    """Refresh .test_durations (pytest-split's input) from one full run of the CPU suite.
+
+    Runs `nox -s cpu`'s suite with a JUnit report, checks that every collected test ran, and writes
+    each test's time to .test_durations (commit it; posargs go to pytest).
+    """
+    _install(session)
+    os.makedirs(os.path.dirname(DURATIONS_JUNIT), exist_ok=True)
+    _pytest(session, *CPU_SUITE, f"--junitxml={DURATIONS_JUNIT}")
+    session.run("python", "tools/shard_union.py", DURATIONS_JUNIT, "--durations-out", ".test_durations")
+
+
+@nox.session(name="shard-union", python=PYTHON, default=False)
+def shard_union(session: nox.Session) -> None:
+    """Fail if a collected CPU-suite test ran in no shard (or in two): `-- JUNIT_DIR [--durations-out F]`."""
+    if not session.posargs:
+        session.error("usage: nox -s shard-union -- REPORT_OR_DIR... [--durations-out FILE] [-- PYTEST_ARGS]")
+    _install(session)
+    session.run("python", "tools/shard_union.py", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def check(session: nox.Session) -> None:
+    """`q38 check` with the CPU runtime (package-check.yml): `nox -s check -- PKG [q38 check options]`."""
+    if not session.posargs:
+        session.error("usage: nox -s check -- PKG [--format sarif --output FILE ...]")
+    session.install(ORT_DEFAULT)
+    session.install("-e", ".")
+    session.run("q38", "check", *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False)
 @nox.parametrize("ort", ["1.32.0", "1.31.1"])
 def contracts(session: nox.Session, ort: str) -> None:
@@ -91,6 +129,8 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "q38", "contracts")
     session.run("lint-imports")
     session.run("python", "tools/check_deferred_imports.py")
+    # actionlint over .github/workflows: a broken workflow fails here, not on the CI service.
+    session.run("actionlint", "-color")
 
 
 @nox.session(python=PYTHON, default=False)
@@ -118,7 +158,8 @@ def mutation(session: nox.Session) -> None:
     over the same inputs keeps every verdict and judges only the rest; `--time-limit S` stops
     between chunks (exit 3, rerun to continue), `--fresh` starts over. `nox -s mutation --
     q38/assembly --time-limit 3000`; see tests/mutation/mutate.py for --all, --sample, --seed,
-    --mutants GLOB, --keep, --no-run, --fail-under.
+    --mutants GLOB, --keep, --no-run, --fail-under. Across machines: `-- PKG --shard k/N` judges the
+    k-th of N disjoint parts of the sample, `-- --merge DIR...` scores the shards' result files.
     """
     _install(session, *MUTATION_DEPS)
     session.run("python", "tests/mutation/mutate.py", *session.posargs)
@@ -184,13 +225,6 @@ def _visible_gpu() -> str | None:
     return lines[0] if proc.returncode == 0 and lines else None
 
 
-def _split_ort_wheel(posargs: list[str]) -> tuple[str, list[str]]:
-    """The onnxruntime-gpu requirement (env Q38_ORT_WHEEL, else a leading .whl / onnxruntime* posarg)."""
-    if posargs and (posargs[0].endswith(".whl") or posargs[0].startswith("onnxruntime")):
-        return posargs[0], posargs[1:]
-    return os.environ.get("Q38_ORT_WHEEL") or ORT_GPU_DEFAULT, posargs
-
-
 def _install_ort(session: nox.Session, ort: str) -> None:
     """Test deps with one onnxruntime: onnxruntime and onnxruntime-gpu are the same package."""
     session.install(*(d for d in TEST_DEPS if not d.startswith("onnxruntime")))
@@ -198,7 +232,42 @@ def _install_ort(session: nox.Session, ort: str) -> None:
     session.install("-e", ".")
 
 
-@nox.session(python=PYTHON, default=False)
+# One environment per runtime: onnxruntime and onnxruntime-gpu install the same `onnxruntime/`
+# package, so one over the other in one venv leaves both distributions' files mixed (every probe of
+# the CPU dry run died after a real GPU run had filled `.nox/gpu`). `nox -s gpu` therefore only
+# decides and hands over to `gpu-run(<runtime>)`, whose venv holds that one distribution, ever.
+GPU_RUNTIMES = {"cuda": "onnxruntime-gpu", "cpu": "onnxruntime"}
+
+
+def _runtime_of(requirement: str) -> str | None:
+    """The onnxruntime distribution a requirement or wheel path installs (normalized), or None."""
+    name = os.path.basename(requirement)
+    if name.endswith(".whl"):
+        name = name.split("-", 1)[0]
+    else:
+        for stop in "=<>!~;[ @":
+            name = name.split(stop, 1)[0]
+    name = name.strip().lower().replace("_", "-").replace(".", "-")
+    return name if name in GPU_RUNTIMES.values() else None
+
+
+def _gpu_requirement(posargs: list[str], wheel_env: str | None) -> tuple[str, str, list[str]]:
+    """(runtime id, onnxruntime requirement, pytest args) of a `nox -s gpu` call.
+
+    The requirement: a leading .whl / onnxruntime* posarg, else Q38_ORT_WHEEL, else onnxruntime-gpu
+    1.31.1 -- or, with `--dry-run-cpu` and nothing named, the CPU build (onnxruntime-gpu cannot list
+    its kernels without CUDA libraries). The runtime id (a key of GPU_RUNTIMES, "" for a requirement
+    of neither distribution) picks the venv, `gpu-run(cuda)` or `gpu-run(cpu)`.
+    """
+    named = bool(posargs) and (posargs[0].endswith(".whl") or posargs[0].startswith("onnxruntime"))
+    ort, rest = (posargs[0], posargs[1:]) if named else (wheel_env or ORT_GPU_DEFAULT, posargs)
+    if "--dry-run-cpu" in posargs and ort == ORT_GPU_DEFAULT and not wheel_env:
+        ort = ORT_DEFAULT
+    runtime = _runtime_of(ort)
+    return next((k for k, v in GPU_RUNTIMES.items() if v == runtime), ""), ort, rest
+
+
+@nox.session(python=False, default=False)
 def gpu(session: nox.Session) -> None:
     """CUDA parity and throughput (tests/gpu); skips itself when no GPU is visible.
 
@@ -206,19 +275,33 @@ def gpu(session: nox.Session) -> None:
     the onnxruntime version and GPU class fails the session (`--allow-skip RULE` accepts one), and
     so does a probe or run error. `nox -s gpu -- --dry-run-cpu` runs the suite's logic on the CPU
     EP (CPU onnxruntime, tiny profile) on any machine. Figures: .benchmarks/gpu/figures.json + .png.
+    The run itself is `gpu-run(cuda)` (onnxruntime-gpu) or `gpu-run(cpu)` (onnxruntime): one venv
+    per runtime, so the real run and the dry run alternate in one checkout in either order.
     """
     posargs = list(session.posargs)
-    dry_run = "--dry-run-cpu" in posargs
     device = _visible_gpu()
-    if device is None and not dry_run:
+    if device is None and "--dry-run-cpu" not in posargs:
         session.skip("no NVIDIA GPU visible (nvidia-smi missing, failing or listing no device)")
-    ort, pytest_args = _split_ort_wheel(posargs)
-    if dry_run and ort == ORT_GPU_DEFAULT and not os.environ.get("Q38_ORT_WHEEL"):
-        ort = ORT_DEFAULT  # the CPU build: onnxruntime-gpu cannot list its kernels without CUDA libraries
+    ident, ort, _ = _gpu_requirement(posargs, os.environ.get("Q38_ORT_WHEEL"))
+    if not ident:
+        session.error(f"{ort}: not onnxruntime-gpu or onnxruntime (a wheel's name says which distribution it is)")
+    session.log(f"device: {device or 'none (--dry-run-cpu)'}; onnxruntime requirement: {ort}; venv of gpu-run({ident})")
+    session.notify(f"gpu-run({ident})", posargs)
+
+
+@nox.session(name="gpu-run", python=PYTHON, default=False)
+@nox.parametrize("runtime", list(GPU_RUNTIMES), ids=list(GPU_RUNTIMES))
+def gpu_run(session: nox.Session, runtime: str) -> None:
+    """The GPU suite in the venv of one onnxruntime distribution (`nox -s gpu` picks it; see there)."""
+    posargs = list(session.posargs)
+    dry_run = "--dry-run-cpu" in posargs
+    ident, ort, pytest_args = _gpu_requirement(posargs, os.environ.get("Q38_ORT_WHEEL"))
+    if ident != runtime:
+        session.error(f"{ort} installs {_runtime_of(ort) or 'no onnxruntime'}; this venv is gpu-run({runtime}), "
+                      f"{GPU_RUNTIMES[runtime]} only: run `nox -s gpu` (it picks the venv)")
     _install_ort(session, ort)
     if not dry_run:  # builder-form packages generate end to end with the CUDA GenAI client
         session.install("onnxruntime-genai-cuda")
-    session.log(f"device: {device or 'none (--dry-run-cpu)'}; onnxruntime requirement: {ort}")
     session.run(
         "python",
         "-c",

@@ -52,6 +52,12 @@ e.g. ``q38.optimize._common.xǁRewritePassǁcall``), the mutated line as mutmut 
 change behaviour. Matching on the line rather than the mutant number keeps an entry valid when
 other mutants of the function come and go.
 
+Across machines: ``--shard k/N`` judges the k-th of N disjoint parts of the selection (by the
+seeded hash that orders the sample; the parts' union is exactly the unsharded selection), and every
+run leaves its verdicts in ``<workdir>/<slug>/q38-result*.json``; ``--merge DIR ...`` combines the
+result files found under the DIRs (the N shards of one run) into the package's score with its
+interval, exactly as the unsharded run scores it (``tests/mutation/shards.py``).
+
 Exit status: 0, or 1 when a score is below ``--fail-under`` (default 0: report only) or mutmut
 fails, 2 on a usage error, 3 when ``--time-limit`` stopped the run (rerun to continue).
 """
@@ -72,7 +78,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from ordering import module_of  # tests/mutation, this script's directory
+import shards  # tests/mutation, this script's directory
+from ordering import module_of
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOWLIST = Path(__file__).with_name("equivalent_mutants.toml")
@@ -332,8 +339,13 @@ def wilson(killed: int, judged: int, z: float = 1.96) -> tuple[float, float]:
 
 def collect(workdir: Path, package: str, allow: list[Equivalent], names: list[str] | None = None) -> Verdicts:
     """The verdict of every mutant of ``package`` (or of ``names``) from mutmut's ``.meta`` files."""
+    return classify(_codes(workdir, package), workdir, allow, names)
+
+
+def classify(codes: dict[str, int | None], workdir: Path, allow: list[Equivalent],
+             names: list[str] | None = None) -> Verdicts:
+    """The verdicts of ``codes`` (of ``names`` among them): killed, survived, equivalent, unjudged."""
     v = Verdicts()
-    codes = _codes(workdir, package)
     wanted = set(names) if names is not None else None
     for name, code in sorted(codes.items()):
         if wanted is not None and name not in wanted:
@@ -403,13 +415,15 @@ class Scope:
     size: int | None = None
     seed: int = 0
     only: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
 
     def describe(self, v: Verdicts) -> str:
         low, high = wilson(len(v.killed), len(v.killed) + len(v.survived))
         only = f" matching {' '.join(self.only)}" if self.only else ""
+        part = "" if self.shard is None else f"shard {self.shard[0]}/{self.shard[1]} of "
         if self.size is None or self.size >= self.total:
-            return f"every mutant{only} ({self.total})"
-        return (f"uniform sample of {self.size} of {self.total} mutants{only}, seed {self.seed}, "
+            return f"{part}every mutant{only} ({self.total})" + (f", 95% Wilson interval {low:.1f}-{high:.1f}%" if part else "")
+        return (f"{part}{'the ' if part else ''}uniform sample of {self.size} of {self.total} mutants{only}, seed {self.seed}, "
                 f"95% Wilson interval {low:.1f}-{high:.1f}% (+-{(high - low) / 2:.1f} points)")
 
 
@@ -519,7 +533,7 @@ def _run_package(package: str, workdir: Path, args: argparse.Namespace) -> list[
     _precompile(workdir)
     stats_done = time.monotonic()
     codes = _codes(workdir, package)
-    names = select(list(codes), only=args.mutants, sample=sample, seed=args.seed)
+    names = shards.shard_of(select(list(codes), only=args.mutants, sample=sample, seed=args.seed), args.seed, args.shard)
     (workdir / "mutmut-selection.txt").write_text("\n".join(names) + "\n", "utf-8")
     todo = to_judge(names, codes, resume=resume, rerun_survivors=args.mutants is not None)
     forget(workdir, package, todo)
@@ -580,7 +594,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, metavar="SECONDS",
                     help="stop between chunks after this long; the verdicts so far are kept, a rerun continues")
     ap.add_argument("--chunk", type=int, default=CHUNK, help=f"mutants per mutmut invocation (default {CHUNK})")
+    ap.add_argument("--shard", metavar="k/N", help="judge only the k-th of N disjoint parts of the selection")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="DIR",
+                    help="score the shard results (q38-result*.json) under these directories, run nothing")
     args = ap.parse_args(argv)
+    try:
+        args.shard = None if args.shard is None else shards.parse_shard(args.shard)
+    except ValueError as err:
+        print(f"mutate: {err}", file=sys.stderr)
+        return 2
+    if args.merge:
+        return merge_results(args.merge, load_allowlist(), diffs=not args.no_diffs, fail_under=args.fail_under)
     if args.chunk < 1 or (args.time_limit is not None and args.time_limit <= 0) or args.sample < 1:
         print("mutate: --chunk, --sample and --time-limit must be positive", file=sys.stderr)
         return 2
@@ -595,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir.resolve() / package.replace("/", "-")  # the runs work in it: not relative to the cwd
         sample = None if args.all else args.sample
         if args.no_run:
-            names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
+            names = _selection(workdir, package, args)
         else:
             try:
                 selected = _run_package(package, workdir, args)
@@ -605,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if selected is None:  # stopped by --time-limit: report what is judged so far
                 status = INCOMPLETE
-                names = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
+                names = _selection(workdir, package, args)
             else:
                 names = selected
         total = len([n for n in _codes(workdir, package)
@@ -613,10 +637,61 @@ def main(argv: list[str] | None = None) -> int:
         codes = _codes(workdir, package)
         prefetch_diffs(workdir, [n for n in (names if names is not None else codes) if codes.get(n) in SURVIVED])
         verdicts = collect(workdir, package, allow, names)
-        report(package, verdicts, workdir, diffs=not args.no_diffs,
-               scope=Scope(total, sample, args.seed, tuple(args.mutants or ())))
+        scope = Scope(total, sample, args.seed, tuple(args.mutants or ()), args.shard)
+        report(package, verdicts, workdir, diffs=not args.no_diffs, scope=scope)
+        save_result(workdir, package, scope, names)
         if verdicts.score < args.fail_under:
             status = max(status, 1)
+    return status
+
+
+def _selection(workdir: Path, package: str, args: argparse.Namespace) -> list[str]:
+    """The mutants of ``package`` this invocation scores: its sample (or all), filter and shard."""
+    sample = None if args.all else args.sample
+    chosen = select(list(_codes(workdir, package)), only=args.mutants, sample=sample, seed=args.seed)
+    return shards.shard_of(chosen, args.seed, args.shard)
+
+
+def save_result(workdir: Path, package: str, scope: Scope, names: list[str]) -> Path | None:
+    """Store the verdicts of ``names`` (and their survivors' diffs) for ``--merge`` (shards.py).
+
+    Returns the file written, or None where the workdir holds no run (nothing to store).
+    """
+    if not (workdir / "mutants").is_dir():
+        return None
+    codes = _codes(workdir, package)
+    try:
+        inputs = json.loads((workdir / RUN_STATE).read_text("utf-8")).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        inputs = None
+    selected = {n: codes.get(n) for n in names}
+    diffs = {n: _DIFFS[(workdir, n)] for n, code in selected.items() if code in SURVIVED and (workdir, n) in _DIFFS}
+    path = workdir / shards.result_name(scope.shard)
+    shards.write_result(path, shards.RunResult(
+        package=package, seed=scope.seed, sample=scope.size, only=scope.only, total=scope.total,
+        inputs=inputs, shard=scope.shard, codes=selected, diffs=diffs))
+    return path
+
+
+def merge_results(dirs: list[Path], allow: list[Equivalent], *, diffs: bool, fail_under: float) -> int:
+    """``--merge``: the packages' scores from the shard results under ``dirs`` (exit 2 when they do not fit)."""
+    try:
+        merged = shards.merge([shards.read_result(p) for p in shards.find_results(dirs)])
+    except shards.ShardError as err:
+        print(f"mutate: --merge: {err}", file=sys.stderr)
+        return 2
+    if not merged:
+        print(f"mutate: --merge: no {shards.RESULT_PREFIX}*.json under {' '.join(map(str, dirs))}", file=sys.stderr)
+        return 2
+    status = 0
+    for package, result in merged.items():
+        key = Path("<merged>") / package  # the survivors' diffs come from the results, not from mutmut
+        # a survivor whose diff a shard could not read is scored without it (never looked up here)
+        _DIFFS.update({(key, name): result.diffs.get(name, "") for name, code in result.codes.items() if code in SURVIVED})
+        verdicts = classify(result.codes, key, allow)
+        report(package, verdicts, key, diffs=diffs, scope=Scope(result.total, result.sample, result.seed, result.only))
+        if verdicts.score < fail_under:
+            status = 1
     return status
 
 
