@@ -4,6 +4,9 @@
   does, or there is none to state) and its choices, so ``q38 CMD --help`` is the reference.
 * :func:`comma_list`: list options take one comma-separated value (``--passes a,b``), so a
   list option can never swallow the positional arguments that follow it.
+* :func:`ort_version`: every flag that names an onnxruntime release (``check --ort-version``,
+  ``synth`` / ``optimize --target-ort``) takes only a release q38 has facts for.
+* :func:`byte_size`: every size flag reads the same units (``24GiB``, ``24GB``, ``512MiB``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["HelpFormatter", "comma_list"]
+__all__ = ["HelpFormatter", "byte_size", "comma_list", "nonneg_int", "ort_version", "positive_int"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -72,3 +75,36 @@ def positive_int(text: str) -> int:
 def nonneg_int(text: str) -> int:
     """An argparse ``type``: a decimal integer >= 0 in ASCII digits."""
     return _decimal(text, 0, "non-negative")
+
+
+def ort_version(text: str) -> str:
+    """An argparse ``type``: an onnxruntime release q38 has facts for (``q38.ort_targets``).
+
+    Any other text (``banana``, ``9.9.9``) is refused with the known releases listed: a check or
+    a rewrite against a release q38 knows nothing about would judge by facts it does not have.
+    """
+    # deferred: argparse calls this only when the flag is given; light
+    from q38.ort_targets import ORT_TARGETS, target_versions
+
+    if text not in ORT_TARGETS:
+        raise argparse.ArgumentTypeError(
+            f"unknown onnxruntime version {text!r} (known: {', '.join(target_versions())})")
+    return text
+
+
+def byte_size(text: str) -> int:
+    """An argparse ``type`` for a byte budget flag (``--*-bytes``): ``8GiB``, ``512MiB`` or a byte count.
+
+    The flag's name says bytes, so a bare decimal stays a byte count (the documented form); any
+    other text is read by :func:`q38.sizes.parse_byte_size`.
+    """
+    # deferred: argparse calls this only when the flag is given; standard library only
+    from q38.sizes import SIZE_EXAMPLES, parse_byte_size
+
+    if text.isascii() and text.isdigit():
+        return nonneg_int(text)
+    try:
+        return parse_byte_size(text, bare_is_bytes=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a size with a unit ({SIZE_EXAMPLES}); without a unit, "
+                                         f"expected a non-negative decimal integer, got {text!r}") from exc

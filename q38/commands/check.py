@@ -13,6 +13,8 @@ import dataclasses
 import sys
 from typing import Any
 
+from q38.commands._options import ort_version
+
 __all__ = ["register", "run"]
 
 
@@ -35,7 +37,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    "installed ORT has no CPU kernel for is SKIPPED, naming the op")
     p.add_argument("--require-sessions", action="store_true",
                    help="with --ort: a SKIPPED session fails the check (exit 1) instead of passing")
-    p.add_argument("--ort-version", default=None, help="mirror this onnxruntime version (default: the installed one)")
+    p.add_argument("--ort-version", type=ort_version, default=None, metavar="VERSION",
+                   help="judge by the rules of this onnxruntime release (1.31.1, 1.32.0; default: the installed one)")
     _register_report_options(p)
     p.set_defaults(run=run)
 
