@@ -7,14 +7,17 @@
 * :func:`ort_version`: every flag that names an onnxruntime release (``check --ort-version``,
   ``synth`` / ``optimize --target-ort``) takes only a release q38 has facts for.
 * :func:`byte_size`: every size flag reads the same units (``24GiB``, ``24GB``, ``512MiB``).
+* :func:`say_wrote`: a writing command's last line names what it wrote; with ``--json`` (or any
+  machine-readable document on stdout) that line goes to stderr, so stdout stays parseable.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
-__all__ = ["HelpFormatter", "byte_size", "comma_list", "nonneg_int", "ort_version", "positive_int"]
+__all__ = ["HelpFormatter", "byte_size", "comma_list", "nonneg_int", "ort_version", "positive_int", "say_wrote"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -108,3 +111,12 @@ def byte_size(text: str) -> int:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a size with a unit ({SIZE_EXAMPLES}); without a unit, "
                                          f"expected a non-negative decimal integer, got {text!r}") from exc
+
+
+def say_wrote(command: str, what: str, *, machine: bool) -> None:
+    """Print ``q38 COMMAND: wrote WHAT``: on stdout, or on stderr when stdout carries a document.
+
+    ``machine``: stdout is a machine-readable document (``--json``, ``check --format sarif``):
+    the line must not break it, so it goes to stderr.
+    """
+    print(f"q38 {command}: wrote {what}", file=sys.stderr if machine else sys.stdout, flush=True)

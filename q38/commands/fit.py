@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from q38.commands._options import positive_int
+from q38.commands._options import positive_int, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -80,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         print("\n".join(report.lines()))
+    if args.plot is not None:
+        say_wrote("fit", f"{args.plot} (the plot)", machine=args.json)
     return 1 if any(row.verdict == "over" for row in report.rows) else 0

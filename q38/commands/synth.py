@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from q38.commands._options import ort_version
+from q38.commands._options import ort_version, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -79,7 +79,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0."""
+    """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0.
+
+    The last line names what was written (stderr with --json, where stdout is the JSON document).
+    """
     from q38.progress import elapsed  # deferred: command modules import at call time; light
 
     # deferred: pulls ml_dtypes into q38 --help (q38.synth.builder_forms.forms)
@@ -105,4 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"out": str(out), "preset": args.preset, "variant": args.variant}
         print(json.dumps(doc | {"exporter": args.exporter}))
+    what = "source bundles" if args.bundles else f"{args.layout} package"
+    say_wrote("synth", f"{out} ({what}: {args.preset} preset, {args.variant} variant, {args.exporter} exporter)",
+              machine=args.json)
     return 0
