@@ -115,3 +115,13 @@ def test_check_ort_says_a_shared_session_note_once(tiny_cpu_package: Path, tmp_p
     assert [line for line in lines if note in line] == [f"sessions target, head, prefill: {note}"]
     assert [line for line in lines if line.startswith("session ")] == [
         "session target: ok", "session head: ok", "session prefill: ok"]
+
+
+def test_profile_ends_with_every_file_it_wrote(tiny_cpu_package: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    strp, trace = tmp_path / "p.strp", tmp_path / "trace.json"
+    assert main(["profile", str(tiny_cpu_package), "-o", str(strp), "--trace-out", str(trace), "--prompt-count", "1",
+                 "--tokens", "1", "--prompt-length", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"q38 profile: wrote {strp}, {trace}"
+    assert lines[0].startswith("q38 profile: measured: ") and strp.is_file() and trace.is_file()
