@@ -4,7 +4,7 @@
   does, or there is none to state) and its choices, so ``q38 CMD --help`` is the reference.
 * :func:`comma_list`: list options take one comma-separated value (``--passes a,b``), so a
   list option can never swallow the positional arguments that follow it.
-* :func:`ort_version`: every flag that names an onnxruntime release (``check --ort-version``,
+* :class:`OrtVersion`: every flag that names an onnxruntime release (``check --ort-version``,
   ``synth`` / ``optimize --target-ort``) takes only a release q38 has facts for.
 * :func:`byte_size`: every size flag reads the same units (``24GiB``, ``24GB``, ``512MiB``).
 * :func:`say_wrote`: a writing command's last line names what it wrote; with ``--json`` (or any
@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-__all__ = ["HelpFormatter", "byte_size", "comma_list", "nonneg_int", "ort_version", "positive_int", "say_wrote"]
+__all__ = ["HelpFormatter", "OrtVersion", "byte_size", "comma_list", "nonneg_int", "positive_int", "say_wrote"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -80,19 +80,25 @@ def nonneg_int(text: str) -> int:
     return _decimal(text, 0, "non-negative")
 
 
-def ort_version(text: str) -> str:
-    """An argparse ``type``: an onnxruntime release q38 has facts for (``q38.ort_targets``).
+class OrtVersion(argparse.Action):
+    """An argparse action for a flag naming an onnxruntime release: one q38 has facts for, only.
 
-    Any other text (``banana``, ``9.9.9``) is refused with the known releases listed: a check or
-    a rewrite against a release q38 knows nothing about would judge by facts it does not have.
+    The one validator of ``check --ort-version`` and ``synth`` / ``optimize --target-ort``: the
+    refusal is :func:`q38.ort_targets.ort_target`'s line, naming the flag and the known releases
+    (``--ort-version banana`` judged a package by the rules of no release).
     """
-    # deferred: argparse calls this only when the flag is given; light
-    from q38.ort_targets import ORT_TARGETS, target_versions
 
-    if text not in ORT_TARGETS:
-        raise argparse.ArgumentTypeError(
-            f"unknown onnxruntime version {text!r} (known: {', '.join(target_versions())})")
-    return text
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        # deferred: argparse calls this only when the flag is given; light
+        from q38.errors import FlagError
+        from q38.ort_targets import ort_target
+
+        try:
+            ort_target(str(values), flag=option_string or self.dest)
+        except FlagError as exc:
+            parser.error(str(exc))
+        setattr(namespace, self.dest, values)
 
 
 def byte_size(text: str) -> int:

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from q38.commands._options import ort_version, say_wrote
+from q38.commands._options import OrtVersion, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -38,7 +38,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    "installed ORT has no CPU kernel for is SKIPPED, naming the op")
     p.add_argument("--require-sessions", action="store_true",
                    help="with --ort: a SKIPPED session fails the check (exit 1) instead of passing")
-    p.add_argument("--ort-version", type=ort_version, default=None, metavar="VERSION",
+    p.add_argument("--ort-version", action=OrtVersion, default=None, metavar="VERSION",
                    help="judge by the rules of this onnxruntime release (1.31.1, 1.32.0; default: the installed one)")
     _register_report_options(p)
     p.set_defaults(run=run)

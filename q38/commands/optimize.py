@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from q38.commands._options import comma_list, ort_version
+from q38.commands._options import OrtVersion, comma_list
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
 
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help=f"run only these passes, comma-separated, in pipeline order ({PASSES_HELP}; default: all)")
     p.add_argument("--skip", type=comma_list(), action="extend", metavar="PASS,...", default=[],
                    help="skip these passes, comma-separated (default: none)")
-    p.add_argument("--target-ort", type=ort_version, default=None, metavar="VERSION",
+    p.add_argument("--target-ort", action=OrtVersion, default=None, metavar="VERSION",
                    help="emit only ops onnxruntime VERSION (1.31.1, 1.32.0) has a kernel for on the target EP "
                    "(cpu: its committed CPU kernels; cuda: its CUDA kernel facts where a GPU run committed them, "
                    "else its operator schemas; default: no version limit, every op the target EP has)")

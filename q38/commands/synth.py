@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from q38.commands._options import ort_version, say_wrote
+from q38.commands._options import OrtVersion, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="model.context_length and kv_capacity in tokens (default 4096; at least 256, the prefill chunk)",
     )
     p.add_argument(
-        "--target-ort", type=ort_version, default=None, metavar="VERSION",
+        "--target-ort", action=OrtVersion, default=None, metavar="VERSION",
         help="the onnxruntime release the package must load and run in (1.31.1 or 1.32.0): IR version, "
         "opsets, GatedDeltaNet gate dtypes and which contrib ops exist (default: the newest forms, 1.32.0)",
     )
