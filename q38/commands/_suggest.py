@@ -66,8 +66,10 @@ def suggest(message: str, argv: Sequence[str], options: Iterable[str]) -> str:
         return f"{message} ({_did_you_mean(pairs)})" if pairs else message
     if message.startswith(_REQUIRED):
         required = [r for r in message[len(_REQUIRED):].split(", ") if r.startswith("-")]
-        pairs = [(flag, near) for flag in _unknown_flags(argv, options)
-                 if (near := _closest(flag, required)) is not None]  # fmt: skip
+        unknown = _unknown_flags(argv, options)
+        pairs = [(flag, near) for flag in unknown if (near := _closest(flag, required)) is not None]
+        if not pairs:  # not a mistyped required option: perhaps another mistyped one (--vers)
+            pairs = [(flag, near) for flag in unknown if (near := _closest(flag, options)) is not None]
         given = ", ".join(flag for flag, _ in pairs)
         return f"{message} ({given} was given: {_did_you_mean(pairs)})" if pairs else message
     return message

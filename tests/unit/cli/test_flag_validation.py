@@ -87,6 +87,7 @@ def test_an_offload_budget_with_an_unknown_unit_is_refused(capsys: pytest.Captur
          ("q38 check: error: argument --format: invalid choice: 'jsno' (did you mean 'json'?) "
          "(choose from 'text', 'json', 'sarif', 'github', 'junit')")),
         (["check", "PKG", "--zzz"], "q38 check: error: unrecognized arguments: --zzz"),
+        (["--vers"], "q38: error: the following arguments are required: COMMAND (--vers was given: did you mean --version?)"),
     ],
 )
 def test_a_mistyped_flag_or_command_names_the_closest_known_one(
