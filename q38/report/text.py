@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts._rule import OrtVersions
 from contracts.catalogue import catalogue
 from q38.report.results import CheckResults, Result
 
@@ -78,25 +79,31 @@ def _rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
     return rows
 
 
-def _rules_line(checked: Sequence[str]) -> str:
+def _rules_line(checked: Sequence[str], version: str) -> str:
     """How many rules were applied, and which catalogue rules were not and why (``q38 rules`` lists all).
+
+    The catalogue's rules that do not exist in ``version`` are counted.
 
     The environment rules judge environment variables of the process that runs onnxruntime: a
     package does not carry them, so ``check`` cannot apply them (``q38 rules`` still lists them).
     """
-    skipped = sorted(e.rule_id for e in catalogue() if e.kind == "environment" and e.rule_id not in set(checked))
-    text = f"{len(checked)} rules applied"
+    skipped = sorted(e.rule_id for e in catalogue() if e.kind == "environment" and e.rule_id not in set(checked)
+                     and OrtVersions(e.since, e.until).applies(version))
+    absent = sum(not OrtVersions(e.since, e.until).applies(version) for e in catalogue())
+    notes = []
     if skipped:
-        text += (f" (not applied: {', '.join(skipped)}: environment-variable rules, which judge the process "
-                 "that runs onnxruntime, not the package)")
-    return text
+        notes.append(f"not applied: {', '.join(skipped)}: environment-variable rules, which judge the process "
+                     "that runs onnxruntime, not the package")
+    if absent:
+        notes.append(f"{absent} more in q38 rules do not exist in onnxruntime {version}")
+    return f"{len(checked)} rules applied" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def render_text(results: CheckResults) -> str:
     """The text report (see the module docstring)."""
     report = results.report
     graphs = ", ".join(report.graphs) or "-"
-    lines = [(f"q38 check {report.package}: onnxruntime {report.ort_version}, {_rules_line(report.rules_checked)}, "
+    lines = [(f"q38 check {report.package}: onnxruntime {report.ort_version}, {_rules_line(report.rules_checked, report.ort_version)}, "
              f"graphs: {graphs}")]
     active = results.active
     if active:

@@ -125,3 +125,13 @@ def test_profile_ends_with_every_file_it_wrote(tiny_cpu_package: Path, tmp_path:
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == f"q38 profile: wrote {strp}, {trace}"
     assert lines[0].startswith("q38 profile: measured: ") and strp.is_file() and trace.is_file()
+
+
+def test_check_header_counts_the_rules_an_older_release_lacks(tiny_cpu_package: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    applied = len(check_package(tiny_cpu_package, ort_version="1.31.1").rules_checked)
+    assert main(["check", str(tiny_cpu_package), "--ort-version", "1.31.1"]) in (0, 1)
+    header = capsys.readouterr().out.splitlines()[0]
+    absent = len(catalogue()) - applied  # no environment rule exists in 1.31.1
+    assert header == (f"q38 check {tiny_cpu_package}: onnxruntime 1.31.1, {applied} rules applied ({absent} more in "
+                      "q38 rules do not exist in onnxruntime 1.31.1), graphs: target, head, prefill")
