@@ -90,9 +90,8 @@ class OrtVersion(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        # deferred: argparse calls this only when the flag is given; light
-        from q38.errors import FlagError
-        from q38.ort_targets import ort_target
+        from q38.errors import FlagError  # deferred: stdlib-only module; light
+        from q38.ort_targets import ort_target  # deferred: stdlib-only module; light
 
         try:
             ort_target(str(values), flag=option_string or self.dest)
