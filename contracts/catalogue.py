@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from contracts._rule import Enforced, Ep, Rule, RuleKind, Severity, parse_version
+from contracts.citations import public_source, public_text
 from contracts.rule_docs import DOCS
 
 if TYPE_CHECKING:
@@ -176,10 +177,10 @@ def build_catalogue(rules: Iterable[Rule], docs: Mapping[str, RuleDoc]) -> tuple
         since, until = _span(records)
         out.append(RuleEntry(
             rule_id=rule_id, name=_name(rule_id), summary=first.summary,
-            source="; ".join(dict.fromkeys(r.source for r in records)),
+            source=public_source("; ".join(dict.fromkeys(r.source for r in records))),
             enforced=first.enforced, kind=first.kind, ep=first.ep, severity=doc.severity,
             families=_tags(family_of(rule_id), first.enforced, first.ep), since=since, until=until,
-            explanation=doc.explanation, example=doc.example, fix=doc.fix,
+            explanation=public_text(doc.explanation), example=doc.example, fix=doc.fix,
         ))  # fmt: skip
     return tuple(out)
 

@@ -120,22 +120,33 @@ def _interrupt_text() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with q38's one-line, exit-2 error contract and defaults shown in ``--help``."""
+    """argparse with q38's one-line, exit-2 error contract and defaults shown in ``--help``.
+
+    No prefix matching (``allow_abbrev=False``): ``--form`` is not ``--format``, so a flag added
+    later can never change what an old command line means. An error names the closest known
+    command, choice or flag ("did you mean"; :mod:`q38.commands._suggest`).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # deferred: cli.py loads only q38.commands eagerly; light
         from q38.commands._options import HelpFormatter
 
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self.commands: dict[str, argparse.ArgumentParser] = {}
+        self.argv: list[str] = []
 
     def error(self, message: str) -> NoReturn:
+        # deferred: cli.py loads only q38.commands eagerly; light
+        from q38.commands._suggest import suggest
         from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
+        message = suggest(message, self.argv, self._option_string_actions)
         self.exit(2, f"{bound_line(f'{self.prog}: error: {message}')}\n")
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self.argv = list(sys.argv[1:] if args is None else args)
         ns, extras = super().parse_known_args(args, namespace)
         if extras and self.commands:
             # argparse reports a subcommand's unknown flags from the top-level parser ("q38:");
@@ -177,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     # -v / -q are accepted before the subcommand (q38 -v synth) and after it (q38 synth -v).
     parser.add_argument("-v", "--verbose", dest="verbose_first", action="count", default=0, help=_VERBOSE_HELP)
     parser.add_argument("-q", "--quiet", dest="quiet_first", action="count", default=0, help=_QUIET_HELP)
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     common.add_argument("-q", "--quiet", action="count", default=0, help=_QUIET_HELP)
     common.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")

@@ -19,6 +19,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +33,7 @@ from q38.errors import FlagError
 from q38.export_plan import DEFAULT_PROMPT
 from q38.progress import elapsed
 
-__all__ = ["MARKER", "Step", "prepare_workdir", "run_demo"]
+__all__ = ["MARKER", "Step", "prepare_workdir", "q38_command", "run_demo"]
 
 MARKER: Final = ".q38-demo"
 GENERATE_TOKENS: Final = 8
@@ -226,20 +229,40 @@ def run_demo(*, workdir: str, preset: str, variant: str, use_ort: bool, as_json:
     return 0 if failed is None else (failed.exit_code or 1)
 
 
+def q38_command() -> str:
+    """The ``q38`` command as the user can type it now: the demo prints its next steps with it.
+
+    ``q38`` when that name on PATH is this installation's script; else the full path of the script
+    beside this interpreter (``nox -s demo`` runs in ``.nox/demo``, whose ``bin`` is not on PATH);
+    else ``python -m q38`` with this interpreter's full path. Each works as printed.
+    """
+    bindir = Path(sys.executable).parent
+    script = bindir / ("q38.exe" if os.name == "nt" else "q38")
+    on_path = shutil.which("q38")
+    if script.is_file():
+        if on_path is not None and Path(on_path).resolve() == script.resolve():
+            return "q38"
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m q38"
+
+
 def _report_text(steps: list[Step], run: Path, variant: str, use_ort: bool) -> None:
     warnings = _warnings(steps)
     if warnings:
         print(f"warnings ({len(warnings)}; they do not fail a check):")
         print("\n".join(warnings))
     offloaded = run / "offloaded"
+    q38 = q38_command()
     print(f"output: {offloaded} (the QMoE-offload package; every step's output is in {run})")
     if variant != "cpu":
         print("note: the faithful variant uses QSA ops that no ORT CPU build has kernels for; its ORT sessions "
-              f"need a Qwen3.8-capable CUDA build: there, run q38 check {offloaded} --ort")
+              f"need a Qwen3.8-capable CUDA build: there, run {q38} check {shlex.quote(str(offloaded))} --ort")
     elif not use_ort:
         print("note: --no-ort: the checks created no ORT session")
-    print(f"next: q38 diff {run / 'built'} {run / 'optimized'}   # what optimize changed, node by node")
-    print(f"      q38 check {offloaded} --ort -v        # the contracts and real sessions, step by step")
+    built, optimized = (shlex.quote(str(run / name)) for name in ("built", "optimized"))
+    print(f"next: {q38} diff {built} {optimized}   # what optimize changed, node by node")
+    print(f"      {q38} check {shlex.quote(str(offloaded))} --ort -v        # the contracts and real sessions, "
+          "step by step")
 
 
 def _report_json(steps: list[Step], failed: Step | None, run: Path) -> None:

@@ -4,14 +4,20 @@
   does, or there is none to state) and its choices, so ``q38 CMD --help`` is the reference.
 * :func:`comma_list`: list options take one comma-separated value (``--passes a,b``), so a
   list option can never swallow the positional arguments that follow it.
+* :class:`OrtVersion`: every flag that names an onnxruntime release (``check --ort-version``,
+  ``synth`` / ``optimize --target-ort``) takes only a release q38 has facts for.
+* :func:`byte_size`: every size flag reads the same units (``24GiB``, ``24GB``, ``512MiB``).
+* :func:`say_wrote`: a writing command's last line names what it wrote; with ``--json`` (or any
+  machine-readable document on stdout) that line goes to stderr, so stdout stays parseable.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
-__all__ = ["HelpFormatter", "comma_list"]
+__all__ = ["HelpFormatter", "OrtVersion", "byte_size", "comma_list", "nonneg_int", "positive_int", "say_wrote"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -72,3 +78,50 @@ def positive_int(text: str) -> int:
 def nonneg_int(text: str) -> int:
     """An argparse ``type``: a decimal integer >= 0 in ASCII digits."""
     return _decimal(text, 0, "non-negative")
+
+
+class OrtVersion(argparse.Action):
+    """An argparse action for a flag naming an onnxruntime release: one q38 has facts for, only.
+
+    The one validator of ``check --ort-version`` and ``synth`` / ``optimize --target-ort``: the
+    refusal is :func:`q38.ort_targets.ort_target`'s line, naming the flag and the known releases
+    (``--ort-version banana`` judged a package by the rules of no release).
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from q38.errors import FlagError  # deferred: stdlib-only module; light
+        from q38.ort_targets import ort_target  # deferred: stdlib-only module; light
+
+        try:
+            ort_target(str(values), flag=option_string or self.dest)
+        except FlagError as exc:
+            parser.error(str(exc))
+        setattr(namespace, self.dest, values)
+
+
+def byte_size(text: str) -> int:
+    """An argparse ``type`` for a byte budget flag (``--*-bytes``): ``8GiB``, ``512MiB`` or a byte count.
+
+    The flag's name says bytes, so a bare decimal stays a byte count (the documented form); any
+    other text is read by :func:`q38.sizes.parse_byte_size`.
+    """
+    # deferred: argparse calls this only when the flag is given; standard library only
+    from q38.sizes import SIZE_EXAMPLES, parse_byte_size
+
+    if text.isascii() and text.isdigit():
+        return nonneg_int(text)
+    try:
+        return parse_byte_size(text, bare_is_bytes=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a size with a unit ({SIZE_EXAMPLES}); without a unit, "
+                                         f"expected a non-negative decimal integer, got {text!r}") from exc
+
+
+def say_wrote(command: str, what: str, *, machine: bool) -> None:
+    """Print ``q38 COMMAND: wrote WHAT``: on stdout, or on stderr when stdout carries a document.
+
+    ``machine``: stdout is a machine-readable document (``--json``, ``check --format sarif``):
+    the line must not break it, so it goes to stderr.
+    """
+    print(f"q38 {command}: wrote {what}", file=sys.stderr if machine else sys.stdout, flush=True)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from typing import Any
+
+from q38.commands._options import OrtVersion, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -35,7 +38,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    "installed ORT has no CPU kernel for is SKIPPED, naming the op")
     p.add_argument("--require-sessions", action="store_true",
                    help="with --ort: a SKIPPED session fails the check (exit 1) instead of passing")
-    p.add_argument("--ort-version", default=None, help="mirror this onnxruntime version (default: the installed one)")
+    p.add_argument("--ort-version", action=OrtVersion, default=None, metavar="VERSION",
+                   help="judge by the rules of this onnxruntime release (1.31.1, 1.32.0; default: the installed one)")
     _register_report_options(p)
     p.set_defaults(run=run)
 
@@ -50,7 +54,8 @@ def _register_report_options(p: argparse.ArgumentParser) -> None:
                    help="text (grouped, for a terminal), json, sarif (SARIF 2.1.0 for code scanning), "
                    "github (workflow annotations), junit (JUnit XML); --json is --format json")
     p.add_argument("--output", metavar="FILE", default=None,
-                   help="write the report to FILE (atomically; default: stdout)")
+                   help="write the report to FILE (atomically; it must not exist unless --force; default: stdout)")
+    p.add_argument("--force", action="store_true", help="let --output FILE replace an existing file")
     p.add_argument("--select", metavar="IDS", type=comma_list(), action="append", default=[],
                    help="report only these rules: ids or id prefixes (ORT-SCHEMA, QSA-), comma-separated")
     p.add_argument("--ignore", metavar="IDS", type=comma_list(), action="append", default=[],
@@ -96,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     fmt = "json" if args.json else fmt
     if args.baseline and args.write_baseline:
         raise FlagError("--baseline and --write-baseline: give one (write a baseline, or gate on one)")
+    if args.force and not args.output:
+        raise FlagError("--force lets --output FILE replace a file; there is no --output")
+    if args.output and not args.force and os.path.lexists(args.output):
+        raise FlagError(f"--output {args.output}: exists (q38 never replaces a file; --force replaces it)")
     selection = Selection(tuple(s for group in args.select for s in group), tuple(s for group in args.ignore for s in group),
                           args.warnings_as_errors)  # fmt: skip
     baseline = read_baseline(args.baseline) if args.baseline else []
@@ -109,14 +118,24 @@ def run(args: argparse.Namespace) -> int:
     report.violations[:] = [dataclasses.replace(v, message=bound_line(v.message)) for v in report.violations]
     options = {"require_sessions": args.require_sessions, "ort_sessions": args.ort}
     results = classify(report, selection, baseline=baseline, baseline_path=args.baseline or "", **options)
+    recorded = len(results.active)
     if args.write_baseline:
         write_baseline(args.write_baseline, results)
         results = classify(report, selection, baseline=[r.fingerprint for r in results.active],
                            baseline_path=args.write_baseline, **options)  # fmt: skip
     text = render(fmt, results)
+    # A machine-readable format keeps stdout parseable (or empty): the "wrote" lines go to stderr.
+    machine = fmt != "text"
     if args.output:
-        write_atomic(args.output, text)
+        write_atomic(args.output, text, replace=args.force, flag="--output")
     else:
         encoding = sys.stdout.encoding or "utf-8"
         sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))  # '…' on an ASCII stdout
+        sys.stdout.flush()
+    if args.write_baseline:
+        say_wrote("check", f"{args.write_baseline} (the baseline: {recorded} result(s) recorded)", machine=machine)
+    if args.output:
+        verdict = "OK" if results.ok else "FAIL"
+        say_wrote("check", f"{args.output} (the {fmt} report: {verdict}, {len(results.errors)} error(s))",
+                  machine=machine)
     return 0 if results.ok else 1

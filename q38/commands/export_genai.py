@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from q38.commands._options import say_wrote
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
 from q38.export_plan import DEFAULT_PROMPT
@@ -93,11 +94,13 @@ def run(args: argparse.Namespace) -> int:
                           "states": result.states, "rewrites": list(result.rewrites),
                           "dropped": list(result.dropped), "tokens": tokens}, sort_keys=True))
     else:
-        print(f"exported {args.pkg} -> {args.out} ({len(result.files)} files, graph {result.graph})")
         for line in result.rewrites:
-            print(f"  config: {line}")
+            print(f"config: {line}")
         for line in result.dropped:
-            print(f"  dropped: {line}")
+            print(f"dropped: {line}")
         if tokens is not None:
             print("tokens: " + " ".join(str(t) for t in tokens))
+    # The last line names what was written (stderr with --json: stdout is the JSON document).
+    say_wrote("export-genai", f"{args.out} ({len(result.files)} files, graph {result.graph}; exported from {args.pkg})",
+              machine=args.json)
     return 0

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from q38.commands._options import positive_int
+from q38.commands._options import positive_int, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -47,7 +47,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("package", metavar="PKG", help="package directory (either surface; only read)")
     p.add_argument("--context", type=_contexts, metavar="N[,N..]",
                    help="context tiers in tokens (4096,32k; default: each profile's own tier)")
-    p.add_argument("--gpu", metavar="SIZE|CLASS", help="a device to fit (24GiB, 24GB, rtx4090, h200; default: none)")
+    p.add_argument("--gpu", metavar="SIZE|CLASS", help="a device to fit: a size with its unit (24GiB, 24GB) or a class (rtx4090, h200); "
+                   "exit 1 when it is over (default: none)")
     p.add_argument("--batch", type=positive_int, default=1, metavar="B", help="sequences held at once")
     p.add_argument("--plot", metavar="FILE.png", help="write stacked bars per tier and profile (must not exist; default: no plot)")
     p.set_defaults(run=run)
@@ -56,7 +57,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the memory fit of the package per tier and profile (or --json); --plot also draws it.
 
-    Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 0.
+    Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 1 when a row
+    is ``over`` (a runtime profile's budget or the --gpu device; docs/fit.md), else 0.
     """
     from q38.errors import FlagError  # deferred: command modules import at call time; light
 
@@ -78,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         print("\n".join(report.lines()))
-    return 0
+    if args.plot is not None:
+        say_wrote("fit", f"{args.plot} (the plot)", machine=args.json)
+    return 1 if any(row.verdict == "over" for row in report.rows) else 0

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from q38.commands._options import nonneg_int
+from q38.commands._options import byte_size, nonneg_int
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
 from q38.offload.legacy import LEGACY_FLAGS, legacy_flag_message
@@ -50,8 +50,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-placement", choices=("adaptive", "static"), default="adaptive",
                    help="session.moe.offload.placement (default adaptive)")
     p.add_argument("--cpu-execution", action="store_true", help="let ORT run cold experts on the CPU")
-    p.add_argument("--device-expert-bytes", type=nonneg_int, metavar="BYTES", help="session.moe.offload device expert budget in bytes (default: not set, ORT decides)")
-    p.add_argument("--host-expert-bytes", type=nonneg_int, metavar="BYTES", help="session.moe.offload host expert budget in bytes (default: not set, ORT decides)")
+    p.add_argument("--device-expert-bytes", type=byte_size, metavar="SIZE", help="session.moe.offload device expert budget: a byte count or a size with a unit, 8GiB (default: not set, ORT decides)")
+    p.add_argument("--host-expert-bytes", type=byte_size, metavar="SIZE", help="session.moe.offload host expert budget: a byte count or a size with a unit, 64GiB (default: not set, ORT decides)")
     p.add_argument("--expert-profile", metavar="FILE",
                    help="STRP v1 expert-popularity profile (copied as expert-profile.bin, set as popularity_file; "
                    "default: none)")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from q38.commands._options import comma_list
+from q38.commands._options import OrtVersion, comma_list
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
 
@@ -43,11 +43,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help=f"run only these passes, comma-separated, in pipeline order ({PASSES_HELP}; default: all)")
     p.add_argument("--skip", type=comma_list(), action="extend", metavar="PASS,...", default=[],
                    help="skip these passes, comma-separated (default: none)")
-    p.add_argument("--target-ort", default=None, metavar="VERSION",
+    p.add_argument("--target-ort", action=OrtVersion, default=None, metavar="VERSION",
                    help="emit only ops onnxruntime VERSION (1.31.1, 1.32.0) has a kernel for on the target EP "
                    "(cpu: its committed CPU kernels; cuda: its CUDA kernel facts where a GPU run committed them, "
                    "else its operator schemas; default: no version limit, every op the target EP has)")
-    p.add_argument("--explain", action="store_true", help="print every candidate and why it was declined")
+    p.add_argument("--explain", action="store_true", help="print every candidate, its graph, and why it was declined")
     add_placement_arguments(p)
     add_allow_flag(p)
     p.set_defaults(run=run)
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     """Rewrite SRC into OUT for the --target EP (default: what SRC can run), gated on ``q38 check``.
 
     --target-ort rewrites only into ops that onnxruntime version has kernels for; --explain prints
-    each pass's outcome. Returns 0.
+    each candidate's outcome, naming its graph (with --json: an ``explain`` list in the one JSON
+    document). Returns 0.
     """
     # deferred: pulls ml_dtypes into q38 --help (q38.optimize.fp8_head)
     from q38.optimize.driver import optimize_package
@@ -85,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
         result, counts = optimize_package(
             args.src, args.out, target=target, passes=args.passes, skip=tuple(args.skip), link=link, digest=digest
         )
-    if args.explain:
-        for outcome in result.outcomes:
-            print(outcome.line())
     if args.json:
-        print(json.dumps({"out": str(args.out), "target": target, "target_reason": why, "rewrites": result.rewrites,
-                          "nodes": {k: list(v) for k, v in counts.items()}}, sort_keys=True))
+        # stdout is one JSON document: --explain's outcomes are a list in it, not text before it.
+        doc: dict[str, object] = {"out": str(args.out), "target": target, "target_reason": why, "rewrites": result.rewrites,
+               "nodes": {k: list(v) for k, v in counts.items()}}
+        if args.explain:
+            doc["explain"] = [{"graph": o.graph, "pass": o.pass_name, "anchor": o.anchor, "applied": o.applied,
+                               "reason": o.reason} for o in result.outcomes]
+        print(json.dumps(doc, sort_keys=True))
     else:
+        if args.explain:
+            for outcome in result.outcomes:
+                print(outcome.line())
         summary = ", ".join(f"{k}={v}" for k, v in result.rewrites.items())
         print(f"optimized {args.src} -> {args.out} (target {target}: {why}): {summary}", file=sys.stdout)
     return 0

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from q38.profile.replay import ReplayReport
     from q38.profile.run import ProfileRun
 
-from q38.commands._options import nonneg_int, positive_int
+from q38.commands._options import nonneg_int, positive_int, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -176,11 +176,11 @@ def run(args: argparse.Namespace) -> int:
             if replayed is not None:
                 doc["plan"]["replay"] = replayed.to_dict()
         print(json.dumps(doc, indent=2, sort_keys=True))
+        _say_written(args, measured, replayed)
         return 0
     if measured is not None:
         total = sum(measured.rows_processed.values())
-        where = f"wrote {args.output}" if args.output else "measured"
-        print(f"q38 profile: {where}: {measured.counts.shape[0]} layers x {measured.counts.shape[1]} experts, "
+        print(f"q38 profile: measured: {measured.counts.shape[0]} layers x {measured.counts.shape[1]} experts, "
               f"{measured.prompts} prompts, {measured.generated} tokens generated, {total} rows processed "
               f"({', '.join(f'{g} {n}' for g, n in measured.rows_processed.items())}), {measured.seconds:.1f} s")  # fmt: skip
     if plan is not None:
@@ -190,7 +190,19 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(format_reports(plan.hit_rates)))
         if replayed is not None:
             print("\n".join(replayed.lines()))
+    _say_written(args, measured, replayed)
     return 0
+
+
+def _say_written(args: argparse.Namespace, measured: ProfileRun | None, replayed: ReplayReport | None) -> None:
+    """The last line: every file this run wrote (none: a --plan of a given profile writes nothing)."""
+    written = []
+    if measured is not None:
+        written += [p for p in (args.output, args.trace_out, args.ort_state) if p is not None]
+    if replayed is not None and args.coverage is not None:
+        written += [f"{args.coverage}.json", f"{args.coverage}.png"]
+    if written:
+        say_wrote("profile", ", ".join(written), machine=args.json)
 
 
 def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileRun | None,

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from q38.commands._options import OrtVersion, say_wrote
+
 __all__ = ["register", "run"]
 
 
@@ -69,7 +71,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="model.context_length and kv_capacity in tokens (default 4096; at least 256, the prefill chunk)",
     )
     p.add_argument(
-        "--target-ort", default=None, metavar="VERSION",
+        "--target-ort", action=OrtVersion, default=None, metavar="VERSION",
         help="the onnxruntime release the package must load and run in (1.31.1 or 1.32.0): IR version, "
         "opsets, GatedDeltaNet gate dtypes and which contrib ops exist (default: the newest forms, 1.32.0)",
     )
@@ -77,7 +79,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0."""
+    """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0.
+
+    The last line names what was written (stderr with --json, where stdout is the JSON document).
+    """
     from q38.progress import elapsed  # deferred: command modules import at call time; light
 
     # deferred: pulls ml_dtypes into q38 --help (q38.synth.builder_forms.forms)
@@ -103,4 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"out": str(out), "preset": args.preset, "variant": args.variant}
         print(json.dumps(doc | {"exporter": args.exporter}))
+    what = "source bundles" if args.bundles else f"{args.layout} package"
+    say_wrote("synth", f"{out} ({what}: {args.preset} preset, {args.variant} variant, {args.exporter} exporter)",
+              machine=args.json)
     return 0

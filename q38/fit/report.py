@@ -8,7 +8,6 @@ line and never added to the exact sum; a verdict reads both (docs/fit.md).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from q38.package.memory import (
     load_memory,
     read_package_facts,
 )
+from q38.sizes import parse_byte_size
 
 __all__ = ["GPU_CLASSES", "Estimate", "FitReport", "FitRow", "estimate", "fit_package", "parse_gpu", "parse_size"]
 
@@ -39,30 +39,31 @@ CUBLAS_WORKSPACE: Final = 64 * MIB
 CUDA_CONTEXT: Final = 512 * MIB
 VERIFY_ROWS: Final = 4  # the widest step a v12b offload package runs (model_s4: 4 verify rows)
 Verdict = Literal["fits", "tight", "over", "n/a"]
-_SIZE_RE: Final = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS: Final = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "ki": 1 << 10, "m": 10**6, "mb": 10**6,
-                 "mib": MIB, "mi": MIB, "g": 10**9, "gb": 10**9, "gib": GIB, "gi": GIB, "t": 10**12,
-                 "tb": 10**12, "tib": 1 << 40, "ti": 1 << 40}  # fmt: skip
 
 
 def parse_size(text: str, *, flag: str) -> int:
-    """``24GiB`` / ``24GB`` / ``25769803776`` -> bytes (GB = 10^9, GiB = 2^30)."""
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise FlagError(f"{flag} {text!r}: expected a size such as 24GiB, 24GB or a byte count")
-    value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    """``24GiB`` / ``24GB`` / ``512MiB`` -> bytes (GB = 10^9, GiB = 2^30); a bare number is refused.
+
+    ``--gpu 24`` used to be a 24-byte device; a size now needs its unit (:mod:`q38.sizes`).
+    """
+    try:
+        value = parse_byte_size(text)
+    except ValueError as exc:
+        raise FlagError(f"{flag} {exc}") from None
     if value < 1:
         raise FlagError(f"{flag} {text!r}: must be at least one byte")
-    return int(value)
+    return value
 
 
 def parse_gpu(text: str) -> tuple[str, int]:
-    """``--gpu``: a named class (``rtx4090``) or a size; returns (label, bytes)."""
+    """``--gpu``: a named class (``rtx4090``) or a size with a unit; returns (label, bytes)."""
     named = GPU_CLASSES.get(text.strip().lower())
     if named is not None:
         return text.strip().lower(), named
-    if not _SIZE_RE.match(text):
-        raise FlagError(f"--gpu {text!r}: expected a size (24GiB) or a class ({', '.join(sorted(GPU_CLASSES))})")
+    try:
+        parse_byte_size(text)
+    except ValueError as exc:
+        raise FlagError(f"--gpu {exc}, or a class ({', '.join(sorted(GPU_CLASSES))})") from None
     return text.strip(), parse_size(text, flag="--gpu")
 
 

@@ -79,17 +79,23 @@ class Decline:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What a pass did with one candidate (``--explain`` prints these)."""
+    """What a pass did with one candidate (``--explain`` prints these).
+
+    ``graph``: the package-relative file of the graph the candidate is in, set by the package
+    driver (the same node name occurs in the target, head and draft graphs); empty for one model.
+    """
 
     pass_name: str
     anchor: str
     applied: bool
     reason: str = ""
+    graph: str = ""
 
     def line(self) -> str:
-        """The outcome as one log line: pass, anchor, then ``fused`` or ``declined: <reason>``."""
+        """The outcome as one log line: [graph,] pass, anchor, then ``fused`` or ``declined: <reason>``."""
         verdict = "fused" if self.applied else f"declined: {self.reason}"
-        return f"{self.pass_name}: {self.anchor}: {verdict}"
+        where = f"{self.graph}: " if self.graph else ""
+        return f"{where}{self.pass_name}: {self.anchor}: {verdict}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -302,6 +302,8 @@ def optimize_package(
             before = len(model.graph)
             reader = _reader(ref.path, ref.root if ref.root is not None else pkg.root)
             result = optimize_model(model, target=target, passes=passes, skip=skip, reader=reader)
+            graph = PurePath(ref.rel).as_posix()
+            result.outcomes[:] = [dataclasses.replace(o, graph=graph) for o in result.outcomes]
             total.merge(result)
             node_counts[ref.role] = (before, len(model.graph))
             dest = staged / ref.rel

@@ -4,7 +4,8 @@
 GitHub's "Workflow commands for GitHub Actions": the message escapes ``%``, CR and LF as
 ``%25``, ``%0D``, ``%0A``; property values escape also ``:`` and ``,`` (``%3A``, ``%2C``). The
 message names the graph and node (or config key) since an ``.onnx`` file has no line to point
-at. Suppressed results are not annotated; a failed ``--ort`` session is an ``::error``.
+at. Suppressed results are not annotated; a failed ``--ort`` session is an ``::error``. A clean
+package gets one ``::notice`` summary line (the check ran, and by which rules), never silence.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def escape_property(text: str) -> str:
 
 
 def render_github(results: CheckResults) -> str:
-    """The annotation lines (possibly none), newline-ended."""
+    """The annotation lines, newline-ended; a single ``::notice`` summary when there is none."""
     report = results.report
     prefix = package_prefix(report.package)
     lines = []
@@ -41,4 +42,13 @@ def render_github(results: CheckResults) -> str:
     for s in report.sessions:
         if s.status == "failed":
             lines.append(f"::error title=session {escape_property(s.graph)}::{escape_data(s.message or 'failed')}")
+    if not lines:
+        # A clean package still says so in the job log: that the check ran, on what, by which rules.
+        opened = sum(s.status == "ok" for s in report.sessions)
+        skipped = sum(s.status == "skipped" for s in report.sessions)
+        sessions = f"; ORT sessions: {opened} ok, {skipped} SKIPPED" if results.ort_sessions else ""
+        summary = (f"{report.package}: {'OK' if results.ok else 'FAIL'}: 0 error(s), 0 warning(s); "
+                   f"{len(report.rules_checked)} rules of onnxruntime {report.ort_version}{sessions}")
+        level = "notice" if results.ok else "error"
+        lines.append(f"::{level} title=q38 check::{escape_data(summary)}")
     return "".join(line + "\n" for line in lines)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from contracts._rule import Severity, Violation
 from contracts.catalogue import catalogue, matches
 from q38.errors import FlagError, quote
+from q38.package.staging import rename_noreplace
 
 if TYPE_CHECKING:
     from contracts.runner import CheckReport
@@ -205,11 +206,12 @@ def baseline_document(results: CheckResults) -> dict[str, Any]:
     return {"q38_baseline": BASELINE_VERSION, "ort_version": results.report.ort_version, "results": entries}
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str, *, replace: bool = True, flag: str = "") -> None:
     """Write ``text`` to ``path`` through a temporary file in its directory and a rename.
 
     A reader never sees half a file and a failure leaves no file behind; a directory at ``path``
-    is refused (FlagError).
+    is refused (FlagError). ``replace=False``: an existing ``path`` is refused too (FlagError
+    naming ``flag``), also one that appeared while the text was written (a no-replace rename).
     """
     target = Path(path)
     if target.is_dir():
@@ -218,7 +220,13 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            try:
+                rename_noreplace(Path(tmp), target)
+            except FileExistsError:
+                raise FlagError(f"{flag} {target}: exists (q38 never replaces a file; --force replaces it)".strip()) from None
     except BaseException:
         try:
             os.unlink(tmp)

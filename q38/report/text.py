@@ -11,9 +11,12 @@ same way). The other formats keep every result.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts._rule import OrtVersions
+from contracts.catalogue import catalogue
 from q38.report.results import CheckResults, Result
 
 __all__ = ["SHOWN", "group_causes", "render_text"]
@@ -76,17 +79,45 @@ def _rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _rules_line(checked: Sequence[str], version: str) -> str:
+    """How many rules were applied, and which catalogue rules were not and why (``q38 rules`` lists all).
+
+    The catalogue's rules that do not exist in ``version`` are counted.
+
+    The environment rules judge environment variables of the process that runs onnxruntime: a
+    package does not carry them, so ``check`` cannot apply them (``q38 rules`` still lists them).
+    """
+    skipped = sorted(e.rule_id for e in catalogue() if e.kind == "environment" and e.rule_id not in set(checked)
+                     and OrtVersions(e.since, e.until).applies(version))
+    absent = sum(not OrtVersions(e.since, e.until).applies(version) for e in catalogue())
+    notes = []
+    if skipped:
+        notes.append(f"not applied: {', '.join(skipped)}: environment-variable rules, which judge the process "
+                     "that runs onnxruntime, not the package")
+    if absent:
+        notes.append(f"{absent} more in q38 rules do not exist in onnxruntime {version}")
+    return f"{len(checked)} rules applied" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def render_text(results: CheckResults) -> str:
     """The text report (see the module docstring)."""
     report = results.report
     graphs = ", ".join(report.graphs) or "-"
-    lines = [f"q38 check {report.package}: onnxruntime {report.ort_version}, {len(report.rules_checked)} rules, graphs: {graphs}"]
+    lines = [(f"q38 check {report.package}: onnxruntime {report.ort_version}, {_rules_line(report.rules_checked, report.ort_version)}, "
+             f"graphs: {graphs}")]
     active = results.active
     if active:
         lines.extend(_table(_rows(active)))
+    # A note that several sessions share (the config names a provider this onnxruntime lacks) is
+    # said once, before them, not once per session.
+    shared = {m for m, n in Counter(s.message for s in report.sessions if s.message).items() if n > 1}
+    for note in sorted(shared):
+        ids = [s.graph for s in report.sessions if s.message == note]
+        lines.append(f"sessions {', '.join(ids)}: {note}")
     for s in report.sessions:
         status = s.status.upper() if s.status != "ok" else "ok"
-        lines.append(f"session {s.graph}: {status}{': ' + s.message if s.message else ''}")
+        message = s.message if s.message and s.message not in shared else ""
+        lines.append(f"session {s.graph}: {status}{': ' + message if message else ''}")
     errors = len(results.errors)
     summary = f"{'OK' if results.ok else 'FAIL'}: {errors} error(s), {len(active) - errors} warning(s)"
     if results.ort_sessions:

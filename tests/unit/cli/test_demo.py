@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from q38.cli import main
-from q38.demo import MARKER, prepare_workdir
+from q38.demo import MARKER, prepare_workdir, q38_command
 from q38.progress import elapsed
 
 
@@ -47,7 +48,7 @@ def test_demo_runs_every_step_explains_it_and_reruns(tmp_path: Path, capsys: pyt
     header = [i for i, line in enumerate(out) if line.startswith("warnings (")]
     assert all(out[i + 1].startswith("  ") for i in header)
     assert f"output: {run / 'offloaded'} (the QMoE-offload package; every step's output is in {run})" in out
-    assert f"next: q38 diff {run / 'built'} {run / 'optimized'}   # what optimize changed, node by node" in out
+    assert f"next: {q38_command()} diff {run / 'built'} {run / 'optimized'}   # what optimize changed, node by node" in out
     assert sorted(p.name for p in run.iterdir()) == ["built", "bundles", "exported", "offloaded", "optimized"]
 
     # A rerun writes run-2 next to run-1, which stays as it was.
@@ -111,3 +112,27 @@ def test_demo_runs_in_a_fresh_process_as_the_console_script(tmp_path: Path) -> N
                            "--no-ort"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "FAILED" not in done.stdout and (tmp_path / "w" / "run-1" / "offloaded" / "genai_config.json").is_file()
+
+
+def test_the_printed_q38_command_runs_as_printed() -> None:
+    # After the README's commands `q38` need not be on PATH (nox -s demo installs it in .nox/demo):
+    # the demo's next steps name a command that runs as printed.
+    command = q38_command()
+    done = subprocess.run([*shlex.split(command), "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("q38 "), done.stderr
+
+
+def test_q38_command_is_q38_only_where_path_finds_this_installation(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    bindir = tmp_path / "venv dir" / "bin"
+    bindir.mkdir(parents=True)
+    python = bindir / "python"
+    monkeypatch.setattr(sys, "executable", str(python))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no q38 there
+    assert q38_command() == f"'{python}' -m q38"  # no script beside the interpreter
+    script = bindir / "q38"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert q38_command() == f"'{script}'"  # the full path, quoted for the shell
+    monkeypatch.setenv("PATH", str(bindir))
+    assert q38_command() == "q38"

@@ -19,7 +19,7 @@ import onnx
 import pytest
 
 from q38.cli import main
-from q38.fit import fit_package
+from q38.fit import fit_package, parse_gpu
 
 REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real"
 REAL_PACKAGES = sorted(p.name for p in REAL.iterdir() if (p / "genai_config.json").is_file())
@@ -155,10 +155,32 @@ def test_cli_text_json_and_plot(tiny_cpu_package: Path, tmp_path: Path, capsys: 
     assert row["device"]["state"] == 3 * one
 
 
-def test_cli_verdict_over_when_state_exceeds_the_gpu(tiny_cpu_package: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fit", str(tiny_cpu_package), "--gpu", "1MiB", "--json"]) == 0
+def test_cli_verdict_over_when_state_exceeds_the_gpu_exits_1(tiny_cpu_package: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # An over budget is a failed fit: exit 1 after the report (docs/fit.md), in JSON and in text.
+    assert main(["fit", str(tiny_cpu_package), "--gpu", "1MiB", "--json"]) == 1
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["verdict"] == "over" and row["headroom"] < 0
+    assert main(["fit", str(tiny_cpu_package), "--gpu", "1MiB"]) == 1
+    assert "over" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["24", "3090", "24.5"])
+def test_cli_a_gpu_size_without_a_unit_is_refused_with_the_hint(value: str, tiny_cpu_package: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # `--gpu 24` was a 24-byte device and `--gpu 3090` 3.0 KiB, both judged "over" with exit 0.
+    assert main(["fit", str(tiny_cpu_package), "--gpu", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"q38 fit: error: --gpu {value!r} has no unit; give a number with a unit: 24GiB, 24GB, "
+                            "512MiB or 4096B (GB = 10^9 bytes, GiB = 2^30), or a class (a10, a100-40gb, a100-80gb, "
+                            "h100, h200, l4, l40s, rtx3090, rtx4080, rtx4090, rtx5090)\n")
+
+
+@pytest.mark.parametrize(("value", "size"), [("24GiB", 24 << 30), ("24GB", 24 * 10**9), ("512MiB", 512 << 20),
+                                             ("1.5GiB", 3 << 29), ("4096B", 4096), ("24G", 24 * 10**9), ("rtx4090", 24 << 30)])
+def test_gpu_sizes_with_a_unit_and_classes_are_read(value: str, size: int) -> None:
+    assert parse_gpu(value)[1] == size
 
 
 @pytest.mark.parametrize("argv", [["--gpu", "24XB"], ["--context", "0"], ["--batch", "0"], ["--gpu", "h9000"]])

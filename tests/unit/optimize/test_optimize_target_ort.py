@@ -52,7 +52,10 @@ def test_cpu_1_31_1_keeps_to_its_cpu_kernels(tiny_cpu_package: Path, tmp_path: P
 
 
 def test_unknown_release_is_one_line(tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["optimize", str(tiny_cpu_package), str(tmp_path / "x"), "--target-ort", "9.9.9"]) == 2
+    # refused while the command line is read (argparse's exit 2), before anything runs
+    with pytest.raises(SystemExit) as exited:
+        main(["optimize", str(tiny_cpu_package), str(tmp_path / "x"), "--target-ort", "9.9.9"])
+    assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == "q38 optimize: error: --target-ort 9.9.9: unknown onnxruntime version (known: 1.31.1, 1.32.0)"
     assert not (tmp_path / "x").exists()
