@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Examples, Rule, RuleDoc, Violation
 
 __all__ = ["KEY_MAX_BYTES", "RULES", "VALUE_MAX_BYTES", "effective", "effective_entries"]
 
@@ -86,8 +86,20 @@ def _check_limits(entries: Mapping[str, str]) -> list[Violation]:
     return found
 
 
+FAMILY = "session-config"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("SESSION-CFG-001", "config keys are 1-1024 bytes and values at most 8192 bytes, up to the "
          "first NUL (ConfigOptions::AddConfigEntry); keys and values are valid Unicode (the binding)", "probed 1.31.1 and 1.32.0 (config_options.cc)",
-         "cpu-session", "session-config", _check_limits),
+         "cpu-session", "session-config", _check_limits, examples=Examples({"session.k": "v"},
+                  {"\0k": "v"}),
+         family=FAMILY, doc=RuleDoc(
+        "SessionOptions.add_session_config_entry hands ORT C strings: ORT cuts key and value at the "
+        "first NUL, and ConfigOptions::AddConfigEntry refuses an empty key or one over 1024 bytes "
+        "('Config key is empty or longer than maximum length 1024') and a value over 8192 bytes "
+        "('Config value is longer than maximum length: 8192'); session creation fails.",
+        '"session_options": {"config_entries": {"": "1"}}  (or a 9000-byte value)',
+        "Remove the empty key; keep keys within 1024 and values within 8192 UTF-8 bytes.",
+    )),
 )  # fmt: skip
