@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from q38.commands._options import positive_int
+from q38.errors import FlagError
 
 __all__ = ["register", "run"]
 
@@ -58,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
 
     Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 0.
     """
-    from q38.errors import FlagError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.fit import fit_package, parse_gpu
 

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from q38.progress import elapsed
+
 __all__ = ["register", "run"]
 
 
@@ -78,8 +80,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     """Write the synthetic package (or, with --bundles, source bundles) to OUT; returns 0."""
-    from q38.progress import elapsed  # deferred: command modules import at call time; light
-
     # deferred: pulls ml_dtypes into q38 --help (q38.synth.builder_forms.forms)
     from q38.synth import synthesize
 
