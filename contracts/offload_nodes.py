@@ -30,7 +30,7 @@ from contracts._graph import (
     node_label,
     static_dims,
 )
-from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, RuleDoc, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts.float32 import parse_from_chars
 from contracts.offload_config import OFFLOAD_PREFIX, offload_mode
 from contracts.session_config import effective
@@ -667,7 +667,7 @@ PLANNER_RULES: tuple[Rule, ...] = (
 )  # fmt: skip
 
 
-def _reported(rule_id: str) -> Callable[..., list[Violation]]:
+def _reported(rule_id: str) -> ModelCheck:
     """OFFLOAD-NODE-001's results of one per-check id (the check behind that id's record)."""
 
     def check(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:

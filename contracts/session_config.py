@@ -14,9 +14,17 @@ what every other session-config rule reads; ``SESSION-CFG-001`` reports the refu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import TypeVar, cast
 
-from contracts._rule import Examples, Rule, RuleDoc, Violation
+from contracts._rule import (
+    EnvironmentCheck,
+    Examples,
+    ModelCheck,
+    Rule,
+    RuleDoc,
+    SessionCheck,
+    Violation,
+)
 
 __all__ = ["KEY_MAX_BYTES", "RULES", "VALUE_MAX_BYTES", "effective", "effective_entries"]
 
@@ -51,14 +59,19 @@ def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Violation]]:
+# A check whose last argument is a session's config entries (session-config, environment, graph).
+_EntriesCheck = TypeVar("_EntriesCheck", SessionCheck, EnvironmentCheck, ModelCheck)
+
+
+def effective(check: _EntriesCheck) -> _EntriesCheck:
     """``check`` reading the effective entries (its last argument) instead of the raw ones."""
+    call = cast(Callable[..., list[Violation]], check)
 
     def wrapped(*args: object) -> list[Violation]:
         *head, entries = args
-        return check(*head, effective_entries(cast(Mapping[str, str], entries)))
+        return call(*head, effective_entries(cast(Mapping[str, str], entries)))
 
-    return wrapped
+    return cast(_EntriesCheck, wrapped)
 
 
 def _unencodable(text: str) -> bool:
