@@ -123,14 +123,9 @@ def contracts(session: nox.Session, ort: str) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """Ruff on the code, its tests and tools; mypy on q38/ and contracts/; lint-imports: the layers and no import circles (pyproject.toml)."""
+    """The pre-commit hooks on every file: ruff, mypy --strict, lint-imports, actionlint (.pre-commit-config.yaml)."""
     session.install(*LINT_DEPS, "numpy>=1.26", "onnx>=1.23.2", "onnx-ir>=1.1.0")
-    session.run("ruff", "check", "q38", "contracts", "tests", "tools", "noxfile.py")
-    session.run("mypy", "q38", "contracts")
-    session.run("lint-imports")
-    session.run("python", "tools/check_deferred_imports.py")
-    # actionlint over .github/workflows: a broken workflow fails here, not on the CI service.
-    session.run("actionlint", "-color")
+    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

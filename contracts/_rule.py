@@ -6,24 +6,44 @@ only a node assigned to the CUDA EP triggers it; ``run-time``: checked when the 
 ORT versions it exists in, and its source (a section of ``ort-contract-rules.md`` /
 ``ort-cpu-capabilities.md`` or an ORT source file). ``check`` is pure: it reads its arguments and
 at most ``os.stat``/``os.lstat``, and returns :class:`Violation` records.
+
+A rule is one declaration, in its family module: the record carries its family, its
+documentation (:class:`RuleDoc`: what ORT does and the message it prints, a violating example,
+the fix, the default severity) and, for the rules whose input is data (session config,
+environment, config document), a passing and a violating input (:class:`Examples`). ``q38 rules``,
+``q38 explain``, SARIF's rule metadata, ``docs/rules.md`` and the rule-coverage test read these
+records (``contracts.catalogue``); nothing else lists a rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, cast
 
 from contracts._graph import ModelLike
 
+if TYPE_CHECKING:
+    from contracts.package_view import PackageView
+
 __all__ = [
     "REFERENCE_ORT_VERSION",
+    "AnyCheck",
+    "ConfigCheck",
+    "ConfigPatch",
     "Enforced",
+    "EnvironmentCheck",
+    "EnvironmentInput",
     "Ep",
+    "ExampleInput",
+    "Examples",
     "ModelCheck",
     "OrtVersions",
+    "PackageCheck",
     "Rule",
+    "RuleDoc",
     "RuleKind",
+    "SessionCheck",
     "Severity",
     "Violation",
     "parse_version",
@@ -107,20 +127,88 @@ class Violation:
         }
 
 
+# The check of each kind of rule: what it reads, positionally.
+class SessionCheck(Protocol):
+    """A ``session-config`` rule's check: one session's config entries."""
+
+    def __call__(self, entries: Mapping[str, str], /) -> list[Violation]: ...
+
+
+class EnvironmentCheck(Protocol):
+    """An ``environment`` rule's check: the process environment and the session's config entries."""
+
+    def __call__(self, env: Mapping[str, str], entries: Mapping[str, str], /) -> list[Violation]: ...
+
+
+class ConfigCheck(Protocol):
+    """A ``genai-config`` rule's check: the config document as JSON values."""
+
+    def __call__(self, config: Mapping[str, Any], /) -> list[Violation]: ...
+
+
+class PackageCheck(Protocol):
+    """A ``package`` rule's check: the package's files and graphs (``contracts.package_view``)."""
+
+    def __call__(self, view: PackageView, /) -> list[Violation]: ...
+
+
 # A graph rule's check (kind "graph"): the model and the session's config entries.
 ModelCheck: TypeAlias = Callable[[ModelLike, Mapping[str, str]], list[Violation]]
+AnyCheck: TypeAlias = SessionCheck | EnvironmentCheck | ConfigCheck | PackageCheck | ModelCheck
+"""The check of a rule of any kind (the rule's ``kind`` says which)."""
+
+# An example input of a data rule: session-config entries; (environment, entries); a config patch
+# (JSON merge patch, RFC 7386: an object merged key by key into a valid config, ``None`` deletes).
+EnvironmentInput: TypeAlias = tuple[Mapping[str, str], Mapping[str, str]]
+ConfigPatch: TypeAlias = Mapping[str, Any]
+ExampleInput: TypeAlias = Mapping[str, Any] | EnvironmentInput
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    """What ORT does and the message it prints, a violating example, the fix, the default level.
+
+    ``explanation`` says what onnxruntime (or the package consumer) checks and quotes the message
+    it prints where it has one; ``example`` is a minimal violating input (an ONNX node in text
+    form, a config fragment, a file layout); ``fix`` is what to change. ``severity`` is the rule's
+    default level (a rule whose results are mostly errors may still report a warning case, e.g.
+    ``OFFLOAD-NODE-001`` in ``auto`` mode).
+    """
+
+    explanation: str
+    example: str
+    fix: str
+    severity: Severity = "error"
+
+
+@dataclass(frozen=True)
+class Examples:
+    """A passing and a violating input of a data rule, evaluated by the rule-coverage test.
+
+    By kind: ``session-config``: config entries; ``environment``: ``(env, entries)``;
+    ``genai-config``: a :data:`ConfigPatch` of q38's tiny package's config. The violating input
+    differs from the passing one in the one thing the rule is about.
+    """
+
+    passing: ExampleInput
+    violating: ExampleInput
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One contract rule (see the module docstring)."""
+    """One contract rule, declared once in its family module (see the module docstring).
+
+    ``family``: the family module's ``FAMILY``; ``doc``: its documentation; ``examples``: a
+    passing and a violating input where the rule reads data (graph and package rules build theirs
+    in ``tests/support/rule_cases.py``).
+    """
 
     rule_id: str
     summary: str
     source: str
     enforced: Enforced
     kind: RuleKind
-    check: Callable[..., list[Violation]] = field(compare=False, repr=False)
+    check: AnyCheck = field(compare=False, repr=False)
     ort_versions: OrtVersions = OrtVersions()
     ep: Ep = "any"
     # The id of the rule whose check reports this id ("" for a rule that runs itself): one check
@@ -128,10 +216,39 @@ class Rule:
     # checks; each such id has its own record, for its catalogue entry, and the runner runs only
     # the parent (the record's ``check`` keeps the parent's results of its own id).
     part_of: str = ""
+    family: str = field(kw_only=True)
+    doc: RuleDoc = field(kw_only=True, compare=False, repr=False)
+    examples: Examples | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def applies(self, version: str) -> bool:
         """Whether onnxruntime ``version`` has this rule (non-ORT rules apply to every version)."""
         return self.ort_versions.applies(version)
 
-    def __call__(self, *args: object) -> list[Violation]:
-        return self.check(*args)
+    def check_session(self, entries: Mapping[str, str]) -> list[Violation]:
+        """Run a ``session-config`` rule on one session's config entries."""
+        self._expect("session-config")
+        return cast(SessionCheck, self.check)(entries)
+
+    def check_environment(self, env: Mapping[str, str], entries: Mapping[str, str]) -> list[Violation]:
+        """Run an ``environment`` rule on the process environment and a session's entries."""
+        self._expect("environment")
+        return cast(EnvironmentCheck, self.check)(env, entries)
+
+    def check_config(self, config: Mapping[str, Any]) -> list[Violation]:
+        """Run a ``genai-config`` rule on a config document."""
+        self._expect("genai-config")
+        return cast(ConfigCheck, self.check)(config)
+
+    def check_package(self, view: PackageView) -> list[Violation]:
+        """Run a ``package`` rule on a package view."""
+        self._expect("package")
+        return cast(PackageCheck, self.check)(view)
+
+    def check_graph(self, model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
+        """Run a ``graph`` rule on a model and its session's config entries."""
+        self._expect("graph")
+        return cast(ModelCheck, self.check)(model, entries)
+
+    def _expect(self, kind: RuleKind) -> None:
+        if self.kind != kind:
+            raise TypeError(f"{self.rule_id} is a {self.kind} rule, not a {kind} one")

@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from contracts._graph import ModelLike
-from contracts._rule import Enforced, Ep, OrtVersions, Rule, RuleKind, Violation, parse_version
+from contracts._rule import (
+    Enforced,
+    Ep,
+    ModelCheck,
+    OrtVersions,
+    Rule,
+    RuleDoc,
+    RuleKind,
+    Violation,
+    parse_version,
+)
 from contracts.schema_registry import available_versions
 
 __all__ = ["per_version", "version_spans"]
@@ -32,7 +42,7 @@ def version_spans(since: str | None = None) -> list[tuple[str, OrtVersions]]:
     return out
 
 
-def _bind(check: Callable[..., list[Violation]], version: str) -> Callable[..., list[Violation]]:
+def _bind(check: Callable[[ModelLike, Mapping[str, str], str], list[Violation]], version: str) -> ModelCheck:
     def bound(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
         return check(model, entries, version)
 
@@ -40,7 +50,11 @@ def _bind(check: Callable[..., list[Violation]], version: str) -> Callable[..., 
 
 
 def per_version(rule_id: str, summary: str, source: str, enforced: Enforced, kind: RuleKind,
-                check: Callable[..., list[Violation]], *, ep: Ep = "any", since: str | None = None) -> tuple[Rule, ...]:  # fmt: skip
-    """One Rule per dump span (from ``since`` on) running ``check(model, entries, version)``."""
-    return tuple(Rule(rule_id, summary, source, enforced, kind, _bind(check, version), span, ep)
+                check: Callable[[ModelLike, Mapping[str, str], str], list[Violation]], *, ep: Ep = "any",
+                since: str | None = None, family: str, doc: RuleDoc) -> tuple[Rule, ...]:  # fmt: skip
+    """One Rule per dump span (from ``since`` on) running ``check(model, entries, version)``.
+
+    The records share one declaration: its ``family`` and ``doc`` (see :class:`~contracts._rule.Rule`).
+    """
+    return tuple(Rule(rule_id, summary, source, enforced, kind, _bind(check, version), span, ep, family=family, doc=doc)
                  for version, span in version_spans(since))  # fmt: skip

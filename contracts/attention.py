@@ -21,6 +21,7 @@ from contracts._graph import (
     input_at,
     output_at,
 )
+from contracts._rule import RuleDoc
 from contracts._versions import per_version
 from contracts.op_kernel_rules import inference_and_cpu_checks
 from contracts.shapes import Shapes
@@ -92,11 +93,24 @@ _check_schema, _check_cpu = inference_and_cpu_checks(
 )
 
 
+FAMILY = "attention"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES = (
     *per_version("GQA-SCHEMA-001", "GroupQueryAttention inference: rank-3 query, packed width divisible "
                  "by the grouped head count, rank-4 past_key with past_value", _SRC, "cpu-session", "graph",
-                 _check_schema),
+                 _check_schema, family=FAMILY, doc=RuleDoc(
+        "GroupQueryAttention's inference (bert_defs) requires a rank-3 query, a packed width "
+        "divisible by num_heads + 2 x kv_num_heads and a rank-4 past_key given with past_value.",
+        "GroupQueryAttention(query: [B, S, 100], num_heads=8, kv_num_heads=2) with packed QKV",
+        "Make the packed width (num_heads + 2 kv_num_heads) x head_size and give past_key and past_value together.",
+    )),
     *per_version("GQA-CPU-001", "GroupQueryAttention CPU constructor: positive head counts, causal 0/1, "
                  "window and sliding-window cache, KV quantization type", _SRC, "cpu-session", "graph",
-                 _check_cpu, ep="cpu"),
+                 _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
+        "The CPU GroupQueryAttention constructor requires positive head counts, causal 0/1, a "
+        "valid local window with a sliding-window cache, and a supported KV quantization type.",
+        "GroupQueryAttention(num_heads=0, ...) on a CPU graph",
+        "Use positive num_heads / kv_num_heads and the documented window and quantization settings.",
+    )),
 )  # fmt: skip

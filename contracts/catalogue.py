@@ -1,71 +1,47 @@
-"""The rule catalogue: one entry per rule id, built from the rule records themselves.
+"""The rule catalogue: one entry per rule id, generated from the rule declarations themselves.
 
-``q38 rules``, ``q38 explain`` and the SARIF ``reportingDescriptor`` s all read this catalogue, so a
-rule is described in exactly one place. An entry joins two records that live next to each other:
+``q38 rules``, ``q38 explain``, the SARIF ``reportingDescriptor`` s and ``docs/rules.md`` all read
+this catalogue. A rule is declared once, in its family module (``contracts.runner.RULE_MODULES``):
+its :class:`~contracts._rule.Rule` records (a rule built per mirrored onnxruntime version is several
+records of one id) carry the summary, ORT source, where ORT enforces it, the surface it checks, the
+EP it concerns, the versions it exists in (the union of the records' spans), its family and its
+:class:`~contracts._rule.RuleDoc` (what ORT does and the message it prints, a violating example,
+the fix, the default level).
 
-* the :class:`~contracts._rule.Rule` s of ``contracts.runner.ALL_RULES`` with that id (a rule built
-  per mirrored onnxruntime version is several records of one id): summary, ORT source, where ORT
-  enforces it, the surface it checks, the EP it concerns and the versions it exists in (the union
-  of the records' spans);
-* its :class:`~contracts.rule_docs.RuleDoc` (``contracts.rule_docs.DOCS``): the long explanation
-  (what ORT does and the message it prints), a violating example, the fix and the default level.
-
-:func:`catalogue` refuses a registry where the two disagree (a rule without its documentation, a
-documentation entry for no rule): the test suite builds it, so such a rule cannot land.
+:func:`build_catalogue` refuses declarations that disagree (the records of one id with different
+enforcement, surface, EP, family or documentation, an empty documentation field): the test suite
+builds it, so such a rule cannot land.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from contracts._rule import Enforced, Ep, Rule, RuleKind, Severity, parse_version
 from contracts.citations import public_source, public_text
-from contracts.rule_docs import DOCS
 
-if TYPE_CHECKING:
-    from contracts.rule_docs import RuleDoc
+__all__ = ["RuleEntry", "build_catalogue", "catalogue", "entry", "families", "family_of", "markdown", "matches"]
 
-__all__ = ["FAMILIES", "RuleEntry", "build_catalogue", "catalogue", "entry", "family_of", "matches"]
-
-# Rule-id prefix -> family (the longest matching prefix wins). A family groups the rules of one
-# surface of ORT (an op, a config section, the file layout); JUnit has one test case per
-# (graph, family), and ``q38 rules --family`` filters by it.
-_FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("SESSION-CFG-", "session-config"),
-    ("OFFLOAD-", "offload"),
-    ("ORT-MODEL-", "model-load"),
-    ("ORT-OPSET-", "schema"),
-    ("ORT-SCHEMA-", "schema"),
-    ("ORT-SHAPE-", "schema"),
-    ("QSA-", "qsa"),
-    ("CCONV-", "causal-conv"),
-    ("VCCONV-", "causal-conv"),
-    ("GDN-", "gated-delta-net"),
-    ("HC-", "hyper-connection"),
-    ("CUDA-FALLBACK-", "cuda-kernel"),
-    ("GQA-", "attention"),
-    ("QMOE-", "qmoe"),
-    ("CFG-GRAPH-", "config-graphs"),
-    ("CFG-", "config"),
-    ("PKG-FIT-", "fit"),
-    ("PKG-", "layout"),
-    ("PATH-", "layout"),
-)
-FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(f for _, f in _FAMILY_PREFIXES))
-"""Every family name, in catalogue order."""
+def families() -> tuple[str, ...]:
+    """Every family name, in catalogue order (each family module's ``FAMILY``)."""
+    return tuple(dict.fromkeys(e.family for e in catalogue()))
 
 
 def family_of(rule_id: str) -> str:
-    """The family of ``rule_id`` (its longest known prefix); ``other`` for an unknown id."""
-    best = ""
-    family = "other"
-    for prefix, name in _FAMILY_PREFIXES:
-        if rule_id.startswith(prefix) and len(prefix) > len(best):
-            best, family = prefix, name
-    return family
+    """The family of ``rule_id``: its catalogue entry's, else that of the registered ids of its stem.
+
+    The stem is the id up to its last dash (``OFFLOAD-NODE-C99`` -> ``OFFLOAD-NODE-``, the stem of
+    ``OFFLOAD-NODE-001``: ``offload``); ``other`` when no registered id has that stem.
+    """
+    by_id = {e.rule_id: e.family for e in catalogue()}
+    if rule_id in by_id:
+        return by_id[rule_id]
+    stems = {known.rsplit("-", 1)[0] + "-": name for known, name in reversed(by_id.items())}
+    stem = rule_id.rsplit("-", 1)[0] + "-"
+    return stems.get(stem, "other") if "-" in rule_id else "other"
 
 
 def _tags(family: str, enforced: str, ep: str) -> tuple[str, ...]:
@@ -149,28 +125,28 @@ def _span(rules: Sequence[Rule]) -> tuple[str | None, str | None]:
     return lo, hi
 
 
-def build_catalogue(rules: Iterable[Rule], docs: Mapping[str, RuleDoc]) -> tuple[RuleEntry, ...]:
-    """Join ``rules`` with ``docs`` (rule id -> RuleDoc), one entry per id, in registry order.
+def build_catalogue(rules: Iterable[Rule]) -> tuple[RuleEntry, ...]:
+    """One entry per rule id of ``rules``, in registry order, from the records' declarations.
 
     Raises:
-        ValueError: a rule id has no documentation, documentation names no rule, a doc field is
-            empty, or the records of one id disagree on what they are.
+        ValueError: the records of one id disagree on what they are (enforcement, surface, EP,
+            family, documentation), or a documentation field is empty.
 
     """
     by_id: dict[str, list[Rule]] = {}
     for rule in rules:
         by_id.setdefault(rule.rule_id, []).append(rule)
-    missing = sorted(set(by_id) - set(docs))
-    orphans = sorted(set(docs) - set(by_id))
-    if missing or orphans:
-        raise ValueError(f"rule documentation out of step: undocumented {missing}, documenting no rule {orphans}")
     out = []
     for rule_id, records in by_id.items():
         first = records[0]
         for other in records[1:]:
-            if (other.enforced, other.kind, other.ep) != (first.enforced, first.kind, first.ep):
-                raise ValueError(f"{rule_id}: its per-version records disagree on enforcement / surface / EP")
-        doc = docs[rule_id]
+            if (other.enforced, other.kind, other.ep, other.family) != (first.enforced, first.kind, first.ep, first.family):
+                raise ValueError(f"{rule_id}: its per-version records disagree on enforcement / surface / EP / family")
+            if other.doc != first.doc:
+                raise ValueError(f"{rule_id}: its per-version records carry different documentation")
+        doc = first.doc
+        if not first.family.strip():
+            raise ValueError(f"{rule_id}: declared without a family")
         for field_name in ("explanation", "example", "fix"):
             if not str(getattr(doc, field_name)).strip():
                 raise ValueError(f"{rule_id}: documentation has no {field_name}")
@@ -179,7 +155,7 @@ def build_catalogue(rules: Iterable[Rule], docs: Mapping[str, RuleDoc]) -> tuple
             rule_id=rule_id, name=_name(rule_id), summary=first.summary,
             source=public_source("; ".join(dict.fromkeys(r.source for r in records))),
             enforced=first.enforced, kind=first.kind, ep=first.ep, severity=doc.severity,
-            families=_tags(family_of(rule_id), first.enforced, first.ep), since=since, until=until,
+            families=_tags(first.family, first.enforced, first.ep), since=since, until=until,
             explanation=public_text(doc.explanation), example=doc.example, fix=doc.fix,
         ))  # fmt: skip
     return tuple(out)
@@ -190,7 +166,7 @@ def catalogue() -> tuple[RuleEntry, ...]:
     """Every registered rule (``contracts.runner.ALL_RULES``), documented, one entry per id."""
     from contracts.runner import ALL_RULES  # deferred: pulls in numpy (contracts.shapes)
 
-    return build_catalogue(ALL_RULES, DOCS)
+    return build_catalogue(ALL_RULES)
 
 
 def entry(rule_id: str) -> RuleEntry | None:
@@ -211,3 +187,39 @@ def matches(rule_id: str, selectors: Iterable[str]) -> bool:
         if s == "ALL" or rid == s or rid.startswith(s):
             return True
     return False
+
+
+def markdown(entries: Sequence[RuleEntry] | None = None) -> str:
+    """``docs/rules.md``: every rule of the catalogue in full, by family (generated; never edited by hand)."""
+    entries = catalogue() if entries is None else entries
+    lines = [
+        "# Contract rules",
+        "",
+        "Generated from the rule declarations (`contracts/<family>.py`) by",
+        "`python -m contracts.catalogue > docs/rules.md`; `q38 rules` lists them, `q38 explain RULE-ID`",
+        "prints one. Do not edit by hand: tests/unit/contracts/test_rule_catalogue.py compares this file.",
+        "",
+        "| rule | severity | families | ORT | enforced | summary |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        summary = e.summary.replace("|", "\\|")
+        lines.append(f"| [{e.rule_id}](#{e.rule_id.lower()}) | {e.severity} | {', '.join(e.families)} | {e.versions} | "
+                     f"{e.enforced} | {summary} |")  # fmt: skip
+    for e in entries:
+        lines += [
+            "", f"## {e.rule_id}", "", f"{e.summary}", "",
+            f"- severity: {e.severity}; families: {', '.join(e.families)}; surface: {e.kind}; EP: {e.ep}",
+            f"- enforced: {e.enforced}; onnxruntime versions: {e.versions}",
+            f"- ORT source: {e.source}", "",
+            f"**What ORT does.** {e.explanation}", "",
+            f"**Violating example.** `{e.example}`", "",
+            f"**Fix.** {e.fix}",
+        ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m contracts.catalogue > docs/rules.md
+    import sys
+
+    sys.stdout.write(markdown())

@@ -34,7 +34,7 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import ModelCheck, OrtVersions, Rule, Violation
+from contracts._rule import ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
@@ -467,37 +467,103 @@ def _check_vl_cpu_run(model: ModelLike, _entries: Mapping[str, str], version: st
     return per_node(_checked_nodes(model, _VL), one)
 
 
+FAMILY = "causal-conv"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
+_DOC_CCONV_SCHEMA_001 = RuleDoc(
+    "ORT's CausalConvWithState schema requires ndim 1-3, dilation >= 1, state_window 0-8, "
+    "channels_last 0/1 (only with ndim 1) and the input / weight ranks that ndim implies; "
+    "1.31.1 knows no extended attributes at all. Session creation fails on any EP.",
+    "CausalConvWithState(input, weight, ..., dilation=0)",
+    "Use dilation >= 1 and the attribute ranges of the installed ORT (drop extended attributes for 1.31.1).",
+)
+
+_DOC_VCCONV_SCHEMA_001 = RuleDoc(
+    "ORT's VarlenCausalConvWithState shape inference checks state_update_capacity, dilation, "
+    "group_size / delta_offset, that kernel_delta and previous_mask come together (and with the "
+    "dynamic attributes), dynamic mode's weight (C,1,2), kernel_delta and previous_mask shapes "
+    "against total_tokens and channels, the input and weight ranks, cumulative_sequence_length "
+    "and capture_count; the session fails otherwise (1.31.1 has a narrower schema).",
+    "VarlenCausalConvWithState(group_size=2, ...) without the kernel_delta input",
+    "Wire kernel_delta and previous_mask together with the dynamic attributes; keep the shapes "
+    "ORT's message names.",
+)
+
 RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema: ndim 1-3, dilation >= 1, state_window 0-8, "
          "channels_last 0/1 (ndim 1), ranks of input and weight", _SRC + "A; probed 1.31.1 and 1.32.0",
-         "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=True), _V132),
+         "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=True), _V132, family=FAMILY, doc=_DOC_CCONV_SCHEMA_001),
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema (1.31.1: no extended attributes)",
          _SRC + "A; probed 1.31.1", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=False),
-         OrtVersions(until="1.32.0")),
+         OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_CCONV_SCHEMA_001),
     Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes, checked before the general ones: valid ranges, "
          "channels_last=1, ndim=1, state_window=0 (and dilation >= 1), capacity for the third output, rank-3 "
          "input, channel slice, rank-3 weight, weight channels, receptive field, state_length >= (k-1) x dilation",
-         _SRC + "A.7; probed", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-003", v132=True), _V132),
+         _SRC + "A.7; probed", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-003", v132=True), _V132, family=FAMILY, doc=RuleDoc(
+        "ORT 1.32.0's extended CausalConvWithState attributes (channels_last=1, ndim=1, "
+        "state_window=0 combinations, channel slices, state_length >= (k-1) x dilation, rank-3 "
+        "input) are validated by its schema; some combinations are accepted but inconsistent, "
+        "which q38 reports as warnings.",
+        "CausalConvWithState(channels_last=1, state_length=1) with a kernel of width 4",
+        "Make state_length at least (k-1) x dilation and the channel slice fit the weight's channels.",
+    )),
     *per_version("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
                  "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",
-                 "graph", _check_cc_cpu_kernel, ep="cpu"),
+                 "graph", _check_cc_cpu_kernel, ep="cpu", family=FAMILY, doc=RuleDoc(
+        "The CPU CausalConvWithState kernel constructor supports only ndim=1, state_window=0, no "
+        "extended options, activation none/silu/swish and dilation <= INT_MAX; a node assigned to "
+        "the CPU EP outside that fails session creation.",
+        "CausalConvWithState(activation='gelu', ...) on a cpu-variant graph",
+        "Use activation none/silu/swish and ndim=1 on CPU graphs (or run the node on CUDA).",
+    )),
     Rule("CCONV-CUDA-001", "CUDA kernel: ndim=1, activation none/silu/swish, dilation <= INT_MAX",
-         _SRC + "D", "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda"),
+         _SRC + "D", "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda", family=FAMILY, doc=RuleDoc(
+        "The CUDA CausalConvWithState kernel supports only ndim=1 ('CUDA CausalConvWithState only "
+        "supports ndim=1'), activation none/silu/swish and dilation <= INT_MAX.",
+        "CausalConvWithState(ndim=2, ...) on a CUDA graph",
+        "Use ndim=1 and a supported activation for CUDA nodes.",
+    )),
     Rule("CCONV-RUN-001", "weight is depthwise [C,1,k] with C = input channels", _SRC + "C.1",
-         "run-time", "graph", _run_rule("CCONV-RUN-001")),
+         "run-time", "graph", _run_rule("CCONV-RUN-001"), family=FAMILY, doc=RuleDoc(
+        "At run time the kernel reads the weight as depthwise [C, 1, k] with C the input's "
+        "channels; another shape is not caught at session creation but fails (or reads wrong "
+        "memory) on the first run.",
+        "CausalConvWithState(input: [1, 64, T], weight: [32, 1, 4])",
+        "Give the weight shape [C, 1, k] with C equal to the input's channel count.",
+    )),
     Rule("CCONV-RUN-002", "past_state has the shape (k-1) x dilation implies (channels-first, "
-         "channels-last, windowed)", _SRC + "C.2", "run-time", "graph", _run_rule("CCONV-RUN-002")),
+         "channels-last, windowed)", _SRC + "C.2", "run-time", "graph", _run_rule("CCONV-RUN-002"), family=FAMILY, doc=RuleDoc(
+        "At run time past_state must have the shape (k-1) x dilation implies: [B, C, (k-1)*d] "
+        "channels-first, [B, (k-1)*d, C] channels-last, windowed state leading with its window; a "
+        "mismatched state is only detected when the model runs.",
+        "past_state: [1, 64, 2] for a kernel of width 4, dilation 1 (needs 3)",
+        "Declare past_state with (k-1) x dilation history positions in the layout the node uses.",
+    )),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema: state_update_capacity, dilation, "
          "group_size / delta_offset ranges, kernel_delta with previous_mask, dynamic mode (dilation 1, "
          "no activation or bias, weight (C,1,2), kernel_delta taps, previous_mask (T,1), group_size "
          "divides channels, total_tokens, groups), ranks, cumulative_sequence_length, capture_count",
-         _SRC + "E; probed 1.32.0", "cpu-session", "graph", _vl_schema_rule(v132=True), _V132),
+         _SRC + "E; probed 1.32.0", "cpu-session", "graph", _vl_schema_rule(v132=True), _V132, family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): state_update_capacity, "
          "dilation, ranks, cumulative_sequence_length, capture_count", _SRC + "E; probed 1.31.1",
-         "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0")),
+         "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001),
     *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
-                 _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0"),
+                 _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0", family=FAMILY, doc=RuleDoc(
+        "The CPU VarlenCausalConvWithState kernel has no dynamic grouped mode ('CPU "
+        "VarlenCausalConvWithState does not support dynamic grouped convolution (CUDA only)': the "
+        "constructor refuses group_size / delta_offset, and a wired kernel_delta is refused on the "
+        "first run) and supports activation none/silu/swish only.",
+        "VarlenCausalConvWithState(dynamic grouped, ...) on a CPU graph",
+        "Use the static form on CPU graphs, or run the node on CUDA.",
+    )),
     *per_version("VCCONV-RUN-001", "Varlen CPU kernel: a wired kernel_delta (dynamic mode) is refused on the "
                  "first run", _SRC + "E.6; probed 1.32.0", "run-time", "graph", _check_vl_cpu_run, ep="cpu",
-                 since="1.32.0"),
+                 since="1.32.0", family=FAMILY, doc=RuleDoc(
+        "The CPU VarlenCausalConvWithState kernel has no dynamic mode: with group_size 1 and "
+        "delta_offset 0 its constructor accepts a node whose kernel_delta is wired, and the first "
+        "run fails ('CPU VarlenCausalConvWithState does not support dynamic grouped convolution "
+        "(CUDA only)'). A warning: the session is created.",
+        "VarlenCausalConvWithState(x, w, cu, , state, , kernel_delta, previous_mask) on a CPU graph",
+        "Use the static form (no kernel_delta / previous_mask) on CPU graphs, or run the node on CUDA.",
+    )),
 )  # fmt: skip

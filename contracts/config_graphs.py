@@ -28,7 +28,7 @@ from typing import Any
 import onnx_ir as ir
 
 from contracts._graph import input_at
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts.package_layout import PackageView
 from contracts.shapes import shapes_of
 from q38._ops import MS_DOMAIN, QMOE
@@ -188,14 +188,34 @@ def _check_multidraft(view: PackageView) -> list[Violation]:
     return out
 
 
+FAMILY = "config-graphs"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("CFG-GRAPH-001", "the decoder's declared per-layer state names and its graph's state inputs / "
          "outputs match (undeclared state: error; a name matching nothing: warning)", _SRC, "run-time",
-         "package", _check_state_names),
+         "package", _check_state_names, family=FAMILY, doc=RuleDoc(
+        "The decoder's declared per-layer state names (inputs / outputs templates in the config) "
+        "must match its graph's state inputs and outputs; a graph state the config does not "
+        "declare is an error, a declared name matching nothing a warning.",
+        '"inputs": {"past_key_names": "past_key_%d"} with graph inputs past.%d.key',
+        "Make the config's name templates match the graph's state input / output names.",
+    )),
     Rule("CFG-GRAPH-002", "an expert profile has one row per QMoE node (or decoder layer) and one column "
-         "per expert of the graph it applies to", _SRC, "run-time", "package", _check_profile),
+         "per expert of the graph it applies to", _SRC, "run-time", "package", _check_profile, family=FAMILY, doc=RuleDoc(
+        "An expert-popularity profile (STRP v1) has one row per QMoE node (or decoder layer) and "
+        "one column per expert of the graph it applies to; other dimensions mis-assign resident "
+        "slots.",
+        "expert-profile.bin with 12 layers x 64 experts for a graph of 48 QMoE nodes x 128 experts",
+        "Regenerate the profile for this graph (q38 profile) or point the config at the right one.",
+    )),
     Rule("CFG-GRAPH-003", "each multidraft sN graph verifies N rows (input_ids / position_ids, "
-         "q38.verify_rows) and takes the target's inputs", _SRC, "run-time", "package", _check_multidraft),
+         "q38.verify_rows) and takes the target's inputs", _SRC, "run-time", "package", _check_multidraft, family=FAMILY, doc=RuleDoc(
+        "Each multi-draft sN graph verifies N rows (input_ids / position_ids width and the "
+        "q38.verify_rows metadata) and takes the target graph's inputs.",
+        "model_s3.onnx with input_ids [B, 2] (needs 3 rows)",
+        "Regenerate the multi-draft graphs with q38 offload.",
+    )),
 )  # fmt: skip
 
 
@@ -203,7 +223,7 @@ def check_config_graphs(view: PackageView) -> list[Violation]:
     """Every config <-> graph violation of ``view``."""
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check(view))
+        found.extend(rule.check_package(view))
     return found
 
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Examples, Rule, RuleDoc, Violation
 from q38.errors import UnsafePathError
 
 __all__ = ["RULES", "check_genai_config", "session_option_blocks"]
@@ -188,27 +188,93 @@ def _only(rule_id: str) -> Callable[[Mapping[str, Any]], list[Violation]]:
     return check
 
 
+FAMILY = "config"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
+# Two runtime profiles with disjoint device-memory ranges (the config rules' examples).
+_PROFILE_A = {"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 10, "maximum_total_device_memory_bytes": 20},
+              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}  # fmt: skip
+_PROFILE_B = {"id": "b", "eligibility": {"minimum_total_device_memory_bytes": 30},
+              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}  # fmt: skip
+
 _SPECIFIC = (
     Rule("CFG-VALUES-001", "provider-option and session config values are strings", _SRC,
-         "run-time", "genai-config", _check_string_values),
+         "run-time", "genai-config", _check_string_values, examples=Examples({"model": {"decoder": {"session_options": {"session.x": "1"}}}},
+                  {"model": {"decoder": {"session_options": {"session.x": 1}}}}),
+         family=FAMILY, doc=RuleDoc(
+        "onnxruntime-genai passes provider options and session config entries to ORT as strings; "
+        "a number or boolean in genai_config.json is not accepted by upstream GenAI.",
+        '"provider_options": [{"cuda": {"enable_cuda_graph": 1}}]',
+        'Write the value as a decimal string: "enable_cuda_graph": "1".',
+    )),
     Rule("CFG-PROFILE-001", "runtime profile ids are non-empty and unique", _SRC, "run-time",
-         "genai-config", _check_profile_ids),
+         "genai-config", _check_profile_ids, examples=Examples({"runtime_profiles": [_PROFILE_A, _PROFILE_B]},
+                  {"runtime_profiles": [_PROFILE_A, {**_PROFILE_B, "id": "a"}]}),
+         family=FAMILY, doc=RuleDoc(
+        "The Qwen3.8 graph runtime selects a runtime profile by id; an empty id or two profiles "
+        "with one id make the selection ambiguous.",
+        '"runtime_profiles": [{"id": "p24"}, {"id": "p24"}]',
+        "Give every runtime profile a distinct, non-empty id.",
+    )),
     Rule("CFG-PROFILE-002", "runtime profile device-memory ranges [min, max] do not overlap", _SRC,
-         "run-time", "genai-config", _check_profile_ranges),
+         "run-time", "genai-config", _check_profile_ranges, examples=Examples({"runtime_profiles": [_PROFILE_A, _PROFILE_B]},
+                  {"runtime_profiles": [_PROFILE_A, {**_PROFILE_B, "eligibility": {"minimum_total_device_memory_bytes": 15}}]}),
+         family=FAMILY, doc=RuleDoc(
+        "Runtime profiles are chosen by device memory: their [minimum, maximum] device-memory "
+        "ranges must not overlap, or one GPU matches two profiles.",
+        "profile a: [20 GiB, 28 GiB], profile b: [24 GiB, 34 GiB]",
+        "Make the ranges disjoint (e.g. [20, 24) and [24, 34] GiB).",
+    )),
     Rule("CFG-PREFILL-001", "0 < prefill.chunk <= kv_capacity", _SRC, "run-time", "genai-config",
-         _check_prefill_chunk),
+         _check_prefill_chunk, examples=Examples({"model": {"qwen38_graph": {"prefill": {"chunk": 256}}}},
+                  {"model": {"qwen38_graph": {"prefill": {"chunk": 0}}}}),
+         family=FAMILY, doc=RuleDoc(
+        "The prefill graph processes prompts in chunks: 0 < prefill.chunk <= kv_capacity, or the "
+        "runtime cannot place a chunk in the KV cache.",
+        '"prefill": {"chunk": 8192}  with kv_capacity 4096',
+        "Choose a chunk between 1 and kv_capacity.",
+    )),
     Rule("CFG-LIB-001", "custom-op library paths are relative and stay inside the package", _SRC,
-         "run-time", "genai-config", _check_library_paths),
+         "run-time", "genai-config", _check_library_paths, examples=Examples({"model": {"qwen38_graph": {"libraries": {"x": "libs/x.so"}}}},
+                  {"model": {"qwen38_graph": {"libraries": {"x": "/etc/x.so"}}}}),
+         family=FAMILY, doc=RuleDoc(
+        "Custom-op library paths in the config are loaded relative to the package; an absolute "
+        "path or one that leaves the package ('..') loads a library the package does not carry.",
+        '"custom_ops_library": "/usr/lib/libqwen38_plane.so"',
+        "Ship the library in the package (libs/) and name it by a relative path.",
+    )),
 )  # fmt: skip
 RULES: tuple[Rule, ...] = (
     *_SPECIFIC,
     Rule("CFG-SURFACE-001", "the config matches its strict surface: v12b, or what onnxruntime-genai "
          "0.18.0 accepts (genai; unknown keys rejected)", _SRC, "run-time", "genai-config",
-         _only("CFG-SURFACE-001")),
+         _only("CFG-SURFACE-001"), examples=Examples({},
+                  {"model": {"qwen38_graph": {"bogus": 1}}}),
+         family=FAMILY, doc=RuleDoc(
+        "genai_config.json must match its strict surface: q38's v12b surface, or what "
+        "onnxruntime-genai 0.18.0 accepts for builder packages; an unknown key, a wrong type or a "
+        "missing required key is refused (the message names the key path).",
+        '"model": {"decoder": {"sesion_options": {}}}  (misspelt key)',
+        "Fix or remove the key the message names (docs/package-format.md lists the surface).",
+    )),
     Rule("CFG-SURFACE-002", "a genai config carries no Qwen3.8 research-builder key that released "
          "onnxruntime-genai 0.18.0 refuses (a warning: q38 reads it)", _SRC + "; onnxruntime-genai "
          "0.18.0's config key table (q38/package/genai_surface.py mirrors it)", "run-time", "genai-config",
-         _only("CFG-SURFACE-002")),
+         _only("CFG-SURFACE-002"), family=FAMILY, doc=RuleDoc(
+        "A builder (genai) package's config may carry the keys the Qwen3.8 research builder writes "
+        "(model.engram, model.decoder.ple_token_pad_id, the past_indexer_* / past_ple_* input "
+        "names, fixed_indexer / fixed_ple state groups, mtp.index_share). q38 reads them, but "
+        "released onnxruntime-genai 0.18.0 parses genai_config.json strictly and refuses an "
+        "unknown key when it loads the model (its config reader has no handler for the key); q38 "
+        "mirrors that key table and reports the first such key as 'onnxruntime-genai 0.18.0 refuses this config: "
+        "genai_config.json: KEY.PATH: unknown key'. A warning: the package is valid for the "
+        "research runtime, not for released GenAI.",
+        '"model": {"decoder": {"ple_token_pad_id": 0, ...}}  (a research-builder key)',
+        "Ship the package to the research runtime only, or export it with the released builder "
+        "(no research keys) when released onnxruntime-genai must load it; --ignore CFG-SURFACE-002 "
+        "or a baseline records the expectation.",
+        "warning",
+    )),
 )  # fmt: skip
 
 
@@ -218,7 +284,7 @@ def check_genai_config(config: Mapping[str, Any]) -> list[Violation]:
         return [Violation("CFG-SURFACE-001", f"genai_config.json: expected an object, got {type(config).__name__}")]
     found: list[Violation] = []
     for rule in _SPECIFIC:
-        found.extend(rule.check(config))
+        found.extend(rule.check_config(config))
     if not found:
         found.extend(_check_surface(config))
     return found

@@ -26,7 +26,7 @@ import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts, type_str
 from contracts._graph import ModelLike, as_ir_model, node_label
-from contracts._rule import Violation
+from contracts._rule import RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.schema_registry import registry_for
 
@@ -140,8 +140,20 @@ def _check(model: ModelLike, entries: Mapping[str, str], version: str) -> list[V
     ]
 
 
+FAMILY = "cuda-kernel"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES = per_version(
     "CUDA-FALLBACK-001",
     "a node of a CUDA graph with no CUDA kernel (from the GPU run's kernel dump) falls back to the CPU EP",
-    _SRC, "cuda-only", "graph", _check, ep="cuda",
+    _SRC, "cuda-only", "graph", _check, ep="cuda", family=FAMILY, doc=RuleDoc(
+    "A node of a graph the CUDA provider runs needs a CUDA kernel for its op, opset version and "
+    "input types; without one ORT places it on the CPU EP (a copy between device and host on "
+    "every run; with session.disable_cpu_ep_fallback=1 the session fails). The CUDA kernels come "
+    "from the GPU suite's dump of the EP's registry (contracts/schemas/cuda-kernels-VERSION.json "
+    "or the file Q38_CUDA_KERNELS names); without a dump the rule reports nothing.",
+    "Relu on a CUDA graph with a dump that registers no CUDA Relu",
+    "Use an op (or input type) the CUDA EP registers, or accept the fallback for that node.",
+    "warning",
+),
 )  # fmt: skip

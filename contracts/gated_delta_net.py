@@ -26,6 +26,7 @@ from contracts._graph import (
     attr_str,
     input_at,
 )
+from contracts._rule import RuleDoc
 from contracts._versions import per_version
 from contracts.op_kernel_rules import inference_and_cpu_checks
 from contracts.shapes import Shapes
@@ -109,11 +110,26 @@ _check_schema, _check_cpu = inference_and_cpu_checks(
 )
 
 
+FAMILY = "gated-delta-net"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES = (
     *per_version("GDN-SCHEMA-001", "GatedDeltaNet shape inference: state_update_capacity, key/value "
                  "pairing, initial_state for packed QKV, ranks, packed width and head counts, tokens / batch",
-                 _SRC, "cpu-session", "graph", _check_schema),
+                 _SRC, "cpu-session", "graph", _check_schema, family=FAMILY, doc=RuleDoc(
+        "GatedDeltaNet's shape inference (contrib schema) checks state_update_capacity, the "
+        "key/value pairing, initial_state for packed QKV, tensor ranks, the packed width against "
+        "the head counts and the tokens / batch dimensions; ORT's graph resolve fails otherwise.",
+        "GatedDeltaNet(qkv packed with width 100, num_heads=3, head sizes of 32)",
+        "Make the packed width equal the sum of the head widths and give the state the declared rank.",
+    )),
     *per_version("GDN-CPU-001", "GatedDeltaNet CPU constructor: update_rule, gate_activation, "
                  "gate_lower_bound < 0, beta_activation, chunk_size", _SRC, "cpu-session", "graph",
-                 _check_cpu, ep="cpu"),
+                 _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
+        "The CPU GatedDeltaNet constructor accepts only its update_rule and gate_activation "
+        "spellings, gate_lower_bound < 0, a supported beta_activation and chunk_size; a CPU "
+        "session fails otherwise.",
+        "GatedDeltaNet(gate_lower_bound=0.5, ...) on a CPU graph",
+        "Use the supported spellings and a negative gate_lower_bound.",
+    )),
 )  # fmt: skip

@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import ModelLike, as_ir_model, attr_int, input_at, node_label, per_node
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import HC_LOW_RANK_MIX, HC_PRE_MIX, MS_DOMAIN
@@ -83,8 +83,17 @@ def _check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
     return per_node(nodes, one)
 
 
+FAMILY = "hyper-connection"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("HC-SCHEMA-001", "hyper-connection shape inference: PreMix num_branches positive and dividing "
          "the flattened width (grouped rank >= 2); LowRankMix num_branches positive, rank >= 1, width "
-         "divisible", _SRC, "cpu-session", "graph", _check),
+         "divisible", _SRC, "cpu-session", "graph", _check, family=FAMILY, doc=RuleDoc(
+        "Hyper-connection shape inference requires PreMix num_branches > 0 dividing the flattened "
+        "width (grouped rank >= 2) and LowRankMix num_branches > 0, rank >= 1 and a divisible "
+        "width; graph resolve fails otherwise.",
+        "HyperConnectionPreMix(x: [1, T, 100], num_branches=3)",
+        "Choose num_branches dividing the hidden width (the synthetic model uses 4).",
+    )),
 )  # fmt: skip

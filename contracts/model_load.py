@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from contracts._graph import ModelLike, as_ir_model
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.package_layout import PackageView
 
@@ -307,13 +307,42 @@ def _package_rule(rule_id: str) -> Callable[[PackageView], list[Violation]]:
     return check
 
 
+FAMILY = "model-load"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     *per_version("ORT-MODEL-001", "the model's IR version is at most what onnxruntime supports (1.31.1: 13, "
-                 "1.32.0: 14)", _SRC, "cpu-session", "graph", _check_ir_version),
+                 "1.32.0: 14)", _SRC, "cpu-session", "graph", _check_ir_version, family=FAMILY, doc=RuleDoc(
+        "When onnxruntime reads a model (Model::Load, core/graph/model.cc) it compares the model's "
+        "ir_version with the newest IR version its onnx build knows and refuses a newer one before "
+        "any node is looked at: 'Unsupported model IR version: N, max supported IR version: M' "
+        "(onnxruntime 1.31.1 reads up to 13, 1.32.0 up to 14).",
+        "model.onnx with ir_version: 99",
+        "Save the graph with an IR version the target onnxruntime reads (q38 synth --target-ort; "
+        "onnx.helper.make_model(..., ir_version=13) for 1.31.1).",
+    )),
     Rule("ORT-MODEL-002", "the model states an IR version", _SRC, "cpu-session", "package",
-         _package_rule("ORT-MODEL-002")),
-    Rule("ORT-MODEL-003", "graph input names are unique", _SRC, "cpu-session", "graph", _check_input_names),
+         _package_rule("ORT-MODEL-002"), family=FAMILY, doc=RuleDoc(
+        "A ModelProto without an ir_version field is refused by onnxruntime's loader with "
+        "'Missing model IR version.' before the graph is resolved.",
+        "model.onnx whose ModelProto has no ir_version (field 1 absent)",
+        "Write the model with onnx.save / onnx_ir.save, which always set ir_version.",
+    )),
+    Rule("ORT-MODEL-003", "graph input names are unique", _SRC, "cpu-session", "graph", _check_input_names, family=FAMILY, doc=RuleDoc(
+        "Graph resolution defines each graph input once; a second input of the same name fails "
+        "with 'Duplicate definition-site for (NAME).' when the session is created.",
+        "graph inputs: input_ids, attention_mask, input_ids",
+        "Rename or remove the duplicate graph input.",
+    )),
     Rule("ORT-MODEL-004", "external-data fields: known keys, one non-empty location, int64 offset / length, a "
          "relative location inside the model's directory that exists, length = the tensor's size, the range "
-         "within the file", _SRC, "cpu-session", "package", _package_rule("ORT-MODEL-004")),
+         "within the file", _SRC, "cpu-session", "package", _package_rule("ORT-MODEL-004"), family=FAMILY, doc=RuleDoc(
+        "An initializer stored as external data carries location / offset / length fields; "
+        "onnxruntime refuses unknown keys, an empty or absolute location, one that leaves the "
+        "model's directory ('..'), a missing file, offsets and lengths that are not int64, a length "
+        "other than the tensor's byte size, and a range past the end of the file.",
+        'external_data { key: "location" value: "../weights.bin" }',
+        "Keep data files next to the graph with relative locations; re-save with "
+        "onnx.save(..., save_as_external_data=True) so offsets and lengths match the file.",
+    )),
 )  # fmt: skip

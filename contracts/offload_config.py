@@ -30,7 +30,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, Examples, OrtVersions, Rule, RuleDoc, Violation
 from contracts.float32 import parse_from_chars, parse_strtof
 from contracts.session_config import effective, effective_entries
 from q38.errors import clip
@@ -42,6 +42,7 @@ __all__ = [
     "OFFLOAD_PREFIX",
     "PACKED_GPU_EXPERTS_KEY",
     "RULES",
+    "SESSION_RULES",
     "check_offload_config",
     "check_offload_environment",
     "offload_mode",
@@ -286,19 +287,61 @@ def _check_packed_gpu_experts(entries: Mapping[str, str]) -> list[Violation]:
     return [Violation("OFFLOAD-CFG-005", _packed_message(value))]
 
 
+FAMILY = "offload"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 # Every check reads the entries ORT ends up with (cut at NUL, last write wins: session_config).
-RULES: tuple[Rule, ...] = (
+SESSION_RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-CFG-001", "session.moe.offload.* keys must be one of the 25 known keys "
          "(case-sensitive)", _SRC + " rule 1", "cpu-session", "session-config",
-         effective(_check_unknown_keys), _SINCE),
+         effective(_check_unknown_keys), _SINCE, examples=Examples({OFFLOAD_PREFIX + "mode": "auto"},
+                  {OFFLOAD_PREFIX + "bogus": "1"}),
+         family=FAMILY, doc=RuleDoc(
+        "ORT 1.32.0 validates every session.moe.offload.* entry when the session is created; a key "
+        "that is not one of its 25 known keys (case-sensitive) is refused with 'Unknown "
+        "session.moe.offload.* configuration key: KEY'.",
+        '"session.moe.offload.Mode": "auto"  (capital M)',
+        "Spell the key exactly as ORT documents it (session.moe.offload.mode), or remove it.",
+    )),
     Rule("OFFLOAD-CFG-002", "legacy moe.cpu_offload.* prototype keys are refused",
-         _SRC + " rule 2", "cpu-session", "session-config", effective(_check_legacy_keys), _SINCE),
+         _SRC + " rule 2", "cpu-session", "session-config", effective(_check_legacy_keys), _SINCE, examples=Examples({"moe.offload.x": "1"},
+                  {"moe.cpu_offload.enable": "1"}),
+         family=FAMILY, doc=RuleDoc(
+        "The prototype keys moe.cpu_offload.* of the early offload branch are refused by ORT 1.32.0: "
+        "'Prototype configuration key KEY is discarded and not supported in QMoE offload'.",
+        '"moe.cpu_offload.enable": "1"',
+        "Use the session.moe.offload.* keys (q38 offload writes them), e.g. session.moe.offload.mode=auto.",
+    )),
     Rule("OFFLOAD-CFG-003", "every session.moe.offload.* value matches its key's grammar",
-         _SRC + " rules 3-17", "cpu-session", "session-config", effective(_check_values), _SINCE),
+         _SRC + " rules 3-17", "cpu-session", "session-config", effective(_check_values), _SINCE, examples=Examples({OFFLOAD_PREFIX + "placement": "static"},
+                  {OFFLOAD_PREFIX + "placement": "basic"}),
+         family=FAMILY, doc=RuleDoc(
+        "Each session.moe.offload.* value has a grammar ORT checks at session creation (modes "
+        "disabled/auto/required, placements, byte budgets as decimal integers, 0/1 flags, paths, "
+        "node_overrides lists); a value outside it fails with 'Invalid session.moe.offload.KEY "
+        "value 'V'; ...' naming the accepted form.",
+        '"session.moe.offload.mode": "yes"',
+        "Use a value of the key's grammar (the message states it), e.g. mode=required or auto.",
+    )),
     Rule("OFFLOAD-CFG-004", "device_expert_bytes and gpu_budget_bytes, when both set, agree",
-         _SRC + " rule 7", "cpu-session", "session-config", effective(_check_alias_conflict), _SINCE),
+         _SRC + " rule 7", "cpu-session", "session-config", effective(_check_alias_conflict), _SINCE, examples=Examples({OFFLOAD_PREFIX + "device_expert_bytes": "1024", OFFLOAD_PREFIX + "gpu_budget_bytes": "1024"},
+                  {OFFLOAD_PREFIX + "device_expert_bytes": "1024", OFFLOAD_PREFIX + "gpu_budget_bytes": "2048"}),
+         family=FAMILY, doc=RuleDoc(
+        "device_expert_bytes and its older alias gpu_budget_bytes are one budget: when both are set "
+        "ORT 1.32.0 requires them to be equal and refuses the session otherwise.",
+        '"session.moe.offload.device_expert_bytes": "1000", "session.moe.offload.gpu_budget_bytes": "2000"',
+        "Set only session.moe.offload.device_expert_bytes (or give both the same value).",
+    )),
     Rule("OFFLOAD-CFG-005", "ep.cuda.moe_packed_gpu_experts is a non-negative 32-bit integer",
-         _SRC + " rule 18", "cpu-session", "session-config", effective(_check_packed_gpu_experts), _SINCE),
+         _SRC + " rule 18", "cpu-session", "session-config", effective(_check_packed_gpu_experts), _SINCE, examples=Examples({"ep.cuda.moe_packed_gpu_experts": "8"},
+                  {"ep.cuda.moe_packed_gpu_experts": "x"}),
+         family=FAMILY, doc=RuleDoc(
+        "ep.cuda.moe_packed_gpu_experts (environment ORT_MOE_PACKED_GPU_EXPERTS) is parsed as a "
+        "non-negative 32-bit integer; anything else fails with 'Invalid "
+        "ep.cuda.moe_packed_gpu_experts / ORT_MOE_PACKED_GPU_EXPERTS value ...'.",
+        '"ep.cuda.moe_packed_gpu_experts": "-1"',
+        "Give a decimal integer from 0 to 2147483647, or drop the entry.",
+    )),
 )  # fmt: skip
 
 
@@ -314,9 +357,9 @@ def check_offload_config(entries: Mapping[str, str], *, ort_version: str = REFER
 
     """
     found: list[Violation] = []
-    for rule in RULES:
+    for rule in SESSION_RULES:
         if rule.applies(ort_version):
-            found.extend(rule.check(entries))
+            found.extend(rule.check_session(entries))
     return found
 
 
@@ -346,12 +389,42 @@ def _check_env_packed_gpu_experts(env: Mapping[str, str], entries: Mapping[str, 
 ENV_RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-ENV-001", "ORT_QMOE_MIN_EXPERT_WEIGHT, read when session.moe.offload.min_expert_weight "
          "is absent, is a float in [0, 1]", _ENV_SRC, "cpu-session", "environment",
-         effective(_check_env_min_expert_weight), _SINCE),
+         effective(_check_env_min_expert_weight), _SINCE, examples=Examples(({"ORT_QMOE_MIN_EXPERT_WEIGHT": "abc"}, {OFFLOAD_PREFIX + "min_expert_weight": "0.1"}),
+                  ({"ORT_QMOE_MIN_EXPERT_WEIGHT": "abc"}, {})),
+         family=FAMILY, doc=RuleDoc(
+        "When session.moe.offload.min_expert_weight is absent from the session's config entries, "
+        "ORT 1.32.0 reads the environment variable ORT_QMOE_MIN_EXPERT_WEIGHT at session creation "
+        "and parses it with the key's grammar (a float in [0, 1]); anything else fails the session "
+        "with 'Invalid session.moe.offload.min_expert_weight value '<v>'; expected a float in "
+        "[0, 1].'. An empty variable counts as unset, and a set session key (any value) wins: the "
+        "variable is then not read. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_QMOE_MIN_EXPERT_WEIGHT=abc in the environment of a process creating a session without "
+        "session.moe.offload.min_expert_weight",
+        "Set the variable to a float in [0, 1] (e.g. 0.1) or unset it, or set "
+        "session.moe.offload.min_expert_weight in the session options (it takes precedence).",
+    )),
     Rule("OFFLOAD-ENV-002", "ORT_MOE_PACKED_GPU_EXPERTS, read when ep.cuda.moe_packed_gpu_experts is "
          "absent, is a non-negative 32-bit integer", _ENV_SRC, "cpu-session", "environment",
-         effective(_check_env_packed_gpu_experts), _SINCE),
+         effective(_check_env_packed_gpu_experts), _SINCE, examples=Examples(({"ORT_MOE_PACKED_GPU_EXPERTS": "4"}, {}),
+                  ({"ORT_MOE_PACKED_GPU_EXPERTS": "-1"}, {})),
+         family=FAMILY, doc=RuleDoc(
+        "When ep.cuda.moe_packed_gpu_experts is absent from the session's config entries, ORT 1.32.0 "
+        "reads the environment variable ORT_MOE_PACKED_GPU_EXPERTS at session creation (on the CPU "
+        "wheel too) and parses it as a non-negative 32-bit integer; anything else, an empty value "
+        "included, fails the session with 'Invalid ep.cuda.moe_packed_gpu_experts / "
+        "ORT_MOE_PACKED_GPU_EXPERTS value '<v>'; expected a non-negative 32-bit integer.'. A set "
+        "session key wins. q38 check does not read the environment (a package has none); "
+        "contracts.runner.check_environment checks one.",
+        "ORT_MOE_PACKED_GPU_EXPERTS=abc (or -1, or 2147483648) in the environment of a process "
+        "creating a session without ep.cuda.moe_packed_gpu_experts",
+        "Set the variable to a decimal integer from 0 to 2147483647 or unset it, or set "
+        "ep.cuda.moe_packed_gpu_experts in the session options (it takes precedence).",
+    )),
 )  # fmt: skip
 """The environment-variable fallbacks of the offload settings (check ``(env, entries)``)."""
+RULES: tuple[Rule, ...] = (*SESSION_RULES, *ENV_RULES)
+"""Every rule of this family: the session-config rules, then the environment rules."""
 
 
 def check_offload_environment(
@@ -366,5 +439,5 @@ def check_offload_environment(
     found: list[Violation] = []
     for rule in ENV_RULES:
         if rule.applies(ort_version):
-            found.extend(rule.check(env, entries or {}))
+            found.extend(rule.check_environment(env, entries or {}))
     return found

@@ -30,7 +30,7 @@ from contracts._graph import (
     node_label,
     static_dims,
 )
-from contracts._rule import REFERENCE_ORT_VERSION, OrtVersions, Rule, Violation
+from contracts._rule import REFERENCE_ORT_VERSION, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts.float32 import parse_from_chars
 from contracts.offload_config import OFFLOAD_PREFIX, offload_mode
 from contracts.session_config import effective
@@ -39,6 +39,7 @@ from q38._ops import MOE, MOE_PACKED, MS_DOMAIN, QMOE
 __all__ = [
     "CHECK_RULES",
     "NODE_CHECKS",
+    "PLANNER_RULES",
     "RULES",
     "check_offload_nodes",
     "offload_eligibility",
@@ -344,26 +345,81 @@ def _c18_global_scales(q: _QMoE) -> str | None:
     return None
 
 
-# (rule id, ORT rule number, summary, check); the order is ORT's.
-NODE_CHECKS: tuple[tuple[str, str, str, Callable[[_QMoE], str | None]], ...] = (
-    ("OFFLOAD-NODE-C01", "1C.1", "quant_type is 'int' or 'nvfp4'", _c1_quant_type),
-    ("OFFLOAD-NODE-C02", "1C.2", "int: (4,prepacked=1,bs=32) | (3,0,{32,64,128}) | (2,1,{32,64,128}), uniform bits", _c2_int_combination),
-    ("OFFLOAD-NODE-C03", "1C.3", "nvfp4: bits 4, weights_prepacked=1, block_size absent or 16", _c3_nvfp4),
-    ("OFFLOAD-NODE-C04", "1C.4", "activation_type is 'swiglu'", _c4_activation),
-    ("OFFLOAD-NODE-C05", "1C.5", "swiglu_fusion 1 (INT3) or 0/1", _c5_swiglu_fusion),
-    ("OFFLOAD-NODE-C06", "1C.6", "use_sparse_mixer is 0", _c6_sparse_mixer),
-    ("OFFLOAD-NODE-C07", "1C.7", "k is positive", _c7_k),
-    ("OFFLOAD-NODE-C08", "1C.8", "fc3, zero points, router_weights and activation scales absent", _c8_forbidden_inputs),
-    ("OFFLOAD-NODE-C09", "1C.9", "fc1/fc2 weights and scales: constant 3-D initializers, positive dims, not graph outputs", _c9_expert_inputs),
-    ("OFFLOAD-NODE-C10", "1C.10", "activations are FLOAT16 or BFLOAT16", _c10_activation_dtype),
-    ("OFFLOAD-NODE-C11", "1C.11", "expert weights are UINT8", _c11_weight_dtype),
-    ("OFFLOAD-NODE-C12", "1C.12", "scales: FLOAT8E4M3FN (nvfp4) or the activation dtype (int)", _c12_scale_dtype),
-    ("OFFLOAD-NODE-C13", "1C.13", "expert count 1..INT_MAX, >= k, consistent across banks", _c13_expert_count),
-    ("OFFLOAD-NODE-C14", "1C.14", "INT3 weight layout", _c14_int3_layout),
-    ("OFFLOAD-NODE-C15", "1C.15", "int4/int2/nvfp4 standard or transposed layout, aligned H and I", _c15_layout),
-    ("OFFLOAD-NODE-C16", "1C.16", "scale shapes [E,2I,H/block] and [E,H,I/block]", _c16_scale_shapes),
-    ("OFFLOAD-NODE-C17", "1C.17", "optional biases: constant, activation dtype, [E,2I] / [E,H]", _c17_biases),
-    ("OFFLOAD-NODE-C18", "1C.18", "global scales: required FLOAT [>=E] for nvfp4, constant when present", _c18_global_scales),
+FAMILY = "offload"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
+_DOC_INT_COMBOS = "(bits=4, weights_prepacked=1, block_size=32), (bits=3, weights_prepacked=0, block_size in {32,64,128}), or (bits=2, weights_prepacked=1, block_size in {32,64,128})"
+
+
+def _node_check(rule: str, what: str, reason: str, example: str, fix: str) -> RuleDoc:
+    """The RuleDoc of one id OFFLOAD-NODE-001 reports (ORT's offload planner).
+
+    Built from the ort-contract-rules.md section ``rule``, what the check requires, ORT's reason
+    text, a violating node and the fix.
+    """
+    return RuleDoc(
+        f"ORT 1.32.0's offload planner (ort-contract-rules.md §{rule}) examines every MoE candidate "
+        f"assigned to the CUDA EP when session.moe.offload.mode is auto or required: {what} "
+        "In mode=required the first ineligible node fails the session with \"MoE offload "
+        f"mode='required' rejected node 'NAME' (OP): {reason}.\"; in mode=auto it stays on the GPU, "
+        "which q38 reports as a warning. Reported by OFFLOAD-NODE-001's check.",
+        f"{example}, with session.moe.offload.mode=required, on CUDA",
+        f"{fix} Or set session.moe.offload.mode=auto to keep the node resident on the GPU.",
+    )
+
+
+# (rule id, ORT rule number, summary, check, documentation); the order is ORT's.
+NODE_CHECKS: tuple[tuple[str, str, str, Callable[[_QMoE], str | None], RuleDoc], ...] = (
+    ("OFFLOAD-NODE-C01", "1C.1", "quant_type is 'int' or 'nvfp4'", _c1_quant_type, _node_check("1C.1", "quant_type is 'int' or 'nvfp4'.", "unsupported quant_type='fp8' (expected 'nvfp4' or 'int')",
+    "QMoE(quant_type='fp8', ...)", "Quantize the experts as int (4/3/2-bit) or nvfp4.")),
+    ("OFFLOAD-NODE-C02", "1C.2", "int: (4,prepacked=1,bs=32) | (3,0,{32,64,128}) | (2,1,{32,64,128}), uniform bits", _c2_int_combination, _node_check("1C.2", f"an int node is one of {_DOC_INT_COMBOS}, with the same bits for fc1 and fc2.",
+    f"quant_type='int' offload requires {_DOC_INT_COMBOS}",
+    "QMoE(quant_type='int', expert_weight_bits=4, weights_prepacked=0, block_size=32)",
+    "Re-quantize to a supported combination (q38 offload writes int4 prepacked, block 32).")),
+    ("OFFLOAD-NODE-C03", "1C.3", "nvfp4: bits 4, weights_prepacked=1, block_size absent or 16", _c3_nvfp4, _node_check("1C.3", "an nvfp4 node has expert_weight_bits=4, weights_prepacked=1 and block_size absent or 16.",
+    "unsupported expert_weight_bits=8 (expected 4)", "QMoE(quant_type='nvfp4', expert_weight_bits=8, ...)",
+    "Give nvfp4 nodes expert_weight_bits=4, weights_prepacked=1, block_size 16 or absent.")),
+    ("OFFLOAD-NODE-C04", "1C.4", "activation_type is 'swiglu'", _c4_activation, _node_check("1C.4", "activation_type is 'swiglu'.", "unsupported activation_type='silu' (expected 'swiglu')",
+    "QMoE(activation_type='silu', ...)", "Export the experts with a SwiGLU activation (activation_type='swiglu').")),
+    ("OFFLOAD-NODE-C05", "1C.5", "swiglu_fusion 1 (INT3) or 0/1", _c5_swiglu_fusion, _node_check("1C.5", "swiglu_fusion is 1 (interleaved) for INT3 and 0 or 1 otherwise.",
+    "unsupported swiglu_fusion=2 (expected interleaved SwiGLU)", "QMoE(swiglu_fusion=2, ...)",
+    "Write the fc1 gate/up halves interleaved (swiglu_fusion=1) or unfused (0).")),
+    ("OFFLOAD-NODE-C06", "1C.6", "use_sparse_mixer is 0", _c6_sparse_mixer, _node_check("1C.6", "use_sparse_mixer is 0.", "use_sparse_mixer=1 is not supported by the QMoE offload backend",
+    "QMoE(use_sparse_mixer=1, ...)", "Route with top-k softmax (use_sparse_mixer=0).")),
+    ("OFFLOAD-NODE-C07", "1C.7", "k is positive", _c7_k, _node_check("1C.7", "attribute k is positive.", "attribute k must be positive", "QMoE(k=0, ...)",
+    "Set k to the number of experts each token is routed to (>= 1).")),
+    ("OFFLOAD-NODE-C08", "1C.8", "fc3, zero points, router_weights and activation scales absent", _c8_forbidden_inputs, _node_check("1C.8", "fc3 weights/scales, zero points, router_weights and activation scales are absent.",
+    "unsupported optional input slot 8 is present", "QMoE with fc3_experts_weights (input slot 8) wired",
+    "Leave the unsupported optional inputs empty (fuse fc3 into fc1 for SwiGLU).")),
+    ("OFFLOAD-NODE-C09", "1C.9", "fc1/fc2 weights and scales: constant 3-D initializers, positive dims, not graph outputs", _c9_expert_inputs, _node_check("1C.9", "fc1/fc2 weights and scales are constant 3-D initializers with positive dims, not graph outputs.",
+    "missing required expert weight/scale input at slot 6", "QMoE whose fc2_scales (slot 6) is empty or a graph input",
+    "Store every expert weight and scale bank as a constant initializer.")),
+    ("OFFLOAD-NODE-C10", "1C.10", "activations are FLOAT16 or BFLOAT16", _c10_activation_dtype, _node_check("1C.10", "the activations are FLOAT16 or BFLOAT16.",
+    "unsupported activation dtype for QMoE offload (expected FLOAT16 or BFLOAT16)", "QMoE on FLOAT activations",
+    "Run the MoE block in float16 or bfloat16 (q38 build --dtype fp16).")),
+    ("OFFLOAD-NODE-C11", "1C.11", "expert weights are UINT8", _c11_weight_dtype, _node_check("1C.11", "the expert weight banks are UINT8.", "expert weight banks must be UINT8",
+    "QMoE whose fc1_experts_weights is INT8", "Pack the quantized expert weights as UINT8.")),
+    ("OFFLOAD-NODE-C12", "1C.12", "scales: FLOAT8E4M3FN (nvfp4) or the activation dtype (int)", _c12_scale_dtype, _node_check("1C.12", "the scales are FLOAT8E4M3FN (nvfp4) or the activation dtype (int).",
+    "expert scale bank dtype does not match expected offload scale type", "QMoE(int) with FLOAT scales and FLOAT16 activations",
+    "Cast the scale banks to the activation dtype (int) or FLOAT8E4M3FN (nvfp4).")),
+    ("OFFLOAD-NODE-C13", "1C.13", "expert count 1..INT_MAX, >= k, consistent across banks", _c13_expert_count, _node_check("1C.13", "the expert count is 1..INT_MAX, at least k, and the same in every bank.",
+    "invalid expert count or weight dimensions for QMoE offload", "QMoE(k=5) with 4 experts",
+    "Give every bank the same expert count E with k <= E.")),
+    ("OFFLOAD-NODE-C14", "1C.14", "INT3 weight layout", _c14_int3_layout, _node_check("1C.14", "INT3 weights use the INT3 packed layout (even fc1 rows, 3-bit packing of the columns).",
+    "INT3 fc1_experts_weights dim 1 must be even", "QMoE(expert_weight_bits=3) with fc1 weights [4, 127, 24]",
+    "Re-pack the INT3 experts with q38 offload (it writes the layout the backend reads).")),
+    ("OFFLOAD-NODE-C15", "1C.15", "int4/int2/nvfp4 standard or transposed layout, aligned H and I", _c15_layout, _node_check("1C.15", "int4/int2/nvfp4 weights are in the standard or transposed layout, with aligned H and I.",
+    "expert weight shapes do not match a supported QMoE offload layout", "QMoE(int4) with fc2 weights [4, 64, 16] for I=64",
+    "Re-pack the experts in the standard [E, N, K/pack] layout with H and I aligned.")),
+    ("OFFLOAD-NODE-C16", "1C.16", "scale shapes [E,2I,H/block] and [E,H,I/block]", _c16_scale_shapes, _node_check("1C.16", "the scale banks are [E, 2*I, H/block_size] and [E, H, I/block_size].",
+    "expert scale dimensions do not match [E, 2*I, H/block_size] and [E, H, I/block_size]",
+    "QMoE(block_size=32) with fc1 scales [4, 128, 4] for H=64", "Write one scale per block_size weights of each row.")),
+    ("OFFLOAD-NODE-C17", "1C.17", "optional biases: constant, activation dtype, [E,2I] / [E,H]", _c17_biases, _node_check("1C.17", "optional biases are constant, in the activation dtype, [E, 2*I] (fc1) and [E, H] (fc2).",
+    "optional bias slot 7 ('fc2_b') must match activation dtype and shape [E, 64]", "QMoE with an fc2 bias of shape [4, 128] for H=64",
+    "Give the biases the activation dtype and shapes [E, 2*I] / [E, H], or drop them.")),
+    ("OFFLOAD-NODE-C18", "1C.18", "global scales: required FLOAT [>=E] for nvfp4, constant when present", _c18_global_scales, _node_check("1C.18", "nvfp4 nodes have constant FLOAT global scales of at least E elements (required); int nodes' are constant when present.",
+    "NVFP4 requires constant global scale at slot 16", "QMoE(quant_type='nvfp4') without fc2 global scale (slot 16)",
+    "Store both nvfp4 global scales as FLOAT initializers of E elements.")),
 )  # fmt: skip
 
 
@@ -402,7 +458,7 @@ def _candidate_reason(
     if node.op_type == MOE_PACKED:
         return "OFFLOAD-NODE-PACKED", _moe_packed_reason(node)
     q = _QMoE.of(node)
-    for rule_id, _number, _summary, check in NODE_CHECKS:
+    for rule_id, _number, _summary, check, _doc in NODE_CHECKS:
         reason = check(q)
         if reason is not None:
             return rule_id, reason
@@ -578,20 +634,40 @@ def _check_tail_rank(model: ModelLike, entries: Mapping[str, str]) -> list[Viola
     return []
 
 
-RULES: tuple[Rule, ...] = (
+PLANNER_RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-SUBGRAPH-001", "mode=required: no MoE/QMoE/MoEPacked inside If/Loop/Scan subgraphs",
          "ort-contract-rules.md §1B.2; ort-cpu-capabilities.md §4.4", "cpu-session", "graph",
-         effective(_check_subgraphs), _SINCE),
+         effective(_check_subgraphs), _SINCE, family=FAMILY, doc=RuleDoc(
+        "With session.moe.offload.mode=required ORT refuses a session whose MoE, QMoE or MoEPacked "
+        "node sits inside an If/Loop/Scan body: the offload planner only handles main-graph nodes "
+        "(checked on the CPU wheel too).",
+        "Loop(...) with body { QMoE(...) }  and  session.moe.offload.mode=required",
+        "Move the MoE node into the main graph, or use mode=auto (such nodes then stay resident).",
+    )),
     Rule("OFFLOAD-NODE-001", "mode=required rejects the first ineligible MoE candidate; auto keeps "
          "it on the GPU (warning)", _SRC + "; §1B.4-1B.6, §1D, §1F", "cuda-only", "graph",
-         effective(_check_nodes), _SINCE, ep="cuda"),
+         effective(_check_nodes), _SINCE, ep="cuda", family=FAMILY, doc=RuleDoc(
+        "When the session is created on CUDA, ORT's offload planner examines every MoE candidate: "
+        "in mode=required the first ineligible one (unsupported expert_weight_bits, quant layout, "
+        "activation, missing shapes, router_weights wired, ...) fails the session naming the node "
+        "and reason; in mode=auto it stays on the GPU, which q38 reports as a warning.",
+        "QMoE(expert_weight_bits=2, ...) with session.moe.offload.mode=required",
+        "Make the node eligible (the message names the reason: e.g. 4- or 8-bit experts, clear "
+        "router_weights with q38 offload), or use mode=auto to keep it resident.",
+    )),
     Rule("OFFLOAD-TAIL-001", "tail_substitution_threshold > 0 needs min_rank < k on every eligible "
          "node", "ort-contract-rules.md §1E", "cuda-only", "graph", effective(_check_tail_rank), _SINCE,
-         ep="cuda"),
+         ep="cuda", family=FAMILY, doc=RuleDoc(
+        "session.moe.offload.tail_substitution_threshold > 0 substitutes low-ranked experts; ORT "
+        "requires min_rank < k on every eligible node, otherwise no expert could be substituted "
+        "and the session is refused on CUDA.",
+        "tail_substitution_threshold=0.1, min_rank=2 on a QMoE node with k=2",
+        "Lower session.moe.offload.min_rank below the node's k, or set tail_substitution_threshold=0.",
+    )),
 )  # fmt: skip
 
 
-def _reported(rule_id: str) -> Callable[..., list[Violation]]:
+def _reported(rule_id: str) -> ModelCheck:
     """OFFLOAD-NODE-001's results of one per-check id (the check behind that id's record)."""
 
     def check(model: ModelLike, entries: Mapping[str, str]) -> list[Violation]:
@@ -601,19 +677,27 @@ def _reported(rule_id: str) -> Callable[..., list[Violation]]:
 
 
 _NODE_SRC = "ort-contract-rules.md §"
-# (id, ORT rule, summary) of the ids OFFLOAD-NODE-001 reports besides the 1C node checks
-_CANDIDATE_IDS: tuple[tuple[str, str, str], ...] = (
-    ("OFFLOAD-NODE-MOE", "1B.6", "a plain MoE node has no QMoE offload backend"),
-    ("OFFLOAD-NODE-PACKED", "1F", "MoEPacked: swiglu, k in 1..16, constant 3-D UINT8 expert banks of 1..512 experts"),
-    ("OFFLOAD-NODE-SHARED", "1D", "an offloaded node's expert initializers have no other consumer"),
+# (id, ORT rule, summary, documentation) of the ids OFFLOAD-NODE-001 reports besides the 1C node checks
+_CANDIDATE_IDS: tuple[tuple[str, str, str, RuleDoc], ...] = (
+    ("OFFLOAD-NODE-MOE", "1B.6", "a plain MoE node has no QMoE offload backend", _node_check("1B.6", "a plain com.microsoft MoE node (unquantized experts) has no offload backend.",
+    "operator 'MoE' does not support the QMoE offload backend", "MoE(...) (not QMoE)",
+    "Quantize the experts into a QMoE node (q38 build / offload), or keep the MoE resident.")),
+    ("OFFLOAD-NODE-PACKED", "1F", "MoEPacked: swiglu, k in 1..16, constant 3-D UINT8 expert banks of 1..512 experts", _node_check("1F", "a MoEPacked node has activation_type swiglu, k in 1..16 and constant 3-D UINT8 expert banks (inputs 2-4) of one expert count in 1..512, >= k.",
+    "MoEPacked expert weight dimensions are invalid for offload", "MoEPacked(k=0, ...) or with FLOAT16 expert banks",
+    "Pack the experts as constant UINT8 [E, ., .] banks, 1 <= k <= 16, swiglu.")),
+    ("OFFLOAD-NODE-SHARED", "1D", "an offloaded node's expert initializers have no other consumer", _node_check("1D", "an offloaded node's expert initializers are consumed by no other node (ORT drops such a node from the offload set, repeatedly, until none is left).",
+    "expert initializer 'fc1_w' is shared with a non-offload consumer", "QMoE whose fc1_experts_weights also feeds an Identity",
+    "Give the other consumer its own copy of the initializer, or remove it.")),
 )  # fmt: skip
 CHECK_RULES: tuple[Rule, ...] = tuple(
     Rule(rule_id, summary, _NODE_SRC + number, "cuda-only", "graph", _reported(rule_id), _SINCE, ep="cuda",
-         part_of="OFFLOAD-NODE-001")
-    for rule_id, number, summary in (*((r, n, s) for r, n, s, _ in NODE_CHECKS), *_CANDIDATE_IDS)
+         part_of="OFFLOAD-NODE-001", family=FAMILY, doc=doc)
+    for rule_id, number, summary, doc in (*((r, n, s, d) for r, n, s, _, d in NODE_CHECKS), *_CANDIDATE_IDS)
 )  # fmt: skip
 """One record per id OFFLOAD-NODE-001 reports (its 1C node checks, MoE, MoEPacked, shared
 experts): documentation for the catalogue; the runner runs OFFLOAD-NODE-001 only."""
+RULES: tuple[Rule, ...] = (*PLANNER_RULES, *CHECK_RULES)
+"""Every rule of this family: the planner's rules, then the ids OFFLOAD-NODE-001 reports."""
 
 
 def check_offload_nodes(
@@ -625,7 +709,7 @@ def check_offload_nodes(
     CUDA-only node rules, as if every candidate were assigned to the CUDA EP.
     """
     found: list[Violation] = []
-    for rule in RULES:
+    for rule in PLANNER_RULES:
         if rule.applies(ort_version) and (cuda or rule.ep != "cuda"):
-            found.extend(rule.check(model, entries))
+            found.extend(rule.check_graph(model, entries))
     return found

@@ -11,36 +11,16 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
+from contracts.package_view import GraphFile, PackageView
 
+# GraphFile and PackageView live in contracts.package_view (what every package rule reads);
+# named here too, where the package rules and their callers have always imported them.
 __all__ = ["RULES", "GraphFile", "PackageView", "check_package_layout"]
 
 _SRC = "docs/package-format.md; reference/file-safety-facts.md"
-
-
-@dataclass(frozen=True)
-class GraphFile:
-    """One graph of a package: its label, path and the directory that bounds its data."""
-
-    label: str
-    path: Path
-    root: Path
-    refs: tuple[tuple[str, str], ...]  # (initializer name, external-data location)
-    load_error: str = ""  # why q38.package.load_graph refused the graph ("" when it loaded)
-
-
-@dataclass(frozen=True)
-class PackageView:
-    """What the layout rules look at: the package root, its graphs and named libraries."""
-
-    root: Path
-    graphs: tuple[GraphFile, ...] = ()
-    libraries: tuple[tuple[str, str], ...] = ()  # (JSON path, relative path)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -202,21 +182,57 @@ def _check_graph_loads(view: PackageView) -> list[Violation]:
     return [Violation("PKG-GRAPH-001", g.load_error, graph=g.label) for g in view.graphs if g.load_error]
 
 
+FAMILY = "layout"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("PKG-GRAPH-001", "every graph loads with q38.package.load_graph: well-formed protobuf and "
          "graph, external data inside the package and in range", "q38/package/graphs.py load_graph",
-         "cpu-session", "package", _check_graph_loads),
+         "cpu-session", "package", _check_graph_loads, family=FAMILY, doc=RuleDoc(
+        "Every graph must load with q38.package.load_graph, as ORT must: a well-formed protobuf "
+        "and graph, external data inside the package and within the data file's length.",
+        "model.onnx whose initializer's external data offset + length lies past the end of model.onnx.data",
+        "Rewrite the graph and its data together (q38 build / optimize do), or restore the truncated data file.",
+    )),
     Rule("PKG-EXTDATA-001", "external-data locations are relative and resolve inside the package",
-         _SRC, "cpu-session", "package", _check_external_data),
+         _SRC, "cpu-session", "package", _check_external_data, family=FAMILY, doc=RuleDoc(
+        "External-data locations are resolved relative to the graph's directory; ORT refuses an "
+        "absolute location or one that escapes the package directory.",
+        'initializer w: external_data location "../weights.bin"',
+        "Keep data files next to the graph and refer to them by a relative name inside the package.",
+    )),
     Rule("PKG-SYMLINK-001", "no symlink in the package points outside it (or nowhere)", _SRC,
-         "cpu-session", "package", _check_symlinks),
+         "cpu-session", "package", _check_symlinks, family=FAMILY, doc=RuleDoc(
+        "A symlink in the package that points outside it (or nowhere, or loops) makes the package "
+        "depend on files it does not carry; consumers copying it get a broken package.",
+        "libs/libx.so -> /opt/build/libx.so",
+        "Replace the link with the file (q38 build --copy), or point it inside the package.",
+    )),
     Rule("PKG-HARDLINK-001", "hard-linked external data is flagged (warning): onnx / onnx-ir "
-         "consumers refuse it", _SRC, "run-time", "package", _check_hard_links),
+         "consumers refuse it", _SRC, "run-time", "package", _check_hard_links, family=FAMILY, doc=RuleDoc(
+        "onnxruntime reads hard-linked external data, but onnx and onnx-ir refuse it when they "
+        "load the model (a data file with more than one link may be written through elsewhere), "
+        "so tools other than ORT cannot open the package.",
+        "model.onnx.data with st_nlink 2 (q38 build --link hardlink)",
+        "Build with --link auto or --copy, or copy the data file to break the link.",
+        "warning",
+    )),
     Rule("PKG-LIB-001", "custom-op libraries exist inside the package", _SRC, "cpu-session",
-         "package", _check_libraries),
+         "package", _check_libraries, family=FAMILY, doc=RuleDoc(
+        "A custom-op library the config names must exist in the package as a regular file; ORT's "
+        "RegisterCustomOpsLibrary fails otherwise.",
+        '"custom_ops_library": "libs/libqwen38_plane.so" with no such file',
+        "Add the library to the package (q38 build --lib-NAME PATH) or remove the reference.",
+    )),
     Rule("PKG-READ-001", "every file a session opens (graphs, external data, custom-op libraries) "
          "is readable by the current user (os.access, no bytes read)", _SRC, "cpu-session",
-         "package", _check_readable),
+         "package", _check_readable, family=FAMILY, doc=RuleDoc(
+        "A session opens every graph, external-data file and custom-op library it is given; a file "
+        "the current user cannot read makes session creation fail with a permission error. q38 "
+        "checks access (os.access R_OK) without reading any byte.",
+        "model.onnx.data with mode 0000 (or owned by another user, mode 0600)",
+        "Give the user running onnxruntime read permission on every file of the package (chmod a+r).",
+    )),
 )  # fmt: skip
 
 
@@ -225,5 +241,5 @@ def check_package_layout(view: PackageView) -> list[Violation]:
     _location_problem_cached.cache_clear()  # the files may have changed since the last check
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check(view))
+        found.extend(rule.check_package(view))
     return found

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts.config_surface import library_paths
 from contracts.package_layout import PackageView
 
@@ -107,17 +107,46 @@ def _check_special_files(view: PackageView) -> list[Violation]:
     return found
 
 
+FAMILY = "layout"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("PATH-FIELD-001", "every path field is a relative path: no absolute path, no '..', no NUL, "
-         "backslash or invalid Unicode", _SRC, "run-time", "package", _category_rule("syntax")),
+         "backslash or invalid Unicode", _SRC, "run-time", "package", _category_rule("syntax"), family=FAMILY, doc=RuleDoc(
+        "Every path field of the config (graph files, data files, profiles, libraries) must be a "
+        "relative path: no absolute path, no '..', no NUL, backslash or invalid Unicode; readers "
+        "on other machines resolve it against the package.",
+        '"filename": "C:\\\\models\\\\model.onnx"',
+        "Write a relative POSIX path inside the package (model.onnx).",
+    )),
     Rule("PATH-FIELD-002", "every path field resolves inside the package (no symlink out of it, no loop)",
-         _SRC, "run-time", "package", _category_rule("escape")),
+         _SRC, "run-time", "package", _category_rule("escape"), family=FAMILY, doc=RuleDoc(
+        "Every path field must resolve inside the package, also through symlinks, and without a "
+        "symlink loop.",
+        '"filename": "model.onnx" where model.onnx -> ../other/model.onnx',
+        "Place the file inside the package (or link to a file inside it).",
+    )),
     Rule("PATH-FIELD-003", "every path field names an existing regular file (not a directory, FIFO, "
-         "device or socket)", _SRC, "run-time", "package", _category_rule("file")),
+         "device or socket)", _SRC, "run-time", "package", _category_rule("file"), family=FAMILY, doc=RuleDoc(
+        "Every path field must name an existing regular file: not a directory, FIFO, device or "
+        "socket, which a reader would block on or fail to map.",
+        '"filename": "graphs"  (a directory)',
+        "Point the field at the file itself.",
+    )),
     Rule("PATH-FIELD-004", "shared_initializers offset / length are decimal and lie inside their data_file",
-         _SRC, "run-time", "package", _check_shared_ranges),
+         _SRC, "run-time", "package", _check_shared_ranges, family=FAMILY, doc=RuleDoc(
+        "shared_initializers entries give offset and length as decimal strings; the range must "
+        "lie inside their data_file, or onnxruntime-genai maps bytes the file does not have.",
+        '"offset": "0x10", "length": "4096"  on a 1000-byte data file',
+        "Write decimal offset / length within the data file's size.",
+    )),
     Rule("PATH-SPECIAL-001", "the package holds only regular files, directories and symlinks (no FIFO, "
-         "socket or device)", _SRC, "run-time", "package", _check_special_files),
+         "socket or device)", _SRC, "run-time", "package", _check_special_files, family=FAMILY, doc=RuleDoc(
+        "A package holds only regular files, directories and symlinks; a FIFO, socket or device "
+        "inside it blocks or misleads every tool that copies or hashes the package.",
+        "mkfifo pkg/model.onnx.data",
+        "Remove the special file and put the real file there.",
+    )),
 )  # fmt: skip
 
 
@@ -125,7 +154,7 @@ def check_path_fields(view: PackageView) -> list[Violation]:
     """Every path-field violation of the package in ``view`` (see :func:`path_view`)."""
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check(view))
+        found.extend(rule.check_package(view))
     return found
 
 

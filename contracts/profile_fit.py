@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts.package_layout import PackageView
 from q38.errors import Q38Error
 
@@ -111,12 +111,31 @@ def _only(rule_id: str) -> Callable[[PackageView], list[Violation]]:
     return check
 
 
+FAMILY = "fit"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("PKG-FIT-001", "a runtime profile's exact device bytes (device weights, resident expert slots, "
          "decoder state at its context tier) fit its device budget", _SRC, "run-time", "package",
-         _only("PKG-FIT-001")),
+         _only("PKG-FIT-001"), family=FAMILY, doc=RuleDoc(
+        "A runtime profile is chosen for GPUs whose device memory covers what the decoder needs "
+        "at that profile's context tier: the device-placed weights, the resident expert slots and "
+        "the decoder state (KV caches, GDN recurrent and conv state, indexer caches) at the tier. "
+        "Exact bytes from shapes and dtypes (q38 fit); a profile whose sum exceeds its budget "
+        "fails when the session allocates (CUDA out of memory).",
+        "runtime_profiles[0] for 20 GiB at 32K context whose resident slots alone take 19 GiB",
+        "Lower the profile's resident slots (--total-resident-slots / --target-resident-slots) or "
+        "its context tier, as the message says; q38 fit shows the breakdown.",
+    )),
     Rule("PKG-FIT-002", "a runtime profile's host bytes fit its maximum_effective_host_memory_bytes", _SRC,
-         "run-time", "package", _only("PKG-FIT-002")),
+         "run-time", "package", _only("PKG-FIT-002"), family=FAMILY, doc=RuleDoc(
+        "The experts that are not resident stay in host memory (cpu_mmap / host_mapped); a profile "
+        "whose host bytes exceed its maximum_effective_host_memory_bytes selects a machine that "
+        "cannot hold them.",
+        "a profile with maximum_effective_host_memory_bytes 32 GiB and 60 GiB of host-placed experts",
+        "Keep more experts resident, or raise maximum_effective_host_memory_bytes to what the "
+        "package needs (q38 fit prints the host total).",
+    )),
 )  # fmt: skip
 
 

@@ -39,7 +39,7 @@ from contracts._graph import (
     node_label,
     per_node,
 )
-from contracts._rule import Violation, parse_version
+from contracts._rule import RuleDoc, Violation, parse_version
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.offload_config import shown
@@ -237,15 +237,36 @@ def _check_int3(model: ModelLike, _entries: Mapping[str, str], version: str) -> 
     return per_node([n for n in nodes_of(ir_model, MS_DOMAIN, QMOE) if schema_clean(ir_model, n)], one)
 
 
+FAMILY = "qmoe"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES = (
     *per_version("QMOE-SCHEMA-001", "INT3 QMoE inference: float16/bfloat16 activations, quant_type int "
                  "with explicit weights_prepacked=0, fused SwiGLU with equal fc bits, the INT3 weight layout",
-                 _SRC, "cpu-session", "graph", _check_int3, since="1.32.0"),
+                 _SRC, "cpu-session", "graph", _check_int3, since="1.32.0", family=FAMILY, doc=RuleDoc(
+        "ORT 1.32.0's INT3 QMoE inference requires float16/bfloat16 activations, an integer "
+        "quant_type with weights_prepacked=0 explicit, fused SwiGLU with equal FC1/FC3 bits and "
+        "the packed INT3 weight layout (bytes sized by each fc's own width).",
+        "QMoE(expert_weight_bits=3, activations float32, ...)",
+        "Feed float16/bfloat16 activations and write the INT3 weights in the layout ORT expects.",
+    )),
     *per_version("QMOE-CPU-001", "CPU kernel constructor: k >= 1, activation spelling, expert bits, "
                  "block_size, weights_prepacked, no post-activation clipping, interleaved SwiGLU, the "
                  "1.32.0 shared kernel's block / SwiGLU / optional-input limits, bfloat16 only there",
-                 _SRC, "cpu-session", "graph", _check_cpu, ep="cpu"),
+                 _SRC, "cpu-session", "graph", _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
+        "The CPU QMoE constructor requires k >= 1, a known activation spelling, supported expert "
+        "bits and block_size, weights_prepacked as ORT expects, no post-activation clipping, "
+        "interleaved SwiGLU, and (1.32.0 shared kernel) its block / SwiGLU / optional-input "
+        "limits; bfloat16 only there.",
+        "QMoE(k=0, ...) on a CPU graph",
+        "Use k >= 1 and the supported activation, bits and block size for CPU nodes.",
+    )),
     *per_version("QMOE-CPU-002", "ep.cpu.qmoe_deferred_scale is '0' or '1' on a graph whose QMoE runs "
                  "on the CPU EP", _SRC + "; ort-cpu-capabilities.md §4.2", "cpu-session", "graph",
-                 _check_deferred_scale, ep="cpu", since="1.32.0"),
+                 _check_deferred_scale, ep="cpu", since="1.32.0", family=FAMILY, doc=RuleDoc(
+        "ep.cpu.qmoe_deferred_scale must be '0' or '1' when a QMoE node runs on the CPU EP; ORT "
+        "refuses the session otherwise.",
+        '"ep.cpu.qmoe_deferred_scale": "yes"',
+        "Set ep.cpu.qmoe_deferred_scale to '0' or '1', or remove it.",
+    )),
 )  # fmt: skip

@@ -26,7 +26,7 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import Enforced, ModelCheck, OrtVersions, Rule, Violation
+from contracts._rule import Enforced, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import (
@@ -456,23 +456,66 @@ def _check_indexer_cuda(model: ModelLike, _entries: Mapping[str, str]) -> list[V
 
 _C: Enforced = "cpu-session"
 _S = "ort-contract-rules.md §2"
+FAMILY = "qsa"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("QSA-PSAI-001", "PackedSparseAttentionIndexer schema: policy, compress_ratio, state_capacity, "
          "qsa/csa attributes, policy inputs/outputs, key width, past_kv_buffer", _S + "C; probed 1.32.0",
-         _C, "graph", _schema_rule("QSA-PSAI-001", _PSAI)),
+         _C, "graph", _schema_rule("QSA-PSAI-001", _PSAI), family=FAMILY, doc=RuleDoc(
+        "ORT's PackedSparseAttentionIndexer schema checks its attributes and wiring at session "
+        "creation: policy and compress_ratio values, state_capacity, the qsa/csa attribute groups, "
+        "the inputs and outputs each policy needs, the key width and past_kv_buffer; a mismatch "
+        "fails the node with the schema's message.",
+        "PackedSparseAttentionIndexer(..., policy='topk', compress_ratio=0)",
+        "Set the attributes and inputs the policy requires (the message names the one at fault).",
+    )),
     Rule("QSA-PSAI-002", "PackedSparseAttentionIndexer IndexShare: state policy, inputs 18-21 together, "
          "max_output_entries, status output, shapes, selection budget", _S + "C.11; probed 1.32.0",
-         _C, "graph", _is_rule, OrtVersions(since="1.32.0")),
+         _C, "graph", _is_rule, OrtVersions(since="1.32.0"), family=FAMILY, doc=RuleDoc(
+        "With IndexShare (ORT 1.32.0) the indexer needs the state policy, inputs 18-21 given "
+        "together, max_output_entries, the status output, consistent shapes and a positive "
+        "selection budget; the schema refuses the node otherwise.",
+        "PackedSparseAttentionIndexer with input 18 wired and inputs 19-21 empty",
+        "Wire the IndexShare inputs 18-21 together with the state policy, or none of them.",
+    )),
     Rule("QSA-SAI-001", "SparseAttentionIndexer schema: arity, policy and attribute rules, inputs and "
          "outputs by policy, ranks, query width / head_size, past_proj_buffer", _S + "E; probed 1.32.0",
-         _C, "graph", _schema_rule("QSA-SAI-001", _SAI)),
+         _C, "graph", _schema_rule("QSA-SAI-001", _SAI), family=FAMILY, doc=RuleDoc(
+        "ORT's SparseAttentionIndexer schema checks its arity, policy and attribute rules, the "
+        "inputs and outputs by policy, tensor ranks, the query width against head_size and the "
+        "past_proj_buffer; the session fails with the schema's message.",
+        "SparseAttentionIndexer(query: [B, S, 100]) with head_size=64",
+        "Make the query width a multiple of head_size and wire the inputs the policy needs.",
+    )),
     Rule("QSA-DSA-001", "DynamicSparseAttention schema: num_heads, kv_num_heads divides num_heads, "
-         "rank-3 query", _S + "A; probed 1.32.0", _C, "graph", _schema_rule("QSA-DSA-001", _DSA)),
+         "rank-3 query", _S + "A; probed 1.32.0", _C, "graph", _schema_rule("QSA-DSA-001", _DSA), family=FAMILY, doc=RuleDoc(
+        "ORT's DynamicSparseAttention schema requires num_heads > 0, kv_num_heads dividing "
+        "num_heads and a rank-3 query; session creation fails otherwise.",
+        "DynamicSparseAttention(num_heads=8, kv_num_heads=3, ...)",
+        "Choose kv_num_heads dividing num_heads and feed a [batch, seq, hidden] query.",
+    )),
     Rule("QSA-MERGE-001", "PackedSparseAttentionIndexerMerge schema: capacity, policy, inputs by "
-         "policy", _S + "F", _C, "graph", _schema_rule("QSA-MERGE-001", _MERGE), OrtVersions(since="1.32.0")),
+         "policy", _S + "F", _C, "graph", _schema_rule("QSA-MERGE-001", _MERGE), OrtVersions(since="1.32.0"), family=FAMILY, doc=RuleDoc(
+        "ORT 1.32.0's PackedSparseAttentionIndexerMerge schema checks the capacity, the policy "
+        "and the inputs each policy needs.",
+        "PackedSparseAttentionIndexerMerge(capacity=0, ...)",
+        "Give a positive capacity and the inputs of the chosen policy.",
+    )),
     Rule("QSA-DSA-CUDA-001", "DynamicSparseAttention CUDA constructor: modes, is_causal, window, "
          "rotary_offset, 0/1 flags", _S + "B (dynamic_sparse_attention.cc @0c87280b)", "cuda-only",
-         "graph", _check_dsa_cuda, ep="cuda"),
+         "graph", _check_dsa_cuda, ep="cuda", family=FAMILY, doc=RuleDoc(
+        "The CUDA DynamicSparseAttention kernel constructor (dynamic_sparse_attention.cc) accepts "
+        "only its supported modes, is_causal=1, a valid window and rotary_offset, and 0/1 flags; "
+        "on a CUDA session the node fails to instantiate. The CPU wheel never checks it.",
+        "DynamicSparseAttention(is_causal=0, ...) assigned to CUDA",
+        "Use the supported mode and flags (is_causal=1) for nodes that run on CUDA.",
+    )),
     Rule("QSA-INDEXER-CUDA-001", "indexer CUDA constructors: epsilon >= 0", _S + "D", "cuda-only",
-         "graph", _check_indexer_cuda, ep="cuda"),
+         "graph", _check_indexer_cuda, ep="cuda", family=FAMILY, doc=RuleDoc(
+        "The CUDA constructors of the QSA indexers require epsilon >= 0 ('OP: epsilon must be >= "
+        "0, got E'); only a CUDA session checks it.",
+        "PackedSparseAttentionIndexer(epsilon=-1e-6, ...) on CUDA",
+        "Set epsilon to a non-negative value (the exporter's default is 1e-6).",
+    )),
 )  # fmt: skip

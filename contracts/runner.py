@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_RULES",
+    "RULE_MODULES",
     "CheckReport",
     "GraphCheck",
     "SessionResult",
@@ -70,28 +72,30 @@ __all__ = [
     "installed_ort_version",
 ]
 
-ALL_RULES: tuple[Rule, ...] = (
-    *session_config.RULES,
-    *offload_config.RULES,
-    *offload_config.ENV_RULES,
-    *offload_nodes.RULES,
-    *offload_nodes.CHECK_RULES,
-    *schema_rules.RULES,
-    *model_load.RULES,
-    *qsa.RULES,
-    *causal_conv.RULES,
-    *gated_delta_net.RULES,
-    *hyper_connection.RULES,
-    *attention.RULES,
-    *qmoe.RULES,
-    *config_surface.RULES,
-    *package_layout.RULES,
-    *path_fields.RULES,
-    *shared_initializers.RULES,
-    *config_graphs.RULES,
-    *profile_fit.RULES,
-    *cuda_kernels.RULES,
+# The family modules, in catalogue order: each declares its ``FAMILY`` and its rules (``RULES``).
+# The one list of rule modules; a new family module is one row here.
+RULE_MODULES: tuple[ModuleType, ...] = (
+    session_config,
+    offload_config,
+    offload_nodes,
+    schema_rules,
+    model_load,
+    qsa,
+    causal_conv,
+    gated_delta_net,
+    hyper_connection,
+    attention,
+    qmoe,
+    config_surface,
+    package_layout,
+    path_fields,
+    shared_initializers,
+    config_graphs,
+    profile_fit,
+    cuda_kernels,
 )
+ALL_RULES: tuple[Rule, ...] = tuple(rule for module in RULE_MODULES for rule in module.RULES)
+"""Every rule record, read from the family modules' ``RULES`` (each record carries its declaration)."""
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
 
@@ -234,7 +238,7 @@ def check_session_config(entries: Mapping[str, str], *, ort_version: str | None 
     found: list[Violation] = []
     for rule in _applicable(version):
         if rule.kind == "session-config":
-            found.extend(rule.check(dict(entries)))
+            found.extend(rule.check_session(dict(entries)))
     return found
 
 
@@ -251,7 +255,7 @@ def check_environment(
     found: list[Violation] = []
     for rule in _applicable(version):
         if rule.kind == "environment":
-            found.extend(rule.check(dict(env), dict(entries or {})))
+            found.extend(rule.check_environment(dict(env), dict(entries or {})))
     return found
 
 
@@ -272,7 +276,7 @@ def check_graph(
     for rule in _graph_rules(_applicable(version), eps):
         if rule.part_of or (custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES):
             continue  # a per-check record: its parent's check reports its id
-        for v in rule.check(ir_model, dict(entries or {})):
+        for v in rule.check_graph(ir_model, dict(entries or {})):
             if v not in seen:
                 seen.add(v)
                 found.append(v)

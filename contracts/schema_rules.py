@@ -36,7 +36,7 @@ import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts, type_str
 from contracts._graph import ModelLike, as_ir_model, node_label
-from contracts._rule import ModelCheck, OrtVersions, Rule, Violation
+from contracts._rule import ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts.schema_registry import (
     ONNX_DOMAINS,
     OpSchema,
@@ -252,18 +252,89 @@ def _opset_rule(version: str) -> ModelCheck:
     return check
 
 
-_NODE_RULES = (
-    ("ORT-SCHEMA-001", "the op is registered for its domain at the model's opset import"),
-    ("ORT-SCHEMA-002", "each input type is within its type parameter's allowed types"),
-    ("ORT-SCHEMA-003", "every attribute is known to the op's schema"),
-    ("ORT-SCHEMA-004", "input and output counts are within the schema's bounds"),
-    ("ORT-SCHEMA-005", "a type parameter is bound to one type"),
-    ("ORT-SCHEMA-006", "every attribute has the type the schema declares"),
-    ("ORT-SCHEMA-007", "required attributes are present"),
-    ("ORT-SCHEMA-008", "an empty input/output name only in an optional slot"),
-    ("ORT-SCHEMA-009", "a declared output type agrees with the type the schema binds"),
-    ("ORT-SCHEMA-010", "the op's resolved schema is not deprecated"),
-    ("ORT-SCHEMA-011", "an op of a domain onnxruntime does not know needs a registered custom-op library"),
+FAMILY = "schema"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
+_SCHEMA_SRC = (
+    "ORT's graph resolve runs onnx's OpSchema::Verify on every node against the schema registered "
+    "for the node's domain at the model's opset import (q38 mirrors the registry dumped from "
+    "get_all_operator_schema(), contracts/schemas/ort-VERSION.json). "
+)
+
+
+# (id, summary, documentation) of the per-node schema rules, one record per id and mirrored version
+_NODE_RULES: tuple[tuple[str, str, RuleDoc], ...] = (
+    ("ORT-SCHEMA-001", "the op is registered for its domain at the model's opset import", RuleDoc(
+        _SCHEMA_SRC + "A node whose op has no schema for its domain at that version fails with "
+        "'No Op registered for OP with domain_version of N' (or 'Fatal error: DOMAIN:OP(-1) is "
+        "not a registered function/op').",
+        'opset_import { domain: "" version: 0 }  node: Gather(...)  -> No Op registered for Gather with domain_version of 0',
+        "Use an op that exists at the imported opset (or raise the opset import to one that has it).",
+    )),
+    ("ORT-SCHEMA-002", "each input type is within its type parameter's allowed types", RuleDoc(
+        _SCHEMA_SRC + "Each input's element type must be one of its type parameter's allowed "
+        "types: 'Type Error: Type 'tensor(T)' of input parameter (X) of operator (OP) in node (N) "
+        "is invalid.'",
+        "Relu(x: tensor(int8)) at an opset whose Relu allows only float types",
+        "Cast the input to an allowed type (the schema lists them) or use an op that accepts it.",
+    )),
+    ("ORT-SCHEMA-003", "every attribute is known to the op's schema", RuleDoc(
+        _SCHEMA_SRC + "An attribute the op's schema does not declare fails with 'Unrecognized "
+        "attribute: NAME for operator OP'.",
+        "Relu(x) with attribute alpha=0.1",
+        "Remove the attribute, or use the op that declares it (LeakyRelu has alpha).",
+    )),
+    ("ORT-SCHEMA-004", "input and output counts are within the schema's bounds", RuleDoc(
+        _SCHEMA_SRC + "The number of inputs and outputs must lie within the schema's bounds "
+        "(optional and variadic slots included), otherwise the node fails verification.",
+        "Relu(a, b)  (Relu takes exactly one input)",
+        "Give the op the number of inputs and outputs its schema declares.",
+    )),
+    ("ORT-SCHEMA-005", "a type parameter is bound to one type", RuleDoc(
+        _SCHEMA_SRC + "All inputs and outputs bound to one type parameter must have one type: "
+        "'Type Error: Type parameter (T) of Optype (OP) bound to different types ...'.",
+        "Add(a: tensor(float), b: tensor(float16))",
+        "Cast the inputs so every slot of the type parameter has the same element type.",
+    )),
+    ("ORT-SCHEMA-006", "every attribute has the type the schema declares", RuleDoc(
+        _SCHEMA_SRC + "Every attribute must have the type the schema declares (an int where a "
+        "float is declared, a graph where a tensor is, a Constant without data), otherwise ORT "
+        "refuses the node with its attribute type error.",
+        "Gather(data, indices) with attribute axis given as a float (axis=1.0)",
+        "Write the attribute with its declared type (axis as an INT).",
+    )),
+    ("ORT-SCHEMA-007", "required attributes are present", RuleDoc(
+        _SCHEMA_SRC + "A required attribute that is absent fails with 'Required attribute NAME "
+        "is missing.'",
+        "com.microsoft GroupQueryAttention(...) without num_heads",
+        "Add the required attribute with its intended value.",
+    )),
+    ("ORT-SCHEMA-008", "an empty input/output name only in an optional slot", RuleDoc(
+        _SCHEMA_SRC + "An empty input or output name means 'absent' and is allowed only in an "
+        "optional slot; in a required slot ORT refuses the node.",
+        'MatMul("", w)  (empty first input)',
+        "Wire a value into every required slot; leave only optional slots empty.",
+    )),
+    ("ORT-SCHEMA-009", "a declared output type agrees with the type the schema binds", RuleDoc(
+        _SCHEMA_SRC + "A graph output or value_info that declares a type different from the one "
+        "the schema binds for the producing node fails with 'Type Error: Type (T) of output arg "
+        "(Y) of node (N) does not match expected type (U).'",
+        "y = Relu(x: tensor(float)) with value_info y: tensor(float16)",
+        "Fix the declared type (or insert a Cast) so it matches what the op produces.",
+    )),
+    ("ORT-SCHEMA-010", "the op's resolved schema is not deprecated", RuleDoc(
+        _SCHEMA_SRC + "A node whose schema at the imported opset is deprecated is refused: 'Op "
+        "registered for OP is deprecated in domain_version of N'.",
+        'opset_import { domain: "" version: 10 }  node: Upsample(...)',
+        "Replace the op with its successor (Upsample -> Resize) or import an opset where it is not deprecated.",
+    )),
+    ("ORT-SCHEMA-011", "an op of a domain onnxruntime does not know needs a registered custom-op library", RuleDoc(
+        "A node of a domain onnxruntime does not know can only run if the session registers a "
+        "custom-op library that provides it; otherwise ORT fails with 'Fatal error: DOMAIN:OP(-1) "
+        "is not a registered function/op'.",
+        'node { domain: "qwen38.plane" op_type: "Plane" }  with no library in the config',
+        "Ship the custom-op library in libs/ and name it in the config (q38 build --lib-NAME), or replace the op.",
+    )),
 )
 
 
@@ -283,12 +354,27 @@ def _rules() -> tuple[Rule, ...]:
         source = _SRC.format(v=version)
         rules.append(Rule("ORT-OPSET-001", "opset imports: present, >= 1, within what onnxruntime supports",
                           source + "; model_load_utils.h ValidateOpsetForDomain", "cpu-session", "graph",
-                          _opset_rule(version), span))  # fmt: skip
+                          _opset_rule(version), span, family=FAMILY, doc=RuleDoc(
+            "ORT refuses at model load a model without any opset import ('Missing opset in the model. "
+            "All ModelProtos MUST have at least one entry ...'), a default-domain import below 1 (no "
+            "operator resolves), and an import above what this onnxruntime supports ('ONNX Runtime "
+            "only *guarantees* support for models stamped with official released onnx opset versions "
+            "...').",
+            'opset_import { domain: "" version: 0 }',
+            "Stamp the graph with a released opset (e.g. 'ai.onnx' 21) that the installed onnxruntime supports.",
+        )))  # fmt: skip
         rules.append(Rule("ORT-OPSET-002", "every imported domain is one onnxruntime knows, or a custom-op "
                           "library of the graph's session provides it", source, "cpu-session", "graph",
-                          _unknown_import_rule(version), span))  # fmt: skip
-        rules.extend(Rule(rule_id, summary, source, "cpu-session", "graph", _node_rule(rule_id, version), span)
-                     for rule_id, summary in _NODE_RULES)  # fmt: skip
+                          _unknown_import_rule(version), span, family=FAMILY, doc=RuleDoc(
+            "An imported domain that onnxruntime registers no operator in is refused unless the "
+            "session registers a custom-op library that provides it (the config's custom_ops_library "
+            "/ libs).",
+            'opset_import { domain: "com.example" version: 1 }  with no custom-op library configured',
+            "Remove the unused import, or name the custom-op library in the config's session options.",
+        )))  # fmt: skip
+        rules.extend(Rule(rule_id, summary, source, "cpu-session", "graph", _node_rule(rule_id, version), span,
+                          family=FAMILY, doc=doc)
+                     for rule_id, summary, doc in _NODE_RULES)  # fmt: skip
     return tuple(rules)
 
 
@@ -297,5 +383,13 @@ RULES: tuple[Rule, ...] = (
     Rule("ORT-SHAPE-001", "standard ops' shape inference accepts the shapes ORT infers for their inputs "
          "(MatMul / broadcast dims, Reshape targets, Split sizes, Transpose perm, axes in range, ...)",
          "onnx shape inference functions, as ORT's graph resolve runs them; probed 1.32.0", "cpu-session",
-         "graph", _shape_rule),
+         "graph", _shape_rule, family=FAMILY, doc=RuleDoc(
+        "While resolving the graph ORT runs onnx's shape inference of each standard op on the "
+        "shapes it infers for the inputs; incompatible MatMul / broadcast dims, a Reshape target "
+        "that does not fit, Split sizes that do not sum, a bad Transpose perm or an axis out of "
+        "range fail the session with the op's shape-inference error; so does an If whose two branches, "
+        "or whose branches and node, disagree on the number of outputs.",
+        "MatMul(a: [2, 3], b: [4, 5])",
+        "Make the shapes agree (fix the producer, the initializer or the attribute named in the message).",
+    )),
 )

@@ -14,9 +14,17 @@ what every other session-config rule reads; ``SESSION-CFG-001`` reports the refu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import TypeVar, cast
 
-from contracts._rule import Rule, Violation
+from contracts._rule import (
+    EnvironmentCheck,
+    Examples,
+    ModelCheck,
+    Rule,
+    RuleDoc,
+    SessionCheck,
+    Violation,
+)
 
 __all__ = ["KEY_MAX_BYTES", "RULES", "VALUE_MAX_BYTES", "effective", "effective_entries"]
 
@@ -51,14 +59,19 @@ def effective_entries(entries: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def effective(check: Callable[..., list[Violation]]) -> Callable[..., list[Violation]]:
+# A check whose last argument is a session's config entries (session-config, environment, graph).
+_EntriesCheck = TypeVar("_EntriesCheck", SessionCheck, EnvironmentCheck, ModelCheck)
+
+
+def effective(check: _EntriesCheck) -> _EntriesCheck:
     """``check`` reading the effective entries (its last argument) instead of the raw ones."""
+    call = cast(Callable[..., list[Violation]], check)
 
     def wrapped(*args: object) -> list[Violation]:
         *head, entries = args
-        return check(*head, effective_entries(cast(Mapping[str, str], entries)))
+        return call(*head, effective_entries(cast(Mapping[str, str], entries)))
 
-    return wrapped
+    return cast(_EntriesCheck, wrapped)
 
 
 def _unencodable(text: str) -> bool:
@@ -86,8 +99,20 @@ def _check_limits(entries: Mapping[str, str]) -> list[Violation]:
     return found
 
 
+FAMILY = "session-config"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("SESSION-CFG-001", "config keys are 1-1024 bytes and values at most 8192 bytes, up to the "
          "first NUL (ConfigOptions::AddConfigEntry); keys and values are valid Unicode (the binding)", "probed 1.31.1 and 1.32.0 (config_options.cc)",
-         "cpu-session", "session-config", _check_limits),
+         "cpu-session", "session-config", _check_limits, examples=Examples({"session.k": "v"},
+                  {"\0k": "v"}),
+         family=FAMILY, doc=RuleDoc(
+        "SessionOptions.add_session_config_entry hands ORT C strings: ORT cuts key and value at the "
+        "first NUL, and ConfigOptions::AddConfigEntry refuses an empty key or one over 1024 bytes "
+        "('Config key is empty or longer than maximum length 1024') and a value over 8192 bytes "
+        "('Config value is longer than maximum length: 8192'); session creation fails.",
+        '"session_options": {"config_entries": {"": "1"}}  (or a 9000-byte value)',
+        "Remove the empty key; keep keys within 1024 and values within 8192 UTF-8 bytes.",
+    )),
 )  # fmt: skip

@@ -10,7 +10,7 @@ the graphs' metadata and ``stat``s the data files; it reads no weight bytes.
 
 from __future__ import annotations
 
-from contracts._rule import Rule, Violation
+from contracts._rule import Rule, RuleDoc, Violation
 from contracts.package_layout import PackageView
 
 __all__ = ["RULES", "check_shared_initializers"]
@@ -36,10 +36,19 @@ def _check(view: PackageView) -> list[Violation]:
     ]
 
 
+FAMILY = "layout"
+"""The rule family of this module's rules (``q38 rules --family``)."""
+
 RULES: tuple[Rule, ...] = (
     Rule("PKG-SHARED-001", "every shared_initializers entry names an initializer of the same dtype "
          "and shape in each sharing graph, at the same in-range bytes of its data file", _SRC,
-         "run-time", "package", _check),
+         "run-time", "package", _check, family=FAMILY, doc=RuleDoc(
+        "onnxruntime-genai 0.18.0 shares initializers between graphs (builders/mtp.py): each "
+        "shared_initializers entry must name an initializer of the same dtype and shape in every "
+        "sharing graph, stored at the same in-range bytes of its data file.",
+        "shared_initializers: embed_tokens shared by decoder and mtp, but mtp's has shape [V, 512] vs [V, 1024]",
+        "Regenerate the sharing graph so the initializer matches, or drop it from shared_initializers.",
+    )),
 )  # fmt: skip
 
 
@@ -47,5 +56,5 @@ def check_shared_initializers(view: PackageView) -> list[Violation]:
     """Every shared-initializer violation of a genai package (none for v12b packages)."""
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check(view))
+        found.extend(rule.check_package(view))
     return found

@@ -33,6 +33,9 @@ from typing import Any, Final, NoReturn
 
 from q38 import __version__
 from q38.commands import COMMAND_MODULES
+from q38.commands._options import HelpFormatter
+from q38.commands._suggest import suggest
+from q38.errors import Q38Error, bound_line, clip
 from q38.extension_guard import defer_interrupt, guarded_extension_imports, initializing
 
 __all__ = ["HANDLED_SIGNALS", "build_parser", "configure_logging", "interrupt_exit_code", "interrupted", "main", "verbosity"]
@@ -128,9 +131,6 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # deferred: cli.py loads only q38.commands eagerly; light
-        from q38.commands._options import HelpFormatter
-
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
@@ -138,9 +138,6 @@ class _Parser(argparse.ArgumentParser):
         self.argv: list[str] = []
 
     def error(self, message: str) -> NoReturn:
-        # deferred: cli.py loads only q38.commands eagerly; light
-        from q38.commands._suggest import suggest
-        from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
         message = suggest(message, self.argv, self._option_string_actions)
         self.exit(2, f"{bound_line(f'{self.prog}: error: {message}')}\n")
@@ -204,7 +201,6 @@ class _BoundedFormatter(logging.Formatter):
     """Every log record is one bounded line too (a library may quote a hostile name in full)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
 
         return bound_line(super().format(record))
 
@@ -261,8 +257,6 @@ def missing_dependency_text(name: str | None) -> str:
 
 def _say(command: str, text: str) -> None:
     """Print ``q38 COMMAND: text`` as one bounded line on stderr (never raising on encoding)."""
-    from q38.errors import bound_line  # deferred: cli.py loads only q38.commands eagerly; light
-
     line = bound_line(f"q38 {command}: {text}")
     try:
         sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
@@ -272,7 +266,6 @@ def _say(command: str, text: str) -> None:
 
 
 def _os_error_text(exc: OSError) -> str:
-    from q38.errors import clip  # deferred: cli.py loads only q38.commands eagerly; light
 
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.files import os_problem
@@ -290,8 +283,6 @@ def _user_cause(exc: BaseException) -> BaseException | None:
 
     Only explicit causes count: an exception raised while *handling* an OSError is a bug.
     """
-    from q38.errors import Q38Error  # deferred: cli.py loads only q38.commands eagerly; light
-
     seen: set[int] = set()
     current: BaseException | None = exc.__cause__
     while current is not None and id(current) not in seen:
@@ -341,7 +332,7 @@ def _stdout_paths_as_bytes() -> str | None:
         stream.reconfigure(errors="surrogateescape")
     except (ValueError, OSError, AttributeError):
         return None
-    return current
+    return str(current)
 
 
 def _restore_stdout(errors: str | None) -> None:
@@ -383,7 +374,6 @@ def _say_interrupted(command: str) -> None:
 def _run(args: argparse.Namespace, command: str) -> int:
     # deferred: q38 --help never loads it; only a command run defers sympy
     from q38._deferred import defer_sympy
-    from q38.errors import Q38Error  # deferred: cli.py loads only q38.commands eagerly; light
 
     defer_sympy()  # onnx-ir imports sympy eagerly; a command pays for it only if it uses it
 

@@ -140,14 +140,16 @@ class Outcome:
 def _ort() -> ModuleType:
     import onnxruntime  # deferred: heavy; only a probe run needs it
 
-    return onnxruntime
+    module: ModuleType = onnxruntime
+    return module
 
 
 def _state() -> ModuleType:
     # deferred: heavy; only a probe run needs it
     from onnxruntime.capi import onnxruntime_pybind11_state
 
-    return onnxruntime_pybind11_state
+    module: ModuleType = onnxruntime_pybind11_state
+    return module
 
 
 def latest_schemas() -> list[OrtOpSchema]:

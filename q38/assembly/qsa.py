@@ -102,7 +102,7 @@ def _rotary_cache(g: _Graph, node: onnx.NodeProto) -> str | None:
         return None
     if len(g.const(node.input[0]).dims) != 2 or g.only(node.output[0], "Unsqueeze") is None:  # type: ignore[union-attr]
         return None
-    return node.input[0]
+    return str(node.input[0])
 
 
 def qsa_constants(model: onnx.ModelProto, *, base: Path, what: str) -> dict[str, Any]:

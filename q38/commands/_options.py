@@ -17,6 +17,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from q38.errors import FlagError
+from q38.ort_targets import ort_target
+from q38.sizes import SIZE_EXAMPLES, parse_byte_size
+
 __all__ = ["HelpFormatter", "OrtVersion", "byte_size", "comma_list", "nonneg_int", "positive_int", "say_wrote"]
 
 
@@ -90,9 +94,6 @@ class OrtVersion(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        from q38.errors import FlagError  # deferred: stdlib-only module; light
-        from q38.ort_targets import ort_target  # deferred: stdlib-only module; light
-
         try:
             ort_target(str(values), flag=option_string or self.dest)
         except FlagError as exc:
@@ -106,9 +107,6 @@ def byte_size(text: str) -> int:
     The flag's name says bytes, so a bare decimal stays a byte count (the documented form); any
     other text is read by :func:`q38.sizes.parse_byte_size`.
     """
-    # deferred: argparse calls this only when the flag is given; standard library only
-    from q38.sizes import SIZE_EXAMPLES, parse_byte_size
-
     if text.isascii() and text.isdigit():
         return nonneg_int(text)
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from q38.errors import FlagError
+
 if TYPE_CHECKING:
     from q38.package.links import LinkPolicy
 
@@ -32,8 +34,6 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
 
 def placement_options(args: argparse.Namespace) -> tuple[LinkPolicy, bool]:
     """(LinkPolicy, digest) from the flags; the command's core builds one Placer from them."""
-    from q38.errors import FlagError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.links import LinkPolicy
 

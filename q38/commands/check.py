@@ -14,7 +14,10 @@ import os
 import sys
 from typing import Any
 
-from q38.commands._options import OrtVersion, say_wrote
+from q38.commands._options import OrtVersion, comma_list, say_wrote
+from q38.errors import FlagError, bound_line
+from q38.progress import elapsed
+from q38.report import render
 
 __all__ = ["register", "run"]
 
@@ -46,9 +49,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _register_report_options(p: argparse.ArgumentParser) -> None:
     """--format / --output, rule selection and baselines (rendered by q38.report)."""
-    # deferred: command modules import at call time; light
-    from q38.commands._options import comma_list
-
     p.add_argument("--format", dest="output_format", default="text",
                    choices=("text", "json", "sarif", "github", "junit"), metavar="FORMAT",
                    help="text (grouped, for a terminal), json, sarif (SARIF 2.1.0 for code scanning), "
@@ -77,11 +77,6 @@ def run(args: argparse.Namespace) -> int:
     """
     # deferred: pulls numpy into q38 --help (contracts.shapes)
     from contracts.runner import check_package
-
-    # deferred: command modules import at call time; light
-    from q38.errors import FlagError, bound_line
-    from q38.progress import elapsed  # deferred: command modules import at call time; light
-    from q38.report import render  # deferred: command modules import at call time; light
 
     # deferred: pulls onnx into q38 --help (contracts._graph)
     from q38.report.results import (

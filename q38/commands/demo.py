@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from q38.demo import run_demo
+
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``q38 demo`` to the command line."""
@@ -36,8 +38,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo in --workdir (see :mod:`q38.demo`); the exit code of the first failed step, or 0."""
-    from q38.demo import run_demo  # deferred: command modules import at call time; light
-
     return run_demo(
         workdir=args.workdir,
         preset=args.preset,

@@ -8,7 +8,11 @@ versions it is enforced, a violating example and the fix, read from the rule's o
 from __future__ import annotations
 
 import argparse
+import json
+import textwrap
 from typing import Any
+
+from q38.errors import FlagError, quote
 
 __all__ = ["register", "run"]
 
@@ -27,11 +31,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the rule's text (or its catalogue entry as JSON with --json)."""
-    import json  # deferred: command modules import at call time; stdlib
-    import textwrap  # deferred: command modules import at call time; stdlib
-
     from contracts.catalogue import entry  # deferred: pulls onnx into q38 --help (contracts._graph)
-    from q38.errors import FlagError, quote  # deferred: command modules import at call time; light
 
     e = entry(args.rule_id)
     if e is None:

@@ -9,7 +9,9 @@ from pathlib import Path
 from q38.commands._options import say_wrote
 from q38.commands._placement import add_placement_arguments, placement_options
 from q38.commands._source_gate import add_allow_flag, gated
+from q38.errors import FlagError, quote
 from q38.export_plan import DEFAULT_PROMPT
+from q38.progress import elapsed
 
 __all__ = ["DEFAULT_PROMPT", "register", "run"]
 
@@ -54,14 +56,11 @@ def run(args: argparse.Namespace) -> int:
     With ``--generate N`` the export is staged, N tokens are generated with onnxruntime-genai,
     and only then is it moved to OUT: a failed generation leaves no OUT. Returns 0.
     """
-    from q38.errors import FlagError, quote  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.export_genai import export_genai, generate_tokens
 
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.staging import StagedDirectory, rename_noreplace
-    from q38.progress import elapsed  # deferred: command modules import at call time; light
 
     link, digest = placement_options(args)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from q38.commands._options import positive_int, say_wrote
+from q38.errors import FlagError
 
 __all__ = ["register", "run"]
 
@@ -60,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     Refuses (FlagError) a --plot file that exists: q38 never replaces a file. Returns 1 when a row
     is ``over`` (a runtime profile's budget or the --gpu device; docs/fit.md), else 0.
     """
-    from q38.errors import FlagError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.fit import fit_package, parse_gpu
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from q38.commands._options import nonneg_int, positive_int, say_wrote
+from q38.errors import FlagError, ProfileError
 
 if TYPE_CHECKING:
     from q38.offload.convert import OffloadReport
     from q38.package.profile import ExpertProfile
     from q38.profile.replay import ReplayReport
     from q38.profile.run import ProfileRun
-
-from q38.commands._options import nonneg_int, positive_int, say_wrote
 
 __all__ = ["register", "run"]
 
@@ -74,7 +76,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from q38.errors import FlagError  # deferred: command modules import at call time; light
 
     if args.from_ort_state is not None and (args.output is None or args.plan or args.ort_state is not None):
         raise FlagError("--from-ort-state FILE writes -o FILE only (no --plan, no --ort-state)")
@@ -98,7 +99,6 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _check_trace_args(args: argparse.Namespace) -> None:
-    from q38.errors import FlagError  # deferred: command modules import at call time; light
 
     if args.trace is not None and args.expert_profile is None:
         raise FlagError("--trace is replayed with --plan --expert-profile (a measuring run has its own trace)")
@@ -116,8 +116,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
     An interrupted run leaves neither ``path`` nor the temporary file.
     """
-    import tempfile  # deferred: command modules import at call time; stdlib
-
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
     try:
@@ -142,8 +140,6 @@ def run(args: argparse.Namespace) -> int:
     ``--from-ort-state`` converts onnxruntime's state file instead. Returns 0; a profile that
     cannot be measured or written raises ProfileError (exit 2).
     """
-    from q38.errors import ProfileError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.profile import encode_profile, read_profile
 
@@ -233,8 +229,6 @@ def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileR
 
 def _write_trace(path: str, measured: ProfileRun) -> None:
     """Write the measured run's selection trace to ``path`` (never replacing a file)."""
-    from q38.errors import ProfileError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.profile.replay)
     from q38.profile.replay import trace_bytes, trace_document
 
@@ -262,8 +256,6 @@ def _measure(args: argparse.Namespace) -> ProfileRun:
         source = f"--prompts {args.prompts}"
     else:
         if not pkg.vocab:
-            # deferred: command modules import at call time; light
-            from q38.errors import ProfileError
 
             raise ProfileError(f"{root}: the config has no vocab_size: give --prompts FILE")
         prompts = synthetic_prompts(args.prompt_count, args.prompt_length, pkg.vocab, args.seed)
@@ -291,8 +283,6 @@ def _plan(args: argparse.Namespace, profile: ExpertProfile) -> OffloadReport:
 
 def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
     """The measured counts of the decoder's rows as onnxruntime's expert counter state file."""
-    from q38.errors import ProfileError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.profile.ort_state)
     from q38.profile.ort_state import decoder_nodes, encode_state
 
@@ -309,8 +299,6 @@ def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
 
 def _from_ort_state(args: argparse.Namespace) -> int:
     """``--from-ort-state FILE PKG -o OUT``: onnxruntime's state file as an STRP v1 profile."""
-    from q38.errors import ProfileError  # deferred: command modules import at call time; light
-
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.files import read_text_bounded
 

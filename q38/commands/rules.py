@@ -7,7 +7,10 @@ onnxruntime versions the rule exists in, where ORT enforces it, and its summary.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
+
+from q38.errors import FlagError, quote
 
 __all__ = ["register", "run"]
 
@@ -28,11 +31,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the catalogue (filtered by --family) as a table or, with --json, a JSON list."""
-    import json  # deferred: command modules import at call time; stdlib
-
     # deferred: pulls onnx into q38 --help (contracts._graph)
     from contracts.catalogue import catalogue
-    from q38.errors import FlagError, quote  # deferred: command modules import at call time; light
 
     entries = list(catalogue())
     if args.family is not None:

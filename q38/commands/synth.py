@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from q38.commands._options import OrtVersion, say_wrote
+from q38.progress import elapsed
 
 __all__ = ["register", "run"]
 
@@ -83,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
     The last line names what was written (stderr with --json, where stdout is the JSON document).
     """
-    from q38.progress import elapsed  # deferred: command modules import at call time; light
-
     # deferred: pulls ml_dtypes into q38 --help (q38.synth.builder_forms.forms)
     from q38.synth import synthesize
 

@@ -22,9 +22,10 @@ def serialize_graph(model: ir.Model, *, where: str) -> bytes:
     one line only where protobuf cannot hold the graph (2 GiB).
     """
     try:
-        return ir.serde.serialize_model(model).SerializeToString()
+        data: bytes = ir.serde.serialize_model(model).SerializeToString()
     except ValueError as exc:  # protobuf: "Message ... exceeds maximum protobuf size of 2GB"
         raise OffloadError(f"{where}: the graph does not fit in one protobuf (2 GiB): {exc}") from None
+    return data
 
 
 def read_expert_profile(options: OffloadOptions) -> ExpertProfile | None:

@@ -38,9 +38,9 @@ def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
         if subs is _NONE:
             subs = []
         if kind is _GRAPH:
-            subs.append(attr.as_graph())  # type: ignore[arg-type]
+            subs.append(attr.as_graph())
         else:
-            subs.extend(attr.as_graphs())  # type: ignore[arg-type]
+            subs.extend(attr.as_graphs())
     return subs
 
 

@@ -146,7 +146,7 @@ def place(
 
     """
     s, d = os.path.realpath(os.fspath(src)), os.fspath(dst)
-    order: tuple[LinkMode, ...] = ("reflink", "copy") if policy is LinkPolicy.AUTO else (policy.value,)  # type: ignore[assignment]
+    order: tuple[LinkMode, ...] = ("reflink", "copy") if policy is LinkPolicy.AUTO else (policy.value,)
     try:
         sfd = os.open(s, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:

@@ -85,7 +85,8 @@ def pack_sm80_int4_steps(raw: np.ndarray, n: int, k: int) -> np.ndarray:
     nib = nib.reshape(e, rows, 2 * cols).astype(np.int16)
     nib = np.where(nib > 7, nib - 8, nib + 8)
     out = (nib[:, :, 0::2] + nib[:, :, 1::2] * 16).astype(np.uint8)
-    return out.reshape(*lead, rows, cols)
+    packed: np.ndarray = out.reshape(*lead, rows, cols)
+    return packed
 
 
 @lru_cache(maxsize=16)

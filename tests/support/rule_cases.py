@@ -4,6 +4,11 @@ A case names the surface input its rule reads: session config entries, an (env, 
 for environment rules, a (model, entries) pair for graph rules (evaluated directly on the rule, so cuda-only and run-time rules are exercised
 too), a config document edit, or a package edit (run through ``check_package``). The accepted
 input differs from the rejected one in the one thing the rule is about.
+
+The data rules (session config, environment, config document) declare their passing and
+violating inputs themselves (``Rule.examples``, in their family module): their cases are read
+from the declarations (:func:`_declared_cases`). The graph and package rules' inputs are built
+here, from the test kits.
 """
 
 from __future__ import annotations
@@ -252,65 +257,45 @@ def _node_check_cases() -> list[RuleCase]:
     return list(cases.values())
 
 
-_SESSION_CASES: list[RuleCase] = [
-    RuleCase("SESSION-CFG-001", "session", lambda: {"session.k": "v"}, lambda: {"\0k": "v"}),
-    RuleCase("OFFLOAD-CFG-001", "session", lambda: {_P + "mode": "auto"}, lambda: {_P + "bogus": "1"}),
-    RuleCase("OFFLOAD-CFG-002", "session", lambda: {"moe.offload.x": "1"}, lambda: {"moe.cpu_offload.enable": "1"}),
-    RuleCase("OFFLOAD-CFG-003", "session", lambda: {_P + "placement": "static"}, lambda: {_P + "placement": "basic"}),
-    RuleCase("OFFLOAD-CFG-004", "session", lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "1024"},
-             lambda: {_P + "device_expert_bytes": "1024", _P + "gpu_budget_bytes": "2048"}),
-    RuleCase("OFFLOAD-CFG-005", "session", lambda: {"ep.cuda.moe_packed_gpu_experts": "8"}, lambda: {"ep.cuda.moe_packed_gpu_experts": "x"}),
-]  # fmt: skip
+def merge_patch(doc: Any, patch: Any) -> Any:
+    """``doc`` with the JSON merge patch ``patch`` applied (RFC 7386; ``doc`` is not modified)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
-_PACKED_ENV = "ORT_MOE_PACKED_GPU_EXPERTS"
-_WEIGHT_ENV = "ORT_QMOE_MIN_EXPERT_WEIGHT"
+_KIND = {"session-config": "session", "environment": "environment", "genai-config": "config"}
 
-# (env, entries): the variable is read only with its session key absent, so the rejected input is
-# the accepted variable's bad value, and a bad value next to the set key is accepted
-_ENV_CASES: list[RuleCase] = [
-    RuleCase("OFFLOAD-ENV-001", "environment", lambda: ({_WEIGHT_ENV: "abc"}, {_P + "min_expert_weight": "0.1"}),
-             lambda: ({_WEIGHT_ENV: "abc"}, {})),
-    RuleCase("OFFLOAD-ENV-002", "environment", lambda: ({_PACKED_ENV: "4"}, {}), lambda: ({_PACKED_ENV: "-1"}, {})),
-]  # fmt: skip
+
+def _declared_cases() -> list[RuleCase]:
+    """The cases of the rules that declare their examples (``Rule.examples``), one per id.
+
+    Config examples are merge patches of the tiny package's config (the test passes the document).
+    """
+    from contracts.runner import ALL_RULES
+
+    cases: dict[str, RuleCase] = {}
+    for rule in ALL_RULES:
+        ex = rule.examples
+        if ex is None or rule.rule_id in cases:
+            continue
+        if rule.kind == "genai-config":
+            cases[rule.rule_id] = RuleCase(rule.rule_id, "config", lambda doc, p=ex.passing: merge_patch(doc, p),
+                                           lambda doc, p=ex.violating: merge_patch(doc, p))  # fmt: skip
+        else:
+            cases[rule.rule_id] = RuleCase(rule.rule_id, _KIND[rule.kind], lambda p=ex.passing: p, lambda p=ex.violating: p)
+    return list(cases.values())
 
 
 def _graph_section(doc: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = doc["model"]["qwen38_graph"]
     return found
-
-
-_PROFILES = [{"id": "a", "eligibility": {"minimum_total_device_memory_bytes": 10, "maximum_total_device_memory_bytes": 20},
-              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}},
-             {"id": "b", "eligibility": {"minimum_total_device_memory_bytes": 30},
-              "overlay": {"model": {"decoder": {"filename": "model.onnx"}}}}]  # fmt: skip
-
-
-def _config_cases() -> list[RuleCase]:
-    def edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        def apply(doc: dict[str, Any]) -> dict[str, Any]:
-            copy = json.loads(json.dumps(doc))
-            fn(copy)
-            return copy
-
-        return apply
-
-    def options(doc: dict[str, Any]) -> dict[str, Any]:
-        found: dict[str, Any] = doc["model"]["decoder"]["session_options"]
-        return found
-
-    return [
-        RuleCase("CFG-VALUES-001", "config", edit(lambda d: options(d).update({"session.x": "1"})), edit(lambda d: options(d).update({"session.x": 1}))),
-        RuleCase("CFG-PROFILE-001", "config", edit(lambda d: d.update({"runtime_profiles": _PROFILES})),
-                 edit(lambda d: d.update({"runtime_profiles": [_PROFILES[0], {**_PROFILES[1], "id": "a"}]}))),
-        RuleCase("CFG-PROFILE-002", "config", edit(lambda d: d.update({"runtime_profiles": _PROFILES})),
-                 edit(lambda d: d.update({"runtime_profiles": [_PROFILES[0], {**_PROFILES[1], "eligibility": {"minimum_total_device_memory_bytes": 15}}]}))),
-        RuleCase("CFG-PREFILL-001", "config", edit(lambda d: _graph_section(d)["prefill"].update({"chunk": 256})),
-                 edit(lambda d: _graph_section(d)["prefill"].update({"chunk": 0}))),
-        RuleCase("CFG-LIB-001", "config", edit(lambda d: _graph_section(d).update({"libraries": {"x": "libs/x.so"}})),
-                 edit(lambda d: _graph_section(d).update({"libraries": {"x": "/etc/x.so"}}))),
-        RuleCase("CFG-SURFACE-001", "config", edit(lambda d: None), edit(lambda d: _graph_section(d).update({"bogus": 1}))),
-    ]  # fmt: skip
 
 
 def _write_config(pkg: Path, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -457,4 +442,13 @@ def _host_over(first: Callable[[Path], None]) -> Callable[[Path], None]:
     return write
 
 
-CASES: dict[str, RuleCase] = {c.rule_id: c for c in [*_SESSION_CASES, *_ENV_CASES, *_GRAPH_CASES, *_node_check_cases(), *_config_cases(), *_package_cases()]}
+def _all_cases() -> dict[str, RuleCase]:
+    cases: dict[str, RuleCase] = {}
+    for case in [*_declared_cases(), *_GRAPH_CASES, *_node_check_cases(), *_package_cases()]:
+        if case.rule_id in cases:
+            raise ValueError(f"{case.rule_id}: two cases (declared examples and a case here?)")
+        cases[case.rule_id] = case
+    return cases
+
+
+CASES: dict[str, RuleCase] = _all_cases()

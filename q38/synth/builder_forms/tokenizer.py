@@ -65,5 +65,7 @@ def tokenizer_files(vocab_size: int, context: int) -> dict[str, str]:
             for i, t in added
         },
     }  # fmt: skip
-    dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
+    def dump(doc: dict[str, Any]) -> str:
+        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
     return {"tokenizer.json": dump(tok), "tokenizer_config.json": dump(cfg)}

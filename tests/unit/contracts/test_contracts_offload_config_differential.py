@@ -23,12 +23,12 @@ from support.contracts_testkit import (
     qmoe_model,
 )
 
-from contracts.offload_config import OFFLOAD_KEYS, RULES, check_offload_config
+from contracts.offload_config import OFFLOAD_KEYS, SESSION_RULES, check_offload_config
 
 pytestmark = pytest.mark.differential
 
 _P = "session.moe.offload."
-_ENFORCED = all(rule.applies(ORT_VERSION) for rule in RULES)
+_ENFORCED = all(rule.applies(ORT_VERSION) for rule in SESSION_RULES)
 _UNITS = ["1GiB", "1GB", "1G", "1g", "512MiB", "512MB", "512M", "64KiB", "64K", "1TiB", "1.5GiB",
           "1.5", "-1", "-1GiB", "abc", "", " 1024", "1024 ", "1e9", "0x100", "18446744073709551616",
           "1 GiB", "1gib", "1Gb", "1B"]  # fmt: skip
