@@ -482,7 +482,8 @@ def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1, ep:
 
 def prepare(argv: Sequence[str]) -> int:
     """``q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]``: synthesize the packages the
-    throughput tests will ask for into ROOT (run-offline.sh times it); other arguments are ignored."""
+    throughput tests will ask for into ROOT, and optimize the two variants' packages (so the run
+    itself neither synthesizes nor optimizes; run-offline.sh times it); other arguments are ignored."""
     import argparse
 
     import onnxruntime as ort
@@ -503,16 +504,23 @@ def prepare(argv: Sequence[str]) -> int:
         return 0
     factory = PackageFactory(args.root, target_ort=target_for(ort.__version__))
     wanted = [dict(variant=variant, **bench.synth_args(profile)) for variant in ("cpu", "faithful")]
+    optimized = {tuple(sorted(kw.items())) for kw in wanted}  # the variants' packages, optimized here too
     if profile.slice_preset is not None:  # test_slice_decode_extrapolated[cpu]
         wanted.insert(1, dict(variant="cpu", **bench.slice_synth_args(profile)))
     wanted = list({tuple(sorted(kw.items())): kw for kw in wanted}.values())  # the dry run's slice is tiny
+    target = "cpu" if args.dry_run_cpu else "cuda"
 
     def make(kw: dict[str, str]) -> str:
         t0 = time.perf_counter()
         pkg = factory.synth(**kw)
         size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
         dt = time.perf_counter() - t0
-        return f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)"
+        line = f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)"
+        if tuple(sorted(kw.items())) in optimized:
+            t1 = time.perf_counter()
+            opt = factory.optimize(pkg, target=target)  # test_kernels_per_verification_cycle's optimized form
+            line += f"; optimized -> {opt.name} in {time.perf_counter() - t1:.1f} s"
+        return line
 
     # One q38 synth per core at once (each is one CPU-bound process writing its own directory; the
     # bytes do not depend on the order): the H200 runner's 16 cores make all three at once.

@@ -8,8 +8,11 @@
 #      extracted in parallel (Q38_GPU_PIP=1: pip install --no-index --target);
 #   3. preload the CUDA libraries: onnxruntime.preload_dlls() and the nvidia-* wheels' lib/ folders
 #      (those of the target and of the interpreter's own site-packages, where the image has them);
-#   4. synthesize the run's packages (q38 synth --target-ort <installed onnxruntime>) into
-#      $WORK/packages, reused by the suite (Q38_GPU_PACKAGES);
+#      then the preflight (tests/gpu/q38gpu_preflight.py): ldd's "not found" lines for the CUDA
+#      provider and onnxruntime-genai, and a one-node CUDA session -- exit 2 in seconds, naming
+#      the missing library, before any synthesis;
+#   4. synthesize the run's packages (q38 synth --target-ort <installed onnxruntime>) and optimize
+#      them (q38 optimize --target-ort) into $WORK/packages, reused by the suite (Q38_GPU_PACKAGES);
 #   5. run tests/gpu with the gate (a skip is not a pass), writing $WORK/out/figures.json + .png,
 #      the benchmark JSON and the CUDA kernel dump.
 # The interpreter: the Python the wheelhouse was downloaded for (manifest "python", default 3.12):
@@ -73,6 +76,7 @@ if hasattr(ort, "preload_dlls"):
     ort.preload_dlls()  # CUDA / cuDNN / MSVC runtime from nvidia-* wheels or the system
 print("run-offline: onnxruntime", ort.__version__, ort.get_available_providers())
 PYEOF
+"$PY" "$REPO/tests/gpu/q38gpu_preflight.py" "$@" || exit 2
 T3=$(now)
 PROFILE_ARGS=()
 if [ -n "${Q38_GPU_PROFILE:-}" ]; then PROFILE_ARGS=(--profile "$Q38_GPU_PROFILE"); fi
@@ -81,7 +85,8 @@ T4=$(now)
 "$PY" - "$WORK/out/prep-times.json" "$T0" "$T1" "$T2" "$T3" "$T4" <<'PYEOF'
 import json, sys
 t = [float(x) for x in sys.argv[2:]]
-doc = {"reassemble_s": t[1] - t[0], "install_s": t[2] - t[1], "preload_s": t[3] - t[2], "synthesize_s": t[4] - t[3],
+doc = {"reassemble_s": t[1] - t[0], "install_s": t[2] - t[1], "preload_and_preflight_s": t[3] - t[2],
+       "synthesize_and_optimize_s": t[4] - t[3],
        "preparation_s": t[4] - t[0]}
 open(sys.argv[1], "w").write(json.dumps(doc, indent=1) + "\n")
 print("run-offline: preparation", ", ".join(f"{k} {v:.1f}" for k, v in doc.items()))
