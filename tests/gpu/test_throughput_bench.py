@@ -73,13 +73,13 @@ ASSUMED_SESSION_S = 10.0
 def estimate_s(profile: Profile) -> dict[str, float]:
     """The suite's device time for ``profile``, from its step counts and the ASSUMED_* costs: decode
     steps (warm-up + rounds x decode_tokens per tier and variant, the slice's 64 x rounds), prefill
-    tokens (one cache per tier and variant, rounds + 1 TTFT prefills), sessions (two variants plain,
+    tokens (one cache per tier and variant, a warm-up and rounds + 1 TTFT prefills), sessions (two variants plain,
     two optimized, four profiled, the slice). Parity and probes run on the tiny preset (seconds)."""
     variants = 2
     steps = variants * len(profile.tiers) * (WARMUP_STEPS + profile.rounds * profile.decode_tokens)
     if profile.slice_preset is not None:
         steps += profile.rounds * SLICE_DECODE_TOKENS
-    prefill_tokens = variants * sum(profile.tiers) * (1 + profile.rounds + 1)
+    prefill_tokens = variants * sum(profile.tiers) * (1 + 1 + profile.rounds + 1)
     if profile.slice_preset is not None:
         prefill_tokens += profile.tier("2K")
     sessions = 2 + 2 + 4 + (1 if profile.slice_preset is not None else 0)
