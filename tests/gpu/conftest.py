@@ -74,8 +74,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="stop cleanly within N seconds of the start, in order of value, writing the figures")
 
 
+FINISH_RESERVE_S = 8.0  # of a budget: the verdict, figures.json and the PNG (matplotlib) after the last test
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (/proc/self/stat's start time; 0 where unreadable): a
+    budget counts the interpreter's and pytest's start-up too."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    _RUN["start"] = time.monotonic()
+    _RUN["start"] = time.monotonic() - process_age_s()
     if config.getoption("--dry-run-cpu", default=False):
         _DRY_RUN["on"] = True
         grun.use_cpu_in_place_of_cuda()
@@ -86,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--budget-s {budget}: must be positive")
         _RUN["budget"] = float(budget)
         signal.signal(signal.SIGALRM, _stop_by_signal)
-        signal.setitimer(signal.ITIMER_REAL, float(budget))
+        left = float(budget) - FINISH_RESERVE_S - (time.monotonic() - _RUN["start"])
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.01))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_by_signal)
 
@@ -153,7 +170,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ours:
         mine = {id(item) for item in ours}
         items.sort(key=lambda item: rank(item.nodeid) if id(item) in mine else -1)  # stable: the order of value
-        gfig.RECORDER.collected[:] = [item.nodeid for item in ours]
+        gfig.RECORDER.collected[:] = [item.nodeid for item in items if id(item) in mine]
         _write_figures(config)
 
 
@@ -188,7 +205,7 @@ def _budget_check() -> None:
     if budget is None or session is None or session.shouldstop:
         return
     elapsed = time.monotonic() - _RUN["start"]
-    if elapsed + _RUN["longest"] > budget:
+    if elapsed + _RUN["longest"] > budget - FINISH_RESERVE_S:
         why = (f"budget of {budget:.0f} s: {elapsed:.0f} s used, the next test may take {_RUN['longest']:.0f} s "
                "(the longest so far)")
         gfig.RECORDER.stopped = gfig.RECORDER.stopped or why

@@ -136,7 +136,8 @@ def document(rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> di
            "packages": rec.packages, "tiers": rec.tiers, "kernels_per_verification_cycle": rec.kernels,
            "parity": rec.parity, "cpu_fallbacks": rec.fallbacks, "placements": rec.placements,
            "memory": rec.memory, "extrapolated": rec.extrapolations, "timings_s": rec.timings, "notes": rec.notes,
-           "tests": {"finished": dict(rec.outcomes), "not_run": not_run, "stopped": rec.stopped},
+           "tests": {"finished": dict(rec.outcomes), "not_run": not_run, "stopped": rec.stopped,
+                     "order": list(rec.collected)},
            "gate": gate}
     return finite(doc)
 

@@ -61,6 +61,7 @@ def test_non_finite_figures_are_reported_not_raised(tmp_path: Path) -> None:
     path = gfig.write(tmp_path / "figures.json", rec, png=True)
     doc = json.loads(path.read_text(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert doc["tiers"]["cpu/2K"]["ttft_ms"] == "inf" and doc["tiers"]["cpu/2K"]["decode_tps"]["median"] == "nan"
-    assert doc["tests"] == {"finished": {"t::a": "passed"}, "not_run": ["t::b"], "stopped": "SIGTERM after 60 s"}
+    assert doc["tests"] == {"finished": {"t::a": "passed"}, "not_run": ["t::b"], "stopped": "SIGTERM after 60 s",
+                            "order": ["t::a", "t::b"]}
     assert doc["memory"] == {} and doc["placements"] == {}
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
