@@ -217,7 +217,7 @@ def gpu(session: nox.Session) -> None:
         ort = ORT_DEFAULT  # the CPU build: onnxruntime-gpu cannot list its kernels without CUDA libraries
     _install_ort(session, ort)
     if not dry_run:  # builder-form packages generate end to end with the CUDA GenAI client
-        session.install("onnxruntime-genai-cuda")
+        session.install("onnxruntime-genai-cuda==0.18.0")
     session.log(f"device: {device or 'none (--dry-run-cpu)'}; onnxruntime requirement: {ort}")
     session.run(
         "python",
@@ -240,7 +240,7 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(name="gpu-wheelhouse", python=False, default=False)
 def gpu_wheelhouse(session: nox.Session) -> None:
-    """Download every wheel the GPU run needs into DIR as parts <= 60 MiB with a sha256 manifest.
+    """Download every wheel the GPU run needs into DIR as parts <= 40 MiB with a sha256 manifest.
 
     `nox -s gpu-wheelhouse -- DIR [--python 3.12] [--platform manylinux_2_28_x86_64] [--cuda-libs]`
     (networked machine; default cp312 manylinux x86_64, onnxruntime-gpu 1.31.1). Carry DIR/parts and

@@ -246,6 +246,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     verdict = _verdict(session.config)
     session.config.stash[_VERDICT] = verdict
     _write_figures(session.config, verdict, png=True)
+    if (verdict is not None and verdict.ok and session.exitstatus == pytest.ExitCode.INTERRUPTED
+            and gfig.RECORDER.stopped.startswith("budget of")):
+        session.exitstatus = pytest.ExitCode.OK  # a budget is a deliberate, clean stop: the gate judges
     if verdict is not None and not verdict.ok and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -210,6 +210,13 @@ def error_text(exc: BaseException) -> str:
     return " <- caused by ".join(lines)
 
 
+def no_kernel(exc: BaseException) -> bool:
+    """Whether a session creation failed because no EP has a kernel for a node (NOT_IMPLEMENTED):
+    the package cannot exist on this build, a skip the gate's manifest judges; any other error is
+    a failure."""
+    return "NOT_IMPLEMENTED" in str(exc) or "Failed to find kernel" in str(exc)
+
+
 def placement(sess: Any, model: Path, *, ep: str | None = None) -> dict[str, Any]:
     """ORT's assignment of ``sess`` for the figures: nodes per EP, the CPU EP's nodes and those of
     them that are compute, not shape (``cpu_compute_nodes``; a device run fails on any)."""
