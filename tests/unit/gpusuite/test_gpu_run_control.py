@@ -3,7 +3,8 @@
 Invariants guarded (issue 41 items 4, 8 and 9; the acceptance's dry-run checks, with shorter times:
 the logic does not depend on them):
 * a kernel-registry child killed by a signal fails only the dump test, naming the signal; the
-  other tests run and pass (before: the ``gpu`` fixture skipped every test);
+  other tests run and pass (before: the ``gpu`` fixture skipped every test); a child that does not
+  answer is killed at its limit and reported, never a ``TimeoutExpired`` out of the header;
 * SIGINT and SIGTERM each end the run with a figures.json naming the tests that finished, those
   that did not, and the signal;
 * ``--budget-s N`` stops the run within N + 10 s of its start with figures saying the budget
@@ -35,6 +36,30 @@ KILL_REGISTRY = """import os, signal, sys
 if "get_all_opkernel_def" in " ".join(getattr(sys, "orig_argv", [])):
     os.kill(os.getpid(), signal.SIGSEGV)
 """
+
+
+def test_a_registry_child_that_hangs_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(GPU_DIR))
+    import q38gpu_env as genv
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(KILL_REGISTRY.replace("os.kill(os.getpid(), signal.SIGSEGV)",
+                                                                 "import time; time.sleep(60)"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    assert genv.CHILD_TIMEOUT_S <= 90  # the issue's limit for a probe child
+    monkeypatch.setattr(genv, "CHILD_TIMEOUT_S", 2)
+    genv.opkernel_defs.cache_clear()
+    start = time.monotonic()
+    try:
+        kernels, error = genv.registry_ops(genv.CPU_EP)
+    finally:
+        genv.opkernel_defs.cache_clear()
+    assert time.monotonic() - start < 30
+    assert kernels == frozenset()
+    assert error == "PROBE ERROR: get_all_opkernel_def for CPUExecutionProvider: no answer in 2 s (child killed)"
+    assert genv.child_failure("x", -11, "boom\n").startswith("PROBE ERROR: x: the child was killed by SIGSEGV")
+    assert genv.child_failure("x", 1, "E: no lib\n") == "PROBE ERROR: x failed (exit 1): E: no lib"
 
 
 def _argv(figures: Path, *extra: str) -> list[str]:
