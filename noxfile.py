@@ -217,7 +217,7 @@ def gpu(session: nox.Session) -> None:
         ort = ORT_DEFAULT  # the CPU build: onnxruntime-gpu cannot list its kernels without CUDA libraries
     _install_ort(session, ort)
     if not dry_run:  # builder-form packages generate end to end with the CUDA GenAI client
-        session.install("onnxruntime-genai-cuda==0.18.0")
+        session.install("onnxruntime-genai-cuda")
     session.log(f"device: {device or 'none (--dry-run-cpu)'}; onnxruntime requirement: {ort}")
     session.run(
         "python",
