@@ -318,7 +318,7 @@ def gpu_run(session: nox.Session, runtime: str) -> None:
 
 @nox.session(name="gpu-wheelhouse", python=False, default=False)
 def gpu_wheelhouse(session: nox.Session) -> None:
-    """Download every wheel the GPU run needs into DIR as parts <= 60 MiB with a sha256 manifest.
+    """Download every wheel the GPU run needs into DIR as parts <= 40 MiB with a sha256 manifest.
 
     `nox -s gpu-wheelhouse -- DIR [--python 3.12] [--platform manylinux_2_28_x86_64] [--cuda-libs]`
     (networked machine; default cp312 manylinux x86_64, onnxruntime-gpu 1.31.1). Carry DIR/parts and

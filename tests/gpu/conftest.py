@@ -11,15 +11,22 @@ q38 CLI for the installed onnxruntime, cached per session), ``env_info`` (the ex
 A skip is not a pass (tests/gpu/q38gpu_gate.py): with a GPU visible, or under ``--dry-run-cpu``
 (the CPU EP in place of CUDA, the tiny profile), a skip no rule of tests/gpu/manifest.json allows
 (``--allow-skip RULE`` adds one) fails the session, and so does a GPU that nvidia-smi lists but
-the CUDA EP cannot use (a probe error). ``--figures PATH`` writes the run's figures JSON (and a PNG
-next to it; tests/gpu/q38gpu_figures.py).
+the CUDA EP cannot use (a probe error). A broken kernel-registry child fails only the dump test.
+``--figures PATH`` writes the run's figures JSON (and a PNG next to it; tests/gpu/q38gpu_figures.py)
+after every test, so a run stopped by SIGINT / SIGTERM or by ``--budget-s N`` leaves a figures.json
+naming what finished and what did not. Tests run in order of value (:data:`ORDER`): preflight,
+kernel dump, parity, 2K and 32K decode, TTFT, the rest, onnxruntime-genai last. Warnings are shown,
+not raised, in the GPU run.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,10 +40,25 @@ if str(HERE) not in sys.path:  # the helper modules next to this conftest
 import q38gpu_env as genv  # noqa: E402
 import q38gpu_figures as gfig  # noqa: E402
 import q38gpu_gate as gate  # noqa: E402
+import q38gpu_memory as gmem  # noqa: E402
 import q38gpu_run as grun  # noqa: E402
 
 _DRY_RUN = {"on": False}
 _OUTCOMES: dict[str, tuple[str, str]] = {}
+# The run's clock, budget and memory meter (set in pytest_configure), and the pytest session.
+_RUN: dict[str, Any] = {"start": time.monotonic(), "budget": None, "longest": 0.0, "session": None}
+_DURATIONS: dict[str, float] = {}  # setup + call seconds of the test now running
+# Test-id globs in order of value (a budget stops at the end of the list): unlisted tests come
+# between the last ranked group and onnxruntime-genai, which runs last, after every measurement.
+ORDER = (
+    "*test_the_cuda_ep_runs_on_the_detected_gpu*",
+    "*test_dump_the_ep_kernel_registry*",
+    "*test_cuda_parity.py::*",
+    "*test_decode_tokens_per_second[[]2K-*",
+    "*test_decode_tokens_per_second[[]32K-*",
+    "*test_time_to_first_token*",
+)
+LAST = ("*test_genai_cuda_generation*",)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,12 +70,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gate-min-passed", type=int, default=None, metavar="N",
                     help="the fewest passes the gate accepts (default: the manifest's, for a full run)")
     group.addoption("--figures", default=None, metavar="PATH", help="write the run's figures JSON (and PNG) here")
+    group.addoption("--budget-s", type=float, default=None, metavar="N",
+                    help="stop cleanly within N seconds of the start, in order of value, writing the figures")
+
+
+FINISH_RESERVE_S = 8.0  # of a budget: the verdict, figures.json and the PNG (matplotlib) after the last test
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (/proc/self/stat's start time; 0 where unreadable): a
+    budget counts the interpreter's and pytest's start-up too."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _RUN["start"] = time.monotonic() - process_age_s()
     if config.getoption("--dry-run-cpu", default=False):
         _DRY_RUN["on"] = True
         grun.use_cpu_in_place_of_cuda()
+    gmem.configure(device=not _DRY_RUN["on"])
+    budget = config.getoption("--budget-s", default=None)
+    if budget is not None:
+        if budget <= 0:
+            raise pytest.UsageError(f"--budget-s {budget}: must be positive")
+        _RUN["budget"] = float(budget)
+        signal.signal(signal.SIGALRM, _stop_by_signal)
+        left = float(budget) - FINISH_RESERVE_S - (time.monotonic() - _RUN["start"])
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.01))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_by_signal)
+
+
+def _stop_by_signal(signum: int, _frame: Any) -> None:
+    """SIGINT / SIGTERM / the budget's alarm: record why and end the run as pytest ends an interrupt
+    (pytest_sessionfinish then writes the figures with what finished)."""
+    why = (f"budget of {_RUN['budget']:.0f} s reached during a test" if signum == signal.SIGALRM
+           else f"{signal.Signals(signum).name} after {time.monotonic() - _RUN['start']:.0f} s")
+    gfig.RECORDER.stopped = gfig.RECORDER.stopped or why
+    signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process the ordinary way
+    raise KeyboardInterrupt(why)
+
+
+def rank(nodeid: str) -> int:
+    """The position of a test in the run's order of value (:data:`ORDER`, :data:`LAST`)."""
+    for k, pattern in enumerate(ORDER):
+        if fnmatch.fnmatchcase(nodeid, pattern):
+            return k
+    return len(ORDER) + 1 if any(fnmatch.fnmatchcase(nodeid, p) for p in LAST) else len(ORDER)
 
 
 @functools.cache
@@ -74,7 +144,7 @@ def _state() -> tuple[genv.GpuInfo | None, genv.OrtFeatures | None, str]:
     if _DRY_RUN["on"]:
         try:
             return genv.dry_run_gpu(), genv.probe_ort(ort, ep=genv.CPU_EP), ""
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # pragma: no cover - probe_ort keeps registry errors to itself
             return genv.dry_run_gpu(), None, str(exc)
     gpu, gpu_why = genv.detect_gpu()
     providers = tuple(ort.get_available_providers())
@@ -92,10 +162,20 @@ def _state() -> tuple[genv.GpuInfo | None, genv.OrtFeatures | None, str]:
         return gpu, None, str(exc)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in item.path.parents:
-            item.add_marker(pytest.mark.gpu)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ours = [item for item in items if HERE in item.path.parents]
+    for item in ours:
+        item.add_marker(pytest.mark.gpu)
+        item.add_marker(pytest.mark.filterwarnings("default"))  # shown, not raised, in the GPU run
+    if ours:
+        mine = {id(item) for item in ours}
+        items.sort(key=lambda item: rank(item.nodeid) if id(item) in mine else -1)  # stable: the order of value
+        gfig.RECORDER.collected[:] = [item.nodeid for item in items if id(item) in mine]
+        _write_figures(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _RUN["session"] = session
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -108,6 +188,35 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _OUTCOMES[report.nodeid] = ("error" if report.when != "call" else "failed", "")
     elif report.when == "call" and previous not in {"failed", "error"}:
         _OUTCOMES[report.nodeid] = ("passed", "")
+    if report.when == "teardown":
+        gfig.RECORDER.outcomes[report.nodeid] = _OUTCOMES.get(report.nodeid, ("passed", ""))[0]
+        _RUN["longest"] = max(_RUN["longest"], _DURATIONS.pop(report.nodeid, 0.0) + report.duration)
+        _budget_check()
+        session = _RUN["session"]
+        if session is not None:
+            _write_figures(session.config)
+    else:
+        _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def _budget_check() -> None:
+    """Stop before a test that would not finish in the budget (the longest test so far as its guess)."""
+    budget, session = _RUN["budget"], _RUN["session"]
+    if budget is None or session is None or session.shouldstop:
+        return
+    elapsed = time.monotonic() - _RUN["start"]
+    if elapsed + _RUN["longest"] > budget - FINISH_RESERVE_S:
+        why = (f"budget of {budget:.0f} s: {elapsed:.0f} s used, the next test may take {_RUN['longest']:.0f} s "
+               "(the longest so far)")
+        gfig.RECORDER.stopped = gfig.RECORDER.stopped or why
+        session.shouldstop = why
+
+
+def _write_figures(config: pytest.Config, verdict: gate.Verdict | None = None, *, png: bool = False) -> None:
+    figures = config.getoption("--figures", default=None)
+    if figures:
+        gfig.RECORDER.timings["run_s"] = time.monotonic() - _RUN["start"]
+        gfig.write(Path(figures), gfig.RECORDER, verdict=verdict, dry_run=_DRY_RUN["on"], png=png)
 
 
 def _gate_active() -> bool:
@@ -122,18 +231,24 @@ def _verdict(config: pytest.Config) -> gate.Verdict | None:
     gpu, _features, reason = _state()
     memory = gpu.memory_mib if gpu is not None else None
     probe_errors = [reason] if reason else []
+    floor = config.getoption("--gate-min-passed", default=None)
+    if floor is None and gfig.RECORDER.stopped and _RUN["budget"] is not None:
+        floor = 1  # a budgeted run judges what it ran; the tests it did not reach are listed as not run
     return gate.judge(gate.load_manifest(), _OUTCOMES, ort_version=ort.__version__ if ort else "none",
                       klass=gate.gpu_class(memory, dry_run=_DRY_RUN["on"]),
                       allow=config.getoption("--allow-skip", default=[]), probe_errors=probe_errors,
-                      floor=config.getoption("--gate-min-passed", default=None))
+                      floor=floor, other_problems=gmem.problems(gfig.RECORDER.memory))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _RUN["budget"] is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     verdict = _verdict(session.config)
     session.config.stash[_VERDICT] = verdict
-    figures = session.config.getoption("--figures", default=None)
-    if figures:
-        gfig.write(Path(figures), gfig.RECORDER, verdict=verdict, dry_run=_DRY_RUN["on"])
+    _write_figures(session.config, verdict, png=True)
+    if (verdict is not None and verdict.ok and session.exitstatus == pytest.ExitCode.INTERRUPTED
+            and gfig.RECORDER.stopped.startswith("budget of")):
+        session.exitstatus = pytest.ExitCode.OK  # a budget is a deliberate, clean stop: the gate judges
     if verdict is not None and not verdict.ok and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -153,12 +268,21 @@ def pytest_report_header() -> list[str]:
     gpu, features, reason = _state()
     lines = [f"q38 gpu: onnxruntime {ort.__version__ if ort else why}"]
     if ort is not None:
-        lines.append(f"q38 gpu: providers {', '.join(ort.get_available_providers())}")
+        served = genv.served_by(ort)
+        gfig.RECORDER.env.setdefault("served_by", served)
+        lines.append(f"q38 gpu: {served['build_info']}")
+        lines.append(f"q38 gpu: providers {', '.join(served['providers'])}")
+        lines.append(f"q38 gpu: EP devices {'; '.join(served['ep_devices']) or 'none'}")
+        lines.append(f"q38 gpu: CUDA EP {served['cuda_ep']}")
+        if "error" in served:
+            lines.append(f"q38 gpu: EP listing failed: {served['error']}")
     if gpu is not None:
         lines.append(f"q38 gpu: {gpu.name}, driver {gpu.driver}, compute capability {gpu.compute_capability}, "
                      f"{gpu.memory_mib} MiB ({gpu.source})")
     if features is not None:
         lines.append(f"q38 gpu: QMoE offload config: {features.offload[1]}")
+        if features.registry_error:
+            lines.append(f"q38 gpu: kernel registry: {features.registry_error} (fails the dump test only)")
         for op in genv.PROBED_OPS:
             ok, how = features.has_cuda_op(op)
             lines.append(f"q38 gpu: CUDA {op}: {'yes' if ok else 'no'} ({how})")

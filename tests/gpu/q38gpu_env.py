@@ -25,6 +25,7 @@ import functools
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -134,6 +135,21 @@ out = [[d.provider, d.domain, d.op_name, int(d.version_range[0]), int(d.version_
        for d in ort.capi._pybind_state.get_all_opkernel_def() if d.provider == sys.argv[1]]
 sys.stdout.write(json.dumps(out))
 """
+# A probe child never outlives this (issue 41 item 4): a hung CUDA initialisation must not eat the run.
+CHILD_TIMEOUT_S: Final = 90
+
+
+def child_failure(what: str, returncode: int, stderr: str) -> str:
+    """One line for a probe child that failed: the signal that killed it, or its last error line."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in stderr.splitlines()]
+    tail = ([line for line in lines if any(c.isalpha() for c in line)] or ["no output"])[-1][:300]
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"{PROBE_ERROR}{what}: the child was killed by {name} ({tail})"
+    return f"{PROBE_ERROR}{what} failed (exit {returncode}): {tail}"
 
 
 @functools.cache
@@ -141,18 +157,34 @@ def opkernel_defs(ep: str) -> tuple[tuple[str, str, int, int, dict[str, list[str
     """``get_all_opkernel_def`` of ``ep``: (domain, op, since, until, type constraints) per kernel.
 
     Read in a child interpreter: onnxruntime-gpu 1.31.1 crashes the process (SIGSEGV) in this call
-    when the CUDA libraries cannot be loaded; here that is a RuntimeError starting PROBE_ERROR."""
-    proc = subprocess.run([sys.executable, "-c", _DEFS_SCRIPT, ep], capture_output=True, text=True, timeout=600,
-                          check=False)
+    when the CUDA libraries cannot be loaded; here that (a signal, an error exit, or no answer in
+    CHILD_TIMEOUT_S) is a RuntimeError starting PROBE_ERROR, which fails only the test that needs
+    the registry (the kernel dump)."""
+    what = f"get_all_opkernel_def for {ep}"
+    try:
+        proc = subprocess.run([sys.executable, "-c", _DEFS_SCRIPT, ep], capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{PROBE_ERROR}{what}: no answer in {CHILD_TIMEOUT_S} s (child killed)") from None
+    except OSError as exc:
+        raise RuntimeError(f"{PROBE_ERROR}{what}: {exc}") from None
     if proc.returncode != 0:
-        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in proc.stderr.splitlines()]
-        tail = ([line for line in lines if any(c.isalpha() for c in line)] or ["no output"])[-1][:300]
-        raise RuntimeError(f"{PROBE_ERROR}get_all_opkernel_def for {ep} failed (exit {proc.returncode}): {tail}")
+        raise RuntimeError(child_failure(what, proc.returncode, proc.stderr))
     return tuple((d, op, lo, hi, tc) for _p, d, op, lo, hi, tc in json.loads(proc.stdout))
 
 
+def registry_ops(ep: str = CUDA_EP) -> tuple[frozenset[str], str]:
+    """(com.microsoft ops with a kernel of ``ep``, the probe error or ""): a broken registry child
+    leaves the set empty and the other probes (one-node sessions) decide."""
+    try:
+        return frozenset(op for domain, op, *_ in opkernel_defs(ep) if domain == MS_DOMAIN), ""
+    except RuntimeError as exc:
+        return frozenset(), str(exc)
+
+
 def cuda_kernel_ops(ort: Any, ep: str = CUDA_EP) -> frozenset[str]:
-    """com.microsoft op names with a kernel of ``ep`` in this onnxruntime build (kernel registry)."""
+    """com.microsoft op names with a kernel of ``ep`` in this onnxruntime build (kernel registry);
+    RuntimeError (PROBE_ERROR) when the registry child fails."""
     return frozenset(op for domain, op, *_ in opkernel_defs(ep) if domain == MS_DOMAIN)
 
 
@@ -223,7 +255,7 @@ def op_session(ort: Any, op: str, *, ep: str, domain: str = MS_DOMAIN) -> tuple[
         # Only `ep`: a node it cannot take must fail session creation instead of running on CPU.
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
-        ort.InferenceSession(model, so, providers=[ep])
+        ort.InferenceSession(model, so, providers=[ep], enable_fallback=0)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         if any(m in str(exc) for m in NO_KERNEL_MARKERS):
@@ -248,7 +280,7 @@ def offload_config(ort: Any) -> tuple[bool, str]:
     so = ort.SessionOptions()
     so.add_session_config_entry("session.moe.offload.q38_probe_unknown_key", "1")
     try:
-        ort.InferenceSession(model, so, providers=[CPU_EP])
+        ort.InferenceSession(model, so, providers=[CPU_EP], enable_fallback=0)
     except Exception as exc:
         if "Unknown session.moe.offload.* configuration key" in str(exc):
             return True, "session.moe.offload.* is parsed"
@@ -263,6 +295,7 @@ class OrtFeatures:
     cuda_kernels: frozenset[str]
     offload: tuple[bool, str]
     ops: Mapping[str, tuple[str, str]]
+    registry_error: str = ""  # the kernel registry child's failure (fails the dump test only)
 
     def has_cuda_op(self, op: str) -> tuple[bool, str]:
         """(True, how) when the build has a CUDA kernel for ``op``; (False, exact reason) otherwise."""
@@ -301,7 +334,33 @@ def kernel_registry(ort: Any, ep: str = CUDA_EP) -> dict[str, Any]:
 def probe_ort(ort: Any, *, ep: str = CUDA_EP) -> OrtFeatures:
     providers = tuple(ort.get_available_providers())
     ops = {op: op_session(ort, op, ep=ep) for op in PROBED_OPS} if ep in providers else {}
-    return OrtFeatures(ort.__version__, providers, cuda_kernel_ops(ort, ep), offload_config(ort), ops)
+    kernels, registry_error = registry_ops(ep)
+    return OrtFeatures(ort.__version__, providers, kernels, offload_config(ort), ops, registry_error)
+
+
+def served_by(ort: Any) -> dict[str, Any]:
+    """Which CUDA EP this onnxruntime would use, and what it offers: ``get_build_info()``, the
+    available providers, the EP devices (``get_ep_devices``), and whether the build bundles the
+    CUDA plugin EP (``cuda-plugin-ep=`` in the build info; onnxruntime/__init__.py registers it at
+    import) or the CUDA EP is built in (libonnxruntime_providers_cuda.so beside the core)."""
+    import os
+
+    info: dict[str, Any] = {"build_info": "", "providers": [], "ep_devices": [], "cuda_ep": "none"}
+    try:
+        info["build_info"] = str(ort.get_build_info()) if hasattr(ort, "get_build_info") else ""
+        info["providers"] = list(ort.get_available_providers())
+        devices = ort.get_ep_devices() if hasattr(ort, "get_ep_devices") else []
+        info["ep_devices"] = [f"{d.ep_name} ({getattr(d, 'ep_vendor', '?')}, "
+                              f"{getattr(getattr(d, 'device', None), 'type', '?')})" for d in devices]
+    except Exception as exc:  # a build without these bindings: record why, never crash the header
+        info["error"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    plugin = getattr(ort, "_get_cuda_plugin_ep_library_path", lambda: None)()
+    if plugin:
+        info["cuda_ep"] = f"plugin ({plugin})"
+    elif CUDA_EP in info["providers"]:
+        capi = os.path.join(os.path.dirname(ort.__file__), "capi")
+        info["cuda_ep"] = f"built-in ({os.path.join(capi, 'libonnxruntime_providers_cuda.so')})"
+    return info
 
 
 def ort_build_info() -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import platform
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,11 +38,32 @@ class Recorder:
     extrapolations: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # ORT's EP assignment per device session (q38gpu_run.placement): nodes per EP, the CPU nodes.
+    placements: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # Peak memory per tier and variant beside q38 fit's prediction (q38gpu_memory.judge).
+    memory: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # Test id -> outcome as each test finishes; the ids collected; why the run stopped early.
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+    collected: list[str] = dataclasses.field(default_factory=list)
+    stopped: str = ""
 
     def package(self, label: str, path: Path) -> None:
-        """Record a package's digest (sha256 over its sorted file names and bytes) and size."""
+        """Record a package's digest and size: sha256 over its sorted file names and the per-file
+        sha256 of its package_manifest.json (written at synthesis; no byte re-read), else over the
+        files' bytes."""
         if label in self.packages:
             return
+        manifest = path / "package_manifest.json"
+        if manifest.is_file():
+            files = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
+            if files and all(isinstance(v, dict) and v.get("sha256") for v in files.values()):
+                h = hashlib.sha256()
+                for name in sorted(files):
+                    h.update(f"{name}\0{files[name]['sha256']}\n".encode())
+                size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+                self.packages[label] = {"path": str(path), "sha256": h.hexdigest(), "bytes": size,
+                                        "digest": "sha256 of package_manifest.json's file digests"}
+                return
         h, size = hashlib.sha256(), 0
         for f in sorted(p for p in path.rglob("*") if p.is_file()):
             h.update(str(f.relative_to(path)).encode())
@@ -64,10 +86,11 @@ def spread(samples: Sequence[float]) -> dict[str, float]:
     if a.size == 0:
         return {}
     rng = np.random.default_rng(0)
-    boots = np.median(rng.choice(a, size=(1000, a.size), replace=True), axis=1)
-    return {"median": float(np.median(a)), "min": float(a.min()), "max": float(a.max()),
-            "stdev": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size),
-            "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]}
+    with np.errstate(all="ignore"):  # a NaN sample is reported (as "nan" in the JSON), not raised
+        boots = np.median(rng.choice(a, size=(1000, a.size), replace=True), axis=1)
+        return {"median": float(np.median(a)), "min": float(a.min()), "max": float(a.max()),
+                "stdev": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size),
+                "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]}
 
 
 def extrapolate_layers(step_s: Mapping[int, float], full_layers: int) -> dict[str, Any]:
@@ -108,19 +131,39 @@ def document(rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> di
     """The figures JSON document."""
     gate = None if verdict is None else {"ok": verdict.ok, "passed": verdict.passed, "skipped": verdict.skipped,
                                           "problems": list(verdict.problems), "allowed": list(verdict.allowed)}
-    return {"format": FORMAT, "dry_run_cpu": dry_run, "host": platform.node(), "env": rec.env,
-            "packages": rec.packages, "tiers": rec.tiers, "kernels_per_verification_cycle": rec.kernels,
-            "parity": rec.parity, "cpu_fallbacks": rec.fallbacks,
-            "extrapolated": rec.extrapolations, "timings_s": rec.timings, "notes": rec.notes,
-            "gate": gate}
+    not_run = [t for t in rec.collected if t not in rec.outcomes]
+    doc = {"format": FORMAT, "dry_run_cpu": dry_run, "host": platform.node(), "env": rec.env,
+           "packages": rec.packages, "tiers": rec.tiers, "kernels_per_verification_cycle": rec.kernels,
+           "parity": rec.parity, "cpu_fallbacks": rec.fallbacks, "placements": rec.placements,
+           "memory": rec.memory, "extrapolated": rec.extrapolations, "timings_s": rec.timings, "notes": rec.notes,
+           "tests": {"finished": dict(rec.outcomes), "not_run": not_run, "stopped": rec.stopped,
+                     "order": list(rec.collected)},
+           "gate": gate}
+    return finite(doc)
 
 
-def write(path: Path, rec: Recorder, *, verdict: Any = None, dry_run: bool = False) -> Path:
-    """Write ``path`` (JSON) and ``path`` with .png (decode TPS per tier; skipped without matplotlib)."""
+def finite(value: Any) -> Any:
+    """``value`` with every NaN / infinity replaced by the string "nan" / "inf" / "-inf" (strict
+    JSON; a non-finite figure is reported, never raised)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def write(path: Path, rec: Recorder, *, verdict: Any = None, dry_run: bool = False, png: bool = True) -> Path:
+    """Write ``path`` (JSON, atomically: a run killed mid-write keeps the previous file) and, with
+    ``png``, ``path`` with .png (decode TPS per tier; skipped without matplotlib)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = document(rec, verdict=verdict, dry_run=dry_run)
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    plot(doc, path.with_suffix(".png"))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    if png:
+        plot(doc, path.with_suffix(".png"))
     return path
 
 
@@ -134,7 +177,8 @@ def plot(doc: Mapping[str, Any], png: Path) -> Path | None:
     except ImportError:
         return None
     ordered = sorted(doc["tiers"].items(), key=lambda kv: (kv[0].split("/")[0], kv[1].get("tokens", 0)))
-    rows = [(k, v["decode_tps"]) for k, v in ordered if v.get("decode_tps")]
+    rows = [(k, v["decode_tps"]) for k, v in ordered
+            if v.get("decode_tps") and all(isinstance(v["decode_tps"].get(f), float) for f in ("median", "min", "max"))]
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(rows) + 2), 3.5))
     if rows:
         med = [r[1]["median"] for r in rows]

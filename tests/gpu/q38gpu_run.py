@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import q38gpu_assign as gassign
 import q38gpu_env as genv
 
-# The device's providers. No CPU fallback entry: device sessions also set
-# session.disable_cpu_ep_fallback=1, so a node the EP cannot take fails session creation, naming it.
+# The device's providers. Package sessions leave ORT's shape subgraphs on the CPU EP (as the CUDA EP
+# intends) and record the assignment (q38gpu_assign): a compute node on the CPU fails the test, named.
+# One-node probes keep session.disable_cpu_ep_fallback=1 (strict=True).
 CUDA_PROVIDERS: Final[list[Any]] = [(genv.CUDA_EP, {"device_id": "0"})]
 DEVICE_PROVIDERS: Final = CUDA_PROVIDERS  # the same list; --dry-run-cpu puts the CPU EP in it
 CPU_PROVIDERS: Final = [genv.CPU_EP]
@@ -79,10 +81,10 @@ def cuda_session_works(ort: Any) -> tuple[bool, str]:
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
-        sess = ort.InferenceSession(model, so, providers=[genv.CUDA_EP])
+        sess = ort.InferenceSession(model, so, providers=[genv.CUDA_EP], enable_fallback=0)
         y = sess.run(None, {"x": np.ones(4, np.float32)})[0]
     except Exception as exc:
-        return False, (str(exc).strip().splitlines() or [""])[0][:300]
+        return False, error_text(exc)
     return bool(np.all(y == 2)), "ok" if np.all(y == 2) else f"wrong result {y}"
 
 
@@ -175,13 +177,17 @@ def offload_entries(package: Path, *, mode: str | None = None) -> dict[str, str]
 
 
 def session(ort: Any, model: Path, *, providers: Sequence[Any], config: Mapping[str, str] | None = None,
-            profile_prefix: str | None = None, cuda_graph: bool = False) -> Any:
-    """A session on ``providers``; a device session (not CPU_PROVIDERS) has CPU fallback disabled,
-    so a node its EP cannot run fails creation with ORT's text naming the node."""
+            profile_prefix: str | None = None, cuda_graph: bool = False, strict: bool = False) -> Any:
+    """A session on ``providers`` that records ORT's EP assignment (:func:`placement` reads it).
+
+    ``enable_fallback=0``: the Python binding would otherwise retry a failed CUDA session on the CPU
+    EP and report the retry's error ("Conflicting session configuration") instead of the real one
+    (a missing CUDA library). ``strict``: ``session.disable_cpu_ep_fallback=1`` (one-node probes
+    only; a package's shape subgraph belongs on the CPU EP)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    entries = dict(config or {})
-    if list(providers) != CPU_PROVIDERS:
+    entries = {**gassign.record_entries(), **(config or {})}
+    if strict:
         entries = {**NO_CPU_FALLBACK, **entries}
     if cuda_graph and device_ep() == genv.CUDA_EP:
         providers = [(genv.CUDA_EP, {"device_id": "0", "enable_cuda_graph": "1"})]
@@ -190,7 +196,37 @@ def session(ort: Any, model: Path, *, providers: Sequence[Any], config: Mapping[
     if profile_prefix is not None:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(os.fspath(model), so, providers=list(providers))
+    return ort.InferenceSession(os.fspath(model), so, providers=list(providers), enable_fallback=0)
+
+
+def error_text(exc: BaseException) -> str:
+    """ORT's first line of ``exc`` and of each cause under it (the real error, not a retry's)."""
+    lines: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(lines) < 4:
+        first = (str(seen).strip().splitlines() or [type(seen).__name__])[0][:300]
+        lines.append(f"{type(seen).__name__}: {first}")
+        seen = seen.__cause__ or seen.__context__
+    return " <- caused by ".join(lines)
+
+
+def no_kernel(exc: BaseException) -> bool:
+    """Whether a session creation failed because no EP has a kernel for a node (NOT_IMPLEMENTED):
+    the package cannot exist on this build, a skip the gate's manifest judges; any other error is
+    a failure."""
+    return "NOT_IMPLEMENTED" in str(exc) or "Failed to find kernel" in str(exc)
+
+
+def placement(sess: Any, model: Path, *, ep: str | None = None) -> dict[str, Any]:
+    """ORT's assignment of ``sess`` for the figures: nodes per EP, the CPU EP's nodes and those of
+    them that are compute, not shape (``cpu_compute_nodes``; a device run fails on any)."""
+    nodes = gassign.assignment(sess)
+    doc = gassign.summary(nodes)
+    doc["recorded"] = bool(nodes)
+    doc["cpu_compute_nodes"] = gassign.cpu_compute_nodes(
+        nodes, device_ep=ep or device_ep(), shape_nodes=gassign.shape_subgraph(model),
+        model_nodes=gassign.model_node_names(model))
+    return doc
 
 
 def present_name(past: str) -> str:
@@ -268,20 +304,73 @@ def greedy(stepper: Stepper, *, prompt: int, tokens: int) -> list[int]:
     return ids
 
 
-def decode_iobinding(ort: Any, stepper: Stepper, *, start: int, tokens: int) -> tuple[list[float], list[int]]:
-    """Greedy decode of ``tokens`` steps after a prefilled cache of ``start`` tokens, with IOBinding:
-    the state stays on the device (present OrtValues bound as the next step's pasts), only the
-    token id goes in and the logits row comes out. Returns (seconds per step, token ids)."""
-    import time as _time
+def device_name() -> str:
+    """The OrtValue device of device sessions: ``cuda`` (or ``cpu`` in the dry run)."""
+    return "cuda" if device_ep() == genv.CUDA_EP else "cpu"
 
-    device = "cuda" if device_ep() == genv.CUDA_EP else "cpu"
+
+def shrink_options(ort: Any) -> Any:
+    """RunOptions that hand the arena's free chunks back after the run
+    (``memory.enable_memory_arena_shrinkage``): a prefill's activations do not stay in the decode's
+    measured peak."""
+    ro = ort.RunOptions()
+    ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0" if device_name() == "cuda" else "cpu:0")
+    return ro
+
+
+def prefill_bound(ort: Any, stepper: Stepper, *, length: int, run_options: Any = None) -> tuple[float, dict[str, Any]]:
+    """One prefill of ``length`` seeded tokens with every output bound to the device (no host copy
+    inside the timing). Returns (seconds, the outputs as device OrtValues)."""
     sess = stepper.sess
     outputs = [o.name for o in sess.get_outputs()]
-    feeds = stepper.feeds(seq=1, past=start)
-    state = {k: ort.OrtValue.ortvalue_from_numpy(v, device, 0) for k, v in feeds.items()
-             if k.startswith("past")}
+    binding = sess.io_binding()
+    for name, value in stepper.feeds(seq=length, past=0).items():
+        binding.bind_cpu_input(name, value)
+    for name in outputs:
+        binding.bind_output(name, device_name())
+    t0 = time.perf_counter()
+    if run_options is None:
+        sess.run_with_iobinding(binding)
+    else:
+        sess.run_with_iobinding(binding, run_options)
+    binding.synchronize_outputs()
+    seconds = time.perf_counter() - t0
+    return seconds, dict(zip(outputs, binding.get_outputs(), strict=True))
+
+
+def last_token(values: Mapping[str, Any]) -> tuple[int, bool]:
+    """(greedy token of the last logits row, whether that row is finite). The row is read on the host."""
+    logits = values["logits"].numpy()
+    row = logits[0, -1].astype(np.float32)
+    return int(np.argmax(row)), bool(np.isfinite(row).all())
+
+
+def prefill_state(ort: Any, stepper: Stepper, *, start: int) -> tuple[dict[str, Any], int]:
+    """A cache of ``start`` tokens made by a real prefill (not zeros): (present OrtValues renamed to
+    the past inputs they feed, the first greedy token). The arena shrinks after it."""
+    _seconds, values = prefill_bound(ort, stepper, length=start, run_options=shrink_options(ort))
+    pasts = [i.name for i in stepper.sess.get_inputs() if i.name.startswith("past")]
+    state = {p: values[present_name(p)] for p in pasts}
+    token, _finite = last_token(values)
+    return state, token
+
+
+def decode_iobinding(ort: Any, stepper: Stepper, *, start: int, tokens: int, state: Mapping[str, Any] | None = None,
+                     token: int | None = None) -> tuple[list[float], list[int]]:
+    """Greedy decode of ``tokens`` steps after a cache of ``start`` tokens, with IOBinding: the
+    state stays on the device (present OrtValues bound as the next step's pasts), only the token
+    id goes in and the logits row comes out. ``state``/``token``: the cache of
+    :func:`prefill_state` (reused by every round: a step binds new presents, the prefilled values
+    stay); without them the cache is prefilled here. Returns (seconds per step, token ids).
+
+    Not a CUDA Graph loop: the cache grows (new shapes and addresses every step); see
+    q38gpu_graph for the loop a CUDA Graph may capture."""
+    if state is None or token is None:
+        state, token = prefill_state(ort, stepper, start=start)
+    device = device_name()
+    sess = stepper.sess
+    outputs = [o.name for o in sess.get_outputs()]
     pairs = {present_name(p): p for p in state}
-    token = int(feeds["input_ids"].reshape(-1)[0])
     times: list[float] = []
     ids: list[int] = []
     for k in range(tokens):
@@ -295,13 +384,12 @@ def decode_iobinding(ort: Any, stepper: Stepper, *, start: int, tokens: int) -> 
                 binding.bind_cpu_input(name, value)
         for name in outputs:
             binding.bind_output(name, "cpu" if name == "logits" else device)
-        t0 = _time.perf_counter()
+        t0 = time.perf_counter()
         sess.run_with_iobinding(binding)
         binding.synchronize_outputs()
-        times.append(_time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
         values = dict(zip(outputs, binding.get_outputs(), strict=True))
-        logits = values["logits"].numpy()
-        token = int(np.argmax(logits[0, -1].astype(np.float32)))
+        token, _finite = last_token(values)
         ids.append(token)
         state = {pairs[n]: v for n, v in values.items() if n in pairs}
     return times, ids
@@ -401,7 +489,8 @@ def kernels_in_profile(path: str | os.PathLike[str], *, run_index: int = -1, ep:
 
 def prepare(argv: Sequence[str]) -> int:
     """``q38gpu_run.py prepare ROOT [--profile P] [--dry-run-cpu]``: synthesize the packages the
-    throughput tests will ask for into ROOT (run-offline.sh times it); other arguments are ignored."""
+    throughput tests will ask for into ROOT, and optimize the two variants' packages (so the run
+    itself neither synthesizes nor optimizes; run-offline.sh times it); other arguments are ignored."""
     import argparse
 
     import onnxruntime as ort
@@ -422,16 +511,23 @@ def prepare(argv: Sequence[str]) -> int:
         return 0
     factory = PackageFactory(args.root, target_ort=target_for(ort.__version__))
     wanted = [dict(variant=variant, **bench.synth_args(profile)) for variant in ("cpu", "faithful")]
+    optimized = {tuple(sorted(kw.items())) for kw in wanted}  # the variants' packages, optimized here too
     if profile.slice_preset is not None:  # test_slice_decode_extrapolated[cpu]
         wanted.insert(1, dict(variant="cpu", **bench.slice_synth_args(profile)))
     wanted = list({tuple(sorted(kw.items())): kw for kw in wanted}.values())  # the dry run's slice is tiny
+    target = "cpu" if args.dry_run_cpu else "cuda"
 
     def make(kw: dict[str, str]) -> str:
         t0 = time.perf_counter()
         pkg = factory.synth(**kw)
         size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
         dt = time.perf_counter() - t0
-        return f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)"
+        line = f"prepare: {pkg.name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / max(dt, 1e-9):.2f} GB/s)"
+        if tuple(sorted(kw.items())) in optimized:
+            t1 = time.perf_counter()
+            opt = factory.optimize(pkg, target=target)  # test_kernels_per_verification_cycle's optimized form
+            line += f"; optimized -> {opt.name} in {time.perf_counter() - t1:.1f} s"
+        return line
 
     # One q38 synth per core at once (each is one CPU-bound process writing its own directory; the
     # bytes do not depend on the order): the H200 runner's 16 cores make all three at once.

@@ -24,7 +24,7 @@ def _session(ort: Any, model_bytes: bytes, mode: str) -> Any:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry(_MODE, mode)
-    return ort.InferenceSession(model_bytes, so, providers=["CUDAExecutionProvider"])
+    return ort.InferenceSession(model_bytes, so, providers=["CUDAExecutionProvider"], enable_fallback=0)
 
 
 @pytest.mark.parametrize(("case", "fmt", "kwargs", "rule_id", "reason"), NEGATIVES, ids=[n[0] for n in NEGATIVES])

@@ -9,7 +9,8 @@ Invariants guarded (explicit rtol/atol per dtype in q38gpu_run.TOLERANCES; integ
 * greedy token IDs agree exactly (optimized vs unoptimized, offload vs resident): GREEDY tokens
   after a seeded prompt, next to the logits tolerances.
 Each case skips, with the reason, when the build lacks a kernel or offload support (the gate's
-manifest says which skips a run may have). Device sessions disable CPU fallback.
+manifest says which skips a run may have). Device sessions record ORT's EP assignment: a compute
+node on the CPU EP fails the case, named (q38gpu_assign; shape subgraphs may stay on the CPU).
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ def _stepper(ort: Any, package: Path, providers: list[Any], config: dict[str, st
     model = grun.target_graph(package)
     try:
         sess = grun.session(ort, model, providers=providers, config=config)
-    except Exception as exc:
-        text = str(exc)
-        if "NOT_IMPLEMENTED" in text or "fallback" in text:
-            gfig.RECORDER.fallbacks.append(f"{model}: {text.strip().splitlines()[0][:300]}")
+    except Exception as exc:  # the real error (enable_fallback=0), not a CPU retry's
+        if grun.no_kernel(exc):  # the package cannot exist on this build: the manifest judges the skip
+            gfig.RECORDER.fallbacks.append(f"{model}: {grun.error_text(exc)}")
             pytest.skip(f"{model.name}: onnxruntime {ort.__version__} cannot create this session: "
-                        f"{text.strip().splitlines()[0][:300]}")
-        raise
+                        f"{grun.error_text(exc)}")
+        pytest.fail(f"{model.name}: onnxruntime {ort.__version__} cannot create this session: {grun.error_text(exc)}")
+    if providers is grun.CUDA_PROVIDERS:
+        placed = grun.placement(sess, model)
+        gfig.RECORDER.placements[f"{package.name}/{model.name}"] = placed
+        if placed["cpu_compute_nodes"]:
+            gfig.RECORDER.fallbacks.extend(f"{model}: {n}" for n in placed["cpu_compute_nodes"])
+            pytest.fail(f"{model.name}: compute node(s) on the CPU EP: {', '.join(placed['cpu_compute_nodes'][:20])}")
     return grun.Stepper(sess, grun.vocab_of(sess))
 
 
@@ -116,8 +122,9 @@ def test_offload_matches_resident_on_cuda(
 
 
 def test_the_cuda_ep_runs_on_the_detected_gpu(gpu: genv.GpuInfo, ort_features: genv.OrtFeatures,
-                                              env_info: dict[str, Any]) -> None:
+                                              env_info: dict[str, Any], ort_module: Any) -> None:
     assert grun.device_ep() in ort_features.providers
     assert gpu.name and gpu.driver
     gfig.RECORDER.env.update(env_info, providers=list(ort_features.providers),
-                             ort_build=genv.ort_build_info(), gpu_source=gpu.source)
+                             ort_build=genv.ort_build_info(), gpu_source=gpu.source,
+                             served_by=genv.served_by(ort_module))

@@ -1,26 +1,28 @@
 """Throughput on the device (pytest-benchmark + tests/gpu/q38gpu_figures.py): what the anchor measures.
 
-* decode tokens/s per context tier (2K / 8K / 16K / 32K on an H200) after a prefilled cache, greedy,
-  with IOBinding (state stays on the device) -- and with CUDA Graph where the graph's shapes allow
-  it (recorded either way, with ORT's reason when it does not);
-* time to first token per tier (a prefill of the tier's length);
+* decode tokens/s per context tier (2K / 8K / 16K / 32K on an H200) after a cache made by a real
+  prefill, greedy, with IOBinding (state stays on the device), warm-up steps outside the samples;
+  the peak memory of the decode beside ``q38 fit``'s prediction (q38gpu_memory); a CUDA Graph
+  decode only where ORT allows it (q38gpu_graph), else "not attempted" with the reason;
+* time to first token per tier (a prefill of the tier's length, outputs bound to the device);
 * kernels per verification cycle (4 tokens at a 2K context) from ORT's profiler, of the package
   before and after ``q38 optimize``.
 
-Device sessions set ``session.disable_cpu_ep_fallback=1``: a node the CUDA EP cannot take fails
-the session, naming it (recorded as a fallback, and the test fails). A run error fails the test;
-only a package that cannot exist on this build (no kernel, recorded by the gate's manifest) skips.
+Device sessions record ORT's EP assignment (q38gpu_assign): the list goes into the figures, and a
+compute node on the CPU EP fails the test, named (shape subgraphs belong there). A run error fails
+the test; only a package that cannot exist on this build (no kernel, per the manifest) skips.
 
-Profiles: ``h200`` (>= 100 GiB), ``consumer`` (>= 20 GiB), ``tiny`` (``--dry-run-cpu``: short tiers
-named like the real ones). Q38_GPU_PROFILE overrides; the decoded-token count per request is the
-profile's ``decode_tokens`` (h200: 512, as the anchor) and is recorded with every figure.
+Profiles: ``h200`` (>= 100 GiB), ``80gb`` (>= 70 GiB: H100 / A100 80 GB), ``consumer`` (>= 20 GiB),
+``tiny`` (``--dry-run-cpu``: short tiers named like the real ones). ``Q38_GPU_PROFILE=NAME``
+overrides the choice by memory; the decoded-token count per request is the profile's
+``decode_tokens`` and is recorded with every figure. :func:`estimate_s` states a profile's run time
+from its step counts (docs/gpu.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ import numpy as np
 import pytest
 import q38gpu_env as genv
 import q38gpu_figures as gfig
+import q38gpu_graph as ggraph
+import q38gpu_memory as gmem
 import q38gpu_run as grun
 
 TIER_NAMES = ("2K", "8K", "16K", "32K")
@@ -52,10 +56,38 @@ class Profile:
 
 
 PROFILES = {
-    "h200": Profile("h200", 100, "large", 4.0, 512, (2048, 8192, 16384, 32768), slice_preset="slice"),
-    "consumer": Profile("consumer", 20, "large", 2.0, 128, (2048, 8192, 16384, 32768)),
+    "h200": Profile("h200", 100, "large", 4.0, 128, (2048, 8192, 16384, 32768), slice_preset="slice"),
+    "80gb": Profile("80gb", 70, "large", 4.0, 128, (2048, 8192, 16384, 32768), slice_preset="slice"),
+    "consumer": Profile("consumer", 20, "large", 2.0, 64, (2048, 8192, 16384, 32768)),
     "tiny": Profile("tiny", 0, "tiny", None, 4, (32, 64, 96, 128), rounds=1, slice_preset="tiny"),
 }
+WARMUP_STEPS = 8  # decode steps run before the timed rounds, outside the samples (tiny: decode_tokens)
+
+# What estimate_s assumes of an H100 (labelled assumptions, not measurements; docs/gpu.md): a
+# launch-bound decode step of the large preset, its prefill rate, and creating one 4-8 GB session.
+ASSUMED_STEP_S = 0.030
+ASSUMED_PREFILL_TOKENS_PER_S = 20_000.0
+ASSUMED_SESSION_S = 10.0
+
+
+def estimate_s(profile: Profile) -> dict[str, float]:
+    """The suite's device time for ``profile``, from its step counts and the ASSUMED_* costs: decode
+    steps (warm-up + rounds x decode_tokens per tier and variant, the slice's 64 x rounds), prefill
+    tokens (one cache per tier and variant, a warm-up and rounds + 1 TTFT prefills), sessions (two variants plain,
+    two optimized, four profiled, the slice). Parity and probes run on the tiny preset (seconds)."""
+    variants = 2
+    steps = variants * len(profile.tiers) * (WARMUP_STEPS + profile.rounds * profile.decode_tokens)
+    if profile.slice_preset is not None:
+        steps += profile.rounds * SLICE_DECODE_TOKENS
+    prefill_tokens = variants * sum(profile.tiers) * (1 + 1 + profile.rounds + 1)
+    if profile.slice_preset is not None:
+        prefill_tokens += profile.tier("2K")
+    sessions = 2 + 2 + 4 + (1 if profile.slice_preset is not None else 0)
+    doc = {"decode_steps": float(steps), "decode_s": steps * ASSUMED_STEP_S,
+           "prefill_tokens": float(prefill_tokens), "prefill_s": prefill_tokens / ASSUMED_PREFILL_TOKENS_PER_S,
+           "sessions": float(sessions), "sessions_s": sessions * ASSUMED_SESSION_S}
+    doc["total_s"] = doc["decode_s"] + doc["prefill_s"] + doc["sessions_s"]
+    return doc
 
 
 @pytest.fixture(scope="session")
@@ -102,24 +134,31 @@ def _package(packages: grun.PackageFactory, profile: Profile, variant: str, *, o
     return pkg
 
 
-_SESSIONS: dict[tuple[Path, bool], Any] = {}
+_SESSIONS: dict[Path, Any] = {}
 
 
-def _device_session(ort: Any, model: Path, *, cuda_graph: bool = False, **kw: Any) -> Any:
-    """A device session with CPU fallback disabled; plain ones are shared by the tiers."""
-    key = (model, cuda_graph)
-    if not kw and key in _SESSIONS:
-        return _SESSIONS[key]
+def device_session(ort: Any, model: Path, **kw: Any) -> Any:
+    """A device session whose EP assignment goes into the figures; a compute node on the CPU EP
+    fails the test, named. Plain sessions are shared by the tiers. A creation error fails the
+    test with ORT's own text (no CPU retry: enable_fallback=0); a node no EP has a kernel for skips
+    (the manifest judges that skip)."""
+    if not kw and model in _SESSIONS:
+        return _SESSIONS[model]
     try:
-        sess = grun.session(ort, model, providers=grun.CUDA_PROVIDERS, cuda_graph=cuda_graph, **kw)
+        sess = grun.session(ort, model, providers=grun.CUDA_PROVIDERS, **kw)
     except Exception as exc:
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
-        if "NOT_IMPLEMENTED" in str(exc) or "fallback" in str(exc):
-            gfig.RECORDER.fallbacks.append(f"{model}: {text}")
-            pytest.skip(f"{model.name}: no {grun.device_ep()} session (CPU fallback disabled): {text}")
-        raise
+        if grun.no_kernel(exc):
+            gfig.RECORDER.fallbacks.append(f"{model}: {grun.error_text(exc)}")
+            pytest.skip(f"{model.name}: no {grun.device_ep()} session: {grun.error_text(exc)}")
+        pytest.fail(f"{model}: no {grun.device_ep()} session: {grun.error_text(exc)}")
+    placed = grun.placement(sess, model)
+    gfig.RECORDER.placements[f"{model.parent.name}/{model.name}"] = placed
+    if placed["cpu_compute_nodes"]:
+        gfig.RECORDER.fallbacks.extend(f"{model}: {n}" for n in placed["cpu_compute_nodes"])
+        pytest.fail(f"{model.name}: {len(placed['cpu_compute_nodes'])} compute node(s) on the CPU EP: "
+                    + ", ".join(placed["cpu_compute_nodes"][:20]))
     if not kw:
-        _SESSIONS[key] = sess
+        _SESSIONS[model] = sess
     return sess
 
 
@@ -140,22 +179,23 @@ def test_time_to_first_token(benchmark: Any, ort_module: Any, packages: grun.Pac
     length = profile.tier(tier)
     pkg = _package(packages, profile, variant)
     _fits(gpu, pkg, length)
-    sess = _device_session(ort_module, grun.target_graph(pkg))
+    sess = device_session(ort_module, grun.target_graph(pkg))
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
-    feeds = stepper.feeds(seq=length, past=0)
-    first = stepper.run(feeds)  # a run error fails the test
-    assert np.isfinite(first["logits"].astype(np.float32)).all(), f"{tier} prefill: non-finite logits"
+    _warm, first = grun.prefill_bound(ort_module, stepper, length=length)  # warm-up, outside the samples
+    _token, finite = grun.last_token(first)  # the only host copy: after the timing
+    del first
     samples: list[float] = []
 
     def prefill() -> None:
-        t0 = time.perf_counter()
-        stepper.run(feeds)
-        samples.append(1e3 * (time.perf_counter() - t0))
+        seconds, _values = grun.prefill_bound(ort_module, stepper, length=length)
+        samples.append(1e3 * seconds)
 
     benchmark.extra_info.update(env_info, tier=tier, tokens=length, variant=variant, profile=profile.name)
-    benchmark.pedantic(prefill, rounds=profile.rounds + 2, warmup_rounds=1, iterations=1)
+    benchmark.pedantic(prefill, rounds=profile.rounds + 1, warmup_rounds=0, iterations=1)
     gfig.RECORDER.tier(f"{variant}/{tier}", tokens=length, ttft_ms=gfig.spread(samples), ttft_ms_samples=samples,
-                       package=pkg.name)
+                       ttft_outputs="bound to the device", ttft_logits_finite=finite, package=pkg.name)
+    if not finite:
+        gfig.RECORDER.notes.append(f"{variant}/{tier}: the prefill's last logits row is not finite")
 
 
 @pytest.mark.parametrize("variant", ["faithful", "cpu"])
@@ -167,25 +207,32 @@ def test_decode_tokens_per_second(benchmark: Any, ort_module: Any, packages: gru
     pkg = _package(packages, profile, variant)
     _fits(gpu, pkg, length)
     model = grun.target_graph(pkg)
-    sess = _device_session(ort_module, model)
+    sess = device_session(ort_module, model)
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
     start = length - profile.decode_tokens if length > profile.decode_tokens else length
     tps: list[float] = []
     ids: list[int] = []
+    with gmem.meter().peak() as peak:
+        state, first = grun.prefill_state(ort_module, stepper, start=start)  # a real prefill, not zeros
+        warm = min(WARMUP_STEPS, profile.decode_tokens)
+        grun.decode_iobinding(ort_module, stepper, start=start, tokens=warm, state=state, token=first)
 
-    def decode() -> None:
-        nonlocal ids
-        times, ids = grun.decode_iobinding(ort_module, stepper, start=start, tokens=profile.decode_tokens)
-        tps.append(len(times) / sum(times))
+        def decode() -> None:
+            nonlocal ids
+            times, ids = grun.decode_iobinding(ort_module, stepper, start=start, tokens=profile.decode_tokens,
+                                               state=state, token=first)
+            tps.append(len(times) / sum(times))
 
-    benchmark.extra_info.update(env_info, tier=tier, variant=variant, profile=profile.name,
-                                decode_tokens=profile.decode_tokens, iobinding=True)
-    benchmark.pedantic(decode, rounds=profile.rounds, warmup_rounds=1, iterations=1)
+        benchmark.extra_info.update(env_info, tier=tier, variant=variant, profile=profile.name,
+                                    decode_tokens=profile.decode_tokens, iobinding=True)
+        benchmark.pedantic(decode, rounds=profile.rounds, warmup_rounds=0, iterations=1)
+    gfig.RECORDER.memory[f"{variant}/{tier}"] = gmem.judge(
+        peak.result(), gmem.fit_prediction(pkg, context=start + profile.decode_tokens))
     assert len(ids) == profile.decode_tokens and all(0 <= t < stepper.vocab for t in ids)
-    graph_note = _cuda_graph_decode(ort_module, model, start, profile, tier)
+    graph_note = cuda_graph_decode(sess, model)
     gfig.RECORDER.tier(f"{variant}/{tier}", tokens=length, decode_tokens=profile.decode_tokens, prefilled=start,
-                       decode_tps=gfig.spread(tps), decode_tps_samples=tps, iobinding=True, cuda_graph=graph_note,
-                       package=pkg.name)
+                       prefill="real", warmup_steps=warm, decode_tps=gfig.spread(tps), decode_tps_samples=tps,
+                       iobinding=True, cuda_graph=graph_note, package=pkg.name)
 
 
 FULL_LAYERS = 48  # the real model's layer count (the slice's figures are extrapolated to it)
@@ -206,13 +253,15 @@ def test_slice_decode_extrapolated(ort_module: Any, packages: grun.PackageFactor
         pytest.skip(str(exc))
     gfig.RECORDER.package(pkg.name, pkg)
     _fits(gpu, pkg, past)
-    sess = _device_session(ort_module, grun.target_graph(pkg))
+    sess = device_session(ort_module, grun.target_graph(pkg))
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
     layers = grun.layer_count(pkg)
     tokens = min(SLICE_DECODE_TOKENS, profile.decode_tokens)
     steps: list[float] = []
+    state, first = grun.prefill_state(ort_module, stepper, start=past)
+    grun.decode_iobinding(ort_module, stepper, start=past, tokens=min(WARMUP_STEPS, tokens), state=state, token=first)
     for _ in range(profile.rounds):
-        times, ids = grun.decode_iobinding(ort_module, stepper, start=past, tokens=tokens)
+        times, ids = grun.decode_iobinding(ort_module, stepper, start=past, tokens=tokens, state=state, token=first)
         assert len(ids) == tokens and all(0 <= t < stepper.vocab for t in ids)
         steps.append(sum(times) / len(times))
     step = float(np.median(steps))
@@ -229,17 +278,15 @@ def slice_synth_args(profile: Profile) -> dict[str, str]:
     return {"preset": profile.slice_preset, "context_length": str(max(256, 2 * profile.tier("2K")))}
 
 
-def _cuda_graph_decode(ort: Any, model: Path, start: int, profile: Profile, tier: str) -> dict[str, Any]:
-    """Decode with ``enable_cuda_graph=1`` (CUDA only): tokens/s, or ORT's reason it cannot run."""
-    if grun.device_ep() != genv.CUDA_EP:
-        return {"status": "not on CUDA (dry run)"}
-    try:
-        sess = _device_session(ort, model, cuda_graph=True)
-        stepper = grun.Stepper(sess, grun.vocab_of(sess))
-        times, _ids = grun.decode_iobinding(ort, stepper, start=start, tokens=profile.decode_tokens)
-    except Exception as exc:  # recorded: CUDA Graph needs static shapes the growing cache may not give
-        return {"status": "unavailable", "reason": (str(exc).strip().splitlines() or [""])[0][:300]}
-    return {"status": "ok", "tps": len(times) / sum(times)}
+def cuda_graph_decode(sess: Any, model: Path) -> dict[str, Any]:
+    """Whether a CUDA Graph decode is attempted for this package, and why (not). These packages'
+    caches grow by concatenation, so ggraph.plan refuses them ("not attempted" with the reason)
+    and no ``enable_cuda_graph`` session is ever created for them: a replay over moving buffers
+    can leave a sticky CUDA error that fails every later test. A fixed-state package would run
+    through ggraph.FixedStateDecode."""
+    placed = gfig.RECORDER.placements.get(f"{model.parent.name}/{model.name}", {})
+    verdict = ggraph.plan(sess, placed.get("cpu_nodes", []) if grun.device_ep() == genv.CUDA_EP else [])
+    return verdict.record()
 
 
 @pytest.mark.parametrize("optimized", [False, True], ids=["unoptimized", "optimized"])
@@ -250,7 +297,7 @@ def test_kernels_per_verification_cycle(benchmark: Any, ort_module: Any, package
     pkg = _package(packages, profile, variant, optimized=optimized)
     model = grun.target_graph(pkg)
     past = profile.tier("2K")
-    profiled = _device_session(ort_module, model, profile_prefix=str(tmp_path / "verify"))
+    profiled = device_session(ort_module, model, profile_prefix=str(tmp_path / "verify"))
     pstep = grun.Stepper(profiled, grun.vocab_of(profiled))
     feeds = pstep.feeds(seq=VERIFY_TOKENS, past=past)
     pstep.run(feeds)  # warm-up; a run error fails the test
@@ -259,7 +306,7 @@ def test_kernels_per_verification_cycle(benchmark: Any, ort_module: Any, package
     assert kernels > 0, f"no {counted} in the profile of a verification step"
     gfig.RECORDER.kernels[f"{variant}/{'optimized' if optimized else 'unoptimized'}"] = {
         "kernels": kernels, "counted": counted, "verify_tokens": VERIFY_TOKENS, "past": past, "package": pkg.name}
-    sess = _device_session(ort_module, model)
+    sess = device_session(ort_module, model)
     stepper = grun.Stepper(sess, grun.vocab_of(sess))
     benchmark.extra_info.update(env_info, tier="2K", variant=variant, profile=profile.name, optimized=optimized,
                                 kernels_per_cycle=kernels, kernels_counted=counted, verify_tokens=VERIFY_TOKENS)

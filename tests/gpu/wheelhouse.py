@@ -4,14 +4,19 @@
 Standard library only (it runs on the runner's bare interpreter, 3.11-3.13)::
 
     python tests/gpu/wheelhouse.py download DIR [--python 3.12] [--platform manylinux_2_28_x86_64]
-                                                [--ort onnxruntime-gpu==1.31.1] [--cuda-libs] [REQ ...]
+                                                [--ort onnxruntime-gpu==1.31.1] [--cuda-libs]
+                                                [--part-mib 40] [--only-missing INSTALLED.txt] [REQ ...]
     python tests/gpu/wheelhouse.py assemble DIR OUT    # verify every part and wheel, write OUT/*.whl
     python tests/gpu/wheelhouse.py unpack WHEELS TARGET  # install without pip (run-offline.sh's fallback)
 
 ``download`` (networked machine) runs ``pip download --only-binary=:all:`` for the target Python and
 platform into DIR/wheels, then splits every file into DIR/parts/<wheel>.partNNN of at most
-``--part-mib`` (default 60) MiB and writes DIR/manifest.json (sha256 and size of every wheel and
-every part). ``assemble`` checks the manifest's sha256 of each part, concatenates, checks each
+``--part-mib`` (default 40) MiB -- a runner that takes files in bounded pieces needs room for the
+repository (about 15 MB) beside each -- and writes DIR/manifest.json (sha256 and size of every
+wheel and every part). ``--only-missing FILE`` (the image's ``pip list --format=freeze``, or one
+distribution name a line) downloads only what the image lacks, without dependencies: against a
+typical CUDA image (tests/gpu/image-packages.txt) that is onnxruntime-gpu, onnxruntime-genai-cuda,
+onnx, onnx-ir and syrupy. ``assemble`` checks the manifest's sha256 of each part, concatenates, checks each
 wheel's sha256 and writes the wheels to OUT; any mismatch or missing part is one error line and
 exit 2. Carry DIR/parts and DIR/manifest.json (not DIR/wheels) to the runner: docs/gpu.md.
 """
@@ -23,6 +28,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +43,30 @@ BASE_REQUIREMENTS = (
     "numpy>=1.26", "onnx>=1.23.2", "onnx-ir>=1.1.0", "ml_dtypes>=0.5",
     "pytest>=8.3", "pytest-benchmark>=5.1", "syrupy>=4.8", "hypothesis>=6.100", "matplotlib>=3.8",
 )
-GENAI_CUDA = "onnxruntime-genai-cuda"
+GENAI_CUDA = "onnxruntime-genai-cuda==0.18.0"  # pinned: its CUDA 13 libraries are checked by the preflight
+DEFAULT_PART_MIB = 40
+
+
+def dist_name(requirement: str) -> str:
+    """The normalized distribution name of a requirement or a ``pip freeze`` line (PEP 503)."""
+    name = re.split(r"[\s<>=!~;\[@(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_installed(path: Path) -> frozenset[str]:
+    """Distribution names of an image's package list (``pip list --format=freeze`` / ``pip freeze``
+    or one name a line; ``#`` comments and blank lines ignored)."""
+    names = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(dist_name(line))
+    return frozenset(names)
+
+
+def trimmed(requirements: list[str], installed: frozenset[str]) -> list[str]:
+    """The requirements whose distribution the image does not have."""
+    return [r for r in requirements if dist_name(r) not in installed]
 
 
 def _sha256(path: Path) -> str:
@@ -140,11 +169,23 @@ def download(args: argparse.Namespace) -> int:
     wheels.mkdir(parents=True, exist_ok=True)
     ort = args.ort + ("[cuda,cudnn]" if args.cuda_libs else "")
     reqs = [ort, *BASE_REQUIREMENTS, *([] if args.no_genai else [GENAI_CUDA]), *args.requirements]
+    no_deps: list[str] = []
+    if args.only_missing:
+        try:
+            installed = read_installed(Path(args.only_missing))
+        except OSError as exc:
+            print(f"wheelhouse: error: --only-missing {args.only_missing}: {exc}", file=sys.stderr)
+            return 2
+        reqs = trimmed(reqs, installed)
+        no_deps = ["--no-deps"]  # the image has the dependencies; only what it lacks travels
+        print(f"wheelhouse: the image has {len(installed)} distributions; downloading {', '.join(reqs) or 'nothing'}")
+        if not reqs:
+            return 0
     pyver = args.python.replace(".", "")
     platforms = [args.platform, "manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
                  "manylinux_2_28_x86_64"] if args.platform.endswith("x86_64") else [args.platform]
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version", pyver,
-           "--implementation", "cp", "--abi", f"cp{pyver}", "--abi", "abi3", "--abi", "none", "-d", str(wheels)]
+           "--implementation", "cp", "--abi", f"cp{pyver}", "--abi", "abi3", "--abi", "none", "-d", str(wheels), *no_deps]
     for p in dict.fromkeys(platforms):
         cmd += ["--platform", p]
     cmd += ["--platform", "any"]
@@ -157,6 +198,7 @@ def download(args: argparse.Namespace) -> int:
     manifest["python"] = args.python
     manifest["platform"] = args.platform
     manifest["requirements"] = reqs
+    manifest["only_missing"] = bool(args.only_missing)
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     total = sum(int(f["size"]) for f in manifest["files"])  # type: ignore[index,union-attr]
     parts = sum(len(f["parts"]) for f in manifest["files"])  # type: ignore[arg-type,index,union-attr]
@@ -176,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--cuda-libs", action="store_true",
                    help="also the nvidia-* CUDA / cuDNN wheels (onnxruntime-gpu[cuda,cudnn]; several GB)")
     d.add_argument("--no-genai", action="store_true", help=f"without {GENAI_CUDA}")
-    d.add_argument("--part-mib", type=int, default=60, help="largest part in MiB (default 60)")
+    d.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB,
+                   help=f"largest part in MiB (default {DEFAULT_PART_MIB}: room for the repository beside it in 64 MiB)")
+    d.add_argument("--only-missing", metavar="INSTALLED", default=None,
+                   help="the image's package list (pip list --format=freeze); download only what it lacks, no deps")
     d.add_argument("requirements", nargs="*", help="extra requirements")
     a = sub.add_parser("assemble", help="verify the parts and reassemble the wheels")
     a.add_argument("dir")
@@ -185,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("wheels")
     u.add_argument("target")
     args = parser.parse_args(argv)
+    if args.cmd == "download" and args.part_mib <= 0:
+        parser.error(f"--part-mib {args.part_mib}: must be positive")
     if args.cmd == "download":
         return download(args)
     if args.cmd == "unpack":

@@ -9,7 +9,7 @@ Invariants guarded:
   exits 1 with the gate's FAIL line and the probe error (before: every test skipped, exit 0);
 * ``--dry-run-cpu`` on a subset (the kernel-registry dump compared with the committed CPU kernels,
   CUDA-vs-CPU parity and IOBinding decode on the tiny preset) passes the gate and writes the
-  figures JSON and PNG;
+  figures JSON and PNG, with the EP assignment, the memory beside fit and the tests that finished;
 * figures.compare() reports the median change per tier with an interval.
 """
 
@@ -54,6 +54,7 @@ def test_too_few_passes_and_probe_errors_fail() -> None:
     probe = gate.judge(_MANIFEST, one, ort_version="1.32.0", klass="small", probe_errors=["CUDA EP missing"])
     assert probe.problems == ("probe error: CUDA EP missing",) and probe.lines()[0].startswith("q38 gpu gate: FAIL")
     assert gate.gpu_class(143771) == "h200" and gate.gpu_class(24564) == "consumer" and gate.gpu_class(8000) == "small"
+    assert gate.gpu_class(81559) == "80gb"
 
 
 def test_the_committed_manifest_parses() -> None:
@@ -108,6 +109,14 @@ def test_the_dry_run_passes_the_gate_and_writes_figures(tmp_path: Path) -> None:
     assert extra["kind"] == "extrapolation" and extra["measured_layers"] == [8] and extra["full_layers"] == 48
     assert extra["tokens_per_s"] > 0 and "cpu/slice-32" not in doc["tiers"]
     assert all(len(p["sha256"]) == 64 for p in doc["packages"].values())
+    memory = doc["memory"]["cpu/2K"]  # the dry run fills the memory fields with the process's memory
+    assert memory["measured"]["source"] == "process resident set (/proc/self/statm)"
+    assert memory["measured"]["peak_bytes"] > 0 and memory["fit"]["exact_bytes"] > 0
+    assert memory["ratio"] > 0 and memory["within_estimate"] is True
+    placed = next(v for k, v in doc["placements"].items() if k.endswith("/model.onnx"))
+    assert placed["recorded"] and placed["cpu_compute_nodes"] == [] and placed["cpu_nodes"]
+    assert tier["prefill"] == "real" and tier["cuda_graph"]["status"] == "not attempted"
+    assert sorted(doc["tests"]["finished"].values()) == ["passed"] * 5 and doc["tests"]["not_run"] == []
     assert figures.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list(tmp_path.glob("cpu-kernels-*.json"))
 

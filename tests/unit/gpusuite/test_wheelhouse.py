@@ -94,3 +94,54 @@ def test_run_offline_refuses_an_interpreter_the_wheels_were_not_built_for(tmp_pa
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "Python 2.7" in lines[0], proc.stderr
     assert not (house / "run" / "site").exists()  # refused before installing anything
+
+
+def _fake_pip(tmp_path: Path, sizes: dict[str, int]) -> tuple[dict[str, str], Path]:
+    """A ``pip`` module that records its argv and writes wheels of ``sizes`` into ``-d DIR``."""
+    fake = tmp_path / "fakepip" / "pip"
+    fake.mkdir(parents=True)
+    record = tmp_path / "pip-argv.json"
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(
+        "import json, os, sys\n"
+        f"json.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
+        "d = sys.argv[sys.argv.index('-d') + 1]\n"
+        f"for name, size in {sizes!r}.items():\n"
+        "    with open(os.path.join(d, name), 'wb') as f:\n"
+        "        f.write(os.urandom(size))\n")
+    return {"PYTHONPATH": str(fake.parent)}, record
+
+
+def test_download_splits_into_parts_of_at_most_part_mib(tmp_path: Path) -> None:
+    env, _record = _fake_pip(tmp_path, {"onnxruntime_gpu-1.31.1-cp312-none-any.whl": 100 * (1 << 20) + 7,
+                                        "onnx-1.19.0-cp312-none-any.whl": 3 << 20})
+    proc = subprocess.run([sys.executable, str(GPU_DIR / "wheelhouse.py"), "download", str(tmp_path / "house"),
+                           "--part-mib", "40"], capture_output=True, text=True, check=False,
+                          env={**env, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    parts = sorted((tmp_path / "house" / "parts").iterdir())
+    assert max(p.stat().st_size for p in parts) <= 40 << 20
+    assert [p.stat().st_size for p in parts if "onnxruntime_gpu" in p.name] == [40 << 20, 40 << 20, (20 << 20) + 7]
+    manifest = json.loads((tmp_path / "house" / "manifest.json").read_text())
+    assert manifest["part_limit_bytes"] == 40 << 20
+    assert _cli("assemble", tmp_path / "house", tmp_path / "out").returncode == 0
+    assert wheelhouse.DEFAULT_PART_MIB == 40  # the default leaves room for a 15 MB tree within 64 MiB
+
+
+def test_only_missing_downloads_what_the_stated_image_lacks(tmp_path: Path) -> None:
+    env, record = _fake_pip(tmp_path, {"syrupy-4.9.1-py3-none-any.whl": 1000})
+    proc = subprocess.run([sys.executable, str(GPU_DIR / "wheelhouse.py"), "download", str(tmp_path / "house"),
+                           "--only-missing", str(GPU_DIR / "image-packages.txt")], capture_output=True, text=True,
+                          check=False, env={**env, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(record.read_text())
+    assert "--no-deps" in argv
+    wanted = [a for a in argv if wheelhouse.dist_name(a) in {
+        "onnxruntime-gpu", "onnxruntime-genai-cuda", "onnx", "onnx-ir", "syrupy", "numpy", "pytest", "matplotlib",
+        "hypothesis", "pytest-benchmark", "ml-dtypes"}]
+    assert [wheelhouse.dist_name(a) for a in wanted] == ["onnxruntime-gpu", "onnx", "onnx-ir", "syrupy",
+                                                         "onnxruntime-genai-cuda"]
+    assert "onnxruntime-genai-cuda==0.18.0" in argv  # pinned
+    assert json.loads((tmp_path / "house" / "manifest.json").read_text())["only_missing"] is True
+    assert wheelhouse.trimmed(["numpy>=1.26", "onnx>=1.23.2"], frozenset({"numpy"})) == ["onnx>=1.23.2"]
+    assert wheelhouse.dist_name("ONNX_IR[extra]>=1") == "onnx-ir"
