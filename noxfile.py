@@ -296,7 +296,7 @@ def gpu_run(session: nox.Session, runtime: str) -> None:
                       f"{GPU_RUNTIMES[runtime]} only: run `nox -s gpu` (it picks the venv)")
     _install_ort(session, ort)
     if not dry_run:  # builder-form packages generate end to end with the CUDA GenAI client
-        session.install("onnxruntime-genai-cuda")
+        session.install("onnxruntime-genai-cuda==0.18.0")  # the GenAI release the package format targets
     session.run(
         "python",
         "-c",
