@@ -5,13 +5,15 @@
   and the INT3 layout (fc1 ``[E, 2I, 3H/8]``, fc2 ``[E, H, 3I/8]``).
 * ``QMOE-CPU-001`` (``ep="cpu"``): what ``MoEBaseCPU`` and ``QMoECPU`` refuse when a CPU session
   creates the kernel, in the constructor's order: ``k >= 1``; the activation spelling;
+  ``k == 2`` with the sparse mixer (``use_sparse_mixer == 1``: any other value is off);
   ``expert_weight_bits`` in {2, 3, 4, 8} (1.31.1: {2, 4, 8}); ``block_size`` >= 0, >= 16 when
   set, a power of two; ``weights_prepacked`` in [-1, 1] (1.32.0); no post-activation SwiGLU
   clipping (1.32.0); fused SwiGLU with matching fc1/fc3 bits; interleaved SwiGLU
   (``swiglu_fusion=1``). 1.32.0 then routes int4/int2 ``weights_prepacked=1``, nvfp4 and fp4 to
   the "shared" kernel, which needs block 32/64/128 (int), one bit width for all three projections
   (``fc1/fc2/fc3_expert_weight_bits`` equal to ``expert_weight_bits``), interleaved SwiGLU without
-  sparse mixer and no fc3 / zero point / global or activation scale inputs; bfloat16 runs only there.
+  sparse mixer (``use_sparse_mixer == 1``) and no fc3 / zero point / global or activation scale
+  inputs; bfloat16 runs only there.
   Once constructed, the per-expert kernel (1.31.1's only one) prepacks initializer fc1 / fc2
   weights and refuses a rank other than 3 (below 3 onnxruntime aborts the process; probed in a
   child process); the 1.32.0 shared kernel takes any rank.
@@ -84,6 +86,8 @@ def _base_problems(node: ir.Node, v132: bool) -> list[str]:
     activation = attr_str(node, "activation_type", "relu")
     if activation not in _ACTIVATIONS:
         found.append(f"Unsupported MoE activation type: {activation}")
+    if attr_int(node, "use_sparse_mixer", 0) == 1 and k != 2:  # only 1 turns it on (probed: 2, -1 load)
+        found.append("Sparse mixer only supports k=2")
     bits = attr_int(node, "expert_weight_bits", 4)
     allowed_bits = {2, 3, 4, 8} if v132 else {2, 4, 8}
     if bits not in allowed_bits:
@@ -133,7 +137,7 @@ def _shared_problems(node: ir.Node, activation_type: ir.DataType | None) -> list
     if any(attr_int(node, f"fc{i}_expert_weight_bits", bits) != bits for i in (1, 2, 3)):
         found.append("Shared CPU QMoE does not yet support mixed projection bit widths.")
     interleaved = attr_str(node, "activation_type", "relu") == "swiglu" and attr_int(node, "swiglu_fusion", 0) == 1
-    if not interleaved or attr_int(node, "use_sparse_mixer", 0) != 0:
+    if not interleaved or attr_int(node, "use_sparse_mixer", 0) == 1:  # ORT reads it as "== 1"
         found.append("Shared CPU QMoE requires interleaved SwiGLU without sparse mixer.")
     if any(input_at(node, slot) is not None for slot in _SHARED_FORBIDDEN_SLOTS):
         found.append("Shared CPU QMoE does not support FC3, explicit zero points, or auxiliary scales.")

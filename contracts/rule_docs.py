@@ -472,8 +472,8 @@ DOCS: dict[str, RuleDoc] = {
         "Feed float16/bfloat16 activations and write the INT3 weights in the layout ORT expects.",
     ),
     "QMOE-CPU-001": RuleDoc(
-        "The CPU QMoE constructor requires k >= 1, a known activation spelling, supported expert "
-        "bits and block_size, weights_prepacked as ORT expects, no post-activation clipping, "
+        "The CPU QMoE constructor requires k >= 1, a known activation spelling, k == 2 with the "
+        "sparse mixer (use_sparse_mixer == 1; any other value is off), supported expert bits and block_size, weights_prepacked as ORT expects, no post-activation clipping, "
         "interleaved SwiGLU, and (1.32.0 shared kernel) its block / SwiGLU / optional-input "
         "limits; bfloat16 only there.",
         "QMoE(k=0, ...) on a CPU graph",
