@@ -479,6 +479,21 @@ DOCS: dict[str, RuleDoc] = {
         "QMoE(k=0, ...) on a CPU graph",
         "Use k >= 1 and the supported activation, bits and block size for CPU nodes.",
     ),
+    "MNB-CPU-001": RuleDoc(
+        "The CPU MatMulNBits constructor reads K, N, bits and block_size as unsigned sizes (a "
+        "negative one fails with 'narrowing_error'), takes bits 2, 4 or 8 only, on 1.32.0 refuses "
+        "8-bit weights with floating-point zero points, and wants block_size a power of two >= 16 "
+        "(1.31.1: 16, 32, 64, 128 or 256); a CPU session fails otherwise.",
+        "MatMulNBits(bits=3, block_size=32, ...) on a CPU graph",
+        "Quantize to 2, 4 or 8 bits with a supported block size (and uint8 zero points for 8 bits).",
+    ),
+    "MNB-CPU-002": RuleDoc(
+        "When the CPU kernel prepacks an initializer B it checks B's shape against the attributes: "
+        "[N, ceil(K / block_size), ceil(block_size * bits / 8)]; 'MatMulNBits PrePack: B initializer "
+        "shape {...} does not match attribute-derived shape [...]' fails the session otherwise.",
+        "MatMulNBits(K=64, N=32, bits=4, block_size=32) with B of shape [33, 2, 16]",
+        "Make N and K the weight's real dims (or re-export B with the quantizer that wrote the attributes).",
+    ),
     "QMOE-CPU-002": RuleDoc(
         "ep.cpu.qmoe_deferred_scale must be '0' or '1' when a QMoE node runs on the CPU EP; ORT "
         "refuses the session otherwise.",

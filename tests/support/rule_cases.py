@@ -68,6 +68,13 @@ def _graph(model: onnx.ModelProto | bytes, entries: dict[str, str] | None = None
     return proto, dict(entries or {})
 
 
+def _mnb(*, bits: int = 4, b_rows: int = 32) -> onnx.ModelProto:
+    """MatMulNBits(A [2, 64], B [b_rows, 2, 4 * bits], scales) with K=64, N=32, block 32."""
+    node = oh.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], name="mnb", domain=MS, K=64, N=32, bits=bits, block_size=32)
+    inits = [nh.from_array(np.zeros([b_rows, 2, 4 * bits], np.uint8), "B"), nh.from_array(np.ones(64, np.float32), "S")]
+    return _model([node], [_vi("A", TP.FLOAT, [2, 64])], [_vi("Y", TP.FLOAT, None)], inits)
+
+
 def _cuda_facts_env() -> dict[str, str]:
     """``Q38_CUDA_KERNELS`` naming a stand-in for the GPU run's CUDA dump of 1.32.0: the release's real
     CPU registrations minus Relu (the format the GPU suite writes; no CUDA dump is committed yet)."""
@@ -234,6 +241,8 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("QMOE-CPU-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(k=0))),
     RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
+    RuleCase("MNB-CPU-001", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(bits=3))),
+    RuleCase("MNB-CPU-002", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(b_rows=33))),
 ]  # fmt: skip
 
 def _node_check_cases() -> list[RuleCase]:
