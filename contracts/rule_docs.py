@@ -435,6 +435,15 @@ DOCS: dict[str, RuleDoc] = {
         "GatedDeltaNet(gate_lower_bound=0.5, ...) on a CPU graph",
         "Use the supported spellings and a negative gate_lower_bound.",
     ),
+    "GDN-RUN-001": RuleDoc(
+        "The 1.32.0 CPU GatedDeltaNet kernel checks its optional inputs only in Compute: the session "
+        "is created and the first run fails ('capture_count must be present exactly when "
+        "state_update_capacity is positive', 'beta input presence must match update_rule', 'decay must "
+        "be [...tokens, num_heads_v] ...', 'a_log must be [num_heads_v]', 'dt_bias must be ...', "
+        "'capture_count must be [batch]'). A warning: the session is created.",
+        "GatedDeltaNet(update_rule='gated_delta', qkv, , , , decay, <no beta>, state, a_log, dt_bias)",
+        "Wire the inputs the update_rule and gate_activation need, with the shapes the message names.",
+    ),
     "CUDA-FALLBACK-001": RuleDoc(
         "A node of a graph the CUDA provider runs needs a CUDA kernel for its op, opset version and "
         "input types; without one ORT places it on the CPU EP (a copy between device and host on "

@@ -232,6 +232,7 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("VCCONV-RUN-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_dynamic_model())),
     RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
     RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
+    RuleCase("GDN-RUN-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(update_rule="linear"))),
     RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),
              env=_cuda_facts_env),
     RuleCase("HC-SCHEMA-001", "graph", lambda: _graph(_premix(4)), lambda: _graph(_premix(3))),
