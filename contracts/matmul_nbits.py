@@ -6,8 +6,8 @@ schema accepts, when a CPU session creates the kernel:
 * ``MNB-CPU-001`` (``ep="cpu"``): the constructor, in its order: ``K``, ``N``, ``bits`` and
   ``block_size`` are read as unsigned sizes, so a negative one fails with a bare
   ``narrowing_error``; ``bits`` in {2, 4, 8}; on 1.32.0 no 8-bit weights with floating-point zero
-  points (input 3 of a type other than uint8); ``block_size`` a power of two >= 16 (1.32.0) or one
-  of 16, 32, 64, 128, 256 (1.31.1).
+  points (input 3 of a type other than uint8); ``block_size`` a power of two >= 16 (1.32.0; at most
+  256 with 2 bits) or one of 16, 32, 64, 128, 256 (1.31.1).
 * ``MNB-CPU-002`` (``ep="cpu"``): PrePack, once the constructor accepted the node: an initializer
   ``B`` has the shape the attributes imply, ``[N, ceil(K / block_size), ceil(block_size * bits / 8)]``.
   A ``B`` that is no initializer is not prepacked (checked when the model runs).
@@ -59,6 +59,8 @@ def constructor_problems(node: ir.Node, version: str, zero_point_type: ir.DataTy
         return ["MatMulNBits on CPU does not support 8-bit weights with floating-point zero points; use uint8 zero points."]
     if v132 and (block < 16 or block & (block - 1)):
         return [f"Only power-of-two block sizes >= 16 are supported for MatMulNBits op, got: {block}"]
+    if v132 and bits == 2 and block > 256:
+        return [f"2-bit MatMulNBits block_size must not exceed 256. Got {block}"]
     if not v132 and block not in _V131_BLOCKS:
         return [f"Only block sizes 16, 32, 64, 128, and 256 are supported for MatMulNBits op, got: {block}"]
     return []

@@ -430,7 +430,13 @@ def _layer_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
     data = ctx.shape(0)
     if data is None:
         return [None] * ctx.n_out
-    axis = normalize_axis(attr_int(ctx.node, "axis", -1), len(data))
+    raw, rank = attr_int(ctx.node, "axis", -1), len(data)
+    if not -rank <= raw < rank and ctx.node.op_type == "LayerNormalization":  # onnx's text names the axis + rank
+        shown = raw + rank if raw < 0 else raw
+        raise ShapeInferenceError(f"Unexpected axis value ({shown}) rank of first input is {rank} in .")
+    if not -rank <= raw < rank and ctx.node.op_type == "SimplifiedLayerNormalization":  # ORT's own schema's text
+        raise ShapeInferenceError(f"axis {raw} is not in valid range [{-rank},{rank - 1}]")
+    axis = normalize_axis(raw, rank)
     stats = tuple(1 if i >= axis else d for i, d in enumerate(data))
     return [data, stats, stats]
 

@@ -81,6 +81,8 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], str | None, str | None]] =
     ("block 48", lambda: _mnb(block=48), _CTOR, _CTOR),
     ("block 512 (1.32.0: any power of two)", lambda: _mnb(block=512, k=1024), None, _CTOR),
     ("block 1024", lambda: _mnb(block=1024, k=1024), None, _CTOR),
+    ("2 bits, block 512 (1.32.0: at most 256 with 2 bits)", lambda: _mnb(bits=2, block=512, k=1024), _CTOR, _CTOR),
+    ("2 bits, block 256", lambda: _mnb(bits=2, block=256, k=256), None, None),
     ("K -1", lambda: _mnb(k=-1, b_shape=[32, 2, 16]), _CTOR, _CTOR),
     ("N -1", lambda: _mnb(n=-1, b_shape=[32, 2, 16]), _CTOR, _CTOR),
     ("bits -4", lambda: _mnb(bits=-4, b_shape=[32, 2, 16]), _CTOR, _CTOR),

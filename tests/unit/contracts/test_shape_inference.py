@@ -353,3 +353,24 @@ def test_no_standard_op_handler_refuses_what_onnx_strict_inference_accepts() -> 
             false_refusals.append((name, problems[0][1]))
     assert compared > 1500
     assert false_refusals == []
+
+
+@pytest.mark.parametrize(("op", "axis", "text"), [
+    ("LayerNormalization", 3, "Unexpected axis value (3) rank of first input is 3 in ."),
+    ("LayerNormalization", -4, "Unexpected axis value (-1) rank of first input is 3 in ."),  # the axis + rank
+    ("LayerNormalization", -3, None),
+    ("SimplifiedLayerNormalization", 3, "axis 3 is not in valid range [-3,2]"),
+    ("SimplifiedLayerNormalization", -3, None),
+])  # fmt: skip
+def test_a_layer_norm_axis_out_of_range_is_refused_as_onnxruntime_refuses_it(op: str, axis: int, text: str | None) -> None:
+    """LayerNormalization (onnx's function inference) and ORT's SimplifiedLayerNormalization refuse an axis
+    outside [-rank, rank) while resolving the graph, each with its own text (the ORT layer-norm op tests)."""
+    node = oh.make_node(op, ["x", "g"], ["y"], name="ln", axis=axis)
+    proto = _model([node], [_vi("x", TP.FLOAT, [2, 3, 8]), _vi("g", TP.FLOAT, [8])], [_vi("y", TP.FLOAT, None)], ms=False)
+    found = [(v.rule_id, v.message) for v in graph_violations(proto)]
+    if text is None:
+        assert (ort_error(proto), found) == (None, [])
+        return
+    full = f"Node (ln) Op ({op}) [ShapeInferenceError] {text}"
+    assert full in (ort_error(proto) or "")
+    assert found == [("ORT-SHAPE-001", full)]
