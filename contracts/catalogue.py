@@ -47,6 +47,7 @@ _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("CUDA-FALLBACK-", "cuda-kernel"),
     ("GQA-", "attention"),
     ("QMOE-", "qmoe"),
+    ("MOE-", "qmoe"),
     ("MNB-", "matmul-nbits"),
     ("CFG-GRAPH-", "config-graphs"),
     ("CFG-", "config"),

@@ -17,6 +17,8 @@
   Once constructed, the per-expert kernel (1.31.1's only one) prepacks initializer fc1 / fc2
   weights and refuses a rank other than 3 (below 3 onnxruntime aborts the process; probed in a
   child process); the 1.32.0 shared kernel takes any rank.
+* ``MOE-CPU-001`` (``ep="cpu"``): the float-expert MoE shares ``MoEBaseCPU``: k >= 1, the
+  activation spelling, k == 2 with the sparse mixer.
 * ``QMOE-CPU-002`` (``ep="cpu"``, 1.32.0): the session option ``ep.cpu.qmoe_deferred_scale`` is
   ``'0'`` or ``'1'`` (read up to its first NUL), checked by the same constructor, so only on a
   graph with a QMoE node.
@@ -49,9 +51,10 @@ from contracts.schema_registry import registry_for
 from contracts.schema_rules import schema_clean
 from contracts.session_config import effective_entries
 from contracts.shapes import Shapes, shapes_of
-from q38._ops import MS_DOMAIN, QMOE
+from q38._ops import MOE, MS_DOMAIN, QMOE
 
-__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems", "prepack_problems"]
+__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems", "moe_base_problems",
+           "prepack_problems"]
 
 DEFERRED_SCALE_KEY = "ep.cpu.qmoe_deferred_scale"
 _ACTIVATIONS = frozenset({"relu", "gelu", "silu", "identity", "swiglu"})
@@ -78,7 +81,8 @@ def _shared(node: ir.Node) -> str | None:
     return None
 
 
-def _base_problems(node: ir.Node, v132: bool) -> list[str]:
+def moe_base_problems(node: ir.Node) -> list[str]:
+    """What ``MoEBaseCPU`` (the constructor MoE and QMoE share) refuses, in its order."""
     found = []
     k = attr_int(node, "k", 1)
     if k < 1:
@@ -88,6 +92,12 @@ def _base_problems(node: ir.Node, v132: bool) -> list[str]:
         found.append(f"Unsupported MoE activation type: {activation}")
     if attr_int(node, "use_sparse_mixer", 0) == 1 and k != 2:  # only 1 turns it on (probed: 2, -1 load)
         found.append("Sparse mixer only supports k=2")
+    return found
+
+
+def _base_problems(node: ir.Node, v132: bool) -> list[str]:
+    found = moe_base_problems(node)
+    activation = attr_str(node, "activation_type", "relu")
     bits = attr_int(node, "expert_weight_bits", 4)
     allowed_bits = {2, 3, 4, 8} if v132 else {2, 4, 8}
     if bits not in allowed_bits:
@@ -194,6 +204,15 @@ def _check_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> l
     return per_node(_cpu_nodes(ir_model, version), one)
 
 
+def _check_moe_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    if not runs_on_cpu(ir_model, version):
+        return []  # NOT_IMPLEMENTED comes first: no constructor runs
+    nodes = [n for n in nodes_of(ir_model, MS_DOMAIN, MOE) if schema_clean(ir_model, n)]
+    return per_node(nodes, lambda node: [Violation("MOE-CPU-001", text, node=node_label(node))
+                                         for text in moe_base_problems(node)])  # fmt: skip
+
+
 def _check_deferred_scale(model: ModelLike, entries: Mapping[str, str], version: str) -> list[Violation]:
     value = effective_entries(entries).get(DEFERRED_SCALE_KEY, "0")
     if value in {"0", "1"}:
@@ -249,6 +268,8 @@ RULES = (
                  "block_size, weights_prepacked, no post-activation clipping, interleaved SwiGLU, the "
                  "1.32.0 shared kernel's block / SwiGLU / optional-input limits, bfloat16 only there",
                  _SRC, "cpu-session", "graph", _check_cpu, ep="cpu"),
+    *per_version("MOE-CPU-001", "MoE (float experts) CPU constructor, MoEBaseCPU's checks: k >= 1, the activation "
+                 "spelling, k == 2 with the sparse mixer", _SRC, "cpu-session", "graph", _check_moe_cpu, ep="cpu"),
     *per_version("QMOE-CPU-002", "ep.cpu.qmoe_deferred_scale is '0' or '1' on a graph whose QMoE runs "
                  "on the CPU EP", _SRC + "; ort-cpu-capabilities.md §4.2", "cpu-session", "graph",
                  _check_deferred_scale, ep="cpu", since="1.32.0"),

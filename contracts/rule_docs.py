@@ -488,6 +488,13 @@ DOCS: dict[str, RuleDoc] = {
         "QMoE(k=0, ...) on a CPU graph",
         "Use k >= 1 and the supported activation, bits and block size for CPU nodes.",
     ),
+    "MOE-CPU-001": RuleDoc(
+        "The CPU MoE (float experts) constructor shares MoEBaseCPU with QMoE: k >= 1, an activation "
+        "ORT knows (relu, gelu, silu, identity, swiglu) and k == 2 with the sparse mixer; a CPU "
+        "session fails otherwise ('Unsupported MoE activation type: tanh').",
+        "MoE(activation_type='tanh', ...) on a CPU graph",
+        "Use k >= 1 and one of the supported activation spellings.",
+    ),
     "MNB-CPU-001": RuleDoc(
         "The CPU MatMulNBits constructor reads K, N, bits and block_size as unsigned sizes (a "
         "negative one fails with 'narrowing_error'), takes bits 2, 4 or 8 only, on 1.32.0 refuses "

@@ -68,6 +68,13 @@ def _graph(model: onnx.ModelProto | bytes, entries: dict[str, str] | None = None
     return proto, dict(entries or {})
 
 
+def _moe(activation: str) -> onnx.ModelProto:
+    """MoE(x [3, 16], router [3, 4], fc1 [4, 32, 16], fc2 [4, 16, 32]) float, k 1, named 'moe'."""
+    node = oh.make_node("MoE", ["x", "r", "w1", "", "w2"], ["y"], name="moe", domain=MS, k=1, activation_type=activation)
+    ins = [_vi("x", TP.FLOAT, [3, 16]), _vi("r", TP.FLOAT, [3, 4]), _vi("w1", TP.FLOAT, [4, 32, 16]), _vi("w2", TP.FLOAT, [4, 16, 32])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
 def _mnb(*, bits: int = 4, b_rows: int = 32) -> onnx.ModelProto:
     """MatMulNBits(A [2, 64], B [b_rows, 2, 4 * bits], scales) with K=64, N=32, block 32."""
     node = oh.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], name="mnb", domain=MS, K=64, N=32, bits=bits, block_size=32)
@@ -242,6 +249,7 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("QMOE-CPU-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(k=0))),
     RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
+    RuleCase("MOE-CPU-001", "graph", lambda: _graph(_moe("relu")), lambda: _graph(_moe("tanh"))),
     RuleCase("MNB-CPU-001", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(bits=3))),
     RuleCase("MNB-CPU-002", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(b_rows=33))),
 ]  # fmt: skip

@@ -61,6 +61,14 @@ def _raw_qmoe(inputs: list[str] | None = None, extra: tuple[onnx.TensorProto, ..
 _E, _H, _I = 8, 64, 64
 
 
+def _moe(**attrs: Any) -> onnx.ModelProto:
+    """MoE with float experts (x [3, 16], 4 experts of [32, 16] / [16, 32]), k 1 and relu unless given."""
+    base = {"k": 1, "activation_type": "relu", **attrs}
+    node = oh.make_node("MoE", ["x", "r", "w1", "", "w2"], ["y"], name="moe0", domain=MS, **base)
+    ins = [_vi("x", TP.FLOAT, [3, 16]), _vi("r", TP.FLOAT, [3, 4]), _vi("w1", TP.FLOAT, [4, 32, 16]), _vi("w2", TP.FLOAT, [4, 16, 32])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
 def _act(name: str, shape: list[int], elem: int) -> onnx.TensorProto:
     count = int(np.prod(shape))
     return oh.make_tensor(name, elem, shape, b"\x00\x3c" * count, raw=True)
@@ -181,6 +189,11 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe shared sparse mixer", lambda: _shared_qmoe(use_sparse_mixer=1), {}, "QMOE-CPU-001", None),
     ("qmoe shared use_sparse_mixer=2 (only 1 turns it on)", lambda: _shared_qmoe(use_sparse_mixer=2), {}, None, None),
     ("qmoe shared use_sparse_mixer=-1", lambda: _shared_qmoe(use_sparse_mixer=-1), {}, None, None),
+    ("moe tanh activation", lambda: _moe(activation_type="tanh"), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe k=0", lambda: _moe(k=0), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe sparse mixer k=1", lambda: _moe(use_sparse_mixer=1), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe silu k=1", lambda: _moe(activation_type="silu"), {}, None, None),
+    ("moe sparse mixer k=2", lambda: _moe(use_sparse_mixer=1, k=2), {}, None, None),
     ("qmoe sparse mixer k=1", lambda: _raw_qmoe(use_sparse_mixer=1, k=1), {}, "QMOE-CPU-001", "QMOE-CPU-001"),
     ("qmoe sparse mixer k=3", lambda: _raw_qmoe(use_sparse_mixer=1, k=3), {}, "QMOE-CPU-001", "QMOE-CPU-001"),
     ("qmoe sparse mixer k=2", lambda: _raw_qmoe(use_sparse_mixer=1, k=2), {}, None, None),
