@@ -83,8 +83,8 @@ def _gqa() -> Iterator[tuple[str, bytes]]:
         if rotary:
             feeds.update(cos=(elem, [16, hd // 2]), sin=(elem, [16, hd // 2]))
             names += ["cos", "sin"]
-        tag = f"{TP.DataType.Name(elem).lower()}_h{nh_}_kv{kv}_d{hd}{'_packed' if packed else ''}{'_past' if past else ''}" \
-              f"{'_rotary' if rotary else ''}{''.join(f'_{k}' for k in extra)}"  # fmt: skip
+        flags = "".join(f"_{f}" for f, on in (("packed", packed), ("past", past), ("rotary", rotary)) if on)
+        tag = f"{TP.DataType.Name(elem).lower()}_h{nh_}_kv{kv}_d{hd}{flags}{''.join(f'_{k}' for k in extra)}"
         outs = {"o": elem, "pko": elem, "pvo": elem}
         yield tag, _model("GroupQueryAttention", names, outs, feeds, num_heads=nh_, kv_num_heads=kv,
                           do_rotary=int(rotary), **extra)  # fmt: skip
@@ -300,6 +300,8 @@ def _layer_norms() -> Iterator[tuple[str, bytes]]:
             feeds["b"] = feeds["g"]
         yield (f"layernorm_{TP.DataType.Name(elem).lower()}_axis{axis}_stash{stash}{'_beta' if beta else ''}",
                _model("LayerNormalization", names, {"y": elem}, feeds, domain="", axis=axis, stash_type=stash))
+        if beta:
+            continue  # SimplifiedLayerNormalization has no bias: one graph per (dtype, axis, stash)
         yield (f"simplified_{TP.DataType.Name(elem).lower()}_axis{axis}_stash{stash}",
                _model("SimplifiedLayerNormalization", ["x", "g"], {"y": elem}, {k: feeds[k] for k in ("x", "g")},
                       domain="", axis=axis, stash_type=stash))  # fmt: skip
