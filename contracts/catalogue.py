@@ -49,6 +49,7 @@ _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("QMOE-", "qmoe"),
     ("MOE-", "qmoe"),
     ("MNB-", "matmul-nbits"),
+    ("ROPE-", "rotary"),
     ("CFG-GRAPH-", "config-graphs"),
     ("CFG-", "config"),
     ("PKG-FIT-", "fit"),

@@ -495,6 +495,13 @@ DOCS: dict[str, RuleDoc] = {
         "MoE(activation_type='tanh', ...) on a CPU graph",
         "Use k >= 1 and one of the supported activation spellings.",
     ),
+    "ROPE-CPU-001": RuleDoc(
+        "The CPU RotaryEmbedding constructor reads rotary_embedding_dim and num_heads as ints in "
+        "[0, INT_MAX] and needs num_heads when rotary_embedding_dim is set ('num_heads must be "
+        "provided if rotary_embedding_dim is specified'); the schema accepts the node, the CPU session fails.",
+        "RotaryEmbedding(rotary_embedding_dim=8, ...) without num_heads on a CPU graph",
+        "Give num_heads with a partial rotary_embedding_dim (or drop rotary_embedding_dim for a full rotary).",
+    ),
     "MNB-CPU-001": RuleDoc(
         "The CPU MatMulNBits constructor reads K, N, bits and block_size as unsigned sizes (a "
         "negative one fails with 'narrowing_error'), takes bits 2, 4 or 8 only, on 1.32.0 refuses "

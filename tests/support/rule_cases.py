@@ -75,6 +75,13 @@ def _moe(activation: str) -> onnx.ModelProto:
     return _model([node], ins, [_vi("y", TP.FLOAT, None)])
 
 
+def _rope(**attrs: Any) -> onnx.ModelProto:
+    """RotaryEmbedding(x [1, 3, 32], pos [1, 3], caches [8, 4]) float, partial (rotary_embedding_dim 8)."""
+    node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, rotary_embedding_dim=8, **attrs)
+    ins = [_vi("x", TP.FLOAT, [1, 3, 32]), _vi("pos", TP.INT64, [1, 3]), _vi("cos", TP.FLOAT, [8, 4]), _vi("sin", TP.FLOAT, [8, 4])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
 def _mnb(*, bits: int = 4, b_rows: int = 32) -> onnx.ModelProto:
     """MatMulNBits(A [2, 64], B [b_rows, 2, 4 * bits], scales) with K=64, N=32, block 32."""
     node = oh.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], name="mnb", domain=MS, K=64, N=32, bits=bits, block_size=32)
@@ -250,6 +257,7 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
     RuleCase("MOE-CPU-001", "graph", lambda: _graph(_moe("relu")), lambda: _graph(_moe("tanh"))),
+    RuleCase("ROPE-CPU-001", "graph", lambda: _graph(_rope(num_heads=2)), lambda: _graph(_rope())),
     RuleCase("MNB-CPU-001", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(bits=3))),
     RuleCase("MNB-CPU-002", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(b_rows=33))),
 ]  # fmt: skip

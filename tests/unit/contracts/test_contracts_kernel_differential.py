@@ -61,6 +61,13 @@ def _raw_qmoe(inputs: list[str] | None = None, extra: tuple[onnx.TensorProto, ..
 _E, _H, _I = 8, 64, 64
 
 
+def _rope(cos: int = 4, **attrs: Any) -> onnx.ModelProto:
+    """RotaryEmbedding(x [1, 3, 32] float, position_ids [1, 3], caches [8, ``cos``]) named 'rope'."""
+    node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, [1, 3, 32]), _vi("pos", TP.INT64, [1, 3]), _vi("cos", TP.FLOAT, [8, cos]), _vi("sin", TP.FLOAT, [8, cos])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
 def _moe(**attrs: Any) -> onnx.ModelProto:
     """MoE with float experts (x [3, 16], 4 experts of [32, 16] / [16, 32]), k 1 and relu unless given."""
     base = {"k": 1, "activation_type": "relu", **attrs}
@@ -189,6 +196,13 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe shared sparse mixer", lambda: _shared_qmoe(use_sparse_mixer=1), {}, "QMOE-CPU-001", None),
     ("qmoe shared use_sparse_mixer=2 (only 1 turns it on)", lambda: _shared_qmoe(use_sparse_mixer=2), {}, None, None),
     ("qmoe shared use_sparse_mixer=-1", lambda: _shared_qmoe(use_sparse_mixer=-1), {}, None, None),
+    ("rope partial without num_heads", lambda: _rope(rotary_embedding_dim=8), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope partial with num_heads 0", lambda: _rope(rotary_embedding_dim=8, num_heads=0), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope partial with num_heads", lambda: _rope(rotary_embedding_dim=8, num_heads=2), {}, None, None),
+    ("rope rotary_embedding_dim -1", lambda: _rope(rotary_embedding_dim=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope num_heads -1", lambda: _rope(num_heads=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope both -1 (order)", lambda: _rope(rotary_embedding_dim=-1, num_heads=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope full, num_heads 0", lambda: _rope(num_heads=0, cos=16), {}, None, None),
     ("moe tanh activation", lambda: _moe(activation_type="tanh"), {}, "MOE-CPU-001", "MOE-CPU-001"),
     ("moe k=0", lambda: _moe(k=0), {}, "MOE-CPU-001", "MOE-CPU-001"),
     ("moe sparse mixer k=1", lambda: _moe(use_sparse_mixer=1), {}, "MOE-CPU-001", "MOE-CPU-001"),
