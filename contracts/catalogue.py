@@ -50,6 +50,7 @@ _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("MOE-", "qmoe"),
     ("MNB-", "matmul-nbits"),
     ("ROPE-", "rotary"),
+    ("RNN-", "recurrent"),
     ("CFG-GRAPH-", "config-graphs"),
     ("CFG-", "config"),
     ("PKG-FIT-", "fit"),

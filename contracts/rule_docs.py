@@ -495,6 +495,13 @@ DOCS: dict[str, RuleDoc] = {
         "MoE(activation_type='tanh', ...) on a CPU graph",
         "Use k >= 1 and one of the supported activation spellings.",
     ),
+    "RNN-CPU-001": RuleDoc(
+        "The CPU kernels of RNN, GRU and LSTM take only layout=0 (sequence-major); the schema accepts "
+        "layout=1 and the constructor refuses it ('Batchwise recurrent operations (layout == 1) are "
+        "not supported.').",
+        "LSTM(X, W, R, layout=1) on a CPU graph",
+        "Export with layout=0 (transpose the batch-major input before the op).",
+    ),
     "ROPE-CPU-001": RuleDoc(
         "The CPU RotaryEmbedding constructor reads rotary_embedding_dim and num_heads as ints in "
         "[0, INT_MAX] and needs num_heads when rotary_embedding_dim is set ('num_heads must be "

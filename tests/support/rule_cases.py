@@ -75,6 +75,14 @@ def _moe(activation: str) -> onnx.ModelProto:
     return _model([node], ins, [_vi("y", TP.FLOAT, None)])
 
 
+def _rnn(op: str, layout: int) -> onnx.ModelProto:
+    """``op`` (RNN / GRU / LSTM) over X [2, 3, 4] (batch-major when ``layout`` is 1), hidden 5, one direction."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    node = oh.make_node(op, ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, layout=layout)
+    ins = [_vi("X", TP.FLOAT, [2, 3, 4]), _vi("W", TP.FLOAT, [1, gates * 5, 4]), _vi("R", TP.FLOAT, [1, gates * 5, 5])]
+    return _model([node], ins, [_vi("Y", TP.FLOAT, None)], ms=False)
+
+
 def _rope(**attrs: Any) -> onnx.ModelProto:
     """RotaryEmbedding(x [1, 3, 32], pos [1, 3], caches [8, 4]) float, partial (rotary_embedding_dim 8)."""
     node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, rotary_embedding_dim=8, **attrs)
@@ -257,6 +265,7 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
              lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
     RuleCase("MOE-CPU-001", "graph", lambda: _graph(_moe("relu")), lambda: _graph(_moe("tanh"))),
+    RuleCase("RNN-CPU-001", "graph", lambda: _graph(_rnn("LSTM", 0)), lambda: _graph(_rnn("LSTM", 1))),
     RuleCase("ROPE-CPU-001", "graph", lambda: _graph(_rope(num_heads=2)), lambda: _graph(_rope())),
     RuleCase("MNB-CPU-001", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(bits=3))),
     RuleCase("MNB-CPU-002", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(b_rows=33))),

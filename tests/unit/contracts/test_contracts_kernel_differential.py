@@ -61,6 +61,14 @@ def _raw_qmoe(inputs: list[str] | None = None, extra: tuple[onnx.TensorProto, ..
 _E, _H, _I = 8, 64, 64
 
 
+def _rnn(op: str, layout: int) -> onnx.ModelProto:
+    """``op`` (RNN / GRU / LSTM) over X [2, 3, 4], hidden 5, one direction, with ``layout``."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    node = oh.make_node(op, ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, layout=layout)
+    ins = [_vi("X", TP.FLOAT, [2, 3, 4]), _vi("W", TP.FLOAT, [1, gates * 5, 4]), _vi("R", TP.FLOAT, [1, gates * 5, 5])]
+    return _model([node], ins, [_vi("Y", TP.FLOAT, None)], ms=False)
+
+
 def _rope(cos: int = 4, **attrs: Any) -> onnx.ModelProto:
     """RotaryEmbedding(x [1, 3, 32] float, position_ids [1, 3], caches [8, ``cos``]) named 'rope'."""
     node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, **attrs)
@@ -196,6 +204,8 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe shared sparse mixer", lambda: _shared_qmoe(use_sparse_mixer=1), {}, "QMOE-CPU-001", None),
     ("qmoe shared use_sparse_mixer=2 (only 1 turns it on)", lambda: _shared_qmoe(use_sparse_mixer=2), {}, None, None),
     ("qmoe shared use_sparse_mixer=-1", lambda: _shared_qmoe(use_sparse_mixer=-1), {}, None, None),
+    *[(f"{op} layout {layout}", lambda op=op, layout=layout: _rnn(op, layout), {}, rule, rule)
+      for op in ("RNN", "GRU", "LSTM") for layout, rule in ((0, None), (1, "RNN-CPU-001"))],
     ("rope partial without num_heads", lambda: _rope(rotary_embedding_dim=8), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
     ("rope partial with num_heads 0", lambda: _rope(rotary_embedding_dim=8, num_heads=0), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
     ("rope partial with num_heads", lambda: _rope(rotary_embedding_dim=8, num_heads=2), {}, None, None),
