@@ -375,3 +375,24 @@ def bench(session: nox.Session) -> None:
     if os.environ.get("Q38_SCALE_GB", "1,8") != "0":
         session.run("pytest", "tests/bench/test_scale_bench.py", "-p", "no:xdist", "-p", "no:cacheprovider", "-s",
                     "--benchmark-enable", "--benchmark-json", os.path.join(".benchmarks", "scale.json"))
+
+
+@nox.session(python=PYTHON, default=False)
+@nox.parametrize("ort", ["1.32.0", "1.31.1"])
+def external(session: nox.Session, ort: str) -> None:
+    """The external differential: q38's verdict against real sessions on graphs nobody here wrote (issue 40).
+
+    onnx's node tests (the onnx 1.20.0 wheel, fetched once with pip download into the q38 cache,
+    read as a zip) and graphs rebuilt from onnxruntime's op tests (tests/corpus/ort_op_graphs.py),
+    for one onnxruntime version: agreement per corpus and class, every refused-but-loads graph
+    (fails the session) and every passed-but-refused one with ORT's text, as a table and as
+    .benchmarks/external-<ort>.json; with both versions' JSON present the two are tabled together.
+    """
+    _install(session, ort=f"onnxruntime=={ort}")
+    _print_env(session)
+    os.makedirs(".benchmarks", exist_ok=True)
+    report = os.path.join(".benchmarks", f"external-{ort}.json")
+    session.run("python", "tools/external_differential.py", "--json", report, *session.posargs)
+    both = [os.path.join(".benchmarks", f"external-{v}.json") for v in ("1.32.0", "1.31.1")]
+    if all(os.path.exists(p) for p in both):
+        session.run("python", "tools/external_differential.py", "--merge", *both)

@@ -49,9 +49,11 @@ def schema_problem(node: ir.Node, shapes: Shapes) -> str | None:
         width = shapes.dim(query, 2)
         if width is not None and width % (heads + 2 * kv_heads):
             return "Packed query hidden size must be divisible by the grouped head count."
-    if input_at(node, 3) is not None:
+    if input_at(node, 3) is not None and len(node.outputs) > 2:
         # ORT's order where inference reads the past (probed 1.31.1 and 1.32.0): past_value's type,
         # past_key's rank, then output_qk (without past_key an output_qk without qk_output passes).
+        # It reads the past only for a node with present outputs (more than two output slots): with
+        # one or two, a past_key without past_value or of rank 3 loads.
         if input_at(node, 4) is None:
             return "Input 4 expected to have type but instead is null"
         past_rank = shapes.rank(input_at(node, 3))

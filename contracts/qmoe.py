@@ -5,16 +5,20 @@
   and the INT3 layout (fc1 ``[E, 2I, 3H/8]``, fc2 ``[E, H, 3I/8]``).
 * ``QMOE-CPU-001`` (``ep="cpu"``): what ``MoEBaseCPU`` and ``QMoECPU`` refuse when a CPU session
   creates the kernel, in the constructor's order: ``k >= 1``; the activation spelling;
+  ``k == 2`` with the sparse mixer (``use_sparse_mixer == 1``: any other value is off);
   ``expert_weight_bits`` in {2, 3, 4, 8} (1.31.1: {2, 4, 8}); ``block_size`` >= 0, >= 16 when
   set, a power of two; ``weights_prepacked`` in [-1, 1] (1.32.0); no post-activation SwiGLU
   clipping (1.32.0); fused SwiGLU with matching fc1/fc3 bits; interleaved SwiGLU
   (``swiglu_fusion=1``). 1.32.0 then routes int4/int2 ``weights_prepacked=1``, nvfp4 and fp4 to
   the "shared" kernel, which needs block 32/64/128 (int), one bit width for all three projections
   (``fc1/fc2/fc3_expert_weight_bits`` equal to ``expert_weight_bits``), interleaved SwiGLU without
-  sparse mixer and no fc3 / zero point / global or activation scale inputs; bfloat16 runs only there.
+  sparse mixer (``use_sparse_mixer == 1``) and no fc3 / zero point / global or activation scale
+  inputs; bfloat16 runs only there.
   Once constructed, the per-expert kernel (1.31.1's only one) prepacks initializer fc1 / fc2
   weights and refuses a rank other than 3 (below 3 onnxruntime aborts the process; probed in a
   child process); the 1.32.0 shared kernel takes any rank.
+* ``MOE-CPU-001`` (``ep="cpu"``): the float-expert MoE shares ``MoEBaseCPU``: k >= 1, the
+  activation spelling, k == 2 with the sparse mixer.
 * ``QMOE-CPU-002`` (``ep="cpu"``, 1.32.0): the session option ``ep.cpu.qmoe_deferred_scale`` is
   ``'0'`` or ``'1'`` (read up to its first NUL), checked by the same constructor, so only on a
   graph with a QMoE node.
@@ -47,9 +51,10 @@ from contracts.schema_registry import registry_for
 from contracts.schema_rules import schema_clean
 from contracts.session_config import effective_entries
 from contracts.shapes import Shapes, shapes_of
-from q38._ops import MS_DOMAIN, QMOE
+from q38._ops import MOE, MS_DOMAIN, QMOE
 
-__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems", "prepack_problems"]
+__all__ = ["DEFERRED_SCALE_KEY", "RULES", "cpu_constructor_problems", "int3_problems", "moe_base_problems",
+           "prepack_problems"]
 
 DEFERRED_SCALE_KEY = "ep.cpu.qmoe_deferred_scale"
 _ACTIVATIONS = frozenset({"relu", "gelu", "silu", "identity", "swiglu"})
@@ -76,7 +81,8 @@ def _shared(node: ir.Node) -> str | None:
     return None
 
 
-def _base_problems(node: ir.Node, v132: bool) -> list[str]:
+def moe_base_problems(node: ir.Node) -> list[str]:
+    """What ``MoEBaseCPU`` (the constructor MoE and QMoE share) refuses, in its order."""
     found = []
     k = attr_int(node, "k", 1)
     if k < 1:
@@ -84,6 +90,14 @@ def _base_problems(node: ir.Node, v132: bool) -> list[str]:
     activation = attr_str(node, "activation_type", "relu")
     if activation not in _ACTIVATIONS:
         found.append(f"Unsupported MoE activation type: {activation}")
+    if attr_int(node, "use_sparse_mixer", 0) == 1 and k != 2:  # only 1 turns it on (probed: 2, -1 load)
+        found.append("Sparse mixer only supports k=2")
+    return found
+
+
+def _base_problems(node: ir.Node, v132: bool) -> list[str]:
+    found = moe_base_problems(node)
+    activation = attr_str(node, "activation_type", "relu")
     bits = attr_int(node, "expert_weight_bits", 4)
     allowed_bits = {2, 3, 4, 8} if v132 else {2, 4, 8}
     if bits not in allowed_bits:
@@ -133,7 +147,7 @@ def _shared_problems(node: ir.Node, activation_type: ir.DataType | None) -> list
     if any(attr_int(node, f"fc{i}_expert_weight_bits", bits) != bits for i in (1, 2, 3)):
         found.append("Shared CPU QMoE does not yet support mixed projection bit widths.")
     interleaved = attr_str(node, "activation_type", "relu") == "swiglu" and attr_int(node, "swiglu_fusion", 0) == 1
-    if not interleaved or attr_int(node, "use_sparse_mixer", 0) != 0:
+    if not interleaved or attr_int(node, "use_sparse_mixer", 0) == 1:  # ORT reads it as "== 1"
         found.append("Shared CPU QMoE requires interleaved SwiGLU without sparse mixer.")
     if any(input_at(node, slot) is not None for slot in _SHARED_FORBIDDEN_SLOTS):
         found.append("Shared CPU QMoE does not support FC3, explicit zero points, or auxiliary scales.")
@@ -188,6 +202,15 @@ def _check_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> l
             yield Violation("QMOE-CPU-001", text, node=node_label(node))
 
     return per_node(_cpu_nodes(ir_model, version), one)
+
+
+def _check_moe_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
+    ir_model = as_ir_model(model)
+    if not runs_on_cpu(ir_model, version):
+        return []  # NOT_IMPLEMENTED comes first: no constructor runs
+    nodes = [n for n in nodes_of(ir_model, MS_DOMAIN, MOE) if schema_clean(ir_model, n)]
+    return per_node(nodes, lambda node: [Violation("MOE-CPU-001", text, node=node_label(node))
+                                         for text in moe_base_problems(node)])  # fmt: skip
 
 
 def _check_deferred_scale(model: ModelLike, entries: Mapping[str, str], version: str) -> list[Violation]:
@@ -254,12 +277,21 @@ RULES = (
                  "block_size, weights_prepacked, no post-activation clipping, interleaved SwiGLU, the "
                  "1.32.0 shared kernel's block / SwiGLU / optional-input limits, bfloat16 only there",
                  _SRC, "cpu-session", "graph", _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
-        "The CPU QMoE constructor requires k >= 1, a known activation spelling, supported expert "
-        "bits and block_size, weights_prepacked as ORT expects, no post-activation clipping, "
+        "The CPU QMoE constructor requires k >= 1, a known activation spelling, k == 2 with the "
+        "sparse mixer (use_sparse_mixer == 1; any other value is off), supported expert bits and "
+        "block_size, weights_prepacked as ORT expects, no post-activation clipping, "
         "interleaved SwiGLU, and (1.32.0 shared kernel) its block / SwiGLU / optional-input "
         "limits; bfloat16 only there.",
         "QMoE(k=0, ...) on a CPU graph",
         "Use k >= 1 and the supported activation, bits and block size for CPU nodes.",
+    )),
+    *per_version("MOE-CPU-001", "MoE (float experts) CPU constructor, MoEBaseCPU's checks: k >= 1, the activation "
+                 "spelling, k == 2 with the sparse mixer", _SRC, "cpu-session", "graph", _check_moe_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
+        "The CPU MoE (float experts) constructor shares MoEBaseCPU with QMoE: k >= 1, an activation "
+        "ORT knows (relu, gelu, silu, identity, swiglu) and k == 2 with the sparse mixer; a CPU "
+        "session fails otherwise ('Unsupported MoE activation type: tanh').",
+        "MoE(activation_type='tanh', ...) on a CPU graph",
+        "Use k >= 1 and one of the supported activation spellings.",
     )),
     *per_version("QMOE-CPU-002", "ep.cpu.qmoe_deferred_scale is '0' or '1' on a graph whose QMoE runs "
                  "on the CPU EP", _SRC + "; ort-cpu-capabilities.md §4.2", "cpu-session", "graph",

@@ -149,8 +149,12 @@ def _flatten(ctx: ShapeContext) -> Sequence[Shape | None]:
     data = ctx.shape(0)
     if data is None:
         return [None]
-    axis = attr_int(ctx.node, "axis", 1)
-    at = normalize_axis(axis, len(data) + 1, f"Invalid value({axis}) for attribute 'axis'")
+    axis, rank = attr_int(ctx.node, "axis", 1), len(data)
+    # onnx adds rank (not rank + 1: axis -1 of a rank-2 input is 1, the split before the last dim)
+    # to a negative axis, then wants it in [0, rank]; its message names the axis after the addition
+    at = axis + rank if axis < 0 else axis
+    if not 0 <= at <= rank:
+        raise ShapeInferenceError(f"Invalid value({at}) for attribute 'axis'")
     return [(_numel(data[:at]), _numel(data[at:]))]
 
 
@@ -215,8 +219,12 @@ def _split(ctx: ShapeContext) -> Sequence[Shape | None]:
         n = attr_int(ctx.node, "num_outputs", ctx.n_out) if "num_outputs" in ctx.node.attributes else ctx.n_out
         if not isinstance(total, int) or n <= 0:
             return [tuple(None if i == axis else d for i, d in enumerate(data))] * ctx.n_out
+        # onnx's chunks: ceil(total / n) each, the last one what is left; it never checks their
+        # sum here (5 into 4 outputs is 2, 2, 2, -1 and loads), so neither does this handler
         chunk = -(-total // n)
-        sizes = [min(chunk, total - chunk * i) for i in range(n)]
+        last = total - chunk * (n - 1)
+        return [tuple((chunk if k < n - 1 else (last if last >= 0 else None)) if i == axis else d
+                      for i, d in enumerate(data)) for k in range(n)]  # fmt: skip
     if sizes is None:
         return [None] * ctx.n_out
     total = data[axis]
@@ -422,7 +430,13 @@ def _layer_norm(ctx: ShapeContext) -> Sequence[Shape | None]:
     data = ctx.shape(0)
     if data is None:
         return [None] * ctx.n_out
-    axis = normalize_axis(attr_int(ctx.node, "axis", -1), len(data))
+    raw, rank = attr_int(ctx.node, "axis", -1), len(data)
+    if not -rank <= raw < rank and ctx.node.op_type == "LayerNormalization":  # onnx's text names the axis + rank
+        shown = raw + rank if raw < 0 else raw
+        raise ShapeInferenceError(f"Unexpected axis value ({shown}) rank of first input is {rank} in .")
+    if not -rank <= raw < rank and ctx.node.op_type == "SimplifiedLayerNormalization":  # ORT's own schema's text
+        raise ShapeInferenceError(f"axis {raw} is not in valid range [{-rank},{rank - 1}]")
+    axis = normalize_axis(raw, rank)
     stats = tuple(1 if i >= axis else d for i, d in enumerate(data))
     return [data, stats, stats]
 

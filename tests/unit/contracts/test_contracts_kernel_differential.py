@@ -61,6 +61,29 @@ def _raw_qmoe(inputs: list[str] | None = None, extra: tuple[onnx.TensorProto, ..
 _E, _H, _I = 8, 64, 64
 
 
+def _rnn(op: str, layout: int) -> onnx.ModelProto:
+    """``op`` (RNN / GRU / LSTM) over X [2, 3, 4], hidden 5, one direction, with ``layout``."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    node = oh.make_node(op, ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, layout=layout)
+    ins = [_vi("X", TP.FLOAT, [2, 3, 4]), _vi("W", TP.FLOAT, [1, gates * 5, 4]), _vi("R", TP.FLOAT, [1, gates * 5, 5])]
+    return _model([node], ins, [_vi("Y", TP.FLOAT, None)], ms=False)
+
+
+def _rope(cos: int = 4, **attrs: Any) -> onnx.ModelProto:
+    """RotaryEmbedding(x [1, 3, 32] float, position_ids [1, 3], caches [8, ``cos``]) named 'rope'."""
+    node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, **attrs)
+    ins = [_vi("x", TP.FLOAT, [1, 3, 32]), _vi("pos", TP.INT64, [1, 3]), _vi("cos", TP.FLOAT, [8, cos]), _vi("sin", TP.FLOAT, [8, cos])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
+def _moe(**attrs: Any) -> onnx.ModelProto:
+    """MoE with float experts (x [3, 16], 4 experts of [32, 16] / [16, 32]), k 1 and relu unless given."""
+    base = {"k": 1, "activation_type": "relu", **attrs}
+    node = oh.make_node("MoE", ["x", "r", "w1", "", "w2"], ["y"], name="moe0", domain=MS, **base)
+    ins = [_vi("x", TP.FLOAT, [3, 16]), _vi("r", TP.FLOAT, [3, 4]), _vi("w1", TP.FLOAT, [4, 32, 16]), _vi("w2", TP.FLOAT, [4, 16, 32])]
+    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
+
+
 def _act(name: str, shape: list[int], elem: int) -> onnx.TensorProto:
     count = int(np.prod(shape))
     return oh.make_tensor(name, elem, shape, b"\x00\x3c" * count, raw=True)
@@ -179,6 +202,26 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("qmoe shared block 16", lambda: _shared_qmoe(block_size=16), {}, "QMOE-CPU-001", None),
     ("qmoe shared block absent", lambda: _shared_qmoe(block_size=None), {}, "QMOE-CPU-001", None),
     ("qmoe shared sparse mixer", lambda: _shared_qmoe(use_sparse_mixer=1), {}, "QMOE-CPU-001", None),
+    ("qmoe shared use_sparse_mixer=2 (only 1 turns it on)", lambda: _shared_qmoe(use_sparse_mixer=2), {}, None, None),
+    ("qmoe shared use_sparse_mixer=-1", lambda: _shared_qmoe(use_sparse_mixer=-1), {}, None, None),
+    *[(f"{op} layout {layout}", lambda op=op, layout=layout: _rnn(op, layout), {}, rule, rule)
+      for op in ("RNN", "GRU", "LSTM") for layout, rule in ((0, None), (1, "RNN-CPU-001"))],
+    ("rope partial without num_heads", lambda: _rope(rotary_embedding_dim=8), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope partial with num_heads 0", lambda: _rope(rotary_embedding_dim=8, num_heads=0), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope partial with num_heads", lambda: _rope(rotary_embedding_dim=8, num_heads=2), {}, None, None),
+    ("rope rotary_embedding_dim -1", lambda: _rope(rotary_embedding_dim=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope num_heads -1", lambda: _rope(num_heads=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope both -1 (order)", lambda: _rope(rotary_embedding_dim=-1, num_heads=-1, cos=16), {}, "ROPE-CPU-001", "ROPE-CPU-001"),
+    ("rope full, num_heads 0", lambda: _rope(num_heads=0, cos=16), {}, None, None),
+    ("moe tanh activation", lambda: _moe(activation_type="tanh"), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe k=0", lambda: _moe(k=0), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe sparse mixer k=1", lambda: _moe(use_sparse_mixer=1), {}, "MOE-CPU-001", "MOE-CPU-001"),
+    ("moe silu k=1", lambda: _moe(activation_type="silu"), {}, None, None),
+    ("moe sparse mixer k=2", lambda: _moe(use_sparse_mixer=1, k=2), {}, None, None),
+    ("qmoe sparse mixer k=1", lambda: _raw_qmoe(use_sparse_mixer=1, k=1), {}, "QMOE-CPU-001", "QMOE-CPU-001"),
+    ("qmoe sparse mixer k=3", lambda: _raw_qmoe(use_sparse_mixer=1, k=3), {}, "QMOE-CPU-001", "QMOE-CPU-001"),
+    ("qmoe sparse mixer k=2", lambda: _raw_qmoe(use_sparse_mixer=1, k=2), {}, None, None),
+    ("qmoe use_sparse_mixer=2 k=1 (off)", lambda: _raw_qmoe(use_sparse_mixer=2, k=1), {}, None, None),
     ("qmoe shared fc3 present", lambda: _shared_qmoe(inputs=[*_SLOT8, "fc3_w", "fc3_s"], extra=(_u8("fc3_w", [_E, _H, _I // 2]), _act("fc3_s", [_E, _I, 2], TP.FLOAT16))), {}, "QMOE-CPU-001", None),
     ("qmoe shared zero points", lambda: _shared_qmoe(inputs=[*_SLOT8, "", "", "", "zp1"], extra=(_u8("zp1", [_E, 2 * _I, 1]),)), {}, "QMOE-CPU-001", None),
     ("qmoe shared, expert_weight_bits absent (4)", lambda: _shared_qmoe(expert_weight_bits=None), {}, None, None),
@@ -205,6 +248,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("deferred scale bogus", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"}, "QMOE-CPU-002", None),
     ("deferred scale empty", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": ""}, "QMOE-CPU-002", None),
     ("deferred scale ' 1'", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": " 1"}, "QMOE-CPU-002", None),
+    ("deferred scale 'f' on float16", lambda: _shared_qmoe(), {"ep.cpu.qmoe_deferred_scale": "f"}, "QMOE-CPU-002", None),
+    ("deferred scale '-0' on float16", lambda: _shared_qmoe(), {"ep.cpu.qmoe_deferred_scale": "-0"}, "QMOE-CPU-002", None),
+    ("deferred scale '1' on float16", lambda: _shared_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}, None, None),
     ("deferred scale 1 then NUL", lambda: _raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1\0junk"}, None, None),
     ("deferred scale without QMoE", lambda: onnx.load_from_string(identity_model()), {"ep.cpu.qmoe_deferred_scale": "bogus"}, None, None),
     ("gdn valid packed", lambda: _gdn(), {}, None, "ORT-SCHEMA-002"),
@@ -235,6 +281,9 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("gqa query rank 2", lambda: _gqa(shapes={"q": [3, 32]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa packed width 66", lambda: _gqa(("qkv", "", "", "", "", "sk", "tsl"), {"qkv": [1, 3, 66]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa past_key rank 3", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), {"pk": [1, 8, 16]}), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
+    ("gqa past_key without past_value, no present outputs", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl"), outputs=("o",)), {}, None, None),
+    ("gqa past_key without past_value, present_key only", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl"), outputs=("o", "pko")), {}, None, None),
+    ("gqa past_key rank 3, no present outputs", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), {"pk": [1, 8, 16]}, outputs=("o",)), {}, None, None),
     ("gqa past_key without past_value", lambda: _gqa(("q", "k", "v", "pk", "", "sk", "tsl")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa output_qk without qk_output", lambda: _gqa(("q", "k", "v", "pk", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, "GQA-SCHEMA-001", "GQA-SCHEMA-001"),
     ("gqa output_qk without qk_output, past_value but no past_key", lambda: _gqa(("q", "k", "v", "", "pv", "sk", "tsl"), outputs=("o", "pko", "pvo", "qk")), {}, None, None),

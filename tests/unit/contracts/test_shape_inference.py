@@ -280,3 +280,97 @@ def test_a_symbolic_flattened_stream_width_leaves_the_hyper_connection_hidden_di
     assert graph_violations(proto) == []
     model = as_ir_model(proto)
     assert shapes_of(model).shape(model.graph.outputs[0]) == (1, 3, None)
+
+
+@pytest.mark.parametrize(("rank", "axis"), [(2, -2), (2, -1), (3, -3), (3, -1), (4, -4), (2, 2), (2, 0)])
+def test_flatten_takes_a_negative_axis_against_the_rank_as_onnx_does(rank: int, axis: int) -> None:
+    """Flatten(x, axis) accepts axis in [-rank, rank] and adds rank to a negative one: axis -2 of a
+    [3, 4] input is 0, so the output is [1, 12] and a Mul with a [1, 12] operand loads (it was taken
+    against rank + 1, giving [3, 4], and refused: the expanded LayerNormalization node tests)."""
+    dims = [3, 4, 2, 5][:rank]
+    at = axis + rank if axis < 0 else axis
+    out = [int(np.prod(dims[:at])), int(np.prod(dims[at:]))]
+    nodes = [oh.make_node("Flatten", ["x"], ["f"], name="fl", axis=axis), oh.make_node("Mul", ["f", "w"], ["y"], name="mul")]
+    proto = _model(nodes, [_vi("x", TP.FLOAT, dims), _vi("w", TP.FLOAT, out)], [_vi("y", TP.FLOAT, None)], ms=False)
+    assert ort_error(proto) is None
+    assert graph_violations(proto) == []
+    model = as_ir_model(proto)
+    assert shapes_of(model).shape(model.graph.outputs[0]) == tuple(out)
+
+
+@pytest.mark.parametrize(("axis", "shown"), [(-3, -1), (3, 3)])
+def test_a_flatten_axis_beyond_the_rank_is_refused_as_onnxruntime_refuses_it(axis: int, shown: int) -> None:
+    """Out of [-rank, rank]: ORT's text names the axis after rank is added to a negative one."""
+    node = oh.make_node("Flatten", ["x"], ["y"], name="fl", axis=axis)
+    proto = _model([node], [_vi("x", TP.FLOAT, [3, 4])], [_vi("y", TP.FLOAT, None)], ms=False)
+    text = f"Node (fl) Op (Flatten) [ShapeInferenceError] Invalid value({shown}) for attribute 'axis'"
+    assert text in (ort_error(proto) or "")
+    assert [(v.rule_id, v.message) for v in graph_violations(proto)] == [("ORT-SHAPE-001", text)]
+
+
+@pytest.mark.parametrize(("total", "n", "sizes"), [(5, 4, [2, 2, 2, None]), (5, 3, [2, 2, 1]), (5, 2, [3, 2]), (8, 4, [2, 2, 2, 2])])
+def test_split_into_num_outputs_uneven_chunks_loads_as_in_onnxruntime(total: int, n: int, sizes: list[int | None]) -> None:
+    """Split(num_outputs=n) of a dim n does not divide: onnx's inference gives ceil(total / n) to each
+    output but the last, which gets what is left (5 into 4: 2, 2, 2, -1) and never checks the sum;
+    ORT loads such a graph (the expanded AffineGrid node tests split a [5] size into 4 in the branch
+    they do not take), so the contract must not refuse it."""
+    outs = [f"o{i}" for i in range(n)]
+    node = oh.make_node("Split", ["x"], outs, name="sp", num_outputs=n)
+    proto = _model([node], [_vi("x", TP.FLOAT, [total])], [_vi(o, TP.FLOAT, None) for o in outs], ms=False)
+    assert ort_error(proto) is None  # even the -1 chunk: it fails only in Compute
+    assert [v for v in graph_violations(proto) if v.rule_id == "ORT-SHAPE-001"] == []
+    model = as_ir_model(proto)
+    assert [shapes_of(model).shape(o) for o in model.graph.outputs] == [(s,) for s in sizes]
+
+
+def _onnx_node_cases() -> list[tuple[str, bytes]]:
+    """onnx's own node tests (``onnx.backend.test.case.node``, the installed onnx's): every model."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [(case.name, case.model.SerializeToString()) for case in collect_testcases() if case.model is not None]
+
+
+@pytest.mark.slow
+def test_no_standard_op_handler_refuses_what_onnx_strict_inference_accepts() -> None:
+    """The differential of every standard-op handler against onnx's own inference (which ORT runs
+    while it resolves a graph), on the installed onnx's whole node-test corpus (~1,900 models, their
+    ``*_expanded`` function bodies included): a model onnx's strict shape inference accepts has no
+    ORT-SHAPE-001 problem in q38 (zero false refusals)."""
+    false_refusals, compared = [], 0
+    for name, data in _onnx_node_cases():
+        proto = onnx.load_from_string(data)
+        try:
+            onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        except Exception:  # onnx refuses it: a miss at worst, never a false refusal
+            continue
+        compared += 1
+        problems = shapes_of(as_ir_model(proto)).problems
+        if problems:
+            false_refusals.append((name, problems[0][1]))
+    assert compared > 1500
+    assert false_refusals == []
+
+
+@pytest.mark.parametrize(("op", "axis", "text"), [
+    ("LayerNormalization", 3, "Unexpected axis value (3) rank of first input is 3 in ."),
+    ("LayerNormalization", -4, "Unexpected axis value (-1) rank of first input is 3 in ."),  # the axis + rank
+    ("LayerNormalization", -3, None),
+    ("SimplifiedLayerNormalization", 3, "axis 3 is not in valid range [-3,2]"),
+    ("SimplifiedLayerNormalization", -3, None),
+])  # fmt: skip
+def test_a_layer_norm_axis_out_of_range_is_refused_as_onnxruntime_refuses_it(op: str, axis: int, text: str | None) -> None:
+    """LayerNormalization (onnx's function inference) and ORT's SimplifiedLayerNormalization refuse an axis
+    outside [-rank, rank) while resolving the graph, each with its own text (the ORT layer-norm op tests)."""
+    node = oh.make_node(op, ["x", "g"], ["y"], name="ln", axis=axis)
+    proto = _model([node], [_vi("x", TP.FLOAT, [2, 3, 8]), _vi("g", TP.FLOAT, [8])], [_vi("y", TP.FLOAT, None)], ms=False)
+    found = [(v.rule_id, v.message) for v in graph_violations(proto)]
+    if text is None:
+        assert (ort_error(proto), found) == (None, [])
+        return
+    full = f"Node (ln) Op ({op}) [ShapeInferenceError] {text}"
+    assert full in (ort_error(proto) or "")
+    assert found == [("ORT-SHAPE-001", full)]
