@@ -44,6 +44,7 @@ _FAMILY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("VCCONV-", "causal-conv"),
     ("GDN-", "gated-delta-net"),
     ("HC-", "hyper-connection"),
+    ("ORT-KERNEL-", "kernel"),
     ("CUDA-FALLBACK-", "cuda-kernel"),
     ("GQA-", "attention"),
     ("QMOE-", "qmoe"),

@@ -435,6 +435,30 @@ DOCS: dict[str, RuleDoc] = {
         "GatedDeltaNet(gate_lower_bound=0.5, ...) on a CPU graph",
         "Use the supported spellings and a negative gate_lower_bound.",
     ),
+    "ORT-KERNEL-001": RuleDoc(
+        "A CPU session finds a kernel for every node before it creates any: ORT's kernel registry "
+        "matches a registration whose version range serves the node's schema since-version (an "
+        "open-ended one only from its own start: RoiAlign [16, INT_MAX] does not serve RoiAlign(22)) "
+        "and whose every type constraint lists the type of the first input, else output, bound to it "
+        "(Cast's T2 is its output type). A float16 node takes a float kernel (ORT inserts Casts); "
+        "bfloat16 does not. A node with no kernel but a function body is inlined and its body's "
+        "nodes must find kernels (Bernoulli -> RandomUniformLike(22)). Otherwise the session fails "
+        "with NOT_IMPLEMENTED: \"Could not find an implementation for Max(13) node with name ''\". "
+        "The registrations are the committed get_all_opkernel_def() dump of each wheel "
+        "(contracts/schemas/ort-VERSION.json).",
+        "Max(int16 a, int16 b) at opset 13 (the CPU Max kernel lists float, double, float16, int32, "
+        "int64, uint32, uint64, int8, uint8)",
+        "Cast the node's inputs to a type its CPU kernel registers, or use an op version ORT implements.",
+    ),
+    "ORT-KERNEL-002": RuleDoc(
+        "A CUDA session places a node on the CUDA EP when the EP registers a kernel for it, else on "
+        "the CPU EP (CUDA-FALLBACK-001 warns); a node neither registers fails the session with "
+        "NOT_IMPLEMENTED (\"Could not find an implementation for ...\"). The CUDA kernels are the "
+        "GPU suite's dump, or until one exists the facts derived from onnxruntime's source at the "
+        "release (their provenance is in the message); without either the rule says nothing.",
+        "RoiAlign at opset 22 in a CUDA graph of a version whose CUDA facts register RoiAlign up to 21 only",
+        "Use an op version or input type the CUDA or CPU EP registers.",
+    ),
     "CUDA-FALLBACK-001": RuleDoc(
         "A node of a graph the CUDA provider runs needs a CUDA kernel for its op, opset version and "
         "input types; without one ORT places it on the CPU EP (a copy between device and host on "

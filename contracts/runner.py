@@ -30,6 +30,7 @@ from contracts import (
     cuda_kernels,
     gated_delta_net,
     hyper_connection,
+    kernel_rules,
     model_load,
     offload_config,
     offload_nodes,
@@ -91,6 +92,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *config_graphs.RULES,
     *profile_fit.RULES,
     *cuda_kernels.RULES,
+    *kernel_rules.RULES,
 )
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
@@ -219,8 +221,16 @@ def _applicable(version: str) -> list[Rule]:
     return [r for r in ALL_RULES if r.applies(version)]
 
 
+# A CUDA session falls back to the CPU EP: its kernel lookup is CUDA's then CPU's (ORT-KERNEL-002),
+# not the CPU session's (ORT-KERNEL-001).
+_CPU_SESSION_ONLY = frozenset({"ORT-KERNEL-001"})
+# The partitioner's kernel lookup: after graph load, resolve and inference, before any constructor.
+_KERNEL_LOOKUP = frozenset({"ORT-KERNEL-001", "ORT-KERNEL-002"})
+
+
 def _graph_rules(rules: Iterable[Rule], eps: frozenset[str]) -> list[Rule]:
-    return [r for r in rules if r.kind == "graph" and (r.ep == "any" or r.ep in eps)]
+    return [r for r in rules if r.kind == "graph" and (r.ep == "any" or r.ep in eps)
+            and not ("cuda" in eps and r.rule_id in _CPU_SESSION_ONLY)]  # fmt: skip
 
 
 # Rules a graph whose session registers a custom-op library does not break: its library provides
@@ -269,13 +279,17 @@ def check_graph(
     ir_model = as_ir_model(model)
     seen: set[Violation] = set()
     found: list[Violation] = []
+    earlier = False  # an error ORT raises before it looks for kernels (load, resolve, inference)
     for rule in _graph_rules(_applicable(version), eps):
         if rule.part_of or (custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES):
             continue  # a per-check record: its parent's check reports its id
         for v in rule.check(ir_model, dict(entries or {})):
+            earlier = earlier or (v.severity == "error" and rule.enforced != "run-time" and v.rule_id not in _KERNEL_LOOKUP)
             if v not in seen:
                 seen.add(v)
                 found.append(v)
+    if earlier:  # the session fails there first; the kernel lookup never runs
+        found = [v for v in found if v.rule_id not in _KERNEL_LOOKUP]
     return found
 
 
