@@ -64,11 +64,14 @@ __all__ = [
     "CheckReport",
     "GraphCheck",
     "SessionResult",
+    "applicable_rule_ids",
     "check_environment",
     "check_graph",
     "check_package",
     "check_session_config",
+    "graph_rules_for",
     "installed_ort_version",
+    "sessions_for_file",
 ]
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -219,6 +222,16 @@ def _load(label: str, path: Path, root: Path) -> tuple[ir.Model, tuple[tuple[str
 
 def _applicable(version: str) -> list[Rule]:
     return [r for r in ALL_RULES if r.applies(version)]
+
+
+def graph_rules_for(version: str, eps: frozenset[str]) -> list[Rule]:
+    """The graph rules ``check_graph`` runs for onnxruntime ``version`` on a session of ``eps``."""
+    return _graph_rules(_applicable(version), eps)
+
+
+def applicable_rule_ids(version: str, kinds: frozenset[str]) -> list[str]:
+    """The ids of the rules of ``kinds`` that apply to onnxruntime ``version``, sorted."""
+    return sorted({r.rule_id for r in _applicable(version) if r.kind in kinds})
 
 
 # A CUDA session falls back to the CPU EP: its kernel lookup is CUDA's then CPU's (ORT-KERNEL-002),
@@ -404,6 +417,14 @@ def _no_kernel_message(missing: list[MissingKernel]) -> str:
         op, dtype = first.split(" for ", 1)
         return f"op {op} has no CPU kernel for {dtype}{also}"
     return f"op {first} has no CPU kernel{also}"
+
+
+def sessions_for_file(label: str, path: Path, model: ir.Model, entries: Mapping[str, str],
+                      provider: str) -> list[SessionResult]:  # fmt: skip
+    """A real session of one graph file (``q38 check MODEL.onnx --ort``), as a package graph gets one."""
+    eps = frozenset({provider})
+    providers = ("cuda",) if provider == "cuda" else ()
+    return _sessions([_Graph(label, path, model, dict(entries), eps, (), "", providers)], path.parent)
 
 
 def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:
