@@ -78,10 +78,19 @@ class CudaKernels:
     source: str
     ops: Mapping[tuple[str, str], tuple[_Registration, ...]]
     provenance: str = "GPU registry dump"
+    probed: bool = True  # a GPU run's dump of the registry; False: derived from source
 
     def registrations(self, domain: str, op: str) -> tuple[_Registration, ...]:
         """(since, end, allowed types per parameter) of every CUDA kernel of ``domain::op``."""
         return self.ops.get(("" if domain == "ai.onnx" else domain, op), ())
+
+    def judges(self, domain: str, op: str) -> bool:
+        """Whether these facts say anything about ``domain::op``.
+
+        A GPU dump is the whole registry; source-derived facts speak only of the ops they list
+        (the source read may be another commit than the release's: an op it lacks is unknown).
+        """
+        return self.probed or bool(self.registrations(domain, op))
 
 
 @functools.lru_cache(maxsize=8)
@@ -96,7 +105,8 @@ def _load(version: str, env: str | None) -> CudaKernels | None:
         ops[("" if entry["domain"] == "ai.onnx" else entry["domain"], entry["name"])] = tuple(
             (int(a), int(b), {k: frozenset(v) for k, v in types.items()}) for a, b, types in entry["kernels"]
         )
-    return CudaKernels(version, source, ops, _provenance(doc, source))
+    origin = doc.get("provenance")
+    return CudaKernels(version, source, ops, _provenance(doc, source), probed=not isinstance(origin, Mapping))
 
 
 def _provenance(doc: Mapping[str, Any], source: str) -> str:
@@ -116,8 +126,8 @@ def cuda_kernels(version: str) -> CudaKernels | None:
 def _has_cuda_kernel(node: ir.Node, typing: Typing, kernels: CudaKernels) -> bool:
     """Whether a CUDA registration covers the node's opset version and its known input types."""
     schema = typing.schema(node)
-    if schema is None:
-        return True  # no schema: the schema rules refuse the node before any EP is chosen
+    if schema is None or not kernels.judges(node.domain, node.op_type):
+        return True  # no schema: the schema rules refuse it first; an op the facts do not know: no guess
     return any(matches(node, schema, reg, typing, cast_fallback=False)
                for reg in kernels.registrations(node.domain, node.op_type))  # fmt: skip
 

@@ -5,7 +5,8 @@ bound types, even after ORT inlines its function body (:mod:`contracts.cpu_kerne
 ``Could not find an implementation for Max(13) node with name ''``. ``ORT-KERNEL-002`` (a CUDA
 session, CUDA then CPU): the node finds neither a CUDA kernel (:mod:`contracts.cuda_kernels`,
 which also warns ``CUDA-FALLBACK-001`` for a node only the CPU EP serves) nor a CPU kernel. Where
-no CUDA kernel facts exist for the version the CUDA rule says nothing: it does not guess.
+no GPU dump of the CUDA registry exists for the version the CUDA rule says nothing: it does not
+guess (source-derived CUDA facts, read at a commit that may not be the release's, only warn).
 
 Where the registry is not enough: a kernel can be registered for a type and still refuse it or
 an attribute in its constructor (RNN/GRU/LSTM ``layout=1``, StringNormalizer locales,
@@ -35,8 +36,8 @@ def _check_cpu(model: ModelLike, _entries: Mapping[str, str], version: str) -> l
 
 def _check_cuda(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[Violation]:
     facts = cuda_kernels(version)
-    if facts is None:
-        return []  # CUDA coverage not known for this version: no guess
+    if facts is None or not facts.probed:
+        return []  # the CUDA registry is not probed for this version (source-derived facts warn only): no guess
     ir_model = as_ir_model(model)
     on_cpu = {id(n) for n in fallback_nodes(ir_model, version)}
     return [Violation("ORT-KERNEL-002",
