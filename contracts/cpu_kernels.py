@@ -51,9 +51,9 @@ class NoKernel:
     def message(self) -> str:
         """ORT's NOT_IMPLEMENTED text for the node.
 
-        The partitioner's (``graph_partitioner.cc``), or, for a node with a float16 input (the
-        CPU EP takes it for InsertCastTransformer and fails when it creates the kernel), the
-        session state's (``kernel_registry_manager.cc``).
+        The partitioner's (``graph_partitioner.cc``), or, for a node whose first input is a
+        float16 graph input (the CPU EP takes it for InsertCastTransformer and fails when it
+        creates the kernel), the session state's (``kernel_registry_manager.cc``).
         """
         if self.float16_input:
             qualified = f"{self.domain}.{self.op}" if self.domain not in ("", "ai.onnx") else self.op
@@ -94,7 +94,13 @@ def _unserved(node: ir.Node, typing: Typing, depth: int) -> NoKernel | None:
             if found is not None:
                 return found
         return None
-    float16 = any(typing.elem_type(v) == ir.DataType.FLOAT16 for v in node.inputs if v is not None)
+    first = node.inputs[0] if node.inputs else None
+    # Which wording ORT uses, as observed on 1.31.1 and 1.32.0: the session state's when the first
+    # input is a float16 graph input (Cast, CastLike, PackedSparseAttentionIndexer), the
+    # partitioner's otherwise (a fp16 PagedAttention fed by MRotaryEmbedding, a float16 output).
+    # Not exact (1.31.1 words a fed fp16 GatedDeltaNet the session state's way); the op, its
+    # since-version and the node name are what both wordings carry.
+    float16 = first is not None and first.producer() is None and typing.elem_type(first) == ir.DataType.FLOAT16
     registered = bool(typing.registry.cpu_kernels(node.domain, node.op_type))
     return NoKernel(node, node.op_type, schema.since, node.name or "", node.domain, float16, registered)
 

@@ -151,3 +151,28 @@ def test_an_unreadable_graph_and_graph_flags_on_a_package_are_exit_2(tiny_cpu_pa
     assert "--provider applies to a graph file" in capsys.readouterr().err
     assert main(["check", str(tiny_cpu_package), "--session-option", "a=b"]) == 2
     assert "--session-option applies to a graph file" in capsys.readouterr().err
+
+
+_REAL = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "real").glob("*/*.onnx"))
+
+
+@pytest.mark.parametrize("graph", _REAL, ids=[f"{p.parent.name}/{p.name}" for p in _REAL])
+def test_each_real_fixture_graph_gets_a_real_cpu_sessions_verdict(graph: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exporters' graphs (a CUDA fp16 PagedAttention has no CPU kernel): the cpu check agrees with a real session."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        error = None
+    except Exception as exc:  # onnxruntime raises several pybind exception types
+        error = str(exc)
+    code = main(["check", str(graph), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    messages = [v["message"] for v in doc["violations"] if v["severity"] == "error"]
+    assert code == (0 if error is None else 1), (error, messages)
+    if error is not None and "NOT_IMPLEMENTED" in error:  # the op and node ORT names (its two wordings differ)
+        kernel = [v for v in doc["violations"] if v["rule_id"] == "ORT-KERNEL-001"]
+        assert any(f"{v['message'].split(' for ', 1)[1].split('(')[0].split('.')[-1]}(" in error and f"'{v['node']}'" in error
+                   for v in kernel), (error, kernel)  # fmt: skip
