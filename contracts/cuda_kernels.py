@@ -48,15 +48,17 @@ def _committed(version: str, suffix: str = ".json") -> Path | None:
     return Path(str(path)) if path.is_file() else None
 
 
-def cuda_kernels_document(version: str) -> tuple[dict[str, object], str] | None:
+def cuda_kernels_document(version: str, *, source_derived: bool = False) -> tuple[dict[str, object], str] | None:
     """(the CUDA kernel dump of onnxruntime ``version``, where it came from), or None when there is none.
 
     ``$Q38_CUDA_KERNELS`` wins when it names a dump of ``version``; a dump of another version there is
-    ignored (its facts would be wrong for this release).
+    ignored (its facts would be wrong for this release). ``source_derived``: without a GPU dump, the
+    source-derived facts (which list only the com.microsoft ops they were read for: not a whole
+    registry, so a consumer that needs one, like optimize's target table, leaves them out).
     """
     named = os.environ.get(ENV_VAR)
     candidates = [Path(named)] if named else []
-    for suffix in (".json", ".source.json"):  # a GPU dump first, the source-derived facts after it
+    for suffix in (".json", ".source.json") if source_derived else (".json",):  # a GPU dump first
         committed = _committed(version, suffix)
         if committed is not None:
             candidates.append(committed)
@@ -95,7 +97,7 @@ class CudaKernels:
 
 @functools.lru_cache(maxsize=8)
 def _load(version: str, env: str | None) -> CudaKernels | None:
-    found = cuda_kernels_document(version)
+    found = cuda_kernels_document(version, source_derived=True)
     if found is None:
         return None
     doc, source = found
