@@ -7,8 +7,13 @@ made with ``session.disable_cpu_ep_fallback=1`` fails). The registry is not read
 facts come from a dump the GPU suite writes (``tests/gpu/test_cuda_kernels.py``, same format as the
 CPU kernels of ``contracts/schemas/ort-<version>.json``): the committed
 ``contracts/schemas/cuda-kernels-<version>.json``, or the file ``$Q38_CUDA_KERNELS`` names (a run's
-``cuda-kernels-<version>.json``, for that version only). Without either the rule reports nothing:
-CUDA kernel coverage is not probed (docs/gpu.md).
+``cuda-kernels-<version>.json``, for that version only). Until a GPU dump exists the facts derived
+from onnxruntime's source at the release (``contracts/schemas/cuda-kernels-<version>.source.json``,
+written by ``tools/cuda_kernel_facts.py`` from the CUDA EP's ``ONNX_OPERATOR_*KERNEL_CLASS_NAME``
+registrations; labelled ``source-derived`` with repo, paths and commit, ``#ifdef``'d registrations
+marked build-dependent) stand in; a GPU dump replaces them. Without any the rule reports nothing:
+CUDA kernel coverage is not probed (docs/gpu.md). Registrations are matched to nodes as ORT's
+kernel registry matches them (:mod:`contracts.kernel_match`; the CUDA EP inserts no float16 Casts).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any
 
 import onnx_ir as ir
 
-from contracts._facts import Typing, model_facts, type_str
+from contracts._facts import Typing, model_facts
 from contracts._graph import ModelLike, as_ir_model, node_label
 from contracts._rule import RuleDoc, Violation
 from contracts._versions import per_version
+from contracts.kernel_match import matches
 from contracts.schema_registry import registry_for
 
 __all__ = ["RULES", "CudaKernels", "cuda_kernels", "cuda_kernels_document", "fallback_nodes"]
@@ -37,22 +43,25 @@ _SRC = "onnxruntime/core/framework/graph_partitioner.cc (kernel lookup per EP; C
 _Registration = tuple[int, int, Mapping[str, frozenset[str]]]
 
 
-def _committed(version: str) -> Path | None:
-    path = resources.files("contracts") / "schemas" / f"cuda-kernels-{version}.json"
+def _committed(version: str, suffix: str = ".json") -> Path | None:
+    path = resources.files("contracts") / "schemas" / f"cuda-kernels-{version}{suffix}"
     return Path(str(path)) if path.is_file() else None
 
 
-def cuda_kernels_document(version: str) -> tuple[dict[str, object], str] | None:
+def cuda_kernels_document(version: str, *, source_derived: bool = False) -> tuple[dict[str, object], str] | None:
     """(the CUDA kernel dump of onnxruntime ``version``, where it came from), or None when there is none.
 
     ``$Q38_CUDA_KERNELS`` wins when it names a dump of ``version``; a dump of another version there is
-    ignored (its facts would be wrong for this release).
+    ignored (its facts would be wrong for this release). ``source_derived``: without a GPU dump, the
+    source-derived facts (which list only the com.microsoft ops they were read for: not a whole
+    registry, so a consumer that needs one, like optimize's target table, leaves them out).
     """
     named = os.environ.get(ENV_VAR)
     candidates = [Path(named)] if named else []
-    committed = _committed(version)
-    if committed is not None:
-        candidates.append(committed)
+    for suffix in (".json", ".source.json") if source_derived else (".json",):  # a GPU dump first
+        committed = _committed(version, suffix)
+        if committed is not None:
+            candidates.append(committed)
     for path in candidates:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -70,15 +79,25 @@ class CudaKernels:
     ort_version: str
     source: str
     ops: Mapping[tuple[str, str], tuple[_Registration, ...]]
+    provenance: str = "GPU registry dump"
+    probed: bool = True  # a GPU run's dump of the registry; False: derived from source
 
     def registrations(self, domain: str, op: str) -> tuple[_Registration, ...]:
         """(since, end, allowed types per parameter) of every CUDA kernel of ``domain::op``."""
         return self.ops.get(("" if domain == "ai.onnx" else domain, op), ())
 
+    def judges(self, domain: str, op: str) -> bool:
+        """Whether these facts say anything about ``domain::op``.
+
+        A GPU dump is the whole registry; source-derived facts speak only of the ops they list
+        (the source read may be another commit than the release's: an op it lacks is unknown).
+        """
+        return self.probed or bool(self.registrations(domain, op))
+
 
 @functools.lru_cache(maxsize=8)
 def _load(version: str, env: str | None) -> CudaKernels | None:
-    found = cuda_kernels_document(version)
+    found = cuda_kernels_document(version, source_derived=True)
     if found is None:
         return None
     doc, source = found
@@ -88,7 +107,17 @@ def _load(version: str, env: str | None) -> CudaKernels | None:
         ops[("" if entry["domain"] == "ai.onnx" else entry["domain"], entry["name"])] = tuple(
             (int(a), int(b), {k: frozenset(v) for k, v in types.items()}) for a, b, types in entry["kernels"]
         )
-    return CudaKernels(version, source, ops)
+    origin = doc.get("provenance")
+    return CudaKernels(version, source, ops, _provenance(doc, source), probed=not isinstance(origin, Mapping))
+
+
+def _provenance(doc: Mapping[str, Any], source: str) -> str:
+    """Where the facts come from, in one line: a GPU dump, or source-derived with repo and commit."""
+    origin = doc.get("provenance")
+    if not isinstance(origin, Mapping):
+        return f"GPU registry dump {Path(source).name}"
+    return (f"source-derived from {origin.get('repo', '?')}@{origin.get('ref', '?')} "
+            f"({', '.join(str(p) for p in origin.get('paths', []))}), not probed on a GPU")  # fmt: skip
 
 
 def cuda_kernels(version: str) -> CudaKernels | None:
@@ -99,20 +128,10 @@ def cuda_kernels(version: str) -> CudaKernels | None:
 def _has_cuda_kernel(node: ir.Node, typing: Typing, kernels: CudaKernels) -> bool:
     """Whether a CUDA registration covers the node's opset version and its known input types."""
     schema = typing.schema(node)
-    if schema is None:
-        return True  # no schema: the schema rules refuse the node before any EP is chosen
-    for since, end, allowed in kernels.registrations(node.domain, node.op_type):
-        if not since <= schema.since <= end:
-            continue
-        ok = True
-        for index, value in enumerate(node.inputs):
-            param = None if value is None else schema.input_param(index)
-            dtype = None if value is None else typing.elem_type(value)
-            if param is not None and dtype is not None and param.type_str in allowed:
-                ok = ok and type_str(dtype) in allowed[param.type_str]
-        if ok:
-            return True
-    return False
+    if schema is None or not kernels.judges(node.domain, node.op_type):
+        return True  # no schema: the schema rules refuse it first; an op the facts do not know: no guess
+    return any(matches(node, schema, reg, typing, cast_fallback=False)
+               for reg in kernels.registrations(node.domain, node.op_type))  # fmt: skip
 
 
 def fallback_nodes(model: ModelLike, version: str) -> list[ir.Node]:
@@ -133,7 +152,7 @@ def _check(model: ModelLike, entries: Mapping[str, str], version: str) -> list[V
     return [
         Violation("CUDA-FALLBACK-001",
                   f"no CUDA kernel for {node.domain or 'ai.onnx'}::{node.op_type} at its opset and input types in "
-                  f"onnxruntime {version} ({Path(kernels.source).name}): the node runs on the CPU EP, a copy "
+                  f"onnxruntime {version} ({kernels.provenance}): the node runs on the CPU EP, a copy "
                   "between device and host per run; session.disable_cpu_ep_fallback=1 fails the session",
                   node=node_label(node), severity="warning")
         for node in fallback_nodes(model, version)

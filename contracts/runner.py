@@ -31,6 +31,7 @@ from contracts import (
     cuda_kernels,
     gated_delta_net,
     hyper_connection,
+    kernel_rules,
     matmul_nbits,
     model_load,
     offload_config,
@@ -68,11 +69,14 @@ __all__ = [
     "CheckReport",
     "GraphCheck",
     "SessionResult",
+    "applicable_rule_ids",
     "check_environment",
     "check_graph",
     "check_package",
     "check_session_config",
+    "graph_rules_for",
     "installed_ort_version",
+    "sessions_for_file",
 ]
 
 # The family modules, in catalogue order: each declares its ``FAMILY`` and its rules (``RULES``).
@@ -99,6 +103,7 @@ RULE_MODULES: tuple[ModuleType, ...] = (
     config_graphs,
     profile_fit,
     cuda_kernels,
+    kernel_rules,
 )
 ALL_RULES: tuple[Rule, ...] = tuple(rule for module in RULE_MODULES for rule in module.RULES)
 """Every rule record, read from the family modules' ``RULES`` (each record carries its declaration)."""
@@ -229,8 +234,26 @@ def _applicable(version: str) -> list[Rule]:
     return [r for r in ALL_RULES if r.applies(version)]
 
 
+def graph_rules_for(version: str, eps: frozenset[str]) -> list[Rule]:
+    """The graph rules ``check_graph`` runs for onnxruntime ``version`` on a session of ``eps``."""
+    return _graph_rules(_applicable(version), eps)
+
+
+def applicable_rule_ids(version: str, kinds: frozenset[str]) -> list[str]:
+    """The ids of the rules of ``kinds`` that apply to onnxruntime ``version``, sorted."""
+    return sorted({r.rule_id for r in _applicable(version) if r.kind in kinds})
+
+
+# A CUDA session falls back to the CPU EP: its kernel lookup is CUDA's then CPU's (ORT-KERNEL-002),
+# not the CPU session's (ORT-KERNEL-001).
+_CPU_SESSION_ONLY = frozenset({"ORT-KERNEL-001"})
+# The partitioner's kernel lookup: after graph load, resolve and inference, before any constructor.
+_KERNEL_LOOKUP = frozenset({"ORT-KERNEL-001", "ORT-KERNEL-002"})
+
+
 def _graph_rules(rules: Iterable[Rule], eps: frozenset[str]) -> list[Rule]:
-    return [r for r in rules if r.kind == "graph" and (r.ep == "any" or r.ep in eps)]
+    return [r for r in rules if r.kind == "graph" and (r.ep == "any" or r.ep in eps)
+            and not ("cuda" in eps and r.rule_id in _CPU_SESSION_ONLY)]  # fmt: skip
 
 
 # Rules a graph whose session registers a custom-op library does not break: its library provides
@@ -279,13 +302,17 @@ def check_graph(
     ir_model = as_ir_model(model)
     seen: set[Violation] = set()
     found: list[Violation] = []
+    earlier = False  # an error ORT raises before it looks for kernels (load, resolve, inference)
     for rule in _graph_rules(_applicable(version), eps):
         if rule.part_of or (custom_library and rule.rule_id in _CUSTOM_LIBRARY_RULES):
             continue  # a per-check record: its parent's check reports its id
         for v in rule.check_graph(ir_model, dict(entries or {})):
+            earlier = earlier or (v.severity == "error" and rule.enforced != "run-time" and v.rule_id not in _KERNEL_LOOKUP)
             if v not in seen:
                 seen.add(v)
                 found.append(v)
+    if earlier:  # the session fails there first; the kernel lookup never runs
+        found = [v for v in found if v.rule_id not in _KERNEL_LOOKUP]
     return found
 
 
@@ -400,6 +427,14 @@ def _no_kernel_message(missing: list[MissingKernel]) -> str:
         op, dtype = first.split(" for ", 1)
         return f"op {op} has no CPU kernel for {dtype}{also}"
     return f"op {first} has no CPU kernel{also}"
+
+
+def sessions_for_file(label: str, path: Path, model: ir.Model, entries: Mapping[str, str],
+                      provider: str) -> list[SessionResult]:  # fmt: skip
+    """A real session of one graph file (``q38 check MODEL.onnx --ort``), as a package graph gets one."""
+    eps = frozenset({provider})
+    providers = ("cuda",) if provider == "cuda" else ()
+    return _sessions([_Graph(label, path, model, dict(entries), eps, (), "", providers)], path.parent)
 
 
 def _sessions(graphs: list[_Graph], tdir: Path) -> list[SessionResult]:

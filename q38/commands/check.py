@@ -1,6 +1,8 @@
-"""``q38 check PKG [--ort] [--format FMT] [--select/--ignore IDS] [--baseline FILE]``: run the contracts.
+"""``q38 check PKG|MODEL.onnx [--ort] [--format FMT] [--select/--ignore IDS] [--baseline FILE]``: run the contracts.
 
-Every contract runs on a package and the results are reported (text, json, sarif, github, junit;
+Every contract runs on a package (or on one graph file: ``--provider cpu|cuda`` and repeatable
+``--session-option KEY=VALUE`` give its session; a graph a package names is said to be that package's
+graph) and the results are reported (text, json, sarif, github, junit;
 q38.report). Exit codes: 0 no errors (warnings do not fail unless --warnings-as-errors; results suppressed by
 --ignore / --select / the baseline do not count), 1 contract violations (or a failed ``--ort``
 session), 2 unreadable input or a bad flag / baseline (one line on stderr, nothing written).
@@ -12,6 +14,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from q38.commands._options import OrtVersion, comma_list, say_wrote
@@ -35,7 +38,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("package", metavar="PKG",
-                   help="package directory: q38 v12b (flat or layered) or an onnxruntime-genai builder package")
+                   help="package directory: q38 v12b (flat or layered) or an onnxruntime-genai builder package; "
+                   "or one .onnx graph file (checked for the session --provider and --session-option give)")
+    p.add_argument("--provider", choices=("cpu", "cuda"), default=None,
+                   help="for a graph file: the session's execution provider (cuda falls back to the CPU EP; "
+                   "default: cpu); a package's config names its own")
+    p.add_argument("--session-option", metavar="KEY=VALUE", action="append", default=[],
+                   help="for a graph file: one session config entry (repeatable; the session-config rules "
+                   "apply); a package's config names its own")
     p.add_argument("--ort", action="store_true",
                    help="also create a real onnxruntime CPU session per graph; a graph with an op the "
                    "installed ORT has no CPU kernel for is SKIPPED, naming the op")
@@ -105,7 +115,14 @@ def run(args: argparse.Namespace) -> int:
     baseline = read_baseline(args.baseline) if args.baseline else []
     label = f"q38 check {args.package}: contracts" + (" and ORT sessions" if args.ort else "")
     with elapsed(label):
-        report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
+        if Path(args.package).is_file():
+            report = _check_graph_file(args)
+        else:
+            if args.provider or args.session_option:
+                given = "--provider" if args.provider else "--session-option"
+                raise FlagError(f"{given} applies to a graph file; {args.package} is a package, whose config "
+                                "names its providers and session options")  # fmt: skip
+            report = check_package(args.package, ort_version=args.ort_version, ort_sessions=args.ort)
     found = {v.rule_id for v in report.violations}
     check_selectors("--select", selection.select, found)
     check_selectors("--ignore", selection.ignore, found)
@@ -134,3 +151,32 @@ def run(args: argparse.Namespace) -> int:
         say_wrote("check", f"{args.output} (the {fmt} report: {verdict}, {len(results.errors)} error(s))",
                   machine=machine)
     return 0 if results.ok else 1
+
+
+def _session_options(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as session config entries (a later KEY wins, as ORT's config does)."""
+    from q38.errors import FlagError  # deferred: command modules import at call time; light
+
+    entries: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FlagError(f"--session-option {item!r}: expected KEY=VALUE")
+        entries[key] = value
+    return entries
+
+
+def _check_graph_file(args: argparse.Namespace) -> Any:
+    """Check one graph file; say on stderr which package graph it is and where CUDA facts come from."""
+    # deferred: pulls numpy into q38 --help (contracts.shapes)
+    from contracts.model_check import check_model, cuda_facts_note, package_role
+
+    provider = args.provider or "cpu"
+    report = check_model(args.package, provider=provider, entries=_session_options(args.session_option),
+                         ort_version=args.ort_version, ort_sessions=args.ort)  # fmt: skip
+    role = package_role(Path(args.package))
+    if role is not None:
+        print(f"q38 check: {args.package}: the {role.note()}", file=sys.stderr)
+    if provider == "cuda":
+        print(f"q38 check: {cuda_facts_note(report.ort_version)}", file=sys.stderr)
+    return report

@@ -122,6 +122,14 @@ def _unary(op: str) -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
 
 
+def _max(elem: int) -> onnx.ModelProto:
+    """Max(a, b) of ``elem`` at opset 21 (the CPU Max kernel lists no int16)."""
+    graph = oh.make_graph([oh.make_node("Max", ["a", "b"], ["y"], name="max")], "g",
+                          [oh.make_tensor_value_info(n, elem, [2]) for n in ("a", "b")],
+                          [oh.make_tensor_value_info("y", elem, [2])])  # fmt: skip
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
 def _gated_add(n_inputs: int = 3, b_type: int = TP.FLOAT, out_type: int = TP.FLOAT, **attrs: Any) -> onnx.ModelProto:
     names = ["a", "b", "g", "gw"][:n_inputs]
     node = oh.make_node("GatedAdd", names, ["y"], name="ga", domain=MS, **attrs)
@@ -261,6 +269,9 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
     RuleCase("GDN-RUN-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(update_rule="linear"))),
     RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),
+             env=_cuda_facts_env),
+    RuleCase("ORT-KERNEL-001", "graph", lambda: _graph(_max(TP.INT32)), lambda: _graph(_max(TP.INT16))),
+    RuleCase("ORT-KERNEL-002", "graph", lambda: _graph(_unary("Relu")), lambda: _graph(_max(TP.INT16)),
              env=_cuda_facts_env),
     RuleCase("HC-SCHEMA-001", "graph", lambda: _graph(_premix(4)), lambda: _graph(_premix(3))),
     RuleCase("GQA-SCHEMA-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa([3, 32]))),

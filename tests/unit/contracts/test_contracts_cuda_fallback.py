@@ -44,7 +44,8 @@ def _ops(pkg: Path) -> set[tuple[str, str]]:
 
 
 def _dump(path: Path, ops: set[tuple[str, str]], *, version: str = _VERSION) -> Path:
-    kernels = [{"domain": d, "name": n, "kernels": [[1, 2147483647, {}]]} for d, n in sorted(ops)]
+    # a closed range serves every since-version in it (an open-ended one only its own start)
+    kernels = [{"domain": d, "name": n, "kernels": [[1, 1000, {}]]} for d, n in sorted(ops)]
     path.write_text(json.dumps({"ort_version": version, "kernels": kernels}))
     return path
 
