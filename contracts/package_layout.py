@@ -1,4 +1,4 @@
-"""Package file-layout rules: where external data and libraries live, links, symlinks.
+"""Package file-layout rules: where external data and libraries live, links, symlinks, tokenizer files.
 
 Sources: docs/package-format.md; reference/file-safety-facts.md (ORT refuses external data whose
 canonical path escapes the model directory; onnx / onnx-ir refuse hard-linked or symlinked data
@@ -17,7 +17,7 @@ from typing import Any
 
 from contracts._rule import Rule, Violation
 
-__all__ = ["RULES", "GraphFile", "PackageView", "check_package_layout"]
+__all__ = ["RULES", "TOKENIZER_FILES", "GraphFile", "PackageView", "check_package_layout"]
 
 _SRC = "docs/package-format.md; reference/file-safety-facts.md"
 
@@ -202,6 +202,40 @@ def _check_graph_loads(view: PackageView) -> list[Violation]:
     return [Violation("PKG-GRAPH-001", g.load_error, graph=g.label) for g in view.graphs if g.load_error]
 
 
+# What onnxruntime-genai 0.18.0's og.Tokenizer opens (onnxruntime-extensions' JSON tokenizer), in
+# its order: the first one missing is its refusal ("Failed to open a json file: DIR/tokenizer_config.json",
+# then "Invalid file: DIR/tokenizer.json").
+TOKENIZER_FILES: tuple[str, ...] = ("tokenizer_config.json", "tokenizer.json")
+
+
+def _check_tokenizer(view: PackageView) -> list[Violation]:
+    """PKG-TOKENIZER-001: a builder (genai-surface) package carries the files og.Tokenizer opens.
+
+    They are read from the config's directory, or ``model.tokenizer_dir`` below it when the
+    config names one. q38's own (v12b) packages are not GenAI models and are not asked.
+    """
+    # deferred: q38.package's __init__ pulls in onnx / onnx-ir; q38 rules and --help list this rule without it
+    from q38.package.detect import is_genai_document
+
+    document = view.extra.get("document")
+    config_dir = view.extra.get("config_dir")
+    if not is_genai_document(document) or not isinstance(config_dir, Path):
+        return []
+    model = document.get("model") if isinstance(document, dict) else None
+    named = model.get("tokenizer_dir") if isinstance(model, dict) else None
+    tdir = config_dir / named if isinstance(named, str) and named and "\0" not in named else config_dir
+    where = os.path.relpath(tdir, view.root).replace(os.sep, "/")
+    missing = [name for name in TOKENIZER_FILES if not (tdir / name).is_file()]
+    if not missing:
+        return []
+    shown = " and ".join(f"{name}" if where == "." else f"{where}/{name}" for name in missing)
+    return [Violation(
+        "PKG-TOKENIZER-001",
+        f"{shown}: missing; onnxruntime-genai's og.Tokenizer fails on this package (it opens "
+        f"{' and '.join(TOKENIZER_FILES)} in {'the config directory' if where == '.' else where + '/'})",
+    )]  # fmt: skip
+
+
 RULES: tuple[Rule, ...] = (
     Rule("PKG-GRAPH-001", "every graph loads with q38.package.load_graph: well-formed protobuf and "
          "graph, external data inside the package and in range", "q38/package/graphs.py load_graph",
@@ -217,6 +251,10 @@ RULES: tuple[Rule, ...] = (
     Rule("PKG-READ-001", "every file a session opens (graphs, external data, custom-op libraries) "
          "is readable by the current user (os.access, no bytes read)", _SRC, "cpu-session",
          "package", _check_readable),
+    Rule("PKG-TOKENIZER-001", "a builder (genai-surface) package has tokenizer_config.json and "
+         "tokenizer.json where og.Tokenizer opens them (the config's directory or model.tokenizer_dir)",
+         "onnxruntime-genai 0.18.0 src/models/model.cpp (Tokenizer: OrtxCreateTokenizer on the "
+         "tokenizer directory); docs/package-format.md", "run-time", "package", _check_tokenizer),
 )  # fmt: skip
 
 

@@ -664,6 +664,25 @@ DOCS: dict[str, RuleDoc] = {
         "model.onnx.data with mode 0000 (or owned by another user, mode 0600)",
         "Give the user running onnxruntime read permission on every file of the package (chmod a+r).",
     ),
+    "PKG-TOKENIZER-001": RuleDoc(
+        "onnxruntime-genai's og.Tokenizer(model) loads the package's tokenizer through "
+        "onnxruntime-extensions from the config's directory (or model.tokenizer_dir below it): "
+        "it opens tokenizer_config.json, then tokenizer.json, and fails without either ('Failed to "
+        "open a json file: DIR/tokenizer_config.json', 'Invalid file: DIR/tokenizer.json'). The "
+        "builder's save_processing writes both; a package that lost them still loads as a model "
+        "and generates from token ids, but no application can turn text into tokens. Only builder "
+        "(genai-surface) packages are asked: q38's own v12b packages are not GenAI models. "
+        "package_manifest.json is deliberately not required, on either surface: neither "
+        "onnxruntime nor onnxruntime-genai opens it (it is q38's provenance record: what wrote the "
+        "package, from what, file digests), the builder writes none, and q38's readers treat it "
+        "as optional (a present one is validated); without it q38 diff hashes the weights "
+        "instead of trusting recorded digests.",
+        "a builder package directory with genai_config.json, model.onnx, model.onnx.data and "
+        "tokenizer_config.json, but no tokenizer.json",
+        "Copy the tokenizer files the builder wrote (tokenizer.json, tokenizer_config.json and the "
+        "others save_processing writes) next to genai_config.json, or save them with "
+        "AutoTokenizer.from_pretrained(SRC).save_pretrained(PKG).",
+    ),
     "PKG-FIT-001": RuleDoc(
         "A runtime profile is chosen for GPUs whose device memory covers what the decoder needs "
         "at that profile's context tier: the device-placed weights, the resident expert slots and "

@@ -352,6 +352,9 @@ def _package_cases() -> list[RuleCase]:
     def research_key(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"].update({"ple_token_pad_id": 0}))
 
+    def no_tokenizer(pkg: Path) -> None:
+        os.unlink(pkg / "tokenizer.json")  # og.Tokenizer: "Invalid file: PKG/tokenizer.json"
+
     def missing_library(pkg: Path) -> None:
         _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
 
@@ -431,6 +434,7 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PATH-SPECIAL-001", "package", _noop, fifo),
         RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
         RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
+        RuleCase("PKG-TOKENIZER-001", "package", _noop, no_tokenizer, base="genai"),
         # a Qwen3.8 research-builder key: q38 reads the config, onnxruntime-genai 0.18.0 would not
         RuleCase("CFG-SURFACE-002", "package", _noop, research_key, base="genai"),
     ]
