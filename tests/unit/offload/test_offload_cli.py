@@ -7,12 +7,18 @@ Invariants guarded:
 - a successful run exits 0 and ``--json`` prints the report; a refusal is one line, exit 2;
 - the ``--offload-mode required`` refusal of the real int4-cpu fixture keeps what the user needs
   whole (node, remedy, the combination its bit width needs and what the node has) within the
-  line limit; a long path gives way, never the middle of the reason (issue 37.5).
+  line limit; a long path gives way, never the middle of the reason (issue 37.5);
+- ``--expert-profile`` without a slot count says the rate is not predicted and why (no row of
+  ``n/a`` per node, no "0 of 0"); with ``--total-resident-slots 16`` the slot line counts the
+  offloaded nodes the hit-rate rows list, its slots are theirs, and the chained drafts' own caps
+  are shown apart, and ``check`` of that output passes (no CFG-GRAPH-002: docs/offload.md)
+  (issue 37.5).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import onnx_ir as ir
@@ -116,3 +122,46 @@ def test_a_long_path_gives_way_to_the_reason() -> None:
                          "the node has weights_prepacked unset, block_size unset")  # fmt: skip
     other = str(required_refusal(where, node, "use_sparse_mixer=1 is not supported by the QMoE offload backend"))
     assert other.startswith(".../pkg/model.onnx: QMoE node") and other.endswith("use_sparse_mixer=1 is not supported by the QMoE offload backend")
+
+
+def _profile(path: Path, rows: int = 9, experts: int = 8) -> Path:
+    import numpy as np
+
+    from q38.package import encode_profile
+    from q38.package.profile import ExpertProfile
+
+    counts = np.random.default_rng(0).integers(0, 100, size=(rows, experts)).astype(np.uint64)
+    path.write_bytes(encode_profile(ExpertProfile(counts)))
+    return path
+
+
+def test_a_profile_without_a_slot_count_says_the_rate_is_not_predicted(
+    tiny_cpu_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _profile(tmp_path / "p.bin")
+    argv = ["offload", str(tmp_path / "out"), "--from-package", str(tiny_cpu_package), "--offload-mode", "auto",
+            "--expert-profile", str(profile)]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "n/a" not in "\n".join(lines) and "0 of 0" not in "\n".join(lines)
+    (rate,) = [line for line in lines if "expected hit rate" in line]
+    assert "not predicted: no resident-slot count was given" in rate and "over 9 nodes" in rate
+    assert len(lines) == 2  # the head line and the rate: no row per uncapped node
+
+
+def test_total_resident_slots_counts_agree(tiny_cpu_package: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    profile = _profile(tmp_path / "p.bin")
+    argv = ["offload", str(tmp_path / "out"), "--from-package", str(tiny_cpu_package), "--offload-mode", "auto",
+            "--expert-profile", str(profile), "--total-resident-slots", "16"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    offloaded = int(re.search(r": (\d+) QMoE nodes offloaded", lines[0]).group(1))  # type: ignore[union-attr]
+    (slots,) = [line for line in lines if "resident slots:" in line]
+    assert slots.startswith(f"  resident slots: 16 over the {offloaded} offloaded nodes; chained drafts ")
+    assert "/mtp/1/moe/QMoE, /mtp/2/moe/QMoE of the verify graphs share /mtp/0/'s experts: 0 each" in slots
+    rows = [line for line in lines if re.match(r"    \S+: +[\d.]+%  resident \d+  \(offloaded\)", line)]
+    assert len(rows) == offloaded == 9
+    assert sum(int(re.search(r"resident (\d+)", r).group(1)) for r in rows) == 16  # type: ignore[union-attr]
+    # docs/offload.md: check agrees that the chained drafts have no profile row (no CFG-GRAPH-002)
+    assert main(["check", str(tmp_path / "out")]) == 0
