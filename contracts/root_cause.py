@@ -26,6 +26,7 @@ from pathlib import Path
 
 from contracts._rule import Violation
 from contracts.package_layout import GraphFile, PackageView
+from q38.errors import quote
 
 __all__ = ["FileFault", "file_faults", "fold_file_faults", "package_faults"]
 
@@ -106,7 +107,7 @@ def _folded_message(fault: FileFault, root: Violation, group: Sequence[Violation
     graphs = list(dict.fromkeys(v.graph for v in group if v.graph))
     # a rule about the file itself says it best; one about an initializer in it names the file
     about_file = root.rule_id in _FILE_RULES or root.message.startswith(f"{fault.rel}:")
-    head = root.message if about_file else f"{fault.rel}: {fault.state}"
+    head = root.message if about_file else f"{quote(fault.rel)} {fault.state}"
     where = f"; referred to by graph(s) {', '.join(graphs)}" if graphs else ""
     return f"{head}{where} ({len(dependents)} dependent violation(s) folded into this one: {listed})"
 
