@@ -20,6 +20,8 @@ from contracts._rule import Rule, Violation
 __all__ = ["RULES", "TOKENIZER_FILES", "GraphFile", "PackageView", "check_package_layout"]
 
 _SRC = "docs/package-format.md; reference/file-safety-facts.md"
+_TOKENIZER_SRC = ("onnxruntime-genai 0.18.0 src/models/model.cpp (Tokenizer: OrtxCreateTokenizer on the "
+                  "tokenizer directory); docs/package-format.md")
 
 
 @dataclass(frozen=True)
@@ -206,13 +208,18 @@ def _check_graph_loads(view: PackageView) -> list[Violation]:
 # its order: the first one missing is its refusal ("Failed to open a json file: DIR/tokenizer_config.json",
 # then "Invalid file: DIR/tokenizer.json").
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer_config.json", "tokenizer.json")
+# Files that only a tokenizer brings (the builder's save_processing writes them with the two above).
+_TOKENIZER_COMPANIONS = ("special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+                         "tokenizer.model", "chat_template.jinja", "chat_template.json")  # fmt: skip
 
 
 def _check_tokenizer(view: PackageView) -> list[Violation]:
-    """PKG-TOKENIZER-001: a builder (genai-surface) package carries the files og.Tokenizer opens.
+    """PKG-TOKENIZER-001 / -002: a builder (genai-surface) package carries the files og.Tokenizer opens.
 
     They are read from the config's directory, or ``model.tokenizer_dir`` below it when the
-    config names one. q38's own (v12b) packages are not GenAI models and are not asked.
+    config names one. A package that carries tokenizer files but not both of these is broken
+    (001, an error); one that carries none is a token-ids package (002, a warning: what
+    ``q38 export-genai`` writes, by design). q38's own (v12b) packages are not GenAI models.
     """
     # deferred: q38.package's __init__ pulls in onnx / onnx-ir; q38 rules and --help list this rule without it
     from q38.package.detect import is_genai_document
@@ -228,11 +235,16 @@ def _check_tokenizer(view: PackageView) -> list[Violation]:
     missing = [name for name in TOKENIZER_FILES if not (tdir / name).is_file()]
     if not missing:
         return []
-    shown = " and ".join(f"{name}" if where == "." else f"{where}/{name}" for name in missing)
+    shown = " and ".join(name if where == "." else f"{where}/{name}" for name in missing)
+    opens = f"it opens {' and '.join(TOKENIZER_FILES)} in {'the config directory' if where == '.' else where + '/'}"
+    if len(missing) < len(TOKENIZER_FILES) or any((tdir / n).is_file() for n in _TOKENIZER_COMPANIONS):
+        return [Violation("PKG-TOKENIZER-001",
+                          f"{shown}: missing; onnxruntime-genai's og.Tokenizer fails on this package ({opens})")]
     return [Violation(
-        "PKG-TOKENIZER-001",
-        f"{shown}: missing; onnxruntime-genai's og.Tokenizer fails on this package (it opens "
-        f"{' and '.join(TOKENIZER_FILES)} in {'the config directory' if where == '.' else where + '/'})",
+        "PKG-TOKENIZER-002",
+        f"{shown}: missing, and no other tokenizer file: a token-ids package (onnxruntime-genai generates "
+        f"from token ids; og.Tokenizer fails: {opens})",
+        severity="warning",
     )]  # fmt: skip
 
 
@@ -251,10 +263,12 @@ RULES: tuple[Rule, ...] = (
     Rule("PKG-READ-001", "every file a session opens (graphs, external data, custom-op libraries) "
          "is readable by the current user (os.access, no bytes read)", _SRC, "cpu-session",
          "package", _check_readable),
-    Rule("PKG-TOKENIZER-001", "a builder (genai-surface) package has tokenizer_config.json and "
-         "tokenizer.json where og.Tokenizer opens them (the config's directory or model.tokenizer_dir)",
-         "onnxruntime-genai 0.18.0 src/models/model.cpp (Tokenizer: OrtxCreateTokenizer on the "
-         "tokenizer directory); docs/package-format.md", "run-time", "package", _check_tokenizer),
+    Rule("PKG-TOKENIZER-001", "a builder (genai-surface) package that carries tokenizer files has "
+         "tokenizer_config.json and tokenizer.json where og.Tokenizer opens them (the config's directory "
+         "or model.tokenizer_dir)", _TOKENIZER_SRC, "run-time", "package", _check_tokenizer),
+    Rule("PKG-TOKENIZER-002", "a builder (genai-surface) package without any tokenizer file is flagged "
+         "(warning): onnxruntime-genai generates from its token ids, og.Tokenizer fails", _TOKENIZER_SRC,
+         "run-time", "package", _check_tokenizer, part_of="PKG-TOKENIZER-001"),
 )  # fmt: skip
 
 
@@ -263,5 +277,6 @@ def check_package_layout(view: PackageView) -> list[Violation]:
     _location_problem_cached.cache_clear()  # the files may have changed since the last check
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check(view))
+        if not rule.part_of:  # a per-check record: its parent's check reports its id
+            found.extend(rule.check(view))
     return found

@@ -669,19 +669,32 @@ DOCS: dict[str, RuleDoc] = {
         "onnxruntime-extensions from the config's directory (or model.tokenizer_dir below it): "
         "it opens tokenizer_config.json, then tokenizer.json, and fails without either ('Failed to "
         "open a json file: DIR/tokenizer_config.json', 'Invalid file: DIR/tokenizer.json'). The "
-        "builder's save_processing writes both; a package that lost them still loads as a model "
-        "and generates from token ids, but no application can turn text into tokens. Only builder "
-        "(genai-surface) packages are asked: q38's own v12b packages are not GenAI models. "
-        "package_manifest.json is deliberately not required, on either surface: neither "
-        "onnxruntime nor onnxruntime-genai opens it (it is q38's provenance record: what wrote the "
-        "package, from what, file digests), the builder writes none, and q38's readers treat it "
-        "as optional (a present one is validated); without it q38 diff hashes the weights "
-        "instead of trusting recorded digests.",
+        "builder's save_processing writes both with the other tokenizer files; a package that "
+        "carries a tokenizer without both still loads as a model, but no application can turn "
+        "text into tokens. (A package with no tokenizer file at all is PKG-TOKENIZER-002, a "
+        "warning.) Only builder (genai-surface) packages are asked: q38's own v12b packages are "
+        "not GenAI models. package_manifest.json is deliberately not required, on either surface: "
+        "neither onnxruntime nor onnxruntime-genai opens it (it is q38's provenance record: what "
+        "wrote the package, from what, file digests), the builder writes none, and q38's readers "
+        "treat it as optional (a present one is validated); without it q38 diff hashes the "
+        "weights instead of trusting recorded digests.",
         "a builder package directory with genai_config.json, model.onnx, model.onnx.data and "
         "tokenizer_config.json, but no tokenizer.json",
         "Copy the tokenizer files the builder wrote (tokenizer.json, tokenizer_config.json and the "
         "others save_processing writes) next to genai_config.json, or save them with "
         "AutoTokenizer.from_pretrained(SRC).save_pretrained(PKG).",
+    ),
+    "PKG-TOKENIZER-002": RuleDoc(
+        "A genai-surface package with no tokenizer file at all is a token-ids package: "
+        "onnxruntime-genai loads it and generates from token ids (og.Generator.append_tokens), "
+        "but og.Tokenizer fails on it ('Failed to open a json file: DIR/tokenizer_config.json'). "
+        "q38 export-genai writes such packages on purpose (a v12b source has no tokenizer to "
+        "carry). A warning: the package is valid for callers that bring token ids.",
+        "the output of q38 export-genai: genai_config.json, model.onnx and its data, no tokenizer files",
+        "Copy the model's tokenizer files (tokenizer.json, tokenizer_config.json, ...) next to "
+        "genai_config.json when an application must encode text; --ignore PKG-TOKENIZER-002 or a "
+        "baseline records a token-ids package as intended.",
+        "warning",
     ),
     "PKG-FIT-001": RuleDoc(
         "A runtime profile is chosen for GPUs whose device memory covers what the decoder needs "

@@ -1,12 +1,13 @@
-"""PKG-TOKENIZER-001: a builder package carries the files og.Tokenizer opens (issue 37.6).
+"""PKG-TOKENIZER-001 / -002: a builder package carries the files og.Tokenizer opens (issue 37.6).
 
 A builder (genai-surface) package without ``tokenizer.json`` passed ``check``, and
 onnxruntime-genai then failed on ``og.Tokenizer`` (``Invalid file: .../tokenizer.json``).
 Guarded, against real onnxruntime-genai 0.18.0: the synthetic builder package's tokenizer loads
 and the package checks clean; with either tokenizer file removed og.Tokenizer fails naming it and
-``check`` fails (exit 1) naming it; tokenizer files moved below ``model.tokenizer_dir`` load and
-pass; q38's own v12b packages are not asked; a missing ``package_manifest.json`` fails neither
-surface (deliberately, see the rule's docs).
+``check`` fails (exit 1) naming it; with no tokenizer file at all (a token-ids package, what
+``q38 export-genai`` writes) og.Tokenizer fails too, and check warns (exit 0); tokenizer files
+moved below ``model.tokenizer_dir`` load and pass; q38's own v12b packages are not asked; a
+missing ``package_manifest.json`` fails neither surface (deliberately, see the rule's docs).
 """
 
 from __future__ import annotations
@@ -67,11 +68,26 @@ def test_a_missing_tokenizer_file_fails_check_as_it_fails_og(
     assert "PKG-TOKENIZER-001" in capsys.readouterr().out
 
 
+def test_a_package_without_any_tokenizer_is_a_token_ids_package_check_warns_about(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (package / name).unlink()
+    error = _tokenizer_error(package)
+    assert error is not None and "tokenizer_config.json" in error
+    report = check_package(package)
+    (found,) = [v for v in report.violations if v.rule_id.startswith("PKG-TOKENIZER-")]
+    assert (found.rule_id, found.severity) == ("PKG-TOKENIZER-002", "warning")
+    assert report.ok and main(["check", str(package)]) == 0
+    assert "PKG-TOKENIZER-002" in capsys.readouterr().out
+
+
 def test_tokenizer_files_below_tokenizer_dir_are_where_og_looks(package: Path) -> None:
     (package / "tok").mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (package / name).rename(package / "tok" / name)
-    assert _tokenizer_violations(package) != []  # not in the config's directory, none named
+    found = [v.rule_id for v in check_package(package).violations]
+    assert "PKG-TOKENIZER-002" in found  # not in the config's directory, and no tokenizer_dir names them
     doc = json.loads((package / "genai_config.json").read_text())
     doc["model"]["tokenizer_dir"] = "tok"
     (package / "genai_config.json").write_text(json.dumps(doc, indent=2))
