@@ -60,9 +60,16 @@ def _token(spelling: str) -> re.Pattern[str]:
 
 
 def _state(path: Path) -> str | None:
-    """``None`` for a readable file (or a directory, which other rules judge), else what is wrong."""
-    if not os.path.lexists(path) or not os.path.exists(path):
-        return "does not exist"
+    """What is wrong with ``path``: it does not exist, or the current user cannot read it.
+
+    ``None`` for a readable file, and for what other rules judge and name better: a directory, a
+    symlink (dangling, looping or escaping: PKG-SYMLINK-001, PATH-FIELD-002), a path below a
+    directory that is not there or not a directory.
+    """
+    if os.path.islink(path):
+        return None
+    if not os.path.lexists(path):
+        return "does not exist" if os.path.isdir(path.parent) and not os.path.islink(path.parent) else None
     if os.path.isfile(path) and not os.access(path, os.R_OK):
         return "is not readable by the current user"
     return None
