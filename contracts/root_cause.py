@@ -49,6 +49,7 @@ class FileFault:
     rel: str
     spellings: tuple[str, ...]
     state: str
+    data_of: tuple[str, ...] = ()  # the graphs that keep external data in it: "model.onnx (target)"
 
     def named_in(self, message: str) -> bool:
         """Whether ``message`` names this file as a whole token (``model.onnx`` is not in ``model.onnx.data``)."""
@@ -75,13 +76,15 @@ def _state(path: Path) -> str | None:
     return None
 
 
-def file_faults(root: Path, files: Iterable[tuple[Path, str]]) -> list[FileFault]:
-    """The missing or unreadable ones of ``files``: (resolved path, the spelling that named it) pairs.
+def file_faults(root: Path, files: Iterable[tuple[Path, str, str]]) -> list[FileFault]:
+    """The missing or unreadable ones of ``files``: (path, spelling, graph keeping data in it) triples.
 
-    Paths outside ``root`` are left to the rules that refuse them (an escape is its own fault).
+    The spelling is how a graph or a config field named the file (or ""); the graph is
+    ``model.onnx (target)`` for an external-data file, else "". Paths outside ``root`` are left to the rules that refuse them (an escape is its own fault).
     """
     spellings: dict[Path, list[str]] = {}
-    for path, spelled in files:
+    users: dict[Path, list[str]] = {}
+    for path, spelled, user in files:
         normal = Path(os.path.normpath(path))
         try:
             rel = normal.relative_to(os.path.normpath(root)).as_posix()
@@ -90,11 +93,13 @@ def file_faults(root: Path, files: Iterable[tuple[Path, str]]) -> list[FileFault
         names = spellings.setdefault(normal, [rel, str(normal)])
         if spelled and spelled not in names:
             names.append(spelled)
+        if user and user not in users.setdefault(normal, []):
+            users[normal].append(user)
     found = []
     for path, names in spellings.items():
         state = _state(path)
         if state is not None:
-            found.append(FileFault(names[0], tuple(names), state))
+            found.append(FileFault(names[0], tuple(names), state, tuple(users.get(path, ()))))
     return found
 
 
@@ -114,8 +119,13 @@ def _folded_message(fault: FileFault, root: Violation, group: Sequence[Violation
     graphs = list(dict.fromkeys(v.graph for v in group if v.graph))
     # a rule about the file itself says it best; one about an initializer in it names the file
     about_file = root.rule_id in _FILE_RULES or root.message.startswith(f"{fault.rel}:")
-    head = root.message if about_file else f"{quote(fault.rel)} {fault.state}"
-    where = f"; referred to by graph(s) {', '.join(graphs)}" if graphs else ""
+    if about_file:
+        head = root.message
+    elif fault.data_of:  # the graphs first, as their own rules' messages put them
+        head = f"{', '.join(fault.data_of)}: external data {quote(fault.rel)} {fault.state}"
+    else:
+        head = f"{quote(fault.rel)} {fault.state}"
+    where = f"; referred to by graph(s) {', '.join(graphs)}" if graphs and not fault.data_of else ""
     return f"{head}{where} ({len(dependents)} dependent violation(s) folded into this one: {listed})"
 
 
@@ -157,13 +167,14 @@ def package_faults(paths: PackageView, graphs: Iterable[GraphFile]) -> list[File
     # deferred: pulls in numpy (q38.package.profile), as contracts.path_fields does
     from q38.package.path_fields import path_fields
 
-    files: list[tuple[Path, str]] = []
+    files: list[tuple[Path, str, str]] = []
     for graph in graphs:
-        files.append((graph.path, ""))
-        files.extend((graph.path.parent / location, location) for _name, location in graph.refs if location)
+        files.append((graph.path, "", ""))
+        user = f"{os.path.relpath(graph.path, paths.root)} ({graph.label})".replace(os.sep, "/")
+        files.extend((graph.path.parent / location, location, user) for _name, location in graph.refs if location)
     config = paths.extra.get("config")
     if isinstance(config, Mapping):
         for field in path_fields(config, config_dir=paths.extra["config_dir"], head_dir=paths.extra["head_dir"]):
             if isinstance(field.value, str) and field.value and "\0" not in field.value:
-                files.append((field.base / field.value, field.value))
+                files.append((field.base / field.value, field.value, ""))
     return file_faults(paths.root, files)

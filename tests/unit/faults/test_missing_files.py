@@ -36,8 +36,9 @@ def test_a_deleted_data_file_is_one_error_that_counts_what_it_folds(package: Pat
     report = check_package(package)
     assert len(report.errors) == 1, [(v.rule_id, v.message[:80]) for v in report.errors]
     (root,) = report.errors
-    assert root.message.startswith("'model.onnx.data' does not exist")
-    assert "target, head, prefill" in root.message  # every graph that keeps data there
+    # every graph that keeps data there, then the file
+    assert root.message.startswith("model.onnx (target), head_r2.onnx (head), prefill.onnx (prefill): "
+                                   "external data 'model.onnx.data' does not exist (")  # fmt: skip
     counts = dict(re.findall(r"([A-Z][A-Z0-9-]+-\d{3}) x(\d+)", root.message))
     assert set(counts) == {"PKG-GRAPH-001", "PKG-EXTDATA-001", "ORT-MODEL-004"}
     assert int(counts["PKG-GRAPH-001"]) == 3  # one per graph
@@ -51,7 +52,8 @@ def test_two_missing_files_are_two_errors_and_a_lone_violation_is_kept(package: 
     (package / "head_r2.onnx.data").unlink()
     (package / "weights_pool.txt").unlink()
     errors = check_package(package).errors
-    assert [v.message.split(" does not exist")[0] for v in errors if v.folded] == ["'model.onnx.data'", "'head_r2.onnx.data'"]
+    assert [v.message.split(" does not exist")[0].rsplit(" ", 1)[1] for v in errors if v.folded] == [
+        "'model.onnx.data'", "'head_r2.onnx.data'"]  # fmt: skip
     (pool,) = [v for v in errors if not v.folded]  # one violation names the pool: nothing to fold
     assert pool.rule_id == "PATH-FIELD-003" and "'weights_pool.txt' does not exist" in pool.message
     assert len(errors) == 3
@@ -62,7 +64,7 @@ def test_every_format_reports_the_one_root_cause(package: Path, fmt: str, capsys
     (package / "model.onnx.data").unlink()
     assert main(["check", str(package), "--format", fmt]) == 1
     out = capsys.readouterr().out
-    assert out.count("'model.onnx.data' does not exist") == 1, out[-2000:]
+    assert out.count("external data 'model.onnx.data' does not exist") == 1, out[-2000:]
     assert "ORT-MODEL-004 x" in out and "External data path validation failed" not in out
     if fmt == "text":
         assert "FAIL: 1 error(s)" in out
