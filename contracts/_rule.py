@@ -111,20 +111,29 @@ class Violation:
     graph: str = ""
     node: str = ""
     severity: Severity = "error"
+    # How many violations of the same root cause (one missing or unreadable file) this one stands
+    # for besides itself (contracts.root_cause); 0 for an ordinary violation.
+    folded: int = 0
 
     def at(self, *, graph: str) -> Violation:
         """The same violation attributed to ``graph``."""
-        return Violation(self.rule_id, self.message, graph, self.node, self.severity)
+        return Violation(self.rule_id, self.message, graph, self.node, self.severity, self.folded)
 
-    def to_dict(self) -> dict[str, str]:
-        """The violation as the flat JSON record reports print (all five fields, as strings)."""
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        """The violation as the flat JSON record reports print.
+
+        All five fields as strings, and ``folded`` (an int) when it stands for folded dependents.
+        """
+        doc: dict[str, Any] = {
             "rule_id": self.rule_id,
             "graph": self.graph,
             "node": self.node,
             "severity": self.severity,
             "message": self.message,
         }
+        if self.folded:
+            doc["folded"] = self.folded
+        return doc
 
 
 # The check of each kind of rule: what it reads, positionally.

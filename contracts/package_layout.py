@@ -1,4 +1,4 @@
-"""Package file-layout rules: where external data and libraries live, links, symlinks.
+"""Package file-layout rules: where external data and libraries live, links, symlinks, tokenizer files.
 
 Sources: docs/package-format.md; reference/file-safety-facts.md (ORT refuses external data whose
 canonical path escapes the model directory; onnx / onnx-ir refuse hard-linked or symlinked data
@@ -18,9 +18,11 @@ from contracts.package_view import GraphFile, PackageView
 
 # GraphFile and PackageView live in contracts.package_view (what every package rule reads);
 # named here too, where the package rules and their callers have always imported them.
-__all__ = ["RULES", "GraphFile", "PackageView", "check_package_layout"]
+__all__ = ["RULES", "TOKENIZER_FILES", "GraphFile", "PackageView", "check_package_layout"]
 
 _SRC = "docs/package-format.md; reference/file-safety-facts.md"
+_TOKENIZER_SRC = ("onnxruntime-genai 0.18.0 src/models/model.cpp (Tokenizer: OrtxCreateTokenizer on the "
+                  "tokenizer directory); docs/package-format.md")
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -182,6 +184,49 @@ def _check_graph_loads(view: PackageView) -> list[Violation]:
     return [Violation("PKG-GRAPH-001", g.load_error, graph=g.label) for g in view.graphs if g.load_error]
 
 
+# What onnxruntime-genai 0.18.0's og.Tokenizer opens (onnxruntime-extensions' JSON tokenizer), in
+# its order: the first one missing is its refusal ("Failed to open a json file: DIR/tokenizer_config.json",
+# then "Invalid file: DIR/tokenizer.json").
+TOKENIZER_FILES: tuple[str, ...] = ("tokenizer_config.json", "tokenizer.json")
+# Files that only a tokenizer brings (the builder's save_processing writes them with the two above).
+_TOKENIZER_COMPANIONS = ("special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+                         "tokenizer.model", "chat_template.jinja", "chat_template.json")  # fmt: skip
+
+
+def _check_tokenizer(view: PackageView) -> list[Violation]:
+    """PKG-TOKENIZER-001 / -002: a builder (genai-surface) package carries the files og.Tokenizer opens.
+
+    They are read from the config's directory, or ``model.tokenizer_dir`` below it when the
+    config names one. A package that carries tokenizer files but not both of these is broken
+    (001, an error); one that carries none is a token-ids package (002, a warning: what
+    ``q38 export-genai`` writes, by design). q38's own (v12b) packages are not GenAI models.
+    """
+    # deferred: q38.package's __init__ pulls in onnx / onnx-ir; q38 rules and --help list this rule without it
+    from q38.package.detect import is_genai_document
+
+    document = view.extra.get("document")
+    config_dir = view.extra.get("config_dir")
+    if not is_genai_document(document) or not isinstance(config_dir, Path):
+        return []
+    model = document.get("model") if isinstance(document, dict) else None
+    named = model.get("tokenizer_dir") if isinstance(model, dict) else None
+    tdir = config_dir / named if isinstance(named, str) and named and "\0" not in named else config_dir
+    where = os.path.relpath(tdir, view.root).replace(os.sep, "/")
+    missing = [name for name in TOKENIZER_FILES if not (tdir / name).is_file()]
+    if not missing:
+        return []
+    shown = " and ".join(name if where == "." else f"{where}/{name}" for name in missing)
+    opens = f"it opens {' and '.join(TOKENIZER_FILES)} in {'the config directory' if where == '.' else where + '/'}"
+    if len(missing) < len(TOKENIZER_FILES) or any((tdir / n).is_file() for n in _TOKENIZER_COMPANIONS):
+        return [Violation("PKG-TOKENIZER-001",
+                          f"{shown}: missing; onnxruntime-genai's og.Tokenizer fails on this package ({opens})")]
+    return [Violation(
+        "PKG-TOKENIZER-002",
+        f"{shown}: missing, and no other tokenizer file: a token-ids package (onnxruntime-genai generates "
+        f"from token ids; og.Tokenizer fails: {opens})",
+        severity="warning",
+    )]  # fmt: skip
+
 FAMILY = "layout"
 """The rule family of this module's rules (``q38 rules --family``)."""
 
@@ -233,6 +278,42 @@ RULES: tuple[Rule, ...] = (
         "model.onnx.data with mode 0000 (or owned by another user, mode 0600)",
         "Give the user running onnxruntime read permission on every file of the package (chmod a+r).",
     )),
+    Rule("PKG-TOKENIZER-001", "a builder (genai-surface) package that carries tokenizer files has "
+         "tokenizer_config.json and tokenizer.json where og.Tokenizer opens them (the config's directory "
+         "or model.tokenizer_dir)", _TOKENIZER_SRC, "run-time", "package", _check_tokenizer, family=FAMILY, doc=RuleDoc(
+        "onnxruntime-genai's og.Tokenizer(model) loads the package's tokenizer through "
+        "onnxruntime-extensions from the config's directory (or model.tokenizer_dir below it): "
+        "it opens tokenizer_config.json, then tokenizer.json, and fails without either ('Failed to "
+        "open a json file: DIR/tokenizer_config.json', 'Invalid file: DIR/tokenizer.json'). The "
+        "builder's save_processing writes both with the other tokenizer files; a package that "
+        "carries a tokenizer without both still loads as a model, but no application can turn "
+        "text into tokens. (A package with no tokenizer file at all is PKG-TOKENIZER-002, a "
+        "warning.) Only builder (genai-surface) packages are asked: q38's own v12b packages are "
+        "not GenAI models. package_manifest.json is deliberately not required, on either surface: "
+        "neither onnxruntime nor onnxruntime-genai opens it (it is q38's provenance record: what "
+        "wrote the package, from what, file digests), the builder writes none, and q38's readers "
+        "treat it as optional (a present one is validated); without it q38 diff hashes the "
+        "weights instead of trusting recorded digests.",
+        "a builder package directory with genai_config.json, model.onnx, model.onnx.data and "
+        "tokenizer_config.json, but no tokenizer.json",
+        "Copy the tokenizer files the builder wrote (tokenizer.json, tokenizer_config.json and the "
+        "others save_processing writes) next to genai_config.json, or save them with "
+        "AutoTokenizer.from_pretrained(SRC).save_pretrained(PKG).",
+    )),
+    Rule("PKG-TOKENIZER-002", "a builder (genai-surface) package without any tokenizer file is flagged "
+         "(warning): onnxruntime-genai generates from its token ids, og.Tokenizer fails", _TOKENIZER_SRC,
+         "run-time", "package", _check_tokenizer, part_of="PKG-TOKENIZER-001", family=FAMILY, doc=RuleDoc(
+        "A genai-surface package with no tokenizer file at all is a token-ids package: "
+        "onnxruntime-genai loads it and generates from token ids (og.Generator.append_tokens), "
+        "but og.Tokenizer fails on it ('Failed to open a json file: DIR/tokenizer_config.json'). "
+        "q38 export-genai writes such packages on purpose (a v12b source has no tokenizer to "
+        "carry). A warning: the package is valid for callers that bring token ids.",
+        "the output of q38 export-genai: genai_config.json, model.onnx and its data, no tokenizer files",
+        "Copy the model's tokenizer files (tokenizer.json, tokenizer_config.json, ...) next to "
+        "genai_config.json when an application must encode text; --ignore PKG-TOKENIZER-002 or a "
+        "baseline records a token-ids package as intended.",
+        "warning",
+    )),
 )  # fmt: skip
 
 
@@ -241,5 +322,6 @@ def check_package_layout(view: PackageView) -> list[Violation]:
     _location_problem_cached.cache_clear()  # the files may have changed since the last check
     found: list[Violation] = []
     for rule in RULES:
-        found.extend(rule.check_package(view))
+        if not rule.part_of:  # a per-check record: its parent's check reports its id
+            found.extend(rule.check_package(view))
     return found

@@ -42,6 +42,7 @@ from contracts import (
     qmoe,
     qsa,
     recurrent,
+    root_cause,
     rotary,
     schema_rules,
     session_config,
@@ -377,6 +378,8 @@ def check_package(
     report.violations.extend(shared_initializers.check_shared_initializers(view))
     report.violations.extend(config_graphs.check_config_graphs(view))
     report.violations.extend(profile_fit.check_profile_fit(view))
+    # one error per missing or unreadable file, its dependents folded into it
+    report.violations = root_cause.fold_file_faults(report.violations, root_cause.package_faults(paths, view.graphs))
     _open_strictly(listing, report)
     if ort_sessions:
         report.sessions.extend(_sessions(graphs, tdir))

@@ -24,14 +24,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "same ones the goldens store: configs and manifests by key path (q38 version, times, "
             "graph and library hashes masked), pool entries by id, and per graph the nodes added, "
             "removed or changed (attribute, input, output, domain), initializers by dtype, shape "
-            "and digest, opset imports; then files added, removed, resized or rewritten. One line "
-            "per difference, grouped per file. Weights are hashed streamed, and only where the "
+            "and digest, opset imports; then files added, removed, resized or rewritten. A summary "
+            "line per graph leads (nodes, initializers, I/O, value_info counted by change), then "
+            "one line per difference, grouped per file, graphs first; value_info only with "
+            "--value-info. Weights are hashed streamed, and only where the "
             "same file or a manifest's recorded digest does not already decide. "
             "Exit 0 same, 1 different, 2 unreadable."
         ),
     )
     p.add_argument("a", metavar="A", type=Path, help="the first package directory (shown as -)")
     p.add_argument("b", metavar="B", type=Path, help="the second package directory (shown as +)")
+    p.add_argument("--value-info", action="store_true",
+                   help="list each graph's value_info (shape annotation) differences; by default a graph shows "
+                        "their count (--json always carries them)")  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -47,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
-        print("\n".join(result.lines()))
+        print("\n".join(result.lines(value_info=args.value_info)))
     return 0 if result.same else 1

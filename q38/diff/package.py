@@ -39,6 +39,7 @@ from q38.canonical.digests import FileIdentity
 from q38.canonical.package import CONFIG_FILE, MANIFEST_FILE, POOL_FILE, pool_records
 from q38.diff.graph import diff_graph
 from q38.diff.model import Difference
+from q38.diff.summary import GraphSummary, graph_lines, summarize
 from q38.diff.tree import diff_tree
 from q38.errors import PackageError
 from q38.package.surface import open_any
@@ -61,6 +62,8 @@ class PackageDiff:
     files_compared: int
     differences: tuple[Difference, ...]
     roles: Mapping[str, str]
+    # The graph files (package-relative) both packages have: their groups lead the report.
+    graphs: tuple[str, ...] = ()
 
     @property
     def same(self) -> bool:
@@ -74,26 +77,39 @@ class PackageDiff:
             order.setdefault(d.file, []).append(d)
         return list(order.items())
 
-    def lines(self) -> list[str]:
-        """The human report: a summary line, then per file its name and one line per difference."""
+    def summaries(self) -> list[GraphSummary]:
+        """A summary per graph file that differs: its differences counted per section and change."""
+        return summarize(self.groups(), self.graphs, self.roles)
+
+    def lines(self, *, value_info: bool = False) -> list[str]:
+        """The human report: what changed first, then the details.
+
+        A headline, a summary line per graph that differs, then per file its name and one line
+        per difference: the graphs first (nodes, initializers, I/O, the rest; their
+        ``value_info`` annotations as a count unless ``value_info``), then configs, manifests,
+        pools and the file inventory.
+        """
         if self.same:
             return [f"q38 diff: {self.a} and {self.b} are the same ({self.files_compared} files compared)"]
         groups = self.groups()
         head = f"q38 diff: {len(self.differences)} difference(s) in {len(groups)} file(s)"
         out = [f"{head} between {self.a} (-) and {self.b} (+)"]
-        for file, diffs in groups:
+        out.extend(s.line() for s in self.summaries())
+        graphs = set(self.graphs)
+        for file, diffs in [g for g in groups if g[0] in graphs] + [g for g in groups if g[0] not in graphs]:
             role = self.roles.get(file)
             out.append(f"{file} ({role})" if role else file)
-            out.extend(d.line() for d in diffs)
+            out.extend(graph_lines(diffs, value_info=value_info) if file in graphs else [d.line() for d in diffs])
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document: both package paths, whether they are the same, every difference."""
+        """The ``--json`` document: both paths, whether they are the same, the graph summaries, every difference."""
         return {
             "a": str(self.a),
             "b": str(self.b),
             "same": self.same,
             "files_compared": self.files_compared,
+            "summary": [s.to_dict() for s in self.summaries()],
             "differences": [d.to_dict() for d in self.differences],
         }
 
@@ -236,4 +252,5 @@ def diff_packages(a: Path | str, b: Path | str) -> PackageDiff:
     diffs.extend(_diff_files(side_a, side_b))
     compared = len(side_a.files.keys() & side_b.files.keys())
     roles = {**_roles(side_b.root), **_roles(side_a.root)}
-    return PackageDiff(Path(a), Path(b), compared, tuple(diffs), roles)
+    graphs = tuple(sorted(side_a.graphs.keys() & side_b.graphs.keys()))
+    return PackageDiff(Path(a), Path(b), compared, tuple(diffs), roles, graphs)

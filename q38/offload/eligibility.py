@@ -7,11 +7,12 @@ The rules (ort-contract-rules.md §1B-§1E, mirrored in ``contracts/``) answer, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from q38.errors import LINE_LIMIT, OffloadError, clip
+from q38.errors import LINE_LIMIT, OffloadError, clip, quote
 
 __all__ = [
     "EligibilityCheck",
@@ -58,18 +59,70 @@ def refusal_hint(node: ir.Node, reason: str) -> str:
     return "--offload-mode auto keeps it on the GPU"
 
 
+_PREFIX = "q38 offload: error: "
+_INT_COMBOS = re.compile(r"\(bits=(\d+), ([^()]*)\)")
+_INT_REASON = "quant_type='int' offload requires "
+
+
+def _node_reason(node: ir.Node, reason: str) -> str:
+    """ORT's int-combination reason cut to what ``node`` needs: the combination of its bit width.
+
+    ``quant_type='int' offload requires (bits=4, ...), (bits=3, ...), or (bits=2, ...)`` becomes
+    ``... requires (bits=4, weights_prepacked=1, block_size=32) for 4-bit experts; the node has
+    weights_prepacked unset, block_size=32``. Any other reason (or a bit width ORT lists no
+    combination for) is returned whole.
+    """
+    if not reason.startswith(_INT_REASON):
+        return reason
+    attrs = node.attributes
+    bits = attrs["expert_weight_bits"].value if "expert_weight_bits" in attrs else 8
+    combo = next((rest for b, rest in _INT_COMBOS.findall(reason) if int(b) == bits), None)
+    if combo is None:
+        return reason
+    has = ", ".join(f"{key}={attrs[key].value}" if key in attrs else f"{key} unset" for key in ("weights_prepacked", "block_size"))
+    return f"{_INT_REASON}(bits={bits}, {combo}) for {bits}-bit experts; the node has {has}"
+
+
+_PATH = re.compile(r"/[^\s()]+/([^/\s()]+/[^/\s()]+)")
+
+
+def _short_paths(where: str) -> str:
+    """Every path in ``where`` shown by its last two components (``.../int4-cpu/model.onnx``), escaped."""
+    return clip(_PATH.sub(lambda m: ".../" + m.group(1), where))
+
+
+def _cut_at_end(text: str, room: int) -> str:
+    """``text`` within ``room`` characters, cut at its end (at a comma when there is one), never inside."""
+    if len(text) <= room:
+        return text
+    more = f"... ({len(text)} chars)"
+    head = text[: max(0, room - len(more))]
+    if ", " in head:
+        head = head[: head.rindex(", ")]
+    return head + more
+
+
 def required_refusal(where: str, node: ir.Node, reason: str) -> OffloadError:
     """The one-line ``--offload-mode required`` refusal: graph, node, what to do, ORT's reason.
 
-    ORT's reason comes last and is the part cut to fit the line: its texts are long, and the
-    head (graph, node, remedy) must survive.
+    Every part the user acts on stays whole: the node, the remedy and the reason. When the line
+    would pass LINE_LIMIT (with the ``q38 offload: error:`` prefix), what gives way is, in turn:
+    the reason's combinations for other bit widths than the node's, the graph path's middle (its
+    file name is kept), and last the reason's tail -- never a cut inside what the user needs.
     """
-    head = (f"{where}: QMoE node {node.name!r} would not be offloaded by onnxruntime (--offload-mode required; "
-            f"{refusal_hint(node, reason)}): ")  # fmt: skip
-    # The whole line stays within LINE_LIMIT (with the "q38 offload: error: " prefix), so the
-    # head -- graph, node, remedy -- is never what a cut removes: ORT's reason is cut first.
-    room = max(40, LINE_LIMIT - len("q38 offload: error: ") - len(head) - 24)  # clip adds " (N chars)"
-    return OffloadError(head + clip(reason, room))
+    def line(shown_where: str, shown_reason: str) -> str:
+        return (f"{shown_where}: QMoE node {quote(node.name)} would not be offloaded by onnxruntime "
+                f"(--offload-mode required; {refusal_hint(node, reason)}): {shown_reason}")  # fmt: skip
+
+    room = LINE_LIMIT - len(_PREFIX)
+    text = line(where, reason)
+    if len(text) <= room:
+        return OffloadError(text)
+    short = _node_reason(node, reason)
+    fixed = len(line("", short))
+    if len(where) + fixed > room:
+        where = _short_paths(where)
+    return OffloadError(line(where, _cut_at_end(short, room - len(line(where, "")))))
 
 
 def split_verdicts(

@@ -101,9 +101,23 @@ class HitReport:
                 "layers": [h.to_dict() for h in self.layers]}  # fmt: skip
 
     def lines(self) -> list[str]:
-        """Human-readable lines: the total, then one per row."""
+        """Human-readable lines: the total, then one per row.
+
+        When no row has a cap (no slot count was given: onnxruntime sizes residency from its
+        budgets), there is no hit rate to predict: one line says so, and how many selections the
+        profile holds, instead of a row of ``n/a`` per node and a total of 0 of 0.
+        """
+        if self.layers and all(h.state == "uncapped" for h in self.layers):
+            every = sum(h.selections for h in self.layers)
+            return [(f"expected hit rate [{self.tier}]: not predicted: no resident-slot count was given, so "
+                    f"onnxruntime sizes each node's residency from its budgets (the profile, {every} selections "
+                    f"over {len(self.layers)} nodes, is written as session.moe.offload.popularity_file); "
+                    "--total-resident-slots N or "
+                    "--target-resident-slots N caps the nodes and predicts the rate")]  # fmt: skip
         total = "n/a" if self.share is None else f"{100 * self.share:.1f}%"
-        out = [f"expected hit rate [{self.tier}]: {total} ({self.hits} of {self.selections} selections on resident experts)"]
+        left_out = f"; {len(self.uncapped)} uncapped node(s) left out" if self.uncapped else ""
+        out = [(f"expected hit rate [{self.tier}]: {total} ({self.hits} of {self.selections} selections on resident "
+               f"experts{left_out})")]  # fmt: skip
         for h in self.layers:
             share = "n/a (uncapped)" if h.share is None else f"{100 * h.share:5.1f}%"
             where = f"{h.graph}:{h.node}" if h.graph else h.node

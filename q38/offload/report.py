@@ -39,6 +39,25 @@ class OffloadReport:
         d["hit_rates"] = [h.to_dict() for h in self.hit_rates]
         return d
 
+    def _slots_line(self) -> str:
+        """``resident slots: 16 over the 9 offloaded nodes`` and, apart, the chained drafts' own caps.
+
+        The chained drafts (``/mtp/1/``, ``/mtp/2/`` of the verify graphs) are copies of
+        ``/mtp/0/`` that share its expert bank; they are not among the offloaded nodes counted
+        above, nor rows of the hit-rate report, so their caps are shown as theirs.
+        """
+        offloaded = set(self.offloaded)
+        own = {n: c for n, c in self.resident_slots.items() if n in offloaded}
+        copies = {n: c for n, c in self.resident_slots.items() if n not in offloaded}
+        over = f"the {len(own)}" if len(own) == len(offloaded) else f"{len(own)} of the {len(offloaded)}"
+        line = f"  resident slots: {sum(own.values())} over {over} offloaded nodes"
+        if copies:
+            caps = sorted(set(copies.values()))
+            each = f"{caps[0]} each" if len(caps) == 1 else ", ".join(str(copies[n]) for n in copies)
+            line += (f"; chained drafts {', '.join(copies)} of the verify graphs share /mtp/0/'s experts: "
+                     f"{each} of their own")  # fmt: skip
+        return line
+
     def summary(self) -> list[str]:
         """The lines ``q38 offload`` prints."""
         graphs = ", ".join(self.graphs.values()) if self.graphs else "none (no MTP draft)"
@@ -49,7 +68,7 @@ class OffloadReport:
         )
         lines = [head]
         if self.resident_slots:
-            lines.append(f"  resident slots: {sum(self.resident_slots.values())} over {len(self.resident_slots)} nodes")
+            lines.append(self._slots_line())
         by_reason: dict[str, list[str]] = {}
         for name, reason in self.kept_resident:
             by_reason.setdefault(reason, []).append(name)

@@ -86,7 +86,7 @@ class Result:
         """The rule id of the violation."""
         return self.violation.rule_id
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """The violation's json form with the reported level as its severity."""
         doc = self.violation.to_dict()
         doc["severity"] = self.level

@@ -72,6 +72,8 @@ def _result(r: Result, report: CheckReport, prefix: str, index: dict[str, int], 
         "partialFingerprints": {_FINGERPRINT: r.fingerprint},
         "properties": {"graph": v.graph, "node": v.node},
     }
+    if v.folded:  # the dependents of one missing or unreadable file (contracts.root_cause)
+        out["properties"]["folded"] = v.folded
     if v.rule_id in index:
         out["ruleIndex"] = index[v.rule_id]
     if r.suppressed is not None:

@@ -383,6 +383,13 @@ def _package_cases() -> list[RuleCase]:
     def research_key(pkg: Path) -> None:
         _write_config(pkg, lambda d: d["model"]["decoder"].update({"ple_token_pad_id": 0}))
 
+    def no_tokenizer(pkg: Path) -> None:
+        os.unlink(pkg / "tokenizer.json")  # og.Tokenizer: "Invalid file: PKG/tokenizer.json"
+
+    def token_ids_only(pkg: Path) -> None:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            os.unlink(pkg / name)  # no tokenizer at all, as q38 export-genai writes
+
     def missing_library(pkg: Path) -> None:
         _write_config(pkg, lambda d: _graph_section(d).update({"libraries": {"x": "libs/missing.so"}}))
 
@@ -462,6 +469,8 @@ def _package_cases() -> list[RuleCase]:
         RuleCase("PATH-SPECIAL-001", "package", _noop, fifo),
         RuleCase("PATH-FIELD-004", "package", _noop, shared_range, base="genai"),
         RuleCase("PKG-SHARED-001", "package", _noop, shared_shape, base="genai"),
+        RuleCase("PKG-TOKENIZER-001", "package", _noop, no_tokenizer, base="genai"),
+        RuleCase("PKG-TOKENIZER-002", "package", _noop, token_ids_only, base="genai"),
         # a Qwen3.8 research-builder key: q38 reads the config, onnxruntime-genai 0.18.0 would not
         RuleCase("CFG-SURFACE-002", "package", _noop, research_key, base="genai"),
     ]

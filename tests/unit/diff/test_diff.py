@@ -8,7 +8,11 @@ Invariants guarded:
   manifest fields (q38 version and graph hashes masked), nodes added / removed / changed
   (attribute, input, output, domain, op), initializers (digest, dtype, shape), opset imports,
   graph inputs, files added / removed / rewritten;
-* ``--json`` carries the same differences as data;
+* ``--json`` carries the same differences as data, and a summary per graph;
+* the report leads with a summary line per graph, then the graphs' node, initializer and I/O
+  changes; ``value_info`` lines only with ``--value-info`` (else a count): on the demo's built
+  vs optimized tiny package, the summary and the first node change are within the first 40
+  lines (issue 37.4);
 * weights are not read where the same file or a valid manifest digest decides, and are read
   (streamed) where a data file changed after its manifest.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -74,6 +79,7 @@ def test_one_changed_attribute_is_named_in_a_short_report(pair: tuple[Path, Path
     assert len(lines) <= 20
     assert lines == [
         f"q38 diff: 1 difference(s) in 1 file(s) between {a} (-) and {b} (+)",
+        "model.onnx (target): nodes ~1",
         "model.onnx (target)",
         (
             '  ~ node "/model/layers.0/attn_hc/BranchwiseRMSNorm" (com.microsoft::BranchwiseRMSNorm) '
@@ -161,7 +167,7 @@ def test_changed_weight_bytes_are_an_initializer_digest_difference(pair: tuple[P
     # The embedding is shared by the three graphs: one line under each.
     assert inits == [(g, 'initializer "model.embed_tokens.weight" sha256')
                      for g in ("head_r2.onnx", "model.onnx", "prefill.onnx")]
-    assert len(lines) == 7  # summary, then per graph its name and the one initializer line
+    assert len(lines) == 10  # headline, a summary per graph, then per graph its name and the one initializer line
 
 
 def test_no_weight_byte_is_read_where_the_file_or_a_valid_manifest_decides(
@@ -283,3 +289,48 @@ def test_builder_packages_of_the_genai_surface_diff_too(capsys: pytest.CaptureFi
     assert "model.onnx (decoder)" in lines and "  + mtp.onnx: file" in lines
     assert '  + model.decoder.outputs.hidden_states: "hidden_states"' in lines
     assert any(line.startswith('  + output "hidden_states": ') for line in lines)
+
+
+@pytest.fixture
+def built_and_optimized(tiny_bundles: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """What the demo builds and optimizes (tiny preset, cpu variant), by the same commands."""
+    built, optimized = tmp_path / "built", tmp_path / "optimized"
+    assert main(["build", str(built), "--target", str(tiny_bundles / "target"), "--head", str(tiny_bundles / "head"),
+                 "--prefill", str(tiny_bundles / "prefill"), "--provider", "cpu", "--json"]) == 0  # fmt: skip
+    assert main(["optimize", str(built), str(optimized), "--json"]) == 0
+    return built, optimized
+
+
+def test_the_change_leads_and_value_info_is_a_count_unless_asked(
+    built_and_optimized: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    built, optimized = built_and_optimized
+    capsys.readouterr()
+    code, lines, _ = _cli(capsys, str(built), str(optimized))
+    assert code == 1
+    head = lines[:40]
+    summaries = {line.split(" ")[0]: line for line in head[1:4]}
+    assert set(summaries) == {"model.onnx", "prefill.onnx", "head_r2.onnx"}, head[:5]
+    assert re.fullmatch(r"model\.onnx \(target\): nodes \+\d+ -\d+ ~\d+, initializers \+\d+ -\d+, value_info \+\d+",
+                        summaries["model.onnx"])  # fmt: skip
+    assert summaries["head_r2.onnx"].endswith("(shape annotations only)")
+    assert any(line.startswith(("  ~ node ", "  + node ", "  - node ")) for line in head)
+    assert not any(line.startswith("  + value_info ") for line in lines)
+    counted = [line for line in lines if line.startswith("  value_info: +")]
+    assert len(counted) == 3
+    shown_vi = int(re.search(r"value_info \+(\d+)", summaries["model.onnx"]).group(1))  # type: ignore[union-attr]
+    # every graph: nodes before initializers before value_info
+    body = lines[lines.index("model.onnx (target)") + 1 :]
+    body = body[: next(i for i, line in enumerate(body) if not line.startswith("  "))]
+    kinds = ["value_info" if line.startswith("  value_info:") else line.split()[1] for line in body]
+    assert kinds == sorted(kinds, key=["node", "initializer", "value_info"].index)
+    assert f"  value_info: +{shown_vi} (shape annotations; q38 diff --value-info lists them)" in body
+
+    _, listed, _ = _cli(capsys, "--value-info", str(built), str(optimized))
+    assert sum(1 for line in listed if line.startswith("  + value_info ")) >= shown_vi > 0
+    code, out, _ = _cli(capsys, "--json", str(built), str(optimized))
+    doc = json.loads("\n".join(out))
+    vi = [d for d in doc["differences"] if d["file"] == "model.onnx" and d["section"] == "value_info"]
+    assert len(vi) == shown_vi
+    (target,) = [g for g in doc["summary"] if g["file"] == "model.onnx"]
+    assert target["role"] == "target" and target["value_info"]["added"] == shown_vi and target["nodes"]["removed"] > 0

@@ -246,12 +246,15 @@ def test_hit_report_lines_total_then_rows() -> None:
     rows = _rows([[3, 1, 0, 0], [2, 2, 2, 2]], ["/a", "/c"])
     report = hit_report("session_options", rows, {("model.onnx", "/a"): 1}, [])
     assert report.lines() == [
-        "expected hit rate [session_options]: 75.0% (3 of 4 selections on resident experts)",
+        "expected hit rate [session_options]: 75.0% (3 of 4 selections on resident experts; 1 uncapped node(s) left out)",
         "  model.onnx:/a:  75.0%  resident 1  (offloaded)",
         "  model.onnx:/c: n/a (uncapped)  resident -  (uncapped)",
     ]
     uncapped = hit_report("t", rows, {}, [])
-    assert uncapped.lines()[0] == "expected hit rate [t]: n/a (0 of 0 selections on resident experts)"
+    # no row capped (no slot count given): one line that says why there is no rate, not n/a per row
+    (line,) = uncapped.lines()
+    assert line.startswith("expected hit rate [t]: not predicted: no resident-slot count was given")
+    assert "the profile, 12 selections over 2 nodes, is written as session.moe.offload.popularity_file" in line
 
 
 def test_an_unnamed_qmoe_node_is_a_site_named_empty(tiny_cpu_package: Path) -> None:
