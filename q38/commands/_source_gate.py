@@ -27,6 +27,7 @@ from q38.errors import PackageError, bound_line, clip, quote
 
 if TYPE_CHECKING:
     from contracts import Violation
+    from q38.package.graph_memo import GraphMemo
 
 __all__ = ["ALLOW_FLAG", "add_allow_flag", "gated", "refuse_invalid_source"]
 
@@ -93,12 +94,12 @@ def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
     with graph_memo() as memo:
         allowed = refuse_invalid_source(source, args)
         memo.stop_recording()  # the command's own loads take the models the gate parsed
-        with _output_checked(allowed):
+        with _output_checked(allowed, memo):
             yield
 
 
 @contextlib.contextmanager
-def _output_checked(allowed: frozenset[str]) -> Iterator[None]:
+def _output_checked(allowed: frozenset[str], memo: GraphMemo) -> Iterator[None]:
     """Register the commit-time output check of the block (see :func:`gated`)."""
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.staging import COMMIT_CHECKS
@@ -108,7 +109,8 @@ def _output_checked(allowed: frozenset[str]) -> Iterator[None]:
         from contracts.runner import check_package
 
         try:
-            report = check_package(tree)
+            with memo.judge():  # the written models, judged in memory
+                report = check_package(tree)
         except PackageError as exc:
             raise PackageError(f"{dest}: the output q38 staged cannot be read back ({exc}); nothing written") from None
         new = [v for v in report.errors if v.rule_id not in allowed]

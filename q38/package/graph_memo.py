@@ -14,9 +14,10 @@ of reading one; without this memo each graph was parsed three times per command.
   leak into the command; the model is the command's from then on (it may rewrite it). Later
   loads of that file parse it afresh.
 * a writer that serialized a model it will not change again registers the bytes with
-  :meth:`GraphMemo.keep_written`; a load whose file holds exactly those bytes answers that model
-  instead of deserializing them again (the output check). What is judged is what is on disk:
-  the bytes are compared in full.
+  :meth:`GraphMemo.keep_written`; in the output check (:meth:`GraphMemo.judge`) a load whose
+  file holds exactly those bytes answers that model instead of deserializing them again. What is judged is what is on disk:
+  the bytes are compared in full. A command that only read a model it took registers it with
+  :meth:`GraphMemo.keep_unchanged`: a graph it placed unchanged is judged as that model.
 
 Outside a block nothing is kept: every load parses, as before.
 """
@@ -26,9 +27,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx_ir as ir
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["FileIdentity", "GraphMemo", "active_memo", "graph_memo"]
 
@@ -45,6 +47,7 @@ class _Kept:
     model: ir.Model
     refs: list[Any]
     meta: dict[str, Any]
+    data: bytes
 
 
 @dataclass
@@ -52,8 +55,11 @@ class GraphMemo:
     """The models of one command (see the module docstring); made by :func:`graph_memo`."""
 
     recording: bool = True
+    judging: bool = False
+    """Set by :meth:`judge`: only the output check's loads are answered by written models."""
     _loaded: dict[MemoKey, _Kept] = field(default_factory=dict)
     _written: dict[bytes, ir.Model] = field(default_factory=dict)
+    _taken: dict[int, tuple[ir.Model, bytes]] = field(default_factory=dict)
     parsed: int = 0
     """Graphs parsed (deserialized) while this memo was active: what the tests and benchmarks count."""
 
@@ -71,12 +77,25 @@ class GraphMemo:
         del self._loaded[key]
         kept.model.meta.clear()
         kept.model.meta.update(kept.meta)
+        self._taken[id(kept.model)] = (kept.model, kept.data)
         return kept.model, list(kept.refs)
 
-    def keep_loaded(self, key: MemoKey, identity: FileIdentity, model: ir.Model, refs: list[Any]) -> None:
-        """Keep a model the gate just parsed (nothing is kept once recording stopped)."""
+    def keep_loaded(
+        self, key: MemoKey, identity: FileIdentity, model: ir.Model, refs: list[Any], data: bytes
+    ) -> None:
+        """Keep a model the gate just parsed from ``data`` (nothing is kept once recording stopped)."""
         if self.recording:
-            self._loaded[key] = _Kept(identity, model, list(refs), dict(model.meta))
+            self._loaded[key] = _Kept(identity, model, list(refs), dict(model.meta), data)
+
+    def keep_unchanged(self, model: ir.Model) -> None:
+        """``model``, taken from the gate, was not changed and will not be.
+
+        A staged file holding the bytes the gate read (a graph placed unchanged) is then judged
+        as ``model``: its source verdict, no parse.
+        """
+        taken = self._taken.pop(id(model), None)
+        if taken is not None and taken[0] is model:
+            self._written[taken[1]] = model
 
     def stop_recording(self) -> None:
         """The gate is done: from now on each kept model is handed to the command's first load of it."""
@@ -86,13 +105,26 @@ class GraphMemo:
         """``data`` is ``model`` serialized, and its writer changes ``model`` no more."""
         self._written[data] = model
 
+    @contextlib.contextmanager
+    def judge(self) -> Iterator[None]:
+        """The output check's block: its loads of files holding registered bytes answer those models.
+
+        Outside it (the command's own loads) registered bytes are parsed as usual, so a command
+        never gets back a model it handed over.
+        """
+        self.judging = True
+        try:
+            yield
+        finally:
+            self.judging = False
+
     def written(self, data: bytes) -> ir.Model | None:
-        """The model a writer registered as serialized to exactly ``data``, its ``meta`` cleared.
+        """In :meth:`judge`, the model a writer registered as serialized to exactly ``data``, ``meta`` cleared.
 
         The ``meta`` the command left (cached facts of a model it rewrote since) is dropped, as a
         fresh parse would have none.
         """
-        model = self._written.get(data)
+        model = self._written.get(data) if self.judging else None
         if model is not None:
             model.meta.clear()
         return model
@@ -117,3 +149,4 @@ def graph_memo() -> Iterator[GraphMemo]:
         _ACTIVE.remove(memo)
         memo._loaded.clear()
         memo._written.clear()
+        memo._taken.clear()

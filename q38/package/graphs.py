@@ -385,7 +385,7 @@ def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> 
     model.meta["q38.path"] = str(path)
     model.meta["q38.root"] = str(root)
     if memo is not None:
-        memo.keep_loaded(key, identity, model, refs)
+        memo.keep_loaded(key, identity, model, refs, data)
     return model, refs
 
 
