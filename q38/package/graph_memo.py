@@ -18,6 +18,10 @@ of reading one; without this memo each graph was parsed three times per command.
   file holds exactly those bytes answers that model instead of deserializing them again. What is judged is what is on disk:
   the bytes are compared in full. A command that only read a model it took registers it with
   :meth:`GraphMemo.keep_unchanged`: a graph it placed unchanged is judged as that model.
+* the contract runner keeps each model's graph-rule verdicts (:meth:`GraphMemo.verdict`): a model
+  judged again under the same session entries and EPs (a graph the output holds twice, a graph
+  placed unchanged) keeps its verdict; a model the command took has none until it is registered
+  unchanged.
 
 Outside a block nothing is kept: every load parses, as before.
 """
@@ -25,7 +29,7 @@ Outside a block nothing is kept: every load parses, as before.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +64,8 @@ class GraphMemo:
     _loaded: dict[MemoKey, _Kept] = field(default_factory=dict)
     _written: dict[bytes, ir.Model] = field(default_factory=dict)
     _taken: dict[int, tuple[ir.Model, bytes]] = field(default_factory=dict)
+    _verdicts: dict[int, tuple[ir.Model, dict[Hashable, list[Any]]]] = field(default_factory=dict)
+    _suspended: dict[int, tuple[ir.Model, dict[Hashable, list[Any]]]] = field(default_factory=dict)
     parsed: int = 0
     """Graphs parsed (deserialized) while this memo was active: what the tests and benchmarks count."""
 
@@ -75,6 +81,9 @@ class GraphMemo:
         if self.recording:
             return kept.model, list(kept.refs)
         del self._loaded[key]
+        verdicts = self._verdicts.pop(id(kept.model), None)
+        if verdicts is not None:  # the command may rewrite it: its verdicts wait for keep_unchanged
+            self._suspended[id(kept.model)] = verdicts
         kept.model.meta.clear()
         kept.model.meta.update(kept.meta)
         self._taken[id(kept.model)] = (kept.model, kept.data)
@@ -96,6 +105,27 @@ class GraphMemo:
         taken = self._taken.pop(id(model), None)
         if taken is not None and taken[0] is model:
             self._written[taken[1]] = model
+            verdicts = self._suspended.pop(id(model), None)
+            if verdicts is not None and verdicts[0] is model:
+                self._verdicts[id(model)] = verdicts  # unchanged: it keeps its source verdict
+
+    def verdict(self, model: ir.Model, key: Hashable) -> list[Any] | None:
+        """The graph rules' violations found on ``model`` under ``key`` (session entries, EPs ...) in this command.
+
+        A model the command took from the gate has none until it is registered unchanged
+        (:meth:`keep_unchanged`): the command may have rewritten it since.
+        """
+        found = self._verdicts.get(id(model))
+        if found is None or found[0] is not model or key not in found[1]:
+            return None
+        return list(found[1][key])
+
+    def keep_verdict(self, model: ir.Model, key: Hashable, violations: list[Any]) -> None:
+        """Remember the graph rules' ``violations`` on ``model`` under ``key`` (see :meth:`verdict`)."""
+        entry = self._verdicts.get(id(model))
+        if entry is None or entry[0] is not model:
+            entry = self._verdicts[id(model)] = (model, {})
+        entry[1][key] = list(violations)
 
     def stop_recording(self) -> None:
         """The gate is done: from now on each kept model is handed to the command's first load of it."""
@@ -150,3 +180,5 @@ def graph_memo() -> Iterator[GraphMemo]:
         memo._loaded.clear()
         memo._written.clear()
         memo._taken.clear()
+        memo._verdicts.clear()
+        memo._suspended.clear()

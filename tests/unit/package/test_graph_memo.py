@@ -146,3 +146,18 @@ def test_a_graph_placed_unchanged_is_judged_as_the_model_the_command_only_read(
         with memo.judge():
             assert load_graph(out / "model.onnx", root=out) is read
     assert len(parses) == 2
+
+
+def test_a_taken_model_keeps_its_verdict_only_once_registered_unchanged(tmp_path: Path) -> None:
+    pkg = _pkg(tmp_path)
+    with graph_memo() as memo:
+        gate = load_graph(pkg / "model.onnx", root=pkg)
+        memo.keep_verdict(gate, "cpu", ["violation"])
+        assert memo.verdict(gate, "cpu") == ["violation"] and memo.verdict(gate, "cuda") is None
+        memo.stop_recording()
+        taken = load_graph(pkg / "model.onnx", root=pkg)
+        assert memo.verdict(taken, "cpu") is None  # the command may rewrite it
+        memo.keep_unchanged(taken)
+        assert memo.verdict(taken, "cpu") == ["violation"]
+        rewritten = load_graph(pkg / "model.onnx", root=pkg)
+        assert memo.verdict(rewritten, "cpu") is None  # another model: no verdict of its own yet
