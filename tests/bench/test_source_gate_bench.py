@@ -77,6 +77,7 @@ _SHARE = _START + textwrap.dedent("""
         return real_parse(proto)
     runner.check_package, gate.refuse_invalid_source, ir.serde.deserialize_model = check, refuse, parse
     from q38.cli import main
+    import gc; gc.freeze()  # as q38.__main__.entry: the start-up's objects out of every collection
     code = main(sys.argv[1:], last_run=True)
     total = time.process_time()
     print(json.dumps({"code": code, "cpu_s": total, "gate_s": spent["gate"], "output_check_s": spent["output_check"],
