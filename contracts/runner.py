@@ -56,6 +56,7 @@ from q38.errors import GraphError, PackageError
 from q38.ort_kernels import cpu_kernels
 from q38.package import external_refs, load_graph
 from q38.package.detect import inside_package as inside
+from q38.package.graph_memo import active_memo
 from q38.package.graphs import quiet_deserializer
 from q38.package.session_options import session_entries
 from q38.package.surface import list_graphs
@@ -317,6 +318,21 @@ def check_graph(
     return found
 
 
+def _graph_verdict(
+    model: ir.Model, entries: Mapping[str, str], eps: frozenset[str], version: str, custom: bool
+) -> list[Violation]:
+    """``check_graph`` of ``model``, or its verdict of earlier in this command (``q38.package.graph_memo``)."""
+    memo = active_memo()
+    if memo is None:
+        return check_graph(model, entries=entries, eps=eps, ort_version=version, custom_library=custom)
+    key = (tuple(sorted(entries.items())), eps, version, custom)
+    found = memo.verdict(model, key)
+    if found is None:
+        found = check_graph(model, entries=entries, eps=eps, ort_version=version, custom_library=custom)
+        memo.keep_verdict(model, key, found)
+    return found
+
+
 def check_package(
     path: Path | str, *, ort_version: str | None = None, ort_sessions: bool = False
 ) -> CheckReport:
@@ -356,7 +372,7 @@ def check_package(
         applied = _graph_rules(rules, eps)
         seen: set[Violation] = set()
         for entries in (ref.session_entries, *ref.overlay_entries):
-            for v in check_graph(model, entries=entries, eps=eps, ort_version=version, custom_library=custom):
+            for v in _graph_verdict(model, entries, eps, version, custom):
                 found = v.at(graph=label)
                 if found not in seen:
                     seen.add(found)

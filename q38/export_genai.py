@@ -33,6 +33,7 @@ from q38.errors import ExportError
 from q38.export_plan import ExportPlan, write_export
 from q38.ort_kernels import cpu_kernels
 from q38.package import check_destination, check_output_outside, load_graph, open_any
+from q38.package.graph_memo import active_memo
 from q38.package.jsonio import dumps_json
 from q38.package.links import LinkPolicy
 from q38.package.paths import resolve_inside
@@ -241,6 +242,9 @@ def _plan_v12b_export(opened: V12bPackage, *, link: LinkPolicy, provider: str, d
     inputs, outputs = _io_names(package.config.model.decoder.inputs, package.config.model.decoder.outputs)
     states = _check_graph(model, str(graph_path), inputs, outputs)
     locations = sorted({ref.location for ref in external_refs(model)})
+    memo = active_memo()
+    if memo is not None:  # placed unchanged: the output check judges this very model
+        memo.keep_unchanged(model)
     graph_parent = Path(graph_rel).parent
     doc = genai_config(package.config, graph_rel, provider=provider)
     # A value strict JSON cannot carry (NaN, an infinity, a 65-bit integer) is refused at its key,

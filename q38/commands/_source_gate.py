@@ -27,6 +27,7 @@ from q38.errors import PackageError, bound_line, clip, quote
 
 if TYPE_CHECKING:
     from contracts import Violation
+    from q38.package.graph_memo import GraphMemo
 
 __all__ = ["ALLOW_FLAG", "add_allow_flag", "gated", "refuse_invalid_source"]
 
@@ -83,18 +84,33 @@ def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
 
     Inside the block every staged output (:data:`q38.package.staging.COMMIT_CHECKS`) must pass
     the contract rules except those the source already broke (``--allow-invalid-source``).
+    Each graph is parsed once (:mod:`q38.package.graph_memo`): the command's loads take the
+    models the gate parsed, and the output check judges the models a writer registered with the
+    bytes it wrote instead of parsing them again.
     """
+    # deferred: pulls numpy into q38 --help (q38.package.graphs)
+    from q38.package.graph_memo import graph_memo
+
+    with graph_memo() as memo:
+        allowed = refuse_invalid_source(source, args)
+        memo.stop_recording()  # the command's own loads take the models the gate parsed
+        with _output_checked(allowed, memo):
+            yield
+
+
+@contextlib.contextmanager
+def _output_checked(allowed: frozenset[str], memo: GraphMemo) -> Iterator[None]:
+    """Register the commit-time output check of the block (see :func:`gated`)."""
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.staging import COMMIT_CHECKS
-
-    allowed = refuse_invalid_source(source, args)
 
     def check_output(tree: Path, dest: Path) -> None:
         # deferred: pulls numpy into q38 --help (contracts.shapes)
         from contracts.runner import check_package
 
         try:
-            report = check_package(tree)
+            with memo.judge():  # the written models, judged in memory
+                report = check_package(tree)
         except PackageError as exc:
             raise PackageError(f"{dest}: the output q38 staged cannot be read back ({exc}); nothing written") from None
         new = [v for v in report.errors if v.rule_id not in allowed]

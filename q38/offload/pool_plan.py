@@ -31,7 +31,7 @@ from q38.offload.options import (
     offload_config_entries,
     parse_node_overrides,
 )
-from q38.offload.package_io import serialize_graph, source_files
+from q38.offload.package_io import keep_final, keep_unchanged, serialize_graph, source_files
 from q38.offload.placement import ALIGNED_FILE, plan_pool, retarget_graph
 from q38.offload.plan import AlignedFile, OffloadPlan
 from q38.offload.profiles import apply_offload_config
@@ -98,7 +98,9 @@ def plan_pool_offload(
     where = str(package.graph_path(base_role))
     for role in package.roles():
         if role != base_role:  # graphs q38 only copies: parsed and their external data checked
-            refuse_qmoe_offload(package.load(role), where=str(package.graph_path(role)))
+            copied = package.load(role)
+            refuse_qmoe_offload(copied, where=str(package.graph_path(role)))
+            keep_unchanged(copied)
     source_model = package.load(base_role)  # private: the file on disk is never written
     refuse_qmoe_offload(source_model, where=where)
     prepared, cleared = clear_router_weights(source_model, in_place=True)
@@ -137,7 +139,7 @@ def plan_pool_offload(
         names = {}
         notes.append(f"{where}: no MTP draft (/mtp/0/): no verify graphs (model_s2/s3/s4) written")
         decoder_file = target_name
-        graphs[target_name] = serialize_graph(prepared, where=target_name)
+        graphs[target_name] = serialize_graph(prepared, where=target_name, final=True)
     if graph_cfg.prefill is not None and "prefill" in package.roles():
         # The prefill graph runs under the decoder's session options, offload entries included:
         # its QMoE nodes must lose router_weights too, or mode=required rejects them (slot 14).
@@ -145,9 +147,10 @@ def plan_pool_offload(
         prefill, prefill_cleared = clear_router_weights(prefill, in_place=True)
         retarget_graph(prefill, pool_plan.relocated)
         split_verdicts(check, prefill, options.mode, str(package.graph_path("prefill")))
-        graphs[graph_cfg.prefill.filename] = serialize_graph(prefill, where=graph_cfg.prefill.filename)
+        graphs[graph_cfg.prefill.filename] = serialize_graph(prefill, where=graph_cfg.prefill.filename, final=True)
         cleared += prefill_cleared
     s4 = prepared
+    keep_final(s4, graphs[decoder_file])  # grown in place through s2 and s3: only its last form is final
     caps.update(chained_caps(slot_plan, target_name, [n.name or "" for n in qmoe_nodes(s4.graph)]))
 
     entries = offload_config_entries(options, caps)

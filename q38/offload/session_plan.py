@@ -157,7 +157,7 @@ def plan_session_offload(
         check_emitted(entries)
         session_entries[g.role] = entries
     for g in graphs:
-        files[g.rel] = serialize_graph(g.model, where=g.rel)
+        files[g.rel] = serialize_graph(g.model, where=g.rel, final=True)
     notes = list(plan.notes)
     verify: dict[str, str] = {}
     if mtp is not None:
@@ -172,7 +172,7 @@ def plan_session_offload(
             if name in taken:
                 raise OffloadError(f"{pkg.root / name}: exists in the source; the verify graph of S={rows_n} would replace it")
             model = verify_graph(decoder.model.clone(), rows_n, where=decoder.rel)
-            files[name] = serialize_graph(model, where=name)
+            files[name] = serialize_graph(model, where=name, final=True)
             verify[f"s{rows_n}"] = name
     else:
         notes.append(f"{pkg.config_path}: no model.mtp graph: no verify graphs (model_s2/s3/s4) written")

@@ -29,6 +29,7 @@ import onnx_ir as ir
 
 from q38.errors import GraphError, UnsafePathError, clip, quote
 from q38.package.files import GRAPH_LIMIT, open_regular, os_problem
+from q38.package.graph_memo import active_memo
 from q38.package.paths import resolve_inside, safe_relpath
 
 __all__ = [
@@ -340,11 +341,21 @@ def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> 
 
     """
     _LOG.info("reading graph %s", clip(path))
+    memo = active_memo()
+    key = (os.path.abspath(path), os.path.abspath(root), check_structure)
+    files: dict[str, tuple[Path, os.stat_result]] = {}
     fd = open_regular(path, what="graph", error=GraphError)  # never a FIFO, a device, a directory
     with os.fdopen(fd, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+        st = os.fstat(fh.fileno())
+        size = st.st_size
         if size > GRAPH_LIMIT:
             raise GraphError(f"{clip(path)}: {size} bytes is larger than protobuf's 2 GiB limit for one graph")
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        kept = memo.take(key, identity) if memo is not None else None
+        if kept is not None:  # the gate parsed and checked this very file: its model, references checked again
+            for ref in kept[1]:
+                _check_external(path, root, ref, files)
+            return kept
         try:
             data = fh.read()
         except OSError as exc:
@@ -355,14 +366,17 @@ def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> 
             detail = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise GraphError(f"{clip(path)}: not a valid ONNX model (truncated or malformed protobuf): {detail}") from None
     _check_proto(proto, path)
-    try:
-        with quiet_deserializer(check_structure):
-            model = ir.serde.deserialize_model(proto)
-    except Exception as exc:  # onnx-ir ValueError on malformed graphs
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise GraphError(f"{clip(path)}: not a valid ONNX model (malformed graph): {detail}") from None
+    model = memo.written(data) if memo is not None else None
+    if model is None:  # not the very bytes of a model this command wrote: parse them
+        try:
+            with quiet_deserializer(check_structure):
+                model = ir.serde.deserialize_model(proto)
+        except Exception as exc:  # onnx-ir ValueError on malformed graphs
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise GraphError(f"{clip(path)}: not a valid ONNX model (malformed graph): {detail}") from None
+        if memo is not None:
+            memo.parsed += 1
     ir.external_data.set_base_dir(model.graph, os.path.dirname(path))
-    files: dict[str, tuple[Path, os.stat_result]] = {}
     refs = external_refs(model)
     for ref in refs:
         _check_external(path, root, ref, files)
@@ -370,6 +384,8 @@ def load_graph_refs(path: Path, *, root: Path, check_structure: bool = True) -> 
         _check_structure(model.graph, path)
     model.meta["q38.path"] = str(path)
     model.meta["q38.root"] = str(root)
+    if memo is not None:
+        memo.keep_loaded(key, identity, model, refs, data)
     return model, refs
 
 
@@ -437,8 +453,12 @@ def tensor_digest(tensor: ir.TensorProtocol) -> str:
     return h.hexdigest()
 
 
-def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> None:
+def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None, keep: bool = False) -> None:
     """Write ``model`` to ``path``; external tensors stay references.
+
+    Inside a :func:`~q38.package.graph_memo.graph_memo` block the written bytes are registered
+    with ``model`` when ``keep`` (the caller changes ``model`` no more), so the output check judges
+    the model in memory instead of parsing the file again.
 
     In-memory tensors of at least 1 KiB (weights a pass created) are appended to ``new_data``
     (default ``<stem>.q38.data``) next to ``path`` and become external references. The caller
@@ -476,5 +496,9 @@ def save_graph(model: ir.Model, path: Path, *, new_data: str | None = None) -> N
                 )
                 offset += len(raw)
     proto = ir.serde.serialize_model(model)
-    path.write_bytes(proto.SerializeToString())
+    data = proto.SerializeToString()
+    path.write_bytes(data)
     _LOG.info("wrote graph %s", path)
+    memo = active_memo()
+    if memo is not None and keep:
+        memo.keep_written(model, data)
