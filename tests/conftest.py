@@ -56,6 +56,10 @@ def package_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 
 
 @pytest.fixture
-def messages_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
-    """A snapshot that stores q38's own messages: case -> message (refusals, declines, explain lines)."""
+def messages_snapshot(snapshot: SnapshotAssertion, tmp_path_factory: pytest.TempPathFactory) -> SnapshotAssertion:
+    """A snapshot that stores q38's own messages: case -> message (refusals, declines, explain lines).
+
+    Paths under pytest's temporary directory are stored as ``<tmp>/...`` (see ``canonical_messages``).
+    """
+    golden.MessagesGoldenExtension.temp_root = str(tmp_path_factory.getbasetemp())
     return golden.golden_assertion(snapshot, golden.MessagesGoldenExtension)

@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -271,19 +272,25 @@ class PackageGoldenExtension(GoldenExtension):
     canonicalize = staticmethod(canonical_package)
 
 
-def canonical_messages(data: object) -> dict[str, Any]:
+def canonical_messages(data: object, temp_root: str | None = None) -> dict[str, Any]:
     """q38's own wording as a reviewable map: case -> message (one line, or the lines in order).
 
     ``data`` is one message (``str``), the lines of one case (a list or tuple of ``str``) or a
     mapping of case -> either; the cases are sorted. Anything else is a test bug, refused here
-    rather than stored as its ``repr``.
+    rather than stored as its ``repr``. A path under ``temp_root`` (pytest's base temporary
+    directory) reads ``<tmp>/...`` with the test's own directory name left out, so the golden
+    names what the message says, not where this run happened to put it.
     """
+    masked = re.compile(re.escape(temp_root.rstrip("/")) + r"/[^/\s'\"]+") if temp_root else None
+
+    def mask(text: str) -> str:
+        return masked.sub("<tmp>", text) if masked else text
 
     def lines(value: object, where: str) -> str | list[str]:
         if isinstance(value, str):
-            return value
+            return mask(value)
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return list(value)
+            return [mask(v) for v in value]
         raise TypeError(f"messages_snapshot: {where} is {type(value).__name__}, not a message or a list of messages")
 
     if isinstance(data, Mapping):
@@ -301,7 +308,10 @@ class MessagesGoldenExtension(GoldenExtension):
     Texts onnxruntime owns stay exact pins in the tests.
     """
 
-    canonicalize = staticmethod(canonical_messages)
+    temp_root: str | None = None  # pytest's base temporary directory, set by the fixture
+
+    def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
+        return dumps(canonical_messages(data, type(self).temp_root))
 
 
 class GoldenAssertion(SnapshotAssertion):
