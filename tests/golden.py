@@ -281,7 +281,7 @@ def canonical_messages(data: object, temp_root: str | None = None) -> dict[str, 
     directory) reads ``<tmp>/...`` with the test's own directory name left out, so the golden
     names what the message says, not where this run happened to put it.
     """
-    masked = re.compile(re.escape(temp_root.rstrip("/")) + r"/[^/\s'\"]+") if temp_root else None
+    masked = re.compile(re.escape(temp_root.rstrip("/")) + r"/[\w.-]+") if temp_root else None
 
     def mask(text: str) -> str:
         return masked.sub("<tmp>", text) if masked else text
