@@ -396,14 +396,14 @@ def test_inventory_omits_the_manifest_size_which_varies_by_machine(tmp_path: Pat
 
 
 def test_messages_are_sorted_by_case_with_temporary_paths_masked(tmp_path: Path) -> None:
-    root = tmp_path / "basetemp"
+    root = os.fspath(tmp_path / "basetemp")
     data = {"b": f"{root}/test_x0/pkg: not a package directory", "a": [f"config {root}/cfg1: is a directory", "two"]}
-    assert golden.canonical_messages(data, str(root)) == {
+    assert golden.canonical_messages(data, root) == {
         "format": "q38-messages",
         "messages": {"a": ["config <tmp>: is a directory", "two"], "b": "<tmp>/pkg: not a package directory"},
     }
     # Outside the base temporary directory a path is kept as written.
-    assert golden.canonical_messages("/etc/passwd: refused", str(root))["messages"] == "/etc/passwd: refused"
+    assert golden.canonical_messages("/etc/passwd: refused", root)["messages"] == "/etc/passwd: refused"
 
 
 @pytest.mark.parametrize("data", [7, {"case": None}, ["line", 3]])
