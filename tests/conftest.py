@@ -3,6 +3,8 @@
 * ``graph_snapshot``: ``assert graph_snapshot == model`` where model is a ``.onnx`` path, an
   ``onnx.ModelProto`` or an ``onnx_ir.Model``; ``graph_snapshot(name="target")`` names the file.
 * ``package_snapshot``: ``assert package_snapshot == package_dir``.
+* ``messages_snapshot``: ``assert messages_snapshot == {"case": str(err)}`` pins q38's own wording
+  (one message, or the lines of a case, per key); texts onnxruntime owns stay exact pins.
 
 Goldens live in ``goldens/<test_module>/<test>[<name>].json``; identical ones are stored once
 (the others refer to it). Tests using them are marked ``golden``; update them deliberately with
@@ -51,3 +53,13 @@ def graph_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 def package_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     """A snapshot that stores the canonical JSON of a package's config, pool and manifest."""
     return golden.golden_assertion(snapshot, golden.PackageGoldenExtension)
+
+
+@pytest.fixture
+def messages_snapshot(snapshot: SnapshotAssertion, tmp_path_factory: pytest.TempPathFactory) -> SnapshotAssertion:
+    """A snapshot that stores q38's own messages: case -> message (refusals, declines, explain lines).
+
+    Paths under pytest's temporary directory are stored as ``<tmp>/...`` (see ``canonical_messages``).
+    """
+    golden.MessagesGoldenExtension.temp_root = str(tmp_path_factory.getbasetemp())
+    return golden.golden_assertion(snapshot, golden.MessagesGoldenExtension)

@@ -30,8 +30,9 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,10 +51,12 @@ __all__ = [
     "VERSION",
     "GoldenPlugin",
     "GraphGoldenExtension",
+    "MessagesGoldenExtension",
     "Normalizer",
     "PackageGoldenExtension",
     "add_options",
     "canonical_graph",
+    "canonical_messages",
     "canonical_package",
     "dumps",
     "golden_assertion",
@@ -63,7 +66,8 @@ __all__ = [
 GOLDENS_DIRNAME: Final = "goldens"
 REF_FORMAT: Final = "q38-golden-ref"
 UPDATE_COMMAND: Final = "nox -s goldens"
-GOLDEN_FIXTURES: Final = frozenset({"graph_snapshot", "package_snapshot"})
+MESSAGES_FORMAT: Final = "q38-messages"
+GOLDEN_FIXTURES: Final = frozenset({"graph_snapshot", "package_snapshot", "messages_snapshot"})
 MAX_DIFF_LINES: Final = 20
 
 
@@ -268,6 +272,48 @@ class PackageGoldenExtension(GoldenExtension):
     canonicalize = staticmethod(canonical_package)
 
 
+def canonical_messages(data: object, temp_root: str | None = None) -> dict[str, Any]:
+    """q38's own wording as a reviewable map: case -> message (one line, or the lines in order).
+
+    ``data`` is one message (``str``), the lines of one case (a list or tuple of ``str``) or a
+    mapping of case -> either; the cases are sorted. Anything else is a test bug, refused here
+    rather than stored as its ``repr``. A path under ``temp_root`` (pytest's base temporary
+    directory) reads ``<tmp>/...`` with the test's own directory name left out, so the golden
+    names what the message says, not where this run happened to put it.
+    """
+    masked = re.compile(re.escape(temp_root.rstrip("/")) + r"/[\w.-]+") if temp_root else None
+
+    def mask(text: str) -> str:
+        return masked.sub("<tmp>", text) if masked else text
+
+    def lines(value: object, where: str) -> str | list[str]:
+        if isinstance(value, str):
+            return mask(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return [mask(v) for v in value]
+        raise TypeError(f"messages_snapshot: {where} is {type(value).__name__}, not a message or a list of messages")
+
+    if isinstance(data, Mapping):
+        messages: object = {str(k): lines(v, f"case {k!r}") for k, v in sorted(data.items(), key=lambda kv: str(kv[0]))}
+    else:
+        messages = lines(data, "the value")
+    return {"format": MESSAGES_FORMAT, "messages": messages}
+
+
+class MessagesGoldenExtension(GoldenExtension):
+    """q38's wording (refusals, declines, explain lines): case -> message, as reviewable JSON.
+
+    Where q38 owns a sentence, the snapshot is its reviewed text: a reworded message fails the
+    test with the changed line, and ``nox -s goldens`` rewrites it for review as a whole.
+    Texts onnxruntime owns stay exact pins in the tests.
+    """
+
+    temp_root: str | None = None  # pytest's base temporary directory, set by the fixture
+
+    def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
+        return dumps(canonical_messages(data, type(self).temp_root))
+
+
 class GoldenAssertion(SnapshotAssertion):
     """A snapshot assertion whose repr is its name, not the golden's text.
 
@@ -294,7 +340,7 @@ def add_options(parser: pytest.Parser) -> None:
         "--goldens-only",
         action="store_true",
         default=False,
-        help="skip every test that does not use graph_snapshot / package_snapshot (nox -s goldens)",
+        help="skip every test that does not use graph_snapshot / package_snapshot / messages_snapshot (nox -s goldens)",
     )
 
 

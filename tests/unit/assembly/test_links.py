@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from support.filesystems import reflink_works, tmpfs, xfs_reflink
+from syrupy.assertion import SnapshotAssertion
 
 import q38.package.copying as copying
 import q38.package.links as links
@@ -259,7 +260,7 @@ def test_a_partial_kernel_copy_continues_at_the_offsets_it_reached(src: Path, tm
 
 
 @pytest.mark.parametrize(("digest", "kernel"), [(False, True), (False, False), (True, True)])
-def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path: Path, monkeypatch, digest: bool, kernel: bool) -> None:
+def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path: Path, monkeypatch, digest: bool, kernel: bool, messages_snapshot: SnapshotAssertion) -> None:
     """The source ended before the size the caller stat'ed (a file truncated meanwhile): EIO, saying how far it got,
     whichever engine copied (the kernel's, the read/write fallback, the hashing copy)."""
     if not kernel:
@@ -271,7 +272,7 @@ def test_a_source_shorter_than_its_size_is_a_short_copy_eio(src: Path, tmp_path:
     with open(src, "rb") as s, open(tmp_path / "dst", "xb") as d, pytest.raises(OSError) as info:
         copying.copy_fd(s.fileno(), d.fileno(), SIZE + 100, digest=digest)
     assert info.value.errno == errno.EIO
-    assert str(info.value) == f"[Errno {errno.EIO}] short copy: the source ended after {SIZE} of {SIZE + 100} bytes"
+    assert messages_snapshot == str(info.value)
 
 
 @pytest.mark.parametrize("digest", [False, True])
@@ -370,12 +371,12 @@ def test_the_source_must_be_a_regular_file(tmp_path: Path) -> None:
     assert not os.path.lexists(tmp_path / "dst")
 
 
-def test_a_missing_source_is_one_line_naming_the_path_given(tmp_path: Path) -> None:
+def test_a_missing_source_is_one_line_naming_the_path_given(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A source that cannot be opened is refused as a PackageError naming the path the caller gave and the reason."""
     missing = tmp_path / "gone.bin"
     with pytest.raises(PackageError) as info:
         place(missing, tmp_path / "dst", LinkPolicy.AUTO)
-    assert str(info.value) == f"{missing}: cannot read: No such file or directory"
+    assert messages_snapshot == str(info.value)
     assert not os.path.lexists(tmp_path / "dst")
 
 
@@ -413,7 +414,7 @@ def test_place_resolves_a_symlinked_source_to_a_regular_file(tmp_path: Path, pol
 
 
 @pytest.mark.parametrize(("code", "shown"), [(errno.EMLINK, "EMLINK"), (999, "999")])
-def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Path, monkeypatch, code: int, shown: str) -> None:
+def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Path, monkeypatch, code: int, shown: str, messages_snapshot: SnapshotAssertion) -> None:
     source = tmp_path / "src.bin"
     source.write_bytes(b"abc")
 
@@ -423,7 +424,7 @@ def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Pa
     monkeypatch.setattr(links.os, "link", refuse)
     with pytest.raises(PackageError) as info:
         place(source, tmp_path / "dst.bin", LinkPolicy.HARDLINK)
-    assert str(info.value) == f"--link hardlink: cannot hardlink {source} -> {tmp_path / 'dst.bin'}: refused (errno {shown})"
+    assert messages_snapshot == str(info.value)
     assert not os.path.lexists(tmp_path / "dst.bin")
 
 

@@ -18,7 +18,10 @@ Invariants guarded:
 * initializers are dtype/shape/sha256, never bytes; external data is hashed from the file,
   also through a hard link, and an unreadable file is recorded as location/offset/length;
 * packages: config/pool/manifest with absolute paths, q38_version and the hashes of libraries
-  and .onnx files masked (data-file hashes kept); pool entries as records.
+  and .onnx files masked (data-file hashes kept); pool entries as records;
+* messages: case -> message (or lines), cases sorted, a path under pytest's base temporary
+  directory stored as ``<tmp>/...``; anything but text refused; a reworded message fails with
+  the changed line.
 """
 
 from __future__ import annotations
@@ -390,3 +393,30 @@ def test_inventory_omits_the_manifest_size_which_varies_by_machine(tmp_path: Pat
     assert forms[0] == forms[1]
     assert {"path": "x.data", "kind": "file", "size": 4} in forms[0]["files"]
     assert {"path": "head/package_manifest.json", "kind": "file"} in forms[0]["files"]
+
+
+def test_messages_are_sorted_by_case_with_temporary_paths_masked(tmp_path: Path) -> None:
+    root = os.fspath(tmp_path / "basetemp")
+    data = {"b": f"{root}/test_x0/pkg: not a package directory", "a": [f"config {root}/cfg1: is a directory", "two"]}
+    assert golden.canonical_messages(data, root) == {
+        "format": "q38-messages",
+        "messages": {"a": ["config <tmp>: is a directory", "two"], "b": "<tmp>/pkg: not a package directory"},
+    }
+    # Outside the base temporary directory a path is kept as written.
+    assert golden.canonical_messages("/etc/passwd: refused", root)["messages"] == "/etc/passwd: refused"
+
+
+@pytest.mark.parametrize("data", [7, {"case": None}, ["line", 3]])
+def test_a_message_that_is_not_text_is_refused_rather_than_stored_as_its_repr(data: object) -> None:
+    with pytest.raises(TypeError, match=r"^messages_snapshot: .* not a message or a list of messages$"):
+        golden.canonical_messages(data)
+
+
+def test_a_reworded_message_fails_with_the_changed_line() -> None:
+    before = golden.dumps(golden.canonical_messages({"cap": "negative resident-slot cap -3"}))
+    after = golden.dumps(golden.canonical_messages({"cap": "negative resident slot cap -3"}))
+    lines = golden.explain(before, after, location="goldens/test_options/t.json")
+    assert lines[1:] == [
+        '  ~ messages.cap: "negative resident-slot cap -3" -> "negative resident slot cap -3"',
+        "if this change is intended: nox -s goldens (then review `git diff --stat goldens/`)",
+    ]

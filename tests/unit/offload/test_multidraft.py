@@ -33,6 +33,7 @@ from support.offload_synthpkg import (
     logits_of,
     logits_parity,
 )
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import GraphError
 from q38.offload.build import emit_multidraft_graphs
@@ -280,19 +281,13 @@ def _ids_graph(shape: list[int | str | None] | None) -> ir.Graph:
     return ir.Graph(inputs, [], nodes=[], name="g")
 
 
-def test_sequence_symbol_refuses_a_packed_or_missing_input_ids() -> None:
+def test_sequence_symbol_refuses_a_packed_or_missing_input_ids(messages_snapshot: SnapshotAssertion) -> None:
     with pytest.raises(GraphError) as info:
         sequence_symbol(_ids_graph(["total_tokens"]), where="model.onnx")
-    assert str(info.value) == (
-        "model.onnx: input_ids has shape [SymbolicDim('total_tokens')]: verify graphs need input_ids "
-        "[batch, sequence] (a packed 1-D input_ids has no verify rows)"
-    )
+    assert messages_snapshot == str(info.value)
     with pytest.raises(GraphError) as info:
         sequence_symbol(_ids_graph(None), where="model.onnx")
-    assert str(info.value) == (
-        "model.onnx: input_ids is missing: verify graphs need input_ids [batch, sequence] "
-        "(a packed 1-D input_ids has no verify rows)"
-    )
+    assert messages_snapshot == str(info.value)
     assert sequence_symbol(_ids_graph(["batch_size", "sequence_length"]), where="model.onnx") == "sequence_length"
 
 
@@ -413,15 +408,12 @@ def test_a_draft_hidden_two_wide_is_read_from_its_residual_operand() -> None:
     assert draft.repeats == 2
 
 
-def test_a_draft_hidden_that_does_not_tile_the_decoder_hidden_is_refused_naming_the_graph() -> None:
+def test_a_draft_hidden_that_does_not_tile_the_decoder_hidden_is_refused_naming_the_graph(messages_snapshot: SnapshotAssertion) -> None:
     """Widths that do not divide (decoder 3, draft 2) are refused before cloning, the message naming the
     graph (``where``) and both values with their widths."""
     with pytest.raises(GraphError) as info:
         build_multidraft(_mini_target(3, 2), 3, lineage="contrib", where="target/model.onnx")
-    assert str(info.value) == (
-        "target/model.onnx: cannot chain MTP drafts: draft hidden '/mtp/0/Add/output_0' (width 2) does not fit "
-        "the decoder hidden '/model/final/output_0' (width 3)"
-    )
+    assert messages_snapshot == str(info.value)
 
 
 def test_chained_drafts_of_a_node_with_omitted_optional_outputs_stay_valid_onnx() -> None:
@@ -466,14 +458,12 @@ def test_a_graph_emitted_before_verify_dims_is_rebound_to_new_rows() -> None:
     assert model.metadata_props["q38.verify_dims"] == "sequence_length=input_ids:1;position_ids:1"
 
 
-def test_sequence_symbol_refuses_a_fixed_or_unnamed_sequence_dim() -> None:
+def test_sequence_symbol_refuses_a_fixed_or_unnamed_sequence_dim(messages_snapshot: SnapshotAssertion) -> None:
     """The last dim of input_ids must be a named symbol: a fixed size or an unnamed dim is a GraphError
     naming the graph and the dim (never a crash, never the symbol 'None')."""
     with pytest.raises(GraphError) as info:
         sequence_symbol(_ids_graph(["batch_size", 4]), where="model.onnx")
-    assert str(info.value) == (
-        "model.onnx: the sequence dim of input_ids is 4, not a named symbol: cannot set verify rows"
-    )
+    assert messages_snapshot == str(info.value)
     with pytest.raises(GraphError, match=r"^model\.onnx: the sequence dim of input_ids is SymbolicDim\(None\), "):
         sequence_symbol(_ids_graph(["batch_size", None]), where="model.onnx")
 
@@ -485,15 +475,13 @@ def test_find_draft_reports_the_token_embedding_inside_the_draft(target: ir.Mode
     assert [n.name for n in draft.embed_gathers] == ["/mtp/0/embed/Gather"]
 
 
-def test_a_graph_with_chained_drafts_is_refused_as_a_source(target: ir.Model) -> None:
+def test_a_graph_with_chained_drafts_is_refused_as_a_source(target: ir.Model, messages_snapshot: SnapshotAssertion) -> None:
     """An s3 graph (drafts /mtp/0/ and /mtp/1/, no /mtp/2/) is not chained again: building from it is a
     GraphError naming the graph, so a converted verify graph never gets drafts copied from a copy."""
     s3 = build_multidraft(ClearRouterWeightsPass()(target).model, 3, lineage="contrib")
     with pytest.raises(GraphError) as info:
         build_multidraft(s3, 4, lineage="contrib", where="model_s3.onnx")
-    assert str(info.value) == (
-        "model_s3.onnx: already has chained drafts (/mtp/1/...); convert a single-draft target"
-    )
+    assert messages_snapshot == str(info.value)
 
 
 def test_every_node_of_a_verify_graph_is_in_an_imported_domain(target: ir.Model) -> None:
@@ -544,7 +532,7 @@ def test_a_verify_dims_record_naming_a_missing_or_shapeless_value_is_skipped() -
     assert model.metadata_props["q38.verify_dims"] == "sequence_length=input_ids:1"
 
 
-def test_a_draft_target_without_a_sequence_symbol_is_refused_naming_the_graph() -> None:
+def test_a_draft_target_without_a_sequence_symbol_is_refused_naming_the_graph(messages_snapshot: SnapshotAssertion) -> None:
     """A target whose draft is found but whose input_ids has a fixed sequence dim is refused by
     build_multidraft with a GraphError naming the graph the caller gave (``where``), not 'None'."""
     model = _mini_target(4, 2)
@@ -552,9 +540,7 @@ def test_a_draft_target_without_a_sequence_symbol_is_refused_naming_the_graph() 
     ids.shape = ir.Shape(["batch_size", 7])
     with pytest.raises(GraphError) as info:
         build_multidraft(model, 3, lineage="contrib", where="target/model.onnx")
-    assert str(info.value) == (
-        "target/model.onnx: the sequence dim of input_ids is 7, not a named symbol: cannot set verify rows"
-    )
+    assert messages_snapshot == str(info.value)
 
 
 def test_grow_multidraft_names_model_onnx_when_no_graph_is_given() -> None:

@@ -36,6 +36,7 @@ import support.optimize_graphs as G
 import support.optimize_property_kit as K
 from onnx import helper
 from support.optimize_helpers import apply, close, nth_node, run_ort, run_ref
+from syrupy.assertion import SnapshotAssertion
 
 from q38.optimize._common import (
     SUBGRAPH_REASON,
@@ -205,7 +206,7 @@ def test_check_topological_sees_a_body_reading_a_value_produced_after_its_node()
     assert check_topological(model.graph) == "node Identity '/body/id' reads 'late' before it is produced"
 
 
-def test_a_pass_run_on_its_own_checks_its_input() -> None:
+def test_a_pass_run_on_its_own_checks_its_input(messages_snapshot: SnapshotAssertion) -> None:
     """Outside the pipeline (which proves each pass's input once) a pass refuses an input that
     breaks the invariants, even when it would rewrite nothing: here a node reads a value before
     its producer."""
@@ -217,8 +218,7 @@ def test_a_pass_run_on_its_own_checks_its_input() -> None:
     model = ir.from_proto(g.model(ms=False))
     with pytest.raises(ir.passes.PreconditionError) as caught:
         FuseRMSNormRotaryPass()(model)
-    assert str(caught.value.__cause__) == ("rms_norm_rotary: input graph is not topologically sorted: "
-                                           "node Neg '/neg' reads 'early' before it is produced")
+    assert messages_snapshot == str(caught.value.__cause__)
 
 
 def test_remove_dead_keeps_a_shared_node_whose_output_a_subgraph_captures() -> None:
@@ -285,7 +285,7 @@ class _Clobbering(RewritePass):
         match.outputs[0].name = "x"
 
 
-def test_a_single_rewrite_that_breaks_an_invariant_is_caught_by_the_post_condition() -> None:
+def test_a_single_rewrite_that_breaks_an_invariant_is_caught_by_the_post_condition(messages_snapshot: SnapshotAssertion) -> None:
     """``ensures`` checks the invariants after any pass that rewrote something, one rewrite
     included: a rewrite leaving two values named 'x' fails the pass. A pass that rewrote nothing
     is not re-checked (its input was proved): here the same broken graph, handed on with
@@ -295,7 +295,7 @@ def test_a_single_rewrite_that_breaks_an_invariant_is_caught_by_the_post_conditi
     with pytest.raises(ir.passes.PostconditionError) as caught:
         p(model)
     assert p.count == 1
-    assert str(caught.value.__cause__) == "clobbering: output duplicate value names: ['x']"
+    assert messages_snapshot == str(caught.value.__cause__)
     assert _Silent(check_requires=False)(model).modified is False
 
 

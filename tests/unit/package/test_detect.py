@@ -11,16 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ConfigError
 from q38.package import detect_surface, open_any
 
 
-@pytest.mark.parametrize(("section", "problem"), [
-    ("qwen38_graph", "model.type: expected 'qwen38_flash_graph', got 'qwen3'"),
-    ("qwen38", "model.qwen38: unknown key"),
-])  # fmt: skip
-def test_a_qwen38_section_makes_a_config_v12b_whatever_its_type(tmp_path: Path, section: str, problem: str) -> None:
+@pytest.mark.parametrize("section", ["qwen38_graph", "qwen38"])
+def test_a_qwen38_section_makes_a_config_v12b_whatever_its_type(tmp_path: Path, section: str, messages_snapshot: SnapshotAssertion) -> None:
     """A config with a builder model type but a q38 section is v12b, and the v12b parser refuses it."""
     config = tmp_path / "genai_config.json"
     doc = {"model": {"type": "qwen3", section: {}}}
@@ -28,7 +26,7 @@ def test_a_qwen38_section_makes_a_config_v12b_whatever_its_type(tmp_path: Path, 
     assert detect_surface(tmp_path) == "v12b"
     with pytest.raises(ConfigError) as info:
         open_any(tmp_path)
-    assert str(info.value) == f"{config}: {problem}"
+    assert messages_snapshot == str(info.value)
     del doc["model"][section]
     config.write_text(json.dumps(doc), encoding="utf-8")
     assert detect_surface(tmp_path) == "genai"  # the section alone decided it

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import LINE_LIMIT, ProfileError, Q38Error, bound_line, clip, quote
 from q38.package.files import (
@@ -75,13 +76,13 @@ def test_the_limit_is_checked_on_st_size_and_while_reading(tmp_path: Path) -> No
     assert _refused(status, limit=100) == "--expert-profile /proc/self/status: larger than the 100 bytes limit for this file"
 
 
-def test_text_must_be_utf8(tmp_path: Path) -> None:
+def test_text_must_be_utf8(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """Text that is not UTF-8 is refused naming what the file is, its path and the first bad byte."""
     path = tmp_path / "t.txt"
     path.write_bytes(b"ok\n\xfe")
     with pytest.raises(Q38Error) as info:
         read_text_bounded(path, what="pool", limit=100)
-    assert str(info.value) == f"pool {path}: not UTF-8 text (byte 3)"
+    assert messages_snapshot == str(info.value)
 
 
 def test_open_regular_closes_what_it_refuses(tmp_path: Path) -> None:

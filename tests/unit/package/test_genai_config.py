@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ConfigError
 from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
@@ -84,7 +85,7 @@ def test_a_config_that_json_cannot_carry_is_refused_when_written() -> None:
         dumps_genai_config(cfg)
 
 
-def test_only_one_block_drafter_may_be_configured() -> None:
+def test_only_one_block_drafter_may_be_configured(messages_snapshot: SnapshotAssertion) -> None:
     """GenAI 0.18.0 refuses the second of model.dflash2 / model.dspark as it reads it, even empty
     (probed: "Only one of model.dflash2 and model.dspark may be configured")."""
     for first, second in (("dflash2", "dspark"), ("dspark", "dflash2")):
@@ -93,8 +94,7 @@ def test_only_one_block_drafter_may_be_configured() -> None:
         doc["model"][second] = {}
         with pytest.raises(ConfigError) as caught:
             parse_genai_config(doc, source=SOURCE)
-        assert str(caught.value) == (
-            f"{SOURCE}: model.{second}: only one of model.dflash2 and model.dspark may be configured")
+        assert messages_snapshot == str(caught.value)
         del doc["model"][second]
         assert parse_genai_config(doc, source=SOURCE).model.type == "llama"
 
@@ -142,34 +142,33 @@ def test_a_graph_sections_keys_land_in_their_records_and_only_the_rest_in_extra(
         16, 64, 4, 2, 2, {})
 
 
-@pytest.mark.parametrize(("edit", "path", "text"), [
-    (lambda c: replace(c, ignored={"a\x01b": 1}), "(top level)", "'a\\x01b'"),
-    (lambda c: replace(c, search={"k\x02": 1}), "search", "'k\\x02'"),
-    (lambda c: replace(c, search={"k": "v\x03"}), "search.k", "'v\\x03'"),
-])  # fmt: skip
+@pytest.mark.parametrize("edit", [
+    lambda c: replace(c, ignored={"a\x01b": 1}),
+    lambda c: replace(c, search={"k\x02": 1}),
+    lambda c: replace(c, search={"k": "v\x03"}),
+], ids=["top-level-key", "nested-key", "string-value"])  # fmt: skip
 def test_a_control_character_json_would_escape_is_refused_when_written(
-        edit: Callable[[Any], Any], path: str, text: str) -> None:  # fmt: skip
+        edit: Callable[[Any], Any], messages_snapshot: SnapshotAssertion) -> None:  # fmt: skip
     """A key or a string value with a control character JSON writes as a ``\\u`` escape is refused,
     naming where it is (a top-level key has no path of its own), since GenAI 0.18.0 cannot read it back."""
     cfg = edit(parse_genai_config(_doc(), source=SOURCE))
     with pytest.raises(ConfigError) as info:
         dumps_genai_config(cfg)
-    assert str(info.value) == (f"genai_config.json: {path}: control character in {text} needs a \\u escape, "
-                               "which onnxruntime-genai 0.18.0 cannot read")
+    assert messages_snapshot == str(info.value)
 
 
 @pytest.mark.parametrize("text", [
     '{"model": {"type": "a\\\\u",\n "x": "\\u0041",\n "context_length": 64,\n "vocab_size": 32}}',
     '\n{"model": {"type": "\\u0041", "context_length": 64}}',
 ], ids=["escaped-backslash-before-u-is-no-escape", "a-leading-blank-line-counts"])  # fmt: skip
-def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path, text: str) -> None:
+def test_a_unicode_escape_is_refused_naming_its_line(tmp_path: Path, text: str, messages_snapshot: SnapshotAssertion) -> None:
     r"""GenAI 0.18.0's reader refuses every ``\uXXXX`` escape, named by its line (a newline that opens
     the file counts); an escaped backslash before a ``u`` is no escape."""
     path = tmp_path / "genai_config.json"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         read_genai_config(path)
-    assert str(info.value) == f"{path}: line 2: \\u escapes are refused by onnxruntime-genai 0.18.0 (write UTF-8)"
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_research_configs_engram_section_is_written_back() -> None:
@@ -273,7 +272,7 @@ def test_the_runtime_profiles_that_swap_the_decoder_graph_are_listed_with_their_
     assert parse_genai_config(doc, source=SOURCE).profile_decoder_files() == [("large", "model_large.onnx")]
 
 
-def test_a_config_files_refusals_name_the_file_read(tmp_path: Path) -> None:
+def test_a_config_files_refusals_name_the_file_read(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """read_genai_config names the path it read in a refusal and in the kept 0.18.0 refusal, not a
     default file name."""
     path = tmp_path / "genai_config.json"
@@ -285,7 +284,7 @@ def test_a_config_files_refusals_name_the_file_read(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         read_genai_config(path)
-    assert str(info.value) == f"{path}: model.mystery: unknown key"
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_non_array_provider_options_is_written_back_as_the_entry_it_is() -> None:
@@ -321,16 +320,16 @@ def test_a_parsed_config_is_written_back_as_read_after_its_source_document_is_ed
     assert json.loads(dumps_genai_config(cfg)) == _doc()
 
 
-def test_an_unreadable_config_is_refused_as_the_config_naming_its_path(tmp_path: Path) -> None:
+def test_an_unreadable_config_is_refused_as_the_config_naming_its_path(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A missing or non-regular genai config is refused naming it as the config and its path, so the
     user knows which file of the package is at fault."""
     missing = tmp_path / "genai_config.json"
     with pytest.raises(ConfigError) as info:
         read_genai_config(missing)
-    assert str(info.value) == f"config {missing}: does not exist"
+    assert messages_snapshot == str(info.value)
     with pytest.raises(ConfigError) as info:
         read_genai_config(tmp_path)
-    assert str(info.value) == f"config {tmp_path}: is a directory, not a regular file (refusing to read it)"
+    assert messages_snapshot == str(info.value)
 
 
 def test_dropping_a_sections_shared_initializers_drops_them_from_the_written_config() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from support.genai_packages import copy_package, edit_genai_config, real_package_dirs
+from syrupy.assertion import SnapshotAssertion
 
 from q38.cli import main
 from q38.errors import PackageError
@@ -127,23 +128,19 @@ def test_config_symlink_leaving_the_package_is_refused(exported: Path, tmp_path:
 
 
 @pytest.mark.parametrize("case", ["missing", "a file", "config a fifo"])
-def test_a_path_that_is_no_package_directory_or_whose_config_is_no_file_is_one_line(case: str, tmp_path: Path) -> None:
+def test_a_path_that_is_no_package_directory_or_whose_config_is_no_file_is_one_line(case: str, tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """Detecting the surface is the first read of every command: a path that is not a directory,
     or a config that is not a regular file (a FIFO never blocks it), is refused naming what it is."""
     pkg = tmp_path / "pkg"
     config = pkg / "genai_config.json"
-    if case == "missing":
-        expect = f"{pkg}: not a package directory"
-    elif case == "a file":
+    if case == "a file":
         pkg.write_text("{}")
-        expect = f"{pkg}: not a package directory"
-    else:
+    elif case == "config a fifo":
         pkg.mkdir()
         os.mkfifo(config)
-        expect = f"config {config}: is a FIFO (named pipe), not a regular file (refusing to read it)"
     with pytest.raises(PackageError) as info:
         open_any(pkg)
-    assert str(info.value) == expect
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_command_taking_one_surface_refuses_the_other_in_one_line(exported: Path) -> None:
@@ -312,15 +309,15 @@ def test_the_mtp_graph_reads_the_decoders_hidden_states_output_unless_the_config
     assert open_any(pkg).decode_graphs().main_hidden == main_hidden
 
 
-def test_a_config_that_is_a_directory_is_refused_naming_the_package(tmp_path: Path) -> None:
+def test_a_config_that_is_a_directory_is_refused_naming_the_package(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "genai_config.json").mkdir(parents=True)
     with pytest.raises(PackageError) as info:
         open_genai_package(pkg)
-    assert str(info.value) == f"{pkg}: config: 'genai_config.json' is a directory, expected a file"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_layered_package_is_refused_as_a_genai_package(tmp_path: Path) -> None:
+def test_a_layered_package_is_refused_as_a_genai_package(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A genai package keeps its config at the top level: q38's layered form (target/, head/) is refused."""
     pkg = tmp_path / "pkg"
     (pkg / "target").mkdir(parents=True)
@@ -328,7 +325,7 @@ def test_a_layered_package_is_refused_as_a_genai_package(tmp_path: Path) -> None
     (pkg / "target" / "genai_config.json").write_text("{}")
     with pytest.raises(PackageError) as info:
         open_genai_package(pkg)
-    assert str(info.value) == f"{pkg}: a genai package keeps genai_config.json at its top level"
+    assert messages_snapshot == str(info.value)
 
 
 def test_editing_a_research_configs_sessions_keeps_genais_refusal(tmp_path: Path) -> None:

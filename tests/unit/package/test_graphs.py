@@ -20,6 +20,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 from support.minipkg import WEIGHT, _external, write_matmul_graph
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import GraphError
 from q38.package import all_graphs, external_refs, load_graph, open_package, read_tensor, save_graph
@@ -146,12 +147,8 @@ def test_truncated_protobuf_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize(("kind", "problem"), [
-    ("missing", "does not exist"),
-    ("directory", "is a directory, not a regular file (refusing to read it)"),
-    ("fifo", "is a FIFO (named pipe), not a regular file (refusing to read it)"),
-])  # fmt: skip
-def test_a_graph_path_that_is_not_a_regular_file_is_one_line_naming_the_graph(tmp_path: Path, kind: str, problem: str) -> None:
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+def test_a_graph_path_that_is_not_a_regular_file_is_one_line_naming_the_graph(tmp_path: Path, kind: str, messages_snapshot: SnapshotAssertion) -> None:
     """The graph file itself is opened as a regular file only (a FIFO never blocks the read), and
     the refusal says it is the graph: ``graph <path>: <problem>``."""
     path = tmp_path / "model.onnx"
@@ -161,7 +158,7 @@ def test_a_graph_path_that_is_not_a_regular_file_is_one_line_naming_the_graph(tm
         os.mkfifo(path)
     with pytest.raises(GraphError) as info:
         load_graph(path, root=tmp_path)
-    assert str(info.value) == f"graph {path}: {problem}"
+    assert messages_snapshot == str(info.value)
 
 
 def test_missing_inputs_and_cycles_are_refused(tmp_path: Path) -> None:
@@ -181,7 +178,7 @@ def test_missing_inputs_and_cycles_are_refused(tmp_path: Path) -> None:
         load_graph(p, root=tmp_path)
 
 
-def test_a_missing_input_inside_an_if_branch_is_refused_naming_the_graph_file(tmp_path: Path) -> None:
+def test_a_missing_input_inside_an_if_branch_is_refused_naming_the_graph_file(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """The structure check descends into a node's graph attribute and reports a fault there as a
     GraphError naming the graph file, like one in the main graph; outer values stay visible inside."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
@@ -199,7 +196,7 @@ def test_a_missing_input_inside_an_if_branch_is_refused_naming_the_graph_file(tm
     load_graph(write("x", "outer.onnx"), root=tmp_path)  # an outer graph input is defined inside the branch
     with pytest.raises(GraphError) as info:
         load_graph(write("ghost", "branch.onnx"), root=tmp_path)
-    assert str(info.value) == "branch.onnx: node 'inner' input 'ghost' is not produced by any node"
+    assert messages_snapshot == str(info.value)
 
 
 def test_save_graph_keeps_external_references_and_externalizes_new_weights(tmp_path: Path, mini_package: Path) -> None:
@@ -315,7 +312,7 @@ def test_a_string_tensors_digest_covers_each_strings_length_and_bytes() -> None:
     assert tensor_digest(ir.tensor(np.arange(4, dtype=np.int32))) == hashlib.sha256(np.arange(4, dtype=np.int32).tobytes()).hexdigest()
 
 
-def test_a_value_two_nodes_produce_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_value_two_nodes_produce_is_refused_by_name(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Neg", ["x"], ["y"], name="b")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
@@ -323,16 +320,16 @@ def test_a_value_two_nodes_produce_is_refused_by_name(tmp_path: Path) -> None:
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
     with pytest.raises(GraphError) as info:
         load_graph(path, root=tmp_path)
-    assert str(info.value) == "model.onnx: node 'b' output 'y' is already produced (duplicate value name)"
+    assert messages_snapshot == str(info.value)
 
 
-@pytest.mark.parametrize(("length", "size", "message"), [
-    (2048, 2048, "2048 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
-    (512, 1024, "512 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
-    (None, 512, "512 bytes in 'model.onnx.data' but FLOAT shape [16, 16] needs 1024"),
+@pytest.mark.parametrize(("length", "size"), [
+    (2048, 2048),
+    (512, 1024),
+    (None, 512),
 ], ids=["explicit-too-long", "explicit-too-short", "to-eof-too-short"])  # fmt: skip
 def test_an_external_byte_count_that_does_not_fit_the_shape_is_refused(
-        tmp_path: Path, length: int | None, size: int, message: str) -> None:  # fmt: skip
+        tmp_path: Path, length: int | None, size: int, messages_snapshot: SnapshotAssertion) -> None:  # fmt: skip
     """A stated length must equal dtype x shape (too long reads neighbour bytes), and a to-EOF range must hold at least that."""
     tensor = _external("w", "model.onnx.data", 0, WEIGHT)
     entry = next(e for e in tensor.external_data if e.key == "length")
@@ -346,7 +343,7 @@ def test_an_external_byte_count_that_does_not_fit_the_shape_is_refused(
     write_matmul_graph(pkg / "model.onnx", weight=tensor)
     with pytest.raises(GraphError) as info:
         load_graph(pkg / "model.onnx", root=pkg)
-    assert str(info.value) == f"model.onnx: initializer 'w' external data: {message}"
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_packed_int4_external_tensor_loads_and_reads_as_its_raw_bytes(tmp_path: Path) -> None:
@@ -374,23 +371,23 @@ def test_loading_a_graph_logs_its_path(tmp_path: Path, caplog: pytest.LogCapture
     assert f"reading graph {pkg / 'model.onnx'}" in [r.getMessage() for r in caplog.records if r.name == "q38.package.graphs"]
 
 
-def test_an_initializer_with_a_negative_dimension_is_refused_naming_it_and_its_dims(tmp_path: Path) -> None:
+def test_an_initializer_with_a_negative_dimension_is_refused_naming_it_and_its_dims(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """onnx-ir would accept a negative dim silently; load_graph refuses it in one line naming the tensor and its shape."""
     weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[16, -1])
     write_matmul_graph(tmp_path / "model.onnx", weight=weight)
     with pytest.raises(GraphError) as info:
         load_graph(tmp_path / "model.onnx", root=tmp_path)
-    assert str(info.value) == "model.onnx: initializer 'w' has a negative dimension [16, -1]"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_graph_over_protobufs_2_gib_limit_is_refused_naming_it_before_any_read(tmp_path: Path) -> None:
+def test_a_graph_over_protobufs_2_gib_limit_is_refused_naming_it_before_any_read(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A graph file past 2 GiB (sparse here: nothing is read) is one line naming the file and its size."""
     path = tmp_path / "model.onnx"
     with open(path, "wb") as fh:
         fh.truncate((2 << 30) + 1)
     with pytest.raises(GraphError) as info:
         load_graph(path, root=tmp_path)
-    assert str(info.value) == f"{path}: {(2 << 30) + 1} bytes is larger than protobuf's 2 GiB limit for one graph"
+    assert messages_snapshot == str(info.value)
 
 
 def test_many_tensors_in_one_data_file_stat_that_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -428,12 +425,12 @@ def test_a_string_tensor_without_string_data_is_digested_over_its_strings() -> N
     assert tensor_digest(tensor) == tensor_digest(ir.StringTensor(np.array([b"a", b"b"], dtype=object)))
 
 
-def test_a_graph_file_that_fails_while_being_read_is_one_line_naming_it() -> None:
+def test_a_graph_file_that_fails_while_being_read_is_one_line_naming_it(messages_snapshot: SnapshotAssertion) -> None:
     """/proc/self/mem opens as a regular file but reading it fails (EIO): load_graph refuses with a
     GraphError naming the file and the errno, not an OSError traceback."""
     with pytest.raises(GraphError) as info:
         load_graph(Path("/proc/self/mem"), root=Path("/proc/self"))
-    assert str(info.value) == "/proc/self/mem: cannot read: Input/output error (EIO)"
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_graph_onnx_ir_cannot_deserialize_is_one_line_naming_the_file_and_the_cause(tmp_path: Path) -> None:

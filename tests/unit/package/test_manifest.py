@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import PackageError
 from q38.package.manifest import (
@@ -24,56 +25,44 @@ def _identity(**over: object) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(
-    ("doc", "message"),
+    "doc",
     [
-        ({"manifest_version": 1}, "command: expected a string"),
-        ({"manifest_version": 1, "command": 7}, "command: expected a string"),
-        ({"manifest_version": 1, "command": "build",
+        {"manifest_version": 1},
+        {"manifest_version": 1, "command": 7},
+        {"manifest_version": 1, "command": "build",
           "files": {"a.bin": {"link_mode": "copy", "identity": _identity(size=-1)}}},
-         "files.a.bin.identity.size: expected an integer in [0, 2**64)"),
-        ({"manifest_version": 1, "command": "build",
+        {"manifest_version": 1, "command": "build",
           "files": {"a.bin": {"link_mode": "copy", "identity": _identity(st_ino=1 << 64)}}},
-         "files.a.bin.identity.st_ino: expected an integer in [0, 2**64)"),
-        ({"manifest_version": 1, "command": "build",
+        {"manifest_version": 1, "command": "build",
           "files": {"a.bin": {"link_mode": "copy", "identity": _identity(mtime_ns=True)}}},
-         "files.a.bin.identity.mtime_ns: expected an integer in [0, 2**64)"),
-        ([], "(top): expected an object"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "identity": 5}}},
-         "files.a.bin.identity: expected an object with exactly st_dev, st_ino, size, mtime_ns"),
-        ({"manifest_version": 1, "command": "build",
+        [],
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "identity": 5}}},
+        {"manifest_version": 1, "command": "build",
           "files": {"a.bin": {"link_mode": "copy", "identity": {**_identity(), "extra": 1}}}},
-         "files.a.bin.identity: expected an object with exactly st_dev, st_ino, size, mtime_ns"),
-        ({"manifest_version": 1, "command": "build", "zzz": 1}, "zzz: unknown key"),
-        ({"manifest_version": 2, "command": "build"}, "manifest_version: expected 1, got 2"),
-        ({"manifest_version": 1, "command": "build", "files": []}, "files: expected an object"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "move"}}},
-         "files.a.bin.link_mode: expected one of write, reflink, hardlink, copy, symlink"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": "copy"}},
-         "files.a.bin.link_mode: expected one of write, reflink, hardlink, copy, symlink"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "mode": 1}}},
-         "files.a.bin.mode: unknown key"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "sha256": 1}}},
-         "files.a.bin.sha256: expected a string"),
-        ({"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "source": []}}},
-         "files.a.bin.source: expected a string"),
-        ({"manifest_version": 1, "command": "build", "rewrites": {"fuse": True}}, "rewrites: expected an object of integers"),
-        ({"manifest_version": 1, "command": "build", "resident_slots": [1]}, "resident_slots: expected an object of integers"),
-        ({"manifest_version": 1, "command": "build", "router_weights_cleared": -1},
-         "router_weights_cleared: expected a non-negative integer"),
-        ({"manifest_version": 1, "command": "build", "router_weights_cleared": True},
-         "router_weights_cleared: expected a non-negative integer"),
-        ({"manifest_version": 1, "command": "build", "sources": [1]}, "sources: expected an array of objects"),
-        ({"manifest_version": 1, "command": "build", "sources": {}}, "sources: expected an array of objects"),
-        ({"manifest_version": 1, "command": "build", "notes": [1]}, "notes: expected an array of strings"),
-        ({"manifest_version": 1, "command": "build", "notes": "one"}, "notes: expected an array of strings"),
-        ({"manifest_version": 1, "command": "build", "extra": []}, "extra: expected an object"),
-        ({"manifest_version": 1, "command": "build", "q38_version": 1}, "q38_version: expected a string"),
+        {"manifest_version": 1, "command": "build", "zzz": 1},
+        {"manifest_version": 2, "command": "build"},
+        {"manifest_version": 1, "command": "build", "files": []},
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "move"}}},
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": "copy"}},
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "mode": 1}}},
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "sha256": 1}}},
+        {"manifest_version": 1, "command": "build", "files": {"a.bin": {"link_mode": "copy", "source": []}}},
+        {"manifest_version": 1, "command": "build", "rewrites": {"fuse": True}},
+        {"manifest_version": 1, "command": "build", "resident_slots": [1]},
+        {"manifest_version": 1, "command": "build", "router_weights_cleared": -1},
+        {"manifest_version": 1, "command": "build", "router_weights_cleared": True},
+        {"manifest_version": 1, "command": "build", "sources": [1]},
+        {"manifest_version": 1, "command": "build", "sources": {}},
+        {"manifest_version": 1, "command": "build", "notes": [1]},
+        {"manifest_version": 1, "command": "build", "notes": "one"},
+        {"manifest_version": 1, "command": "build", "extra": []},
+        {"manifest_version": 1, "command": "build", "q38_version": 1},
     ],
 )  # fmt: skip
-def test_a_refusal_names_the_file_and_the_key_path(doc: dict, message: str) -> None:
+def test_a_refusal_names_the_file_and_the_key_path(doc: dict, messages_snapshot: SnapshotAssertion) -> None:
     with pytest.raises(PackageError) as info:
         parse_manifest(doc, source=SOURCE)
-    assert str(info.value) == f"{SOURCE}: {message}"
+    assert messages_snapshot == str(info.value)
 
 
 def test_an_identity_in_range_is_read() -> None:
@@ -116,26 +105,26 @@ def test_a_source_path_that_is_not_utf8_is_written_readable_with_its_exact_bytes
     assert recorded_path(doc["sources"][0]) == raw
 
 
-def test_a_manifest_that_is_no_regular_file_is_refused_naming_it_as_the_manifest(tmp_path: Path) -> None:
+def test_a_manifest_that_is_no_regular_file_is_refused_naming_it_as_the_manifest(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """read_manifest's file-level refusal names the file's role (``manifest``) and its path."""
     path = tmp_path / "package_manifest.json"
     path.mkdir()
     with pytest.raises(PackageError) as info:
         read_manifest(path)
-    assert str(info.value) == f"manifest {path}: is a directory, not a regular file (refusing to read it)"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_value_json_cannot_carry_is_refused_on_write_naming_the_manifest_file() -> None:
+def test_a_value_json_cannot_carry_is_refused_on_write_naming_the_manifest_file(messages_snapshot: SnapshotAssertion) -> None:
     """dumps_manifest refuses an infinite ``extra`` value with a message naming package_manifest.json and the key path."""
     with pytest.raises(PackageError) as info:
         dumps_manifest(Manifest("build", extra={"k": float("inf")}))
-    assert str(info.value) == "package_manifest.json: extra.k: inf cannot be written as JSON (not a finite number)"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_manifest_file_with_a_bad_key_is_refused_naming_its_path(tmp_path: Path) -> None:
+def test_a_manifest_file_with_a_bad_key_is_refused_naming_its_path(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """read_manifest's content refusal names the file it read, so the user knows which manifest is broken."""
     path = tmp_path / "package_manifest.json"
     path.write_text('{"manifest_version": 1, "command": "build", "zzz": 1}')
     with pytest.raises(PackageError) as info:
         read_manifest(path)
-    assert str(info.value) == f"{path}: zzz: unknown key"
+    assert messages_snapshot == str(info.value)

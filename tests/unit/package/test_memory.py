@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import GraphError, PackageError
 from q38.package.memory import (
@@ -146,11 +147,11 @@ def test_only_the_dense_tensors_of_an_mtp_graph_count_as_mtp(tmp_path: Path) -> 
     assert mem.files == {"model.onnx": 14, "mtp.onnx": 8}
 
 
-def test_a_graph_named_outside_the_package_is_refused_unread(tmp_path: Path) -> None:
+def test_a_graph_named_outside_the_package_is_refused_unread(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A graph path that escapes the package root is one error line naming it as the graph."""
     with pytest.raises(PackageError) as info:
         load_memory(_facts(tmp_path), ["../outside.onnx"])
-    assert str(info.value) == "graph: path '../outside.onnx' escapes the package directory"
+    assert messages_snapshot == str(info.value)
 
 
 def test_package_facts_of_a_builder_package_with_mtp(tmp_path: Path) -> None:
@@ -262,14 +263,14 @@ def test_a_runtime_profile_reads_its_context_tier_and_memory_bounds(tmp_path: Pa
         ("short", 512, 100, 200, 30, 40), ("full", 4096, 200, None, None, None)]
 
 
-def test_a_config_that_names_no_graph_is_refused_naming_the_package(tmp_path: Path) -> None:
+def test_a_config_that_names_no_graph_is_refused_naming_the_package(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """A config with no decoder filename (nor any other graph) has nothing to size: one PackageError naming the package."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "genai_config.json").write_text(json.dumps({"model": {"type": "qwen3_5_moe_text", "decoder": {}}}), encoding="utf-8")
     with pytest.raises(PackageError) as info:
         read_package_facts(pkg)
-    assert str(info.value) == f"{pkg}: the config names no graph"
+    assert messages_snapshot == str(info.value)
 
 
 def test_each_profiles_breakdown_sizes_its_state_at_the_batch_asked() -> None:

@@ -7,12 +7,12 @@ line naming the field and the path.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
-from q38.errors import UnsafePathError, quote
+from q38.errors import UnsafePathError
 from q38.package.paths import resolve_inside, safe_relpath
 
 WHAT = "genai_config.json: model.decoder.filename"
@@ -26,28 +26,29 @@ def test_a_path_inside_the_package_is_accepted_normalized(rel: str, normalized: 
     assert safe_relpath(rel, what=WHAT) == normalized
 
 
-@pytest.mark.parametrize(("rel", "problem"), [
-    ("", "invalid path ''"), (" model.onnx", "invalid path ' model.onnx'"), ("model.onnx\n", "invalid path 'model.onnx\\n'"),
-    (".", "invalid path '.'"), ("./", "invalid path './'"),
-    ("a\x00b", "invalid character in path 'a\\x00b'"), ("sub\\model.onnx", "invalid character in path 'sub\\\\model.onnx'"),
-    ("\ud800.onnx", "invalid character in path '\\ud800.onnx' (not valid Unicode)"),
-    ("/etc/passwd", "absolute path '/etc/passwd' is not allowed (must be inside the package)"),
-    ("../model.onnx", "path '../model.onnx' escapes the package directory"),
-    ("sub/../../x", "path 'sub/../../x' escapes the package directory"),
-])  # fmt: skip
-def test_a_path_that_could_leave_the_package_or_name_nothing_is_refused(rel: str, problem: str) -> None:
+@pytest.mark.parametrize("rel", [
+    "", " model.onnx", "model.onnx\n",
+    ".", "./",
+    "a\x00b", "sub\\model.onnx",
+    "\ud800.onnx",
+    "/etc/passwd",
+    "../model.onnx",
+    "sub/../../x",
+], ids=["empty", "leading-blank", "trailing-newline", "dot", "dot-slash", "nul", "backslash", "lone-surrogate",
+        "absolute", "parent", "parent-via-sub"])  # fmt: skip
+def test_a_path_that_could_leave_the_package_or_name_nothing_is_refused(rel: str, messages_snapshot: SnapshotAssertion) -> None:
     with pytest.raises(UnsafePathError) as info:
         safe_relpath(rel, what=WHAT)
-    assert str(info.value) == f"{WHAT}: {problem}"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_value_that_is_not_a_string_is_refused() -> None:
+def test_a_value_that_is_not_a_string_is_refused(messages_snapshot: SnapshotAssertion) -> None:
     with pytest.raises(UnsafePathError) as info:
         safe_relpath(7, what=WHAT)  # type: ignore[arg-type]
-    assert str(info.value) == f"{WHAT}: invalid path 7"
+    assert messages_snapshot == str(info.value)
 
 
-def test_a_symlink_that_leads_out_is_refused_naming_where_it_resolves(tmp_path: Path) -> None:
+def test_a_symlink_that_leads_out_is_refused_naming_where_it_resolves(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     """resolve_inside follows links: a name inside the package whose link leads out is refused,
     naming the resolved target; one that stays inside is returned as named."""
     root = tmp_path / "pkg"
@@ -59,8 +60,7 @@ def test_a_symlink_that_leads_out_is_refused_naming_where_it_resolves(tmp_path: 
     assert resolve_inside(root, "alias.onnx", what=WHAT) == root / "alias.onnx"
     with pytest.raises(UnsafePathError) as info:
         resolve_inside(root, "model.onnx", what=WHAT)
-    real = os.fspath((tmp_path / "outside.onnx").resolve())
-    assert str(info.value) == f"{WHAT}: 'model.onnx' resolves to {quote(real)}, outside the package directory"
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_path_through_a_regular_file_is_refused_naming_the_path(tmp_path: Path) -> None:

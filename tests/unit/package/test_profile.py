@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ProfileError
 from q38.package import ExpertProfile, encode_profile, parse_profile, read_profile
@@ -65,8 +66,8 @@ def test_a_profile_without_layers_or_experts_is_refused(shape: tuple[int, int]) 
     np.zeros(4, dtype=np.uint64), np.zeros((2, 3, 4), dtype=np.uint64), np.zeros((3, 4), dtype=np.int64),
     np.zeros((3, 4), dtype=np.float64),
 ])  # fmt: skip
-def test_counts_that_are_not_a_2d_uint64_array_are_refused(counts: np.ndarray) -> None:
+def test_counts_that_are_not_a_2d_uint64_array_are_refused(counts: np.ndarray, messages_snapshot: SnapshotAssertion) -> None:
     """A profile is [layers, experts] uint64 counts: another rank or dtype is refused by name."""
     with pytest.raises(ValueError) as info:
         ExpertProfile(counts)
-    assert str(info.value) == "counts must be a 2-D uint64 array"
+    assert messages_snapshot == str(info.value)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.minipkg import build_layered_mini_package, build_mini_package, mini_config
+from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import PackageError
 from q38.package import Manifest, dumps_manifest, open_package
@@ -98,20 +99,19 @@ def _drop_pool_data(pkg: Path) -> None:
     pool.write_text(pool.read_text(encoding="utf-8").replace("w0001 head_r2.onnx.data", "w0001 gone.data"), encoding="utf-8")
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (_replace_by_directory("genai_config.json"), "{pkg}: config: 'genai_config.json' is a directory, expected a file"),
-    (lambda pkg: (pkg / "weights_pool.txt").unlink(),
-     "{pkg}/genai_config.json: model.qwen38_graph.weights_pool: 'weights_pool.txt' does not exist in {pkg}"),
-    (_replace_by_directory("package_manifest.json"), "{pkg}: manifest: 'package_manifest.json' is a directory, expected a file"),
-    (_drop_pool_data, "{pkg}/weights_pool.txt: pool entry 'w0001': 'gone.data' does not exist in {pkg}"),
+@pytest.mark.parametrize("damage", [
+    (_replace_by_directory("genai_config.json")),
+    (lambda pkg: (pkg / "weights_pool.txt").unlink()),
+    (_replace_by_directory("package_manifest.json")),
+    (_drop_pool_data),
 ], ids=["config-dir", "pool-missing", "manifest-dir", "pool-data-missing"])  # fmt: skip
 def test_a_missing_or_misplaced_file_is_named_with_the_file_that_names_it(
-        tmp_path: Path, damage: Callable[[Path], None], message: str) -> None:  # fmt: skip
+        tmp_path: Path, damage: Callable[[Path], None], messages_snapshot: SnapshotAssertion) -> None:  # fmt: skip
     pkg = build_mini_package(tmp_path / "pkg")
     damage(pkg)
     with pytest.raises(PackageError) as info:
         open_package(pkg)
-    assert str(info.value) == message.format(pkg=pkg)
+    assert messages_snapshot == str(info.value)
 
 
 def test_the_decode_graph_of_a_v12b_package_is_its_loaded_target(tmp_path: Path) -> None:
@@ -123,22 +123,21 @@ def test_the_decode_graph_of_a_v12b_package_is_its_loaded_target(tmp_path: Path)
     assert (decode.head_size, decode.vocab_size) == (4, 16)
 
 
-def test_a_path_that_is_no_package_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_path_that_is_no_package_directory_is_refused_in_one_line(tmp_path: Path, messages_snapshot: SnapshotAssertion) -> None:
     (tmp_path / "layered" / "target").mkdir(parents=True)
     (tmp_path / "layered" / "target" / "genai_config.json").write_text("{}", encoding="utf-8")
     (tmp_path / "file").write_text("x", encoding="utf-8")
-    for path, problem in [(tmp_path / "layered", "layered package without a head/ directory"),
-                          (tmp_path / "nope", "no such package directory"), (tmp_path / "file", "not a directory")]:  # fmt: skip
+    for path in (tmp_path / "layered", tmp_path / "nope", tmp_path / "file"):
         with pytest.raises(PackageError) as info:
             open_package(path)
-        assert str(info.value) == f"{path}: {problem}"
+        assert messages_snapshot == str(info.value)
     with pytest.raises(PackageError) as info:
         open_package(f"{tmp_path}/a\0b")
-    assert str(info.value) == f"{tmp_path}/a\\x00b: invalid path (contains a NUL byte)"
+    assert messages_snapshot == str(info.value)
 
 
 @pytest.mark.parametrize("offset", [1, 512, 1025])
-def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, offset: int) -> None:
+def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, offset: int, messages_snapshot: SnapshotAssertion) -> None:
     """The mini package's model.onnx.data holds 1024 bytes: a range that ends (or starts) past it is refused."""
     pkg = build_mini_package(tmp_path / "pkg")
     pool = pkg / "weights_pool.txt"
@@ -146,8 +145,7 @@ def test_a_pool_entry_past_the_end_of_its_data_file_is_refused(tmp_path: Path, o
         "w0000 model.onnx.data 0 1024 ", f"w0000 model.onnx.data {offset} 1024 "), encoding="utf-8")  # fmt: skip
     with pytest.raises(PackageError) as info:
         open_package(pkg)
-    assert str(info.value) == (f"{pkg / 'weights_pool.txt'}: pool entry 'w0000': byte range [{offset}, {offset + 1024}) "
-                               "is past the end of 'model.onnx.data' (1024 bytes)")  # fmt: skip
+    assert messages_snapshot == str(info.value)
 
 
 def test_a_pool_written_with_crlf_line_ends_reads_as_with_lf(tmp_path: Path) -> None:
