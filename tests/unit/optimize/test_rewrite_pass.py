@@ -453,3 +453,23 @@ def test_remove_dead_without_a_node_order_removes_the_dead_candidates_at_once() 
     assert [n.name for n in model.graph] == ["/tanh"]
     assert relu.graph is None and neg.graph is None
     assert [u.node.name for u in model.graph.inputs[0].uses()] == ["/tanh"]
+
+
+def test_a_pass_given_keyword_fields_runs_with_its_run_record_changed_in_those_fields_only() -> None:
+    """One :class:`PassRun` record carries what a run gives its passes; the keyword shorthand of a
+    pass used on its own names exactly the record's fields and replaces only those, so the run's
+    sinks (outcomes, provenance) stay the ones the caller holds and the caller's record is untouched."""
+    import dataclasses
+
+    from q38.optimize._common import PassRun, RunFields
+
+    assert set(RunFields.__annotations__) == {f.name for f in dataclasses.fields(PassRun)}
+    run = PassRun()
+    p = FuseRMSNormRotaryPass(run, target="cpu")
+    assert (p.run.target, run.target) == ("cpu", "cuda")
+    assert p.outcomes is run.outcomes and p.provenance is run.provenance and p.run.reader is default_reader
+    fused = FuseRMSNormRotaryPass(run)
+    fused(ir.from_proto(G.rms_rotary_model()))
+    assert fused.run is run and [o.line() for o in run.outcomes] == ["rms_norm_rotary: /q/Concat: fused"]
+    with pytest.raises(TypeError):
+        FuseRMSNormRotaryPass(run, tagret="cpu")  # type: ignore[call-arg]
