@@ -103,7 +103,7 @@ _PRODUCERS = """
 producers (float[2, 4] x, float[4] w) => (float[2, 4] y, float[2, 4] z, float[2, 4] t)
 {
     n = SimplifiedLayerNormalization <axis = -1, epsilon = 0.001> (x, w)
-    m = com.microsoft.SimplifiedLayerNormalization (x, w)
+    ["/other_norm"] m = com.microsoft.SimplifiedLayerNormalization (x, w)
     y = Tanh (n)
     z = Tanh (m)
     t = Relu (y)
@@ -136,7 +136,7 @@ def test_check_private_declines_an_intermediate_read_outside_the_match_or_publis
     assert check_private([values["y"]], [tanh_y], graph) == Decline("intermediate 'y' is a graph output")
     # x is read by both norms: the other one is named.
     outside = check_private([values["x"]], [norm], graph)
-    assert outside == Decline("intermediate 'x' has another consumer (SimplifiedLayerNormalization '')")
+    assert outside == Decline("intermediate 'x' has another consumer (SimplifiedLayerNormalization '/other_norm')")
 
 
 _CAPTURED = """

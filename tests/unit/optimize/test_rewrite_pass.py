@@ -66,11 +66,10 @@ class _Silent(RewritePass):
 
 
 def _tanh_model(name: str = "/tanh") -> ir.Model:
-    g = G.G()
-    x = g.inp("x", G.F16, ["B"])
-    g.op("Tanh", [x], outs=["y"], name=name)
-    g.out("y", G.F16, ["B"])
-    return ir.from_proto(g.model(ms=False))
+    return ir.from_onnx_text(f"""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float16[B] x) => (float16[B] y) {{ ["{name}"] y = Tanh (x) }}
+    """)
 
 
 def test_an_anchor_no_guard_answers_for_is_declined_as_not_recognised() -> None:
