@@ -1,9 +1,14 @@
-"""Shared machinery of the q38 rewrite passes: outcomes, guards as data, naming, graph surgery.
+"""The pass machinery of the q38 rewrites: the run record, outcomes, the rewrite context, the pass base.
 
-Every rewrite is an :class:`onnx_ir.passes.InPlacePass` subclass of :class:`RewritePass`. A pass
-walks the nodes of the top-level graph (nodes are held by identity; names are never used as keys),
-asks its ``match`` for each anchor node, and either rewrites the match or records a
-:class:`Outcome` whose ``reason`` says why it declined. Declines are data, never exceptions.
+Every rewrite is an :class:`onnx_ir.passes.InPlacePass` subclass of :class:`RewritePass`, generic
+over the type of its match. A pass walks the nodes of the top-level graph (nodes are held by
+identity; names are never used as keys), asks its ``match`` for each anchor node, and either
+rewrites the match or records an :class:`Outcome` whose ``reason`` says why it declined. Declines
+are data, never exceptions. The questions a ``match`` asks of the graph (constants, producers,
+attributes, privacy of intermediates) are the helpers of :mod:`q38.optimize.matching`.
+
+What one optimize run gives all its passes (target, weight reader, the outcome and provenance
+sinks, the shared name table, the kernel table) is one :class:`PassRun` record.
 
 Invariants every pass keeps (checked by ``requires``/``ensures``):
 
@@ -23,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypedDict, TypeVar, Unpack
 
 import numpy as np
 import onnx_ir as ir
@@ -32,6 +37,7 @@ import onnx_ir as ir
 from q38._ops import MS_DOMAIN, MS_OPSET
 from q38.optimize.graph_checks import NameTable, check_topological, invariant_problem, iter_graphs
 from q38.optimize.graph_order import NodeOrder, remove_dead
+from q38.optimize.matching import Decline, TensorReader, const_array, default_reader, is_output_of
 from q38.optimize.target_kernels import TargetKernels, active_kernels
 from q38.ort_kernels import cpu_kernels, dtype_name
 
@@ -43,23 +49,24 @@ __all__ = [
     "UNRECOGNISED_REASON",
     "Decline",
     "Outcome",
+    "PassRun",
     "Produced",
     "RewriteContext",
     "RewritePass",
+    "RunFields",
     "Target",
     "TensorReader",
-    "captured_by_subgraph",
-    "check_private",
     "check_topological",
     "const_array",
-    "const_ints",
-    "const_scalar",
+    "copy_type",
     "default_reader",
     "ensure_ms_opset",
-    "first_dtype",
     "iter_graphs",
     "replace_value",
 ]
+# Decline, TensorReader, default_reader and const_array live in q38.optimize.matching, and
+# check_topological and iter_graphs in q38.optimize.graph_checks; they stay importable from here,
+# where callers and tests have always found them.
 
 _LOG = logging.getLogger(__name__)
 
@@ -67,14 +74,7 @@ Target = Literal["cuda", "cpu"]
 SUBGRAPH_REASON = "inside a subgraph (only the top-level graph is rewritten)"
 # Recorded for an anchor a pass neither matched nor declined; the tests require none.
 UNRECOGNISED_REASON = "anchor not recognised by the pass (no specific reason)"
-TensorReader = Callable[[ir.Value], np.ndarray]
-
-
-@dataclasses.dataclass(frozen=True)
-class Decline:
-    """A guard's verdict: this candidate is not rewritten, and why."""
-
-    reason: str
+M = TypeVar("M")  # the match type of a pass: what its ``match`` finds and its ``rewrite`` consumes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,92 +111,40 @@ class Produced:
     dtype: ir.DataType | None
 
 
-def first_dtype(*values: ir.Value | None) -> ir.DataType | None:
-    """The dtype of the first typed value among ``values``; None when none is typed.
+@dataclasses.dataclass(frozen=True)
+class PassRun:
+    """What one optimize run gives every pass it runs: one record instead of a keyword per item.
 
-    A rewritten producer may have left its output untyped; a value_info with elem_type 0
-    declares ``UNDEFINED``, which says no more than no type, so it is skipped too.
+    ``target``: the runtime the output is for (``cpu`` declines a rewrite whose products have no
+    CPU kernel). ``reader``: how a pass reads a weight's bytes (package code passes one that reads
+    external data). ``outcomes``, ``provenance`` and ``origins`` are the run's sinks, shared by its
+    passes: every candidate's outcome, and for each tensor a pass created the names of its source
+    tensors and the pass that created it. ``names``: one name table for all passes of the run
+    (None: each pass builds the table of the model it is given). ``kernels``: the CPU-kernel table
+    ``target="cpu"`` consults (None: the installed onnxruntime's, probed once).
+
+    The record is frozen; the sinks it holds are not (the passes append to them).
     """
-    return next((v.dtype for v in values if v is not None and v.dtype not in (None, ir.DataType.UNDEFINED)), None)
+
+    target: Target = "cuda"
+    reader: TensorReader = default_reader
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    provenance: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    origins: dict[str, str] = dataclasses.field(default_factory=dict)
+    names: NameTable | None = None
+    kernels: CpuKernels | None = None
 
 
-def default_reader(value: ir.Value) -> np.ndarray:
-    """Read an in-memory (or onnx-ir external) constant; package code passes its own reader."""
-    tensor = value.const_value
-    if tensor is None:
-        raise ValueError(f"value {value.name!r} has no constant")
-    return tensor.numpy()
+class RunFields(TypedDict, total=False):
+    """Fields of a :class:`PassRun` given by keyword, for a pass used on its own: ``Pass(target="cpu")``."""
 
-
-def captured_by_subgraph(value: ir.Value) -> bool:
-    """True when a node of a subgraph (at any depth) reads ``value`` from an enclosing scope."""
-    home = value.graph
-    return any(use.node.graph is not home for use in value.uses())
-
-
-def _is_output_of(value: ir.Value, graph: ir.Graph) -> bool:
-    # ``in`` on the outputs list is a C-level identity scan (ir.Value defines no __eq__); a Python
-    # loop over them per replaced output grew with layers x outputs.
-    return value.is_graph_output() and value in graph.outputs
-
-
-def check_private(
-    intermediates: Iterable[ir.Value], matched: Sequence[ir.Node], graph: ir.Graph
-) -> Decline | None:
-    """Every intermediate must be read only by matched nodes (no escape, no subgraph capture)."""
-    matched_ids = {id(n) for n in matched}
-    for value in intermediates:
-        if captured_by_subgraph(value):
-            return Decline(f"intermediate {value.name!r} is captured by a subgraph")
-        if _is_output_of(value, graph):
-            return Decline(f"intermediate {value.name!r} is a graph output")
-        for use in value.uses():
-            if id(use.node) not in matched_ids:
-                return Decline(
-                    f"intermediate {value.name!r} has another consumer "
-                    f"({use.node.op_type} {use.node.name!r})"
-                )
-    return None
-
-
-def const_array(value: ir.Value | None, reader: TensorReader) -> np.ndarray | None:
-    """The constant behind ``value`` (an initializer or a Constant node), or None."""
-    if value is None:
-        return None
-    if value.const_value is not None and value.is_initializer():
-        return reader(value)
-    node = value.producer()
-    if node is not None and node.op_type == "Constant" and node.domain == "":
-        attr = node.attributes.get("value")
-        if attr is not None and isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
-            return attr.as_tensor().numpy()
-        for key in ("value_int", "value_float"):
-            attr = node.attributes.get(key)
-            if isinstance(attr, ir.Attr):
-                return np.asarray(attr.value)
-        for key in ("value_ints", "value_floats"):
-            attr = node.attributes.get(key)
-            if isinstance(attr, ir.Attr):
-                return np.asarray(list(attr.value))
-    if value.const_value is not None:
-        return reader(value)
-    return None
-
-
-def const_ints(value: ir.Value | None, reader: TensorReader) -> list[int] | None:
-    """An integer constant's values flattened (None: not a constant, or not an integer tensor)."""
-    arr = const_array(value, reader)
-    if arr is None or arr.dtype.kind not in "iu":
-        return None
-    return [int(x) for x in arr.reshape(-1)]
-
-
-def const_scalar(value: ir.Value | None, reader: TensorReader) -> float | None:
-    """A one-element constant's value as a float (None: not a constant, or more than one element)."""
-    arr = const_array(value, reader)
-    if arr is None or arr.size != 1:
-        return None
-    return float(np.asarray(arr, dtype=np.float64).reshape(-1)[0])
+    target: Target
+    reader: TensorReader
+    outcomes: list[Outcome]
+    provenance: dict[str, list[str]]
+    origins: dict[str, str]
+    names: NameTable | None
+    kernels: CpuKernels | None
 
 
 def ensure_ms_opset(model: ir.Model) -> None:
@@ -295,7 +243,7 @@ def replace_value(old: ir.Value, new: ir.Value, graph: ir.Graph) -> None:
 
     A graph output keeps its public name: ``new`` takes over the name and ``old`` is renamed.
     """
-    if _is_output_of(old, graph):
+    if is_output_of(old, graph):
         public = old.name
         old.name = f"{public}__replaced"
         new.name = public
@@ -305,59 +253,60 @@ def replace_value(old: ir.Value, new: ir.Value, graph: ir.Graph) -> None:
     old.replace_all_uses_with(new)
 
 
-class RewritePass(ir.passes.InPlacePass):
+class RewritePass(ir.passes.InPlacePass, Generic[M]):
     """Base of every q38 rewrite: candidate loop, target gating, outcomes and invariants.
 
     Subclasses set ``name`` (the manifest key), ``contrib_op`` (the operator the rewrite
-    introduces, or None) and implement ``match`` and ``rewrite``.
+    introduces, or None) and implement ``anchors``, ``match`` and ``rewrite``; ``M`` is the type
+    of their match (``class FusePass(RewritePass[_Match])``), so ``rewrite`` and ``produces``
+    receive exactly what ``match`` found.
+
+    ``run``: what the optimize run gives its passes (default: a run of this pass alone, on
+    ``cuda``); ``fields`` replace fields of it, a shorthand for a pass used on its own
+    (``FuseRMSNormRotaryPass(target="cpu")``). ``check_requires``: False when the previous pass's ``ensures`` already proved this pass's
+    ``requires`` (the pipeline checks each pass boundary once).
     """
 
     name: ClassVar[str] = ""
     contrib_op: ClassVar[str | None] = None
 
     def __init__(
-        self,
-        *,
-        target: Target = "cuda",
-        reader: TensorReader | None = None,
-        outcomes: list[Outcome] | None = None,
-        provenance: dict[str, list[str]] | None = None,
-        origins: dict[str, str] | None = None,
-        names: NameTable | None = None,
-        check_requires: bool = True,
-        kernels: CpuKernels | None = None,
+        self, run: PassRun | None = None, *, check_requires: bool = True, **fields: Unpack[RunFields]
     ) -> None:
         super().__init__()
-        self.target = target
-        self.reader = reader or default_reader
-        self.outcomes: list[Outcome] = outcomes if outcomes is not None else []
-        self.provenance: dict[str, list[str]] = provenance if provenance is not None else {}
-        self.origins: dict[str, str] = origins if origins is not None else {}
-        # One name table for the passes of one pipeline run (None: built per model a call is given).
-        self.names = names
-        self._given_names = names
+        run = run if run is not None else PassRun()
+        self.run = dataclasses.replace(run, **fields) if fields else run
+        # The run's table (None: built per model a call is given).
+        self.names = self.run.names
         self._names_model: ir.Model | None = None
-        # False when the previous pass's ensures already proved this pass's requires.
         self.check_requires = check_requires
-        # The CPU-kernel table ``--target cpu`` consults (None: the installed ORT's, probed once).
-        self.kernels = kernels
         self.count = 0
         self.sorted = 0  # graph sorts this pass needed (0 for every exporter form)
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """Every candidate's outcome, this pass's among them (the run's shared sink)."""
+        return self.run.outcomes
+
+    @property
+    def provenance(self) -> dict[str, list[str]]:
+        """For each tensor a pass of the run created, the names of its source tensors."""
+        return self.run.provenance
 
     # -- to implement ---------------------------------------------------------------------------
     def anchors(self, graph: ir.Graph) -> list[ir.Node]:
         """The nodes a match may start from, in graph order (each pass says which op anchors its pattern)."""
         raise NotImplementedError
 
-    def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline | None:
+    def match(self, ctx: RewriteContext, node: ir.Node) -> M | Decline | None:
         """Return a match, a Decline with a reason, or None when ``node`` is no candidate."""
         raise NotImplementedError
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: M) -> None:
         """Replace the matched nodes with the fused node(s); every candidate gets an outcome."""
         raise NotImplementedError
 
-    def produces(self, match: object) -> Sequence[Produced]:
+    def produces(self, match: M) -> Sequence[Produced]:
         """The nodes the rewrite of ``match`` leaves in the graph (checked for ``--target cpu``)."""
         return (Produced(self.contrib_op, MS_DOMAIN, None),) if self.contrib_op else ()
 
@@ -391,19 +340,19 @@ class RewritePass(ir.passes.InPlacePass):
 
     def context(self, model: ir.Model, graph: ir.Graph | None = None) -> RewriteContext:
         """The rewrite context of one call: the model, tensor reader, provenance and one shared name table."""
-        if self._given_names is None and self._names_model is not model:
+        if self.run.names is None and self._names_model is not model:
             # A pass instance reused on another model builds that model's table: the first model's
             # names would let a fresh name collide with one the new model has (and its subgraphs
             # would be declined as the new model's). Two phases of one call share one table.
             self.names = NameTable(model)
             self._names_model = model
-        elif self._given_names is None and self.names is not None:
+        elif self.run.names is None and self.names is not None:
             # Called on this model again: other passes may have named things since; the names
             # this table reserved (the model's earlier ones included) stay reserved.
             self.names.add_names_of(model)
         assert self.names is not None  # given, or built just above
-        return RewriteContext(model, self.reader, self.provenance, pass_name=self.name,
-                              origins=self.origins, names=self.names, graph=graph)
+        return RewriteContext(model, self.run.reader, self.run.provenance, pass_name=self.name,
+                              origins=self.run.origins, names=self.names, graph=graph)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Run the pass over the model's graph: match each live anchor, rewrite or record the decline reason."""
@@ -422,7 +371,7 @@ class RewritePass(ir.passes.InPlacePass):
                 self._record(anchor, False, found.reason)
                 continue
             targeted = active_kernels()
-            checked = self.target == "cpu" or targeted is not None
+            checked = self.run.target == "cpu" or targeted is not None
             missing = self._missing_cpu_kernel(found, targeted) if checked else None
             if missing is not None:
                 self._record(anchor, False, missing)
@@ -445,19 +394,19 @@ class RewritePass(ir.passes.InPlacePass):
                   graph.name or "(unnamed)", self.count, declined)
         return ir.passes.PassResult(model, modified=self.count > 0)
 
-    def _missing_cpu_kernel(self, match: object, targeted: TargetKernels | None = None) -> str | None:
+    def _missing_cpu_kernel(self, match: M, targeted: TargetKernels | None = None) -> str | None:
         """Why a session of the target could not run what the rewrite of ``match`` produces, or None.
 
         ``targeted``: the kernels of ``--target-ort``'s release on the target EP (else the
         installed onnxruntime's CPU kernels, for ``--target cpu``).
         """
-        if self.kernels is None and targeted is not None:
+        if self.run.kernels is None and targeted is not None:
             for node in self.produces(match):
                 if not targeted.has(node.op, node.domain, node.dtype):
                     return (f"no {targeted.ep.upper()} kernel for {node.op} in onnxruntime {targeted.ort_version} "
-                            f"(target {self.target}, --target-ort; {targeted.source})")
+                            f"(target {self.run.target}, --target-ort; {targeted.source})")
             return None
-        kernels = self.kernels if self.kernels is not None else cpu_kernels()
+        kernels = self.run.kernels if self.run.kernels is not None else cpu_kernels()
         for node in self.produces(match):
             if kernels.has(node.op, node.domain, node.dtype):
                 continue
@@ -479,62 +428,6 @@ class RewritePass(ir.passes.InPlacePass):
         outcome = Outcome(self.name, anchor, applied, reason)
         self.outcomes.append(outcome)
         _LOG.debug("%s", outcome.line())
-
-
-def producer_of(value: ir.Value | None, *op_types: str, domain: str = "") -> ir.Node | None:
-    """The producer of ``value`` when it is one of ``op_types`` in ``domain``."""
-    if value is None:
-        return None
-    node = value.producer()
-    if node is None or node.op_type not in op_types:
-        return None
-    if node.domain != domain:  # onnx_ir spells the default domain "" (it maps "ai.onnx" to "")
-        return None
-    return node
-
-
-def attr_int(node: ir.Node, key: str, default: int | None = None) -> int | None:
-    """Attribute ``key`` of ``node`` as an int, or ``default`` when the node does not set it."""
-    attr = node.attributes.get(key)
-    return int(attr.value) if isinstance(attr, ir.Attr) else default
-
-
-def attr_float(node: ir.Node, key: str, default: float | None = None) -> float | None:
-    """Attribute ``key`` of ``node`` as a float, or ``default`` when the node does not set it."""
-    attr = node.attributes.get(key)
-    return float(attr.value) if isinstance(attr, ir.Attr) else default
-
-
-def attr_ints(node: ir.Node, key: str) -> list[int] | None:
-    """Attribute ``key`` of ``node`` as a list of ints (None: not set)."""
-    attr = node.attributes.get(key)
-    return [int(x) for x in attr.value] if isinstance(attr, ir.Attr) else None
-
-
-def inp(node: ir.Node, index: int) -> ir.Value | None:
-    """Input ``index`` of ``node``; None when it is omitted or beyond the node's inputs."""
-    return node.inputs[index] if index < len(node.inputs) else None
-
-
-def slice_args(node: ir.Node, reader: TensorReader) -> tuple[int, int, int] | None:
-    """(start, end, axis) of a one-axis, unit-step ``Slice`` whose arguments are constants.
-
-    None when it is not that: a dynamic argument, several axes or a step other than 1. Omitted
-    ``axes`` are the leading axes and omitted ``steps`` are 1, as ONNX and ORT read them.
-    """
-    starts, ends = const_ints(inp(node, 1), reader), const_ints(inp(node, 2), reader)
-    axes = const_ints(inp(node, 3), reader) if inp(node, 3) is not None else list(range(len(starts or [])))
-    steps = const_ints(inp(node, 4), reader) if inp(node, 4) is not None else [1]
-    if not starts or not ends or not axes or steps != [1] or len(starts) != 1 or len(axes) != 1:
-        return None
-    return starts[0], ends[0], axes[0]
-
-
-def rank_of(value: ir.Value | None) -> int | None:
-    """The declared rank of ``value`` (None: no value, or no shape declared)."""
-    if value is None or value.shape is None:
-        return None
-    return len(value.shape)
 
 
 def copy_type(dst: ir.Value, src: ir.Value) -> None:

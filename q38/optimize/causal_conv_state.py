@@ -29,21 +29,17 @@ import dataclasses
 import onnx_ir as ir
 
 from q38._ops import CAUSAL_CONV_WITH_STATE, MS_DOMAIN
-from q38.optimize._common import (
+from q38.optimize._common import Produced, RewriteContext, RewritePass, copy_type, replace_value
+from q38.optimize.matching import (
     Decline,
-    Produced,
-    RewriteContext,
-    RewritePass,
     attr_int,
     attr_ints,
     captured_by_subgraph,
     check_private,
-    copy_type,
     first_dtype,
     inp,
     producer_of,
     rank_of,
-    replace_value,
     slice_args,
 )
 
@@ -72,7 +68,7 @@ def _is_transpose021(node: ir.Node | None) -> bool:
     return node is not None and node.op_type == "Transpose" and attr_ints(node, "perm") == [0, 2, 1]
 
 
-class FuseCausalConvStatePass(RewritePass):
+class FuseCausalConvStatePass(RewritePass[_Match]):
     """Replace the exporter's Concat/Slice carry chain by the op's ``present_state`` output."""
 
     name = "causal_conv_state"
@@ -93,7 +89,7 @@ class FuseCausalConvStatePass(RewritePass):
                 return Decline(f"extended attribute {key} is set (CUDA-only path)")
         if len(conv.outputs) > 2:
             return Decline("state_update output 2 is declared")
-        if attr_int(conv, "dilation", 1) < 1:  # type: ignore[operator]
+        if attr_int(conv, "dilation", 1) < 1:
             return Decline(f"dilation={attr_int(conv, 'dilation')} is not >= 1")
         rank = rank_of(conv.inputs[0])
         if rank is not None and rank != 3:
@@ -106,7 +102,9 @@ class FuseCausalConvStatePass(RewritePass):
     def _history(self, conv: ir.Node) -> int:
         w = conv.inputs[1]
         assert w is not None and w.shape is not None
-        return (int(w.shape[2]) - 1) * int(attr_int(conv, "dilation", 1))  # type: ignore[arg-type]
+        width = w.shape[2]
+        assert isinstance(width, int)  # a static [C, 1, K], proved by _guards
+        return (width - 1) * attr_int(conv, "dilation", 1)
 
     def match(self, ctx: RewriteContext, conv: ir.Node) -> _Match | Decline:
         """The conv's carry chain (Concat/Slice, or the first-token form), private to it; else a Decline.
@@ -213,20 +211,18 @@ class FuseCausalConvStatePass(RewritePass):
             xT.inputs[0], pT.inputs[0], out_t.outputs[0],
         )
 
-    def produces(self, match: object) -> tuple[Produced, ...]:
+    def produces(self, match: _Match) -> tuple[Produced, ...]:
         """The conv itself, now also computing the carried state (one T: output, input, weight)."""
-        assert isinstance(match, _Match)
         conv = match.conv
         dtype = first_dtype(conv.outputs[0], inp(conv, 0), inp(conv, 1))
         return (Produced(CAUSAL_CONV_WITH_STATE, MS_DOMAIN, dtype),)
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: _Match) -> None:
         """Feed the carried state's readers from the conv's ``present_state`` and remove the chain.
 
         Channels-last: a new conv with ``channels_last=1`` reads the untransposed input and state.
         A reader that sat before the conv is handled by moving the conv up after its inputs.
         """
-        assert isinstance(match, _Match)
         conv = match.conv
         if not match.channels_last:
             if len(conv.outputs) < 2:

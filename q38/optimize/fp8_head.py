@@ -21,15 +21,8 @@ import numpy as np
 import onnx_ir as ir
 
 from q38._ops import MATMUL_FP8, MATMUL_NBITS, MS_DOMAIN
-from q38.optimize._common import (
-    Decline,
-    Produced,
-    RewriteContext,
-    RewritePass,
-    captured_by_subgraph,
-    copy_type,
-    replace_value,
-)
+from q38.optimize._common import Produced, RewriteContext, RewritePass, copy_type, replace_value
+from q38.optimize.matching import Decline, captured_by_subgraph
 
 __all__ = ["BLOCK_SIZE", "QuantizeFp8HeadPass", "quantize_fp8_blockwise"]
 
@@ -57,7 +50,7 @@ class _Match:
     dtype: ir.DataType
 
 
-class QuantizeFp8HeadPass(RewritePass):
+class QuantizeFp8HeadPass(RewritePass[_Match]):
     """Quantize the head projection that produces a graph output to block-scaled FP8."""
 
     name = "fp8_head"
@@ -105,17 +98,15 @@ class QuantizeFp8HeadPass(RewritePass):
             return Decline(f"activation width {a.shape[-1]} != weight rows {w.shape[0]}")
         return _Match(node, dtype)
 
-    def produces(self, match: object) -> tuple[Produced, ...]:
+    def produces(self, match: _Match) -> tuple[Produced, ...]:
         """The fused FP8 MatMul, at the activation dtype (float16 / bfloat16)."""
-        assert isinstance(match, _Match)
         return (Produced(MATMUL_FP8, MS_DOMAIN, match.dtype),)
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: _Match) -> None:
         """Replace the MatMul by the FP8 op on a block-quantized weight and FP32 scales.
 
         The quantized weight is made once per source weight (cached), so heads reading one weight share it.
         """
-        assert isinstance(match, _Match)
         node = match.node
         w = node.inputs[1]
         assert w is not None

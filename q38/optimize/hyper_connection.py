@@ -34,11 +34,9 @@ from q38._ops import (
     MS_DOMAIN,
     SCALED_SILU,
 )
-from q38.optimize._common import (
+from q38.optimize._common import Produced, RewriteContext, RewritePass, copy_type, replace_value
+from q38.optimize.matching import (
     Decline,
-    Produced,
-    RewriteContext,
-    RewritePass,
     TensorReader,
     attr_float,
     attr_int,
@@ -47,12 +45,10 @@ from q38.optimize._common import (
     check_private,
     const_ints,
     const_scalar,
-    copy_type,
     first_dtype,
     inp,
     producer_of,
     rank_of,
-    replace_value,
 )
 
 __all__ = ["FuseHyperConnectionPass"]
@@ -109,9 +105,10 @@ def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
 
 def _static_2d(value: ir.Value) -> tuple[int, int] | None:
     shape = value.shape
-    if shape is None or len(shape) != 2 or not all(isinstance(d, int) for d in shape):
+    if shape is None or len(shape) != 2:
         return None
-    return int(shape[0]), int(shape[1])  # type: ignore[arg-type]
+    rows, cols = shape[0], shape[1]
+    return (rows, cols) if isinstance(rows, int) and isinstance(cols, int) else None
 
 
 def _shape_2d(weight: _Weight | None) -> tuple[int, int] | None:
@@ -143,8 +140,8 @@ def _check_weight_shapes(scale: ir.Value, down: _Weight, up: ir.Value, inject: _
         return Decline(f"norm scale {scale.name!r} length {length} is not C*H = {ch} (down rows)")
     if u != (r, ch):
         return Decline(f"up weight {up.name!r} shape {list(u)} is not (R, C*H) = {[r, ch]} (per-feature gates)")
-    if j is not None and j != (ch, c):
-        return Decline(f"inject weight {_source(inject).name!r} shape {list(j)} is not (C*H, C) = {[ch, c]}")  # type: ignore[arg-type]
+    if inject is not None and j is not None and j != (ch, c):
+        return Decline(f"inject weight {_source(inject).name!r} shape {list(j)} is not (C*H, C) = {[ch, c]}")
     return None
 
 
@@ -170,7 +167,7 @@ def _split_sizes(split: ir.Node, width: int, reader: TensorReader) -> list[int] 
     return sizes
 
 
-class FuseHyperConnectionPass(RewritePass):
+class FuseHyperConnectionPass(RewritePass[_Chain | _Prologue]):
     """Fuse the low-rank hyper-connection gate network and absorb the previous PostMix."""
 
     name = "hyper_connection"
@@ -200,7 +197,7 @@ class FuseHyperConnectionPass(RewritePass):
 
     _phase = 1
 
-    def match(self, ctx: RewriteContext, node: ir.Node) -> object | Decline:
+    def match(self, ctx: RewriteContext, node: ir.Node) -> _Chain | _Prologue | Decline:
         """The whole gate chain of a PreMix (phase one) or an absorbable PostMix (phase two); else a Decline."""
         if self._phase == 2:
             return self._match_prologue(ctx, node)
@@ -371,21 +368,19 @@ class FuseHyperConnectionPass(RewritePass):
         return _Prologue(mix, post)
 
     # -- rewrites --------------------------------------------------------------------------------
-    def produces(self, match: object) -> tuple[Produced, ...]:
+    def produces(self, match: _Chain | _Prologue) -> tuple[Produced, ...]:
         """One LowRankMix at the streams' dtype (a prologue re-creates the mix it absorbs into)."""
         if isinstance(match, _Prologue):
             dtype = first_dtype(*match.mix.inputs[:2])  # streams, norm scale: one T
         else:
-            assert isinstance(match, _Chain)
             dtype = first_dtype(match.x, match.weights[0])
         return (Produced(HC_LOW_RANK_MIX, MS_DOMAIN, dtype),)
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: _Chain | _Prologue) -> None:
         """Replace a matched chain by one LowRankMix, or give a LowRankMix the PostMix's inputs as prologue."""
         if isinstance(match, _Prologue):
             self._rewrite_prologue(ctx, match)
             return
-        assert isinstance(match, _Chain)
         anchor = match.pre_mix
         attrs: list[ir.Attr] = [ir.AttrInt64("num_branches", int(match.attrs["num_branches"]))]
         attrs += [ir.AttrFloat32(k, float(match.attrs[k])) for k in ("epsilon", "silu_alpha", "reduction_scale", "gate_div", "gate_mul")]
@@ -424,7 +419,9 @@ class FuseHyperConnectionPass(RewritePass):
             return self._weight(ctx, inject, "inject")
         # A final mixer has no post gate: LowRankMix still needs an inject weight, whose output
         # nobody reads. Zeros of (C*H, C), once per shape and dtype.
-        ch, c = int(scale.shape[0]), int(match.attrs["num_branches"])  # type: ignore[index, arg-type]
+        rows = scale.shape[0] if scale.shape is not None else None
+        assert isinstance(rows, int)  # proved C*H by _check_weight_shapes
+        ch, c = rows, int(match.attrs["num_branches"])
         dtype = scale.dtype
         assert dtype is not None
         key = ("hc_zero_inject", ch, c, dtype)

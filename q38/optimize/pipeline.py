@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
 from q38.errors import FlagError
-from q38.optimize._common import Outcome, RewritePass, Target, TensorReader
+from q38.optimize._common import Outcome, PassRun, RewritePass, Target, TensorReader, default_reader
 from q38.optimize.causal_conv_state import FuseCausalConvStatePass
 from q38.optimize.fp8_head import QuantizeFp8HeadPass
 from q38.optimize.graph_checks import NameTable
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported by --target cpu only (q38.optimize._common)
 
 __all__ = ["PASS_NAMES", "PIPELINE", "OptimizeResult", "optimize_model", "select_passes"]
 
-PIPELINE: tuple[type[RewritePass], ...] = (
+PIPELINE: tuple[type[RewritePass[Any]], ...] = (
     FuseRMSNormRotaryPass,
     FuseSharedExpertPass,
     FuseHyperConnectionPass,
@@ -59,7 +59,7 @@ class OptimizeResult:
         self.origins.update(other.origins)
 
 
-def select_passes(passes: Sequence[str] | None = None, skip: Sequence[str] = ()) -> tuple[type[RewritePass], ...]:
+def select_passes(passes: Sequence[str] | None = None, skip: Sequence[str] = ()) -> tuple[type[RewritePass[Any]], ...]:
     """The pipeline restricted to ``passes`` (pipeline order kept) minus ``skip``."""
     for name in (*(passes or ()), *skip):
         if name not in PASS_NAMES:
@@ -82,17 +82,10 @@ def optimize_model(
     ``kernels``: the CPU-kernel table ``target="cpu"`` checks every produced node against
     (default: the installed onnxruntime's, :func:`q38.ort_kernels.cpu_kernels`).
     """
-    outcomes: list[Outcome] = []
-    provenance: dict[str, list[str]] = {}
-    origins: dict[str, str] = {}
     # One name table for all passes; the first pass checks the input's invariants, every pass
     # checks its output's, which are the next pass's input (one check per pass boundary).
-    names = NameTable(model)
-    instances = [
-        cls(target=target, reader=reader, outcomes=outcomes, provenance=provenance, origins=origins,
-            names=names, check_requires=i == 0, kernels=kernels)
-        for i, cls in enumerate(select_passes(passes, skip))
-    ]
+    run = PassRun(target=target, reader=reader or default_reader, names=NameTable(model), kernels=kernels)
+    instances = [cls(run, check_requires=i == 0) for i, cls in enumerate(select_passes(passes, skip))]
     if instances:
         ir.passes.Sequential(*instances)(model)
-    return OptimizeResult({p.name: p.count for p in instances}, outcomes, provenance, origins)
+    return OptimizeResult({p.name: p.count for p in instances}, run.outcomes, run.provenance, run.origins)

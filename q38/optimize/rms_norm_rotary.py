@@ -26,22 +26,18 @@ import math
 import onnx_ir as ir
 
 from q38._ops import M_ROTARY_EMBEDDING, MS_DOMAIN, RMS_NORM_ROTARY
-from q38.optimize._common import (
+from q38.optimize._common import Produced, RewriteContext, RewritePass, copy_type, replace_value
+from q38.optimize.matching import (
     Decline,
-    Produced,
-    RewriteContext,
-    RewritePass,
     attr_int,
     attr_ints,
     check_private,
     const_array,
     const_ints,
     const_scalar,
-    copy_type,
     inp,
     producer_of,
     rank_of,
-    replace_value,
     slice_args,
 )
 
@@ -103,7 +99,7 @@ def _check_positions(pos: ir.Value, r: ir.Value, reshaped: ir.Node | None) -> De
     return None
 
 
-class FuseRMSNormRotaryPass(RewritePass):
+class FuseRMSNormRotaryPass(RewritePass[_Match]):
     """Fuse per-head RMS normalization followed by full-width non-interleaved rotary."""
 
     name = "rms_norm_rotary"
@@ -291,17 +287,15 @@ class FuseRMSNormRotaryPass(RewritePass):
             ctx.cache[key] = ctx.add_initializer(f"{value.name}_{suffix}", arr, [value])
         return ctx.cache[key]
 
-    def produces(self, match: object) -> tuple[Produced, ...]:
+    def produces(self, match: _Match) -> tuple[Produced, ...]:
         """The fused RMSNormRotary, at the activation dtype (its compute dtype)."""
-        assert isinstance(match, _Match)
         return (Produced(RMS_NORM_ROTARY, MS_DOMAIN, match.dtype),)
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: _Match) -> None:
         """Replace the chain by RMSNormRotary; the scale (and non-bf16 caches) become FP32 once per source.
 
         The chain's private nodes go; shared ones (the caches' Gather / Unsqueeze) once unread.
         """
-        assert isinstance(match, _Match)
         m = match
         scale = self._as(ctx, m.scale, ir.DataType.FLOAT, "fp32")
         cos, sin = m.cos_cache, m.sin_cache

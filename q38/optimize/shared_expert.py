@@ -22,15 +22,8 @@ import numpy as np
 import onnx_ir as ir
 
 from q38._ops import MATMUL_NBITS, MS_DOMAIN
-from q38.optimize._common import (
-    Decline,
-    Produced,
-    RewriteContext,
-    RewritePass,
-    copy_type,
-    producer_of,
-    replace_value,
-)
+from q38.optimize._common import Produced, RewriteContext, RewritePass, copy_type, replace_value
+from q38.optimize.matching import Decline, producer_of
 
 __all__ = ["FuseSharedExpertPass"]
 
@@ -39,6 +32,8 @@ __all__ = ["FuseSharedExpertPass"]
 class _Match:
     h: ir.Value
     matmuls: tuple[ir.Node, ir.Node, ir.Node]  # gate, up, shared gate
+    weights: tuple[ir.Value, ...]  # their constant 2-D weights, in that order
+    widths: tuple[int, ...]  # the weights' (static) output widths: the Split sizes
 
 
 def _is_matmul(node: ir.Node) -> bool:
@@ -62,7 +57,7 @@ def _silu_of(g: ir.Value) -> ir.Node | None:
     return None
 
 
-class FuseSharedExpertPass(RewritePass):
+class FuseSharedExpertPass(RewritePass[_Match]):
     """Concatenate the gate, up and shared-gate projection weights of a shared expert."""
 
     name = "shared_expert"
@@ -112,45 +107,47 @@ class FuseSharedExpertPass(RewritePass):
             return roles
         h = node.inputs[0]
         assert h is not None
-        weights = [m.inputs[1] for m in roles]
-        for w, what in zip(weights, ("gate", "up", "shared-gate"), strict=True):
+        weights: list[ir.Value] = []
+        shapes: list[ir.Shape] = []
+        for m, what in zip(roles, ("gate", "up", "shared-gate"), strict=True):
+            w = m.inputs[1]
             if w is None or w.const_value is None or not w.is_initializer() or w.is_graph_input():
                 return Decline(f"{what} weight {getattr(w, 'name', None)!r} is not a constant initializer")
             if w.shape is None or len(w.shape) != 2:
                 return Decline(f"{what} weight {w.name!r} is not 2-D")
-        dtypes = {w.dtype for w in weights}  # type: ignore[union-attr]
+            weights.append(w)
+            shapes.append(w.shape)
+        dtypes = {w.dtype for w in weights}
         if len(dtypes) != 1:
             return Decline(f"projection weights have different dtypes {sorted(str(d) for d in dtypes)}")
-        ks = {w.shape[0] for w in weights}  # type: ignore[union-attr, index]
+        ks = {shape[0] for shape in shapes}
         if len(ks) != 1:
             return Decline(f"projection weights disagree on the input width {sorted(map(str, ks))}")
-        if weights[2].shape[1] != 1:  # type: ignore[union-attr, index]
-            return Decline(f"shared-gate weight {weights[2].name!r} is not [H, 1]")  # type: ignore[union-attr]
-        if not all(isinstance(w.shape[1], int) for w in weights):  # type: ignore[union-attr, index]
+        if shapes[2][1] != 1:
+            return Decline(f"shared-gate weight {weights[2].name!r} is not [H, 1]")
+        widths = tuple(n for shape in shapes if isinstance(n := shape[1], int))
+        if len(widths) != len(shapes):
             return Decline("projection widths are not static")
         for m in roles:
             if m.outputs[0].is_graph_output():
                 return Decline(f"projection output {m.outputs[0].name!r} is a graph output")
-        return _Match(h, roles)
+        return _Match(h, roles, tuple(weights), widths)
 
-    def produces(self, match: object) -> tuple[Produced, ...]:
+    def produces(self, match: _Match) -> tuple[Produced, ...]:
         """The fused MatMul and its Split, in the projection weights' dtype (standard ops)."""
-        assert isinstance(match, _Match)
-        w = match.matmuls[0].inputs[1]
-        dtype = w.dtype if w is not None else None
+        dtype = match.weights[0].dtype
         return Produced("MatMul", "", dtype), Produced("Split", "", dtype)
 
-    def rewrite(self, ctx: RewriteContext, match: object) -> None:
+    def rewrite(self, ctx: RewriteContext, match: _Match) -> None:
         """Replace the three MatMuls by one on the concatenated weight and a Split into their widths."""
-        assert isinstance(match, _Match)
-        weights = [m.inputs[1] for m in match.matmuls]
+        weights = match.weights
         key = ("concat", *(id(w) for w in weights))
         if key not in ctx.cache:
-            arrays = [ctx.reader(w) for w in weights]  # type: ignore[arg-type]
-            base = (weights[0].name or "shared_expert").replace("gate_proj", "gate_up_sg_proj")  # type: ignore[union-attr]
-            ctx.cache[key] = ctx.add_initializer(f"{base}.fused", np.concatenate(arrays, axis=1), weights)  # type: ignore[arg-type]
+            arrays = [ctx.reader(w) for w in weights]
+            base = (weights[0].name or "shared_expert").replace("gate_proj", "gate_up_sg_proj")
+            ctx.cache[key] = ctx.add_initializer(f"{base}.fused", np.concatenate(arrays, axis=1), weights)
         fused_w = ctx.cache[key]
-        widths = [int(w.shape[1]) for w in weights]  # type: ignore[union-attr, index, arg-type]
+        widths = list(match.widths)
         prefix = (match.matmuls[0].name or "/shared_expert").rsplit("/", 1)[0]
         split_sizes = ctx.add_initializer(f"{prefix}/split_sizes", np.asarray(widths, np.int64), [])
         mm = ir.Node("", "MatMul", [match.h, fused_w], name=ctx.node_name(f"{prefix}/FusedMatMul"))

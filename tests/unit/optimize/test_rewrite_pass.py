@@ -67,11 +67,10 @@ class _Silent(RewritePass):
 
 
 def _tanh_model(name: str = "/tanh") -> ir.Model:
-    g = G.G()
-    x = g.inp("x", G.F16, ["B"])
-    g.op("Tanh", [x], outs=["y"], name=name)
-    g.out("y", G.F16, ["B"])
-    return ir.from_proto(g.model(ms=False))
+    return ir.from_onnx_text(f"""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float16[B] x) => (float16[B] y) {{ ["{name}"] y = Tanh (x) }}
+    """)
 
 
 def test_an_anchor_no_guard_answers_for_is_declined_as_not_recognised() -> None:
@@ -453,3 +452,23 @@ def test_remove_dead_without_a_node_order_removes_the_dead_candidates_at_once() 
     assert [n.name for n in model.graph] == ["/tanh"]
     assert relu.graph is None and neg.graph is None
     assert [u.node.name for u in model.graph.inputs[0].uses()] == ["/tanh"]
+
+
+def test_a_pass_given_keyword_fields_runs_with_its_run_record_changed_in_those_fields_only() -> None:
+    """One :class:`PassRun` record carries what a run gives its passes; the keyword shorthand of a
+    pass used on its own names exactly the record's fields and replaces only those, so the run's
+    sinks (outcomes, provenance) stay the ones the caller holds and the caller's record is untouched."""
+    import dataclasses
+
+    from q38.optimize._common import PassRun, RunFields
+
+    assert set(RunFields.__annotations__) == {f.name for f in dataclasses.fields(PassRun)}
+    run = PassRun()
+    p = FuseRMSNormRotaryPass(run, target="cpu")
+    assert (p.run.target, run.target) == ("cpu", "cuda")
+    assert p.outcomes is run.outcomes and p.provenance is run.provenance and p.run.reader is default_reader
+    fused = FuseRMSNormRotaryPass(run)
+    fused(ir.from_proto(G.rms_rotary_model()))
+    assert fused.run is run and [o.line() for o in run.outcomes] == ["rms_norm_rotary: /q/Concat: fused"]
+    with pytest.raises(TypeError):
+        FuseRMSNormRotaryPass(run, tagret="cpu")  # type: ignore[call-arg]
