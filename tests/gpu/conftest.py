@@ -46,7 +46,7 @@ import q38gpu_run as grun  # noqa: E402
 _DRY_RUN = {"on": False}
 _OUTCOMES: dict[str, tuple[str, str]] = {}
 # The run's clock, budget and memory meter (set in pytest_configure), and the pytest session.
-_RUN: dict[str, Any] = {"start": time.monotonic(), "budget": None, "longest": 0.0, "session": None}
+_RUN: dict[str, Any] = {"start": time.monotonic(), "budget": None, "longest": 0.0, "session": None, "done": 0}
 _DURATIONS: dict[str, float] = {}  # setup + call seconds of the test now running
 # Test-id globs in order of value (a budget stops at the end of the list): unlisted tests come
 # between the last ranked group and onnxruntime-genai, which runs last, after every measurement.
@@ -191,6 +191,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown":
         gfig.RECORDER.outcomes[report.nodeid] = _OUTCOMES.get(report.nodeid, ("passed", ""))[0]
         _RUN["longest"] = max(_RUN["longest"], _DURATIONS.pop(report.nodeid, 0.0) + report.duration)
+        _RUN["done"] += 1
         _budget_check()
         session = _RUN["session"]
         if session is not None:
@@ -204,6 +205,8 @@ def _budget_check() -> None:
     budget, session = _RUN["budget"], _RUN["session"]
     if budget is None or session is None or session.shouldstop:
         return
+    if _RUN["done"] >= len(session.items):
+        return  # no test is left: a run that finished is not stopped by its budget
     elapsed = time.monotonic() - _RUN["start"]
     if elapsed + _RUN["longest"] > budget - FINISH_RESERVE_S:
         why = (f"budget of {budget:.0f} s: {elapsed:.0f} s used, the next test may take {_RUN['longest']:.0f} s "
