@@ -100,7 +100,9 @@ def check_model(
     try:
         model = load_graph(file, root=file.parent, check_structure=False)
     except GraphError as exc:
-        raise PackageError(str(exc)) from None
+        # q38 check takes a package directory or one graph file: a file that is no graph is neither.
+        detail = str(exc).removeprefix(f"{file}: ")
+        raise PackageError(f"{file}: not a package directory, and {detail}") from None
     eps = _PROVIDERS[provider]
     role = package_role(file)
     label = role.role if role is not None else file.name
