@@ -180,7 +180,10 @@ def demo(session: nox.Session) -> None:
     # The workdir lives in nox's own scratch space; each run adds run-N there (q38 demo never
     # overwrites or deletes anything).
     workdir = os.path.join(session.create_tmp(), "demo")
-    session.run("q38", "demo", "--workdir", workdir, *session.posargs)
+    # The demo prints its next steps with a q38 command the user's shell can run: nox puts
+    # .nox/demo/bin first on the PATH it gives q38, so q38 is told the caller's PATH.
+    session.run("q38", "demo", "--workdir", workdir, *session.posargs,
+                env={"Q38_USER_PATH": os.environ.get("PATH", "")})
 
 
 # torch for `nox -s fixtures`: pip (not uv) takes the CPU wheel that lies on this kind of machine

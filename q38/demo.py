@@ -232,13 +232,15 @@ def run_demo(*, workdir: str, preset: str, variant: str, use_ort: bool, as_json:
 def q38_command() -> str:
     """The ``q38`` command as the user can type it now: the demo prints its next steps with it.
 
-    ``q38`` when that name on PATH is this installation's script; else the full path of the script
-    beside this interpreter (``nox -s demo`` runs in ``.nox/demo``, whose ``bin`` is not on PATH);
-    else ``python -m q38`` with this interpreter's full path. Each works as printed.
+    ``q38`` when that name on the user's PATH is this installation's script; else the full path of
+    the script beside this interpreter (``nox -s demo`` runs in ``.nox/demo``, whose ``bin`` is not
+    on the user's PATH); else ``python -m q38`` with this interpreter's full path. Each works as
+    printed. The user's PATH is ``Q38_USER_PATH`` where set: nox puts the session's ``bin`` first on
+    the PATH of every command it runs, so ``nox -s demo`` passes the PATH of the shell that called it.
     """
     bindir = Path(sys.executable).parent
     script = bindir / ("q38.exe" if os.name == "nt" else "q38")
-    on_path = shutil.which("q38")
+    on_path = shutil.which("q38", path=os.environ.get("Q38_USER_PATH"))
     if script.is_file():
         if on_path is not None and Path(on_path).resolve() == script.resolve():
             return "q38"

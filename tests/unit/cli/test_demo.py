@@ -136,3 +136,8 @@ def test_q38_command_is_q38_only_where_path_finds_this_installation(tmp_path: Pa
     assert q38_command() == f"'{script}'"  # the full path, quoted for the shell
     monkeypatch.setenv("PATH", str(bindir))
     assert q38_command() == "q38"
+    # under nox -s demo the session's bin is first on PATH, but the caller's shell has no q38:
+    monkeypatch.setenv("Q38_USER_PATH", str(tmp_path))
+    assert q38_command() == f"'{script}'"
+    monkeypatch.setenv("Q38_USER_PATH", str(bindir))
+    assert q38_command() == "q38"
