@@ -101,7 +101,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "contracts": ("tests/unit/contracts", "tests/bench/test_check_bench.py"),
 }
 # Directories the tests read besides the code and themselves.
-ALSO_COPY = ("goldens", "docs", "README.md", "noxfile.py")
+ALSO_COPY = ("goldens", "docs", "tools", ".github", "README.md", "CONTRIBUTING.md", "noxfile.py", ".test_durations")
 
 
 # The default run judges a seeded uniform sample of this many mutants per package (``--all``: every

@@ -259,3 +259,18 @@ def test_a_kept_workdir_loses_the_files_the_repository_no_longer_has(tmp_path: P
         f.write_text("x")
     stale = mutate._stale_copies(tmp_path, {"tests/bench/test_build_bench.py"})
     assert stale == [moved]
+
+
+def test_every_top_level_path_the_tests_read_is_copied_for_the_mutants() -> None:
+    # mutmut runs the tests in a copy holding q38/, contracts/, tests/, pyproject.toml and ALSO_COPY:
+    # a test that reads another top-level file or folder (tools/external_differential.py did) fails
+    # there, and every mutation run of its package dies in mutmut's stats ("runner returned 1").
+    repo = mutate.REPO
+    ignored = {".git", ".nox", ".mutation", ".benchmarks", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+               ".hypothesis", "q38", "contracts", "tests", "pyproject.toml"}
+    names = {p.name for p in repo.iterdir()} - ignored
+    sources = [p.read_text("utf-8") for sub in ("unit", "bench", "support") for p in (repo / "tests" / sub).rglob("*.py")]
+    sources += [p.read_text("utf-8") for p in (repo / "tests").glob("*.py")]
+    read = {n for n in names if any(f'"{n}"' in s or f'"{n}/' in s or f"'{n}'" in s for s in sources)}
+    assert read, "the scan finds nothing: it no longer reads the tests"
+    assert read <= set(mutate.ALSO_COPY), sorted(read - set(mutate.ALSO_COPY))
