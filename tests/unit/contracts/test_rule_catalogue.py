@@ -203,6 +203,9 @@ print(json.dumps({"listed": listed["SESSION-CFG-900"], "explain": out.getvalue()
 """
 
 
+# It copies contracts/ and runs the copy in a child: under mutmut the sources are its mutation
+# trampolines, which run only inside mutmut's own process (nox -s mutation's stats died on it).
+@pytest.mark.skipif("MUTANT_UNDER_TEST" in os.environ, reason="copies the sources; under mutmut they are trampolines")
 def test_a_rule_added_in_one_edit_appears_everywhere(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[3]
     for package in ("q38", "contracts"):
