@@ -35,6 +35,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 import pytest
+from support.bench_floor import floor_script
 
 from q38._ops import MS_DOMAIN
 from q38.optimize import optimize_model
@@ -54,20 +55,7 @@ _RSS_WRAPPER = textwrap.dedent("""
 """)
 
 # The floor: what any tool that rewrites these graphs must do at least (load, save, place files).
-_FLOOR = textwrap.dedent("""
-    import shutil, sys, onnx_ir as ir
-    from pathlib import Path
-    src, out = Path(sys.argv[1]), Path(sys.argv[2])
-    out.mkdir()
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if path.is_dir():
-            (out / rel).mkdir(exist_ok=True)
-        elif path.suffix == ".onnx":
-            ir.save(ir.load(path), out / rel)
-        else:
-            shutil.copy2(path, out / rel)
-""")
+_FLOOR = floor_script("copy")
 
 
 def _env() -> dict[str, str]:

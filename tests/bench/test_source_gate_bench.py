@@ -28,27 +28,15 @@ import time
 from pathlib import Path
 
 import pytest
+from support.bench_floor import floor_script
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = 3
 
 _START = "import gc; gc.set_threshold(50_000, 20, 20)\n"  # q38.__main__.GC_THRESHOLDS: the same start-up
 
-# The floor: what any tool that rewrites these graphs must do at least (load, save, place files).
-_FLOOR = _START + textwrap.dedent("""
-    import os, sys, onnx_ir as ir
-    from pathlib import Path
-    src, out = Path(sys.argv[1]), Path(sys.argv[2])
-    out.mkdir()
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if path.is_dir():
-            (out / rel).mkdir(exist_ok=True)
-        elif path.suffix == ".onnx":
-            ir.save(ir.load(path), out / rel)
-        else:
-            os.link(path, out / rel)
-""")
+# The floor: what any tool that rewrites these graphs must do at least (load, save, hard-link the rest).
+_FLOOR = floor_script("link", start=_START)
 
 # The command through q38's own entry point, the gate and the output check timed (CPU seconds).
 _SHARE = _START + textwrap.dedent("""
