@@ -33,7 +33,7 @@ from contracts.package_layout import PackageView
 from contracts.shapes import shapes_of
 from q38._ops import MS_DOMAIN, QMOE
 from q38.errors import Q38Error
-from q38.package.paths import resolve_inside
+from q38.package.io.paths import resolve_inside
 from q38.package.profile import read_profile
 
 __all__ = ["RULES", "state_patterns"]

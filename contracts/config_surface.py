@@ -259,7 +259,7 @@ RULES: tuple[Rule, ...] = (
     )),
     Rule("CFG-SURFACE-002", "a genai config carries no Qwen3.8 research-builder key that released "
          "onnxruntime-genai 0.18.0 refuses (a warning: q38 reads it)", _SRC + "; onnxruntime-genai "
-         "0.18.0's config key table (q38/package/genai_surface.py mirrors it)", "run-time", "genai-config",
+         "0.18.0's config key table (q38/package/genai/schema.py mirrors it)", "run-time", "genai-config",
          _only("CFG-SURFACE-002"), family=FAMILY, doc=RuleDoc(
         "A builder (genai) package's config may carry the keys the Qwen3.8 research builder writes "
         "(model.engram, model.decoder.ple_token_pad_id, the past_indexer_* / past_ple_* input "

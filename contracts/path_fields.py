@@ -86,7 +86,7 @@ def _check_shared_ranges(view: PackageView) -> list[Violation]:
 
 
 def _check_special_files(view: PackageView) -> list[Violation]:
-    from q38.package.files import describe_mode  # deferred: pulls in numpy (q38.package.profile)
+    from q38.package.io.files import describe_mode  # deferred: pulls in numpy (q38.package.profile)
 
     found = []
     for dirpath, dirnames, filenames in os.walk(view.root, followlinks=False):

@@ -20,7 +20,7 @@ _SRC = "onnxruntime-genai 0.18.0 builders/mtp.py; docs/package-format.md (genai 
 
 def _check(view: PackageView) -> list[Violation]:
     # deferred: pulls in numpy (q38.package.profile)
-    from q38.package.shared_initializers import shared_initializer_problems
+    from q38.package.genai.shared_initializers import shared_initializer_problems
 
     config = view.extra.get("genai_config")
     if config is None:

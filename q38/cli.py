@@ -268,7 +268,7 @@ def _say(command: str, text: str) -> None:
 def _os_error_text(exc: OSError) -> str:
 
     # deferred: pulls numpy into q38 --help (q38.package.profile)
-    from q38.package.files import os_problem
+    from q38.package.io.files import os_problem
 
     where = ""
     if exc.filename is not None:

@@ -40,9 +40,9 @@ from q38.errors import ExportError, quote
 from q38.export_plan import ExportPlan
 
 if TYPE_CHECKING:
-    from q38.package.genai_config import GenaiConfig
-    from q38.package.genai_package import GenaiPackage
-    from q38.package.links import LinkPolicy
+    from q38.package.genai.config import GenaiConfig
+    from q38.package.genai.package import GenaiPackage
+    from q38.package.io.links import LinkPolicy
     from q38.package.session_options import SessionBlock
 
 __all__ = ["plan_builder_export"]
@@ -107,8 +107,8 @@ def _check_loadable(pkg: GenaiPackage) -> None:
     That is a research-builder key 0.18.0 refuses, a model type with no text decoder, or an
     engram section; what 0.18.0 merely lacks is rewritten by :func:`_rewrite` instead.
     """
-    # deferred: pulls in numpy (q38.package.genai_surface)
-    from q38.package.genai_config import OG_MODEL_TYPES
+    # deferred: pulls in numpy (q38.package.genai.schema)
+    from q38.package.genai.config import OG_MODEL_TYPES
 
     cfg = pkg.config
     if cfg.og_refusal:
@@ -133,8 +133,8 @@ def plan_builder_export(pkg: GenaiPackage, *, link: LinkPolicy, provider: str, d
     """
     from q38.package import load_graph  # deferred: pulls in numpy (q38.package.profile)
 
-    # deferred: pulls in numpy (q38.package.genai_surface)
-    from q38.package.genai_config import dumps_genai_config
+    # deferred: pulls in numpy (q38.package.genai.schema)
+    from q38.package.genai.config import dumps_genai_config
 
     src = pkg.root
     _check_loadable(pkg)

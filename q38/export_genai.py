@@ -21,7 +21,6 @@ nothing behind and the package is never modified.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -32,17 +31,26 @@ from q38._ops import MS_DOMAIN, ONNX_DOMAIN
 from q38.errors import ExportError
 from q38.export_plan import ExportPlan, write_export
 from q38.ort_kernels import cpu_kernels
-from q38.package import check_destination, check_output_outside, load_graph, open_any
+from q38.package import (
+    SurfaceVisitor,
+    check_destination,
+    check_output_outside,
+    load_graph,
+    open_any,
+    visit,
+)
 from q38.package.graph_memo import active_memo
-from q38.package.jsonio import dumps_json
-from q38.package.links import LinkPolicy
-from q38.package.paths import resolve_inside
+from q38.package.io.jsonio import dumps_json
+from q38.package.io.links import LinkPolicy
+from q38.package.io.paths import resolve_inside
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from q38.package.config import Config
-    from q38.package.readers.v12b import V12bPackage
+    from q38.package.genai.package import GenaiPackage
+    from q38.package.interface import AnyPackage
+    from q38.package.v12b.config import Config
+    from q38.package.v12b.reader import V12bPackage
 
 __all__ = ["GENAI_MODEL_TYPE", "ExportError", "ExportResult", "export_genai", "genai_config"]
 
@@ -201,21 +209,37 @@ def export_genai(
         ExportError / PackageError: one line naming the file, node or key at fault.
 
     """
-    # deferred: pulls in onnx_ir (q38.export_builder)
-    from q38.export_builder import plan_builder_export
-
     src, out = Path(src), Path(out)
     check_destination(out, what="output")
     check_output_outside(Path(out), [Path(src)])
-    package = open_any(src)
-    # One plan per surface; each planner takes that surface's package type.
-    planners: dict[str, Callable[..., ExportPlan]] = {"v12b": _plan_v12b_export, "genai": plan_builder_export}
-    planner = planners.get(package.surface)
-    if planner is None:
-        raise ExportError(f"{src}: a {package.surface} package; q38 export-genai exports q38 and builder packages")
-    plan = planner(package, link=LinkPolicy(link), provider=provider, digest=digest)
+    plan = visit(open_any(src), _Planner(src, link=LinkPolicy(link), provider=provider, digest=digest))
     files = write_export(plan, out)
     return ExportResult(out, plan.graph, files, plan.states, plan.rewrites, plan.dropped)
+
+
+class _Planner(SurfaceVisitor[ExportPlan]):
+    """One export plan per surface; no other surface is exported.
+
+    A q38 package: its target graph and a config written anew; a builder package: passed through.
+    """
+
+    def __init__(self, src: Path, *, link: LinkPolicy, provider: str, digest: bool) -> None:
+        self.src, self.link, self.provider, self.digest = src, link, provider, digest
+
+    def v12b(self, package: V12bPackage) -> ExportPlan:
+        """:func:`_plan_v12b_export`."""
+        return _plan_v12b_export(package, link=self.link, provider=self.provider, digest=self.digest)
+
+    def genai(self, package: GenaiPackage) -> ExportPlan:
+        """:func:`q38.export_builder.plan_builder_export`."""
+        # deferred: pulls in onnx_ir (q38.export_builder)
+        from q38.export_builder import plan_builder_export
+
+        return plan_builder_export(package, link=self.link, provider=self.provider, digest=self.digest)
+
+    def other(self, package: AnyPackage) -> ExportPlan:
+        """Refused: q38 export-genai exports q38 and builder packages."""
+        raise ExportError(f"{self.src}: a {package.surface} package; q38 export-genai exports q38 and builder packages")
 
 
 def _plan_v12b_export(opened: V12bPackage, *, link: LinkPolicy, provider: str, digest: bool) -> ExportPlan:

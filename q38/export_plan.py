@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 from q38.errors import ExportError
 
 if TYPE_CHECKING:  # the CLI's --help reads DEFAULT_PROMPT from here: no package import at start-up
-    from q38.package.links import Placer
+    from q38.package.io.links import Placer
 
 __all__ = ["DEFAULT_PROMPT", "ExportPlan", "write_export"]
 

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Final
 from q38 import ort_kernel_probe as probe
 from q38._ops import MS_DOMAIN
 from q38.errors import PackageError, Q38Error
-from q38.package.files import read_bounded
-from q38.package.jsonio import dumps_json, loads_strict
+from q38.package.io.files import read_bounded
+from q38.package.io.jsonio import dumps_json, loads_strict
 
 if TYPE_CHECKING:
     import onnx_ir as ir

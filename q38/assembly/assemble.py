@@ -28,9 +28,10 @@ from q38.errors import BuildError, InternalError, PackageError
 from q38.offload.build import emit_multidraft_graphs, offload_profiles_config
 from q38.offload.router import clear_router_weights
 from q38.package import load_graph, save_graph
-from q38.package.config import config_to_dict, dumps_config, parse_config
-from q38.package.hashing import KnownDigests, sha256_file
-from q38.package.links import LinkPolicy, Placed, Placer
+from q38.package.io.hashing import KnownDigests, sha256_file
+from q38.package.io.links import LinkPolicy, Placed, Placer
+from q38.package.io.paths import is_inside
+from q38.package.io.staging import StagedDirectory
 from q38.package.manifest import (
     MANIFEST_FILENAME,
     FileRecord,
@@ -38,8 +39,7 @@ from q38.package.manifest import (
     dumps_manifest,
     read_manifest,
 )
-from q38.package.paths import is_inside
-from q38.package.staging import StagedDirectory
+from q38.package.v12b.config import config_to_dict, dumps_config, parse_config
 
 __all__ = ["BuildRequest", "BuildResult", "build_package"]
 

@@ -18,7 +18,7 @@ import onnx
 from q38.assembly.proto_io import ExtRef, external_refs, load_proto
 from q38.errors import BuildError, GraphError
 from q38.package.graphs import load_graph
-from q38.package.paths import resolve_inside
+from q38.package.io.paths import resolve_inside
 
 __all__ = ["DEFAULT_GRAPH", "REGENERATED", "DataFile", "Entry", "Source", "read_source", "walk_bundle"]
 

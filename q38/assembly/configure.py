@@ -26,7 +26,8 @@ from q38._ops import (
     SPARSE_ATTENTION_INDEXER,
 )
 from q38.errors import BuildError, quote
-from q38.package.config import (
+from q38.package.surface import exporter_config
+from q38.package.v12b.config import (
     _CONFIG_ENTRY_RE,
     CONFIG_FILENAME,
     DECODER_INPUT_KEYS,
@@ -41,10 +42,9 @@ from q38.package.config import (
     Qwen38Graph,
     SessionOptions,
 )
-from q38.package.surface import exporter_config
 
 if TYPE_CHECKING:
-    from q38.package.genai_config import GenaiConfig
+    from q38.package.genai.config import GenaiConfig
 
 __all__ = ["DEFAULT_CHUNK", "GraphFacts", "graph_facts", "make_config"]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Final
 
 from q38.errors import BuildError, FlagError, quote
-from q38.package.elf import shared_object_problem
-from q38.package.files import os_problem
-from q38.package.paths import is_inside
+from q38.package.io.elf import shared_object_problem
+from q38.package.io.files import os_problem
+from q38.package.io.paths import is_inside
 
 __all__ = [
     "CUDA_OPTIONS",

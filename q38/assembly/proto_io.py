@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from q38.errors import GraphError, UnsafePathError
-from q38.package.paths import resolve_inside, safe_relpath
+from q38.package.io.paths import resolve_inside, safe_relpath
 
 __all__ = [
     "ExtRef",

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from q38.errors import GraphError, PackageError
-from q38.package.files import MANIFEST_LIMIT
-from q38.package.jsonio import read_json
+from q38.package.io.files import MANIFEST_LIMIT
+from q38.package.io.jsonio import read_json
 
 __all__ = ["CHUNK", "FileIdentity", "TensorDigest", "recorded_digests", "sha256_range"]
 

@@ -32,8 +32,8 @@ from q38.canonical.normalize import MASK, Normalizer
 from q38.canonical.values import shortest_float, shortest_floats
 from q38.canonical.version import VERSION
 from q38.errors import GraphError, UnsafePathError
-from q38.package.files import GRAPH_LIMIT, read_bounded
-from q38.package.paths import resolve_inside
+from q38.package.io.files import GRAPH_LIMIT, read_bounded
+from q38.package.io.paths import resolve_inside
 
 if TYPE_CHECKING:
     import onnx_ir as ir

@@ -18,15 +18,15 @@ from typing import Any, Final
 from q38.canonical.normalize import Normalizer
 from q38.canonical.version import VERSION
 from q38.errors import PackageError, PoolError
-from q38.package.files import (
+from q38.package.io.files import (
     CONFIG_LIMIT,
     MANIFEST_LIMIT,
     POOL_LIMIT,
     TEXT_LIMIT,
     read_text_bounded,
 )
-from q38.package.jsonio import read_json
-from q38.package.pool import parse_pool
+from q38.package.io.jsonio import read_json
+from q38.package.v12b.pool import parse_pool
 
 __all__ = ["CONFIG_FILE", "MANIFEST_FILE", "PACKAGE_FORMAT", "POOL_FILE", "canonical_package", "inventory", "pool_records", "read_json_document", "read_text_document"]
 

@@ -1,7 +1,7 @@
 """The placement flags every writing command shares: ``--link``, ``--copy``, ``--digest``.
 
 Standard library only (``--help`` must work without onnx); :func:`placer` imports the package
-layer when the command runs. The policy itself lives in :mod:`q38.package.links`.
+layer when the command runs. The policy itself lives in :mod:`q38.package.io.links`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from q38.errors import FlagError
 
 if TYPE_CHECKING:
-    from q38.package.links import LinkPolicy
+    from q38.package.io.links import LinkPolicy
 
 __all__ = ["add_placement_arguments", "placement_options"]
 
@@ -35,7 +35,7 @@ def add_placement_arguments(p: argparse.ArgumentParser) -> None:
 def placement_options(args: argparse.Namespace) -> tuple[LinkPolicy, bool]:
     """(LinkPolicy, digest) from the flags; the command's core builds one Placer from them."""
     # deferred: pulls numpy into q38 --help (q38.package.profile)
-    from q38.package.links import LinkPolicy
+    from q38.package.io.links import LinkPolicy
 
     if args.copy and args.link not in ("auto", "copy"):
         raise FlagError(f"--copy contradicts --link {args.link}")

@@ -82,7 +82,7 @@ def _summary(first: Violation) -> str:
 def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
     """Refuse an invalid source now (see :func:`refuse_invalid_source`); check the output at commit.
 
-    Inside the block every staged output (:data:`q38.package.staging.COMMIT_CHECKS`) must pass
+    Inside the block every staged output (:data:`q38.package.io.staging.COMMIT_CHECKS`) must pass
     the contract rules except those the source already broke (``--allow-invalid-source``).
     Each graph is parsed once (:mod:`q38.package.graph_memo`): the command's loads take the
     models the gate parsed, and the output check judges the models a writer registered with the
@@ -102,7 +102,7 @@ def gated(source: Path | str, args: argparse.Namespace) -> Iterator[None]:
 def _output_checked(allowed: frozenset[str], memo: GraphMemo) -> Iterator[None]:
     """Register the commit-time output check of the block (see :func:`gated`)."""
     # deferred: pulls numpy into q38 --help (q38.package.profile)
-    from q38.package.staging import COMMIT_CHECKS
+    from q38.package.io.staging import COMMIT_CHECKS
 
     def check_output(tree: Path, dest: Path) -> None:
         # deferred: pulls numpy into q38 --help (contracts.shapes)

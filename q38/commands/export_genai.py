@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from q38.export_genai import export_genai, generate_tokens
 
     # deferred: pulls numpy into q38 --help (q38.package.profile)
-    from q38.package.staging import StagedDirectory, rename_noreplace
+    from q38.package.io.staging import StagedDirectory, rename_noreplace
 
     link, digest = placement_options(args)
 

@@ -300,7 +300,7 @@ def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
 def _from_ort_state(args: argparse.Namespace) -> int:
     """``--from-ort-state FILE PKG -o OUT``: onnxruntime's state file as an STRP v1 profile."""
     # deferred: pulls numpy into q38 --help (q38.package.profile)
-    from q38.package.files import read_text_bounded
+    from q38.package.io.files import read_text_bounded
 
     # deferred: pulls numpy into q38 --help (q38.package.profile)
     from q38.package.profile import ExpertProfile, encode_profile

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from q38.errors import OffloadError
 from q38.offload.eligibility import EligibilityCheck, resolve_eligibility
@@ -39,20 +39,42 @@ from q38.package import (
     LinkPolicy,
     Manifest,
     PackageWriter,
+    SurfaceVisitor,
     check_output_outside,
     open_any,
+    visit,
     written_record,
 )
-from q38.package.interface import SessionPackage
+from q38.package.interface import AnyPackage, SessionPackage
+
+if TYPE_CHECKING:  # each surface's package module loads when a package of it opens
+    from q38.package import V12bPackage
 
 __all__ = ["OffloadPlan", "OffloadReport", "convert_package", "plan_offload", "preview_offload", "write_offload"]
 
 _LOG = logging.getLogger("q38.offload")
 
-Planner = Callable[..., OffloadPlan]
-# How each surface's offload options reach the runtime: the v12b weights pool and runtime-profile
-# tiers, else one session per graph (the default for a reader not named here).
-_PLANNERS: dict[str, Planner] = {"v12b": plan_pool_offload, "genai": plan_session_offload}
+class _Planner(SurfaceVisitor[OffloadPlan]):
+    """How each surface's offload options reach the runtime.
+
+    The v12b weights pool and runtime-profile tiers, else one session per graph (the package
+    edits its own config).
+    """
+
+    def __init__(self, src: Path, options: OffloadOptions, *, out: Path, check: EligibilityCheck,
+                 profile: ExpertProfile | None) -> None:  # fmt: skip
+        self.src, self.options, self.out, self.check, self.profile = src, options, out, check, profile
+
+    def v12b(self, package: V12bPackage) -> OffloadPlan:
+        """A weights pool and runtime profiles: :mod:`q38.offload.pool_plan`."""
+        return plan_pool_offload(package, self.options, out=self.out, check=self.check, profile=self.profile)
+
+    def other(self, package: AnyPackage) -> OffloadPlan:
+        """One session per graph: :mod:`q38.offload.session_plan` (genai, and any reader that can ``edit_sessions``)."""
+        if not isinstance(package, SessionPackage):
+            raise OffloadError(f"{self.src}: a {package.surface} package; its reader cannot write offload options "
+                               "into its config")  # fmt: skip
+        return plan_session_offload(package, self.options, out=self.out, check=self.check, profile=self.profile)
 
 
 def plan_offload(
@@ -70,13 +92,7 @@ def plan_offload(
     """
     check = resolve_eligibility(eligibility)
     profile = profile if profile is not None else read_expert_profile(options)
-    package = open_any(src)
-    planner = _PLANNERS.get(package.surface)
-    if planner is not None:
-        return planner(package, options, out=out, check=check, profile=profile)
-    if not isinstance(package, SessionPackage):  # one session per graph: the package edits its own config
-        raise OffloadError(f"{src}: a {package.surface} package; its reader cannot write offload options into its config")
-    return plan_session_offload(package, options, out=out, check=check, profile=profile)
+    return visit(open_any(src), _Planner(src, options, out=out, check=check, profile=profile))
 
 
 def write_offload(

@@ -24,8 +24,8 @@ import onnx_ir as ir
 
 from q38._ops import MS_DOMAIN, QMOE
 from q38.errors import PoolError
-from q38.package.copying import copy_range
-from q38.package.pool import Placement, PoolEntry, WeightsPool
+from q38.package.io.copying import copy_range
+from q38.package.v12b.pool import Placement, PoolEntry, WeightsPool
 
 __all__ = [
     "ALIGN",

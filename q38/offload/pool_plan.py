@@ -51,7 +51,7 @@ from q38.package import (
     format_pool,
     parse_config,
 )
-from q38.package.pool import POOL_FILENAME
+from q38.package.v12b.pool import POOL_FILENAME
 
 if TYPE_CHECKING:
     from q38.package import V12bPackage

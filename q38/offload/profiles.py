@@ -8,7 +8,7 @@ effective host memory the offloaded package needs (routed experts ``cpu_mmap`` +
 
 The base decoder session options gain CUDA-graph capture and the ``kSameAsRequested`` arena
 strategy (CUDA provider options, decimal/enum strings as GenAI expects). Only keys of the qwen38
-runtime's config surface (``q38.package.config``) are written: the result goes through the strict
+runtime's config surface (``q38.package.v12b.config``) are written: the result goes through the strict
 parser before it is used.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from q38.errors import ConfigError
-from q38.package.config import (
+from q38.package.v12b.config import (
     Config,
     ProfileEligibility,
     ProfileOverlay,

@@ -46,6 +46,7 @@ from q38.package import (
     LinkPolicy,
     Manifest,
     PackageWriter,
+    SurfaceVisitor,
     WeightsPool,
     check_output_outside,
     format_pool,
@@ -53,11 +54,12 @@ from q38.package import (
     read_tensor,
     save_graph,
     sha256_file,
+    visit,
 )
-from q38.package.genai_config import dumps_genai_config
+from q38.package.genai.config import dumps_genai_config
+from q38.package.genai.shared_initializers import shared_initializer_problems
 from q38.package.manifest import MANIFEST_FILENAME, dumps_manifest
-from q38.package.pool import POOL_FILENAME
-from q38.package.shared_initializers import shared_initializer_problems
+from q38.package.v12b.pool import POOL_FILENAME
 from q38.progress import Progress
 
 if TYPE_CHECKING:  # each surface's package and config modules load when a package of it opens
@@ -251,9 +253,23 @@ class PoolWriteBack(WriteBack):
             writer.write_text(f"head/{MANIFEST_FILENAME}", dumps_manifest(head))
 
 
-# The write-back of each surface that has more to write than its graphs; any other surface
-# (a new reader) gets the plain :class:`WriteBack`.
-_WRITE_BACKS: dict[str, type[WriteBack]] = {"v12b": PoolWriteBack, "genai": SharedInitializerWriteBack}
+class _WriteBacks(SurfaceVisitor[WriteBack]):
+    """The write-back of each surface that has more to write than its graphs.
+
+    Any other surface (a new reader) gets the plain :class:`WriteBack`.
+    """
+
+    def v12b(self, package: V12bPackage) -> WriteBack:
+        """The weights pool and manifests."""
+        return PoolWriteBack(package)
+
+    def genai(self, package: GenaiPackage) -> WriteBack:
+        """The shared-initializer table of the config."""
+        return SharedInitializerWriteBack(package)
+
+    def other(self, package: AnyPackage) -> WriteBack:
+        """Nothing besides the graphs: the config is placed unchanged."""
+        return WriteBack(package)
 
 
 def optimize_package(
@@ -275,7 +291,7 @@ def optimize_package(
     """
     check_output_outside(Path(out), [Path(src)])
     pkg = open_any(src)
-    back = _WRITE_BACKS.get(pkg.surface, WriteBack)(pkg)
+    back = visit(pkg, _WriteBacks())
     refs = pkg.graphs()
     skipped = {ref.path.resolve() for ref in refs} | back.regenerated()
     total = OptimizeResult({}, [], {})

@@ -9,7 +9,29 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Final
 
-from q38.package.config import (
+from q38.package.graph_ref import GraphRef
+from q38.package.interface import AnyPackage
+from q38.package.io.hashing import FileIdentity, KnownDigests, sha256_file
+from q38.package.io.links import LinkMode, LinkPolicy, Placed, Placer, copy_file, place, place_file
+from q38.package.io.paths import is_inside, resolve_inside, safe_relpath
+from q38.package.io.staging import StagedDirectory, check_destination, check_output_outside
+from q38.package.manifest import (
+    MANIFEST_FILENAME,
+    FileRecord,
+    Manifest,
+    dumps_manifest,
+    parse_manifest,
+    read_manifest,
+    written_record,
+)
+from q38.package.profile import (
+    PROFILE_FILENAME,
+    ExpertProfile,
+    encode_profile,
+    parse_profile,
+    read_profile,
+)
+from q38.package.v12b.config import (
     CONFIG_FILENAME,
     Config,
     DecoderConfig,
@@ -27,21 +49,7 @@ from q38.package.config import (
     parse_config,
     read_config,
 )
-from q38.package.graph_ref import GraphRef
-from q38.package.hashing import FileIdentity, KnownDigests, sha256_file
-from q38.package.interface import AnyPackage
-from q38.package.links import LinkMode, LinkPolicy, Placed, Placer, copy_file, place, place_file
-from q38.package.manifest import (
-    MANIFEST_FILENAME,
-    FileRecord,
-    Manifest,
-    dumps_manifest,
-    parse_manifest,
-    read_manifest,
-    written_record,
-)
-from q38.package.paths import is_inside, resolve_inside, safe_relpath
-from q38.package.pool import (
+from q38.package.v12b.pool import (
     POOL_FILENAME,
     Placement,
     PoolEntry,
@@ -50,24 +58,16 @@ from q38.package.pool import (
     parse_pool,
     read_pool,
 )
-from q38.package.profile import (
-    PROFILE_FILENAME,
-    ExpertProfile,
-    encode_profile,
-    parse_profile,
-    read_profile,
-)
-from q38.package.staging import StagedDirectory, check_destination, check_output_outside
 
 if TYPE_CHECKING:
-    from q38.package.genai_config import (
+    from q38.package.genai.config import (
         GenaiConfig,
         dumps_genai_config,
         genai_config_to_dict,
         parse_genai_config,
         read_genai_config,
     )
-    from q38.package.genai_package import GenaiPackage, open_genai_package
+    from q38.package.genai.package import GenaiPackage, open_genai_package
     from q38.package.graphs import (
         ExternalRef,
         all_graphs,
@@ -77,20 +77,26 @@ if TYPE_CHECKING:
         read_tensor,
         save_graph,
     )
-    from q38.package.package import GRAPH_ROLES, Package, PackageWriter, open_package, source_placer
-    from q38.package.readers.v12b import V12bPackage
-    from q38.package.surface import detect_surface, open_any, require_surface
+    from q38.package.surface import SurfaceVisitor, detect_surface, open_any, require_surface, visit
+    from q38.package.v12b.package import (
+        GRAPH_ROLES,
+        Package,
+        PackageWriter,
+        open_package,
+        source_placer,
+    )
+    from q38.package.v12b.reader import V12bPackage
 
 # The genai surface's schema and reader load on first use (PEP 562): a v12b command never pays
 # for them (they were a tenth of a second of CPU at every start-up).
 _LAZY: Final = {
-    "GenaiConfig": "q38.package.genai_config",
-    "dumps_genai_config": "q38.package.genai_config",
-    "genai_config_to_dict": "q38.package.genai_config",
-    "parse_genai_config": "q38.package.genai_config",
-    "read_genai_config": "q38.package.genai_config",
-    "GenaiPackage": "q38.package.genai_package",
-    "open_genai_package": "q38.package.genai_package",
+    "GenaiConfig": "q38.package.genai.config",
+    "dumps_genai_config": "q38.package.genai.config",
+    "genai_config_to_dict": "q38.package.genai.config",
+    "parse_genai_config": "q38.package.genai.config",
+    "read_genai_config": "q38.package.genai.config",
+    "GenaiPackage": "q38.package.genai.package",
+    "open_genai_package": "q38.package.genai.package",
     # The graph readers (onnx_ir, and through it sympy and ml_dtypes: seconds of CPU) load on first
     # use too: `q38 fit` reads graphs with onnx alone (issue 29).
     "ExternalRef": "q38.package.graphs",
@@ -100,15 +106,17 @@ _LAZY: Final = {
     "load_graph": "q38.package.graphs",
     "read_tensor": "q38.package.graphs",
     "save_graph": "q38.package.graphs",
-    "GRAPH_ROLES": "q38.package.package",
-    "Package": "q38.package.package",
-    "PackageWriter": "q38.package.package",
-    "open_package": "q38.package.package",
-    "source_placer": "q38.package.package",
-    "V12bPackage": "q38.package.readers.v12b",
+    "GRAPH_ROLES": "q38.package.v12b.package",
+    "Package": "q38.package.v12b.package",
+    "PackageWriter": "q38.package.v12b.package",
+    "open_package": "q38.package.v12b.package",
+    "source_placer": "q38.package.v12b.package",
+    "V12bPackage": "q38.package.v12b.reader",
     "detect_surface": "q38.package.surface",
     "open_any": "q38.package.surface",
     "require_surface": "q38.package.surface",
+    "SurfaceVisitor": "q38.package.surface",
+    "visit": "q38.package.surface",
 }
 
 
@@ -156,6 +164,7 @@ __all__ = [
     "RuntimeProfile",
     "SessionOptions",
     "StagedDirectory",
+    "SurfaceVisitor",
     "V12bPackage",
     "WeightsPool",
     "all_graphs",
@@ -196,5 +205,6 @@ __all__ = [
     "save_graph",
     "sha256_file",
     "source_placer",
+    "visit",
     "written_record",
 ]

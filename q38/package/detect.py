@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from q38.errors import PackageError, UnsafePathError
-from q38.package.jsonio import read_json
-from q38.package.paths import resolve_inside
+from q38.package.io.jsonio import read_json
+from q38.package.io.paths import resolve_inside
 
 __all__ = [
     "CONFIG_FILENAME",

@@ -28,9 +28,9 @@ import onnx
 import onnx_ir as ir
 
 from q38.errors import GraphError, UnsafePathError, clip, quote
-from q38.package.files import GRAPH_LIMIT, open_regular, os_problem
 from q38.package.graph_memo import active_memo
-from q38.package.paths import resolve_inside, safe_relpath
+from q38.package.io.files import GRAPH_LIMIT, open_regular, os_problem
+from q38.package.io.paths import resolve_inside, safe_relpath
 
 __all__ = [
     "ExternalRef",

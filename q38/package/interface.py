@@ -8,17 +8,18 @@ a surface answers about a config *document* that may be broken. Each reader
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from q38.package.graph_ref import GraphRef
-from q38.package.links import LinkPolicy, Placer
+from q38.package.io.links import LinkPolicy, Placer
 from q38.package.step_graphs import DecodeGraphs
 
 if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
     import onnx_ir as ir
 
-__all__ = ["AnyPackage", "EditedSessions", "SessionPackage", "SurfaceReader"]
+__all__ = ["AnyPackage", "EditedSessions", "SessionPackage", "StateLayout", "SurfaceReader"]
 
 
 class AnyPackage(Protocol):
@@ -52,6 +53,20 @@ class AnyPackage(Protocol):
         """The graphs one decode step runs (decoder first), for ``q38 profile``."""
 
 
+@dataclass(frozen=True)
+class StateLayout:
+    """Where a surface keeps state and pooled weights, for the memory model (:mod:`q38.package.memory`).
+
+    ``state_graphs``: the graphs besides the decoder that carry KV caches of their own;
+    ``mtp_graphs``: those of them that are MTP drafts; ``placements``: ``(file, offset) ->
+    placement`` of the weights the config pools (paths as the config resolves them).
+    """
+
+    state_graphs: tuple[Path, ...] = ()
+    mtp_graphs: tuple[Path, ...] = ()
+    placements: Mapping[tuple[Path, int], str] = field(default_factory=dict)
+
+
 class SurfaceReader(Protocol):
     """A surface's answers about a config document that may be broken (``q38 check``, listings)."""
 
@@ -73,6 +88,9 @@ class SurfaceReader(Protocol):
 
     def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Mapping[str, Any]]]:
         """(JSON path, block) of session-option blocks beyond the decoder / head / overlays."""
+
+    def state_layout(self, config_dir: Path, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> StateLayout:
+        """Which of ``graphs`` carry state of their own and where pooled weights are placed."""
 
     def rule_context(self, document: Mapping[str, Any], config_path: Path,
                      models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip

@@ -9,9 +9,9 @@ from typing import Any, Final
 
 from q38 import __version__
 from q38.errors import PackageError, clip, quote
-from q38.package.files import MANIFEST_LIMIT
-from q38.package.hashing import FileIdentity, sha256_file
-from q38.package.jsonio import dumps_json, read_json
+from q38.package.io.files import MANIFEST_LIMIT
+from q38.package.io.hashing import FileIdentity, sha256_file
+from q38.package.io.jsonio import dumps_json, read_json
 
 __all__ = [
     "LINK_MODES",
@@ -95,7 +95,7 @@ def written_record(path: Path | str, sha256: str | None = None) -> FileRecord:
     The digest is taken now unless the writer already has it (``sha256``).
 
     The identity lets the next command trust the digest while the file is unchanged
-    (:class:`~q38.package.hashing.KnownDigests`): a copy of it then moves by the kernel's copy
+    (:class:`~q38.package.io.hashing.KnownDigests`): a copy of it then moves by the kernel's copy
     path instead of reading every byte again to hash it.
     """
     identity = FileIdentity.of(path)

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from q38.errors import GraphError, PackageError
-from q38.package.paths import resolve_inside
-from q38.package.pool import read_pool
+from q38.package.io.paths import resolve_inside
+from q38.package.readers import reader_for
 from q38.package.surface import list_graphs
 
 if TYPE_CHECKING:  # onnx loads when a graph is read, not at import
@@ -373,15 +373,10 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
                       if r.role not in alternates and not r.role.startswith("profile:")
                       and _rel(root, r.path) != decoder_rel)
     )  # fmt: skip
-    if listing.surface == "genai":
-        # Builder packages: the MTP / engram graphs carry KV caches of their own.
-        state_graphs = tuple(_rel(root, r.path) for r in refs[1:] if r.role in ("mtp", "engram", "draft"))
-        mtp_graphs = tuple(_rel(root, r.path) for r in refs[1:] if r.role == "mtp")
-        pool: dict[tuple[str, int], str] = {}
-    else:
-        # v12b: the MTP draft lives inside the target; prefill and head share its state.
-        state_graphs = mtp_graphs = ()
-        pool = _pool_placements(root, config_dir, _obj(model.get("qwen38_graph")))
+    layout = reader_for(listing.surface).state_layout(config_dir, doc, refs)
+    state_graphs = tuple(_rel(root, p) for p in layout.state_graphs)
+    mtp_graphs = tuple(_rel(root, p) for p in layout.mtp_graphs)
+    pool = {(_rel(root, p), o): placement for (p, o), placement in layout.placements.items()}
     so = decoder.get("session_options")
     entries = _str_entries(so)
     context = _int(model.get("context_length"), 0) or 0
@@ -417,14 +412,6 @@ def read_package_facts(path: Path | str, *, document: Mapping[str, Any] | None =
         placements=dict(placements) if placements is not None else pool, profiles=tuple(profiles),
         arena_strategy=_strategy(so),
     )  # fmt: skip
-
-
-def _pool_placements(root: Path, config_dir: Path, graph: Mapping[str, Any]) -> dict[tuple[str, int], str]:
-    name = graph.get("weights_pool")
-    if not isinstance(name, str) or not (config_dir / name).is_file():
-        return {}
-    pool = read_pool(config_dir / name)
-    return pool_placements(root, config_dir, [(e.file, e.offset, str(e.placement)) for e in pool.entries])
 
 
 def pool_placements(root: Path, config_dir: Path, entries: Iterable[tuple[str, int, str]]) -> dict[tuple[str, int], str]:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from q38.errors import UnsafePathError, quote
-from q38.package.files import describe_mode, os_problem
-from q38.package.paths import resolve_inside, safe_relpath
+from q38.package.io.files import describe_mode, os_problem
+from q38.package.io.paths import resolve_inside, safe_relpath
 
 __all__ = [
     "GRAPH_SECTIONS",

@@ -15,7 +15,7 @@ from typing import Final
 import numpy as np
 
 from q38.errors import ProfileError, clip
-from q38.package.files import PROFILE_LIMIT, read_bounded
+from q38.package.io.files import PROFILE_LIMIT, read_bounded
 
 __all__ = ["PROFILE_FILENAME", "ExpertProfile", "encode_profile", "parse_profile", "read_profile"]
 

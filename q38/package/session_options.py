@@ -4,7 +4,7 @@ Both surfaces' configs, the graph listing and ``q38 check`` read session options
 agree on what ORT receives:
 
 * the typed options GenAI sets on ``OrtSessionOptions`` (``log_id``, the thread counts, ...: the
-  keys of :data:`q38.package.genai_surface.SESSION_OPTIONS`);
+  keys of :data:`q38.package.genai.schema.SESSION_OPTIONS`);
 * ``provider_options``: one object per provider, merged by name in config order (GenAI's
   ``SetProviderOption`` keeps one entry per provider), string options only;
 * every other key is GenAI's catch-all: a string value becomes a session config entry
@@ -19,13 +19,13 @@ back what it read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from q38.package import genai_surface as gs
+from q38.package import config_schema as gs
 
-__all__ = ["TYPED_KEYS", "Provider", "SessionBlock", "provider_names", "read_session_options", "session_entries"]
+__all__ = ["TYPED_KEYS", "Provider", "SessionBlock", "provider_names", "read_session_options", "session_entries", "session_options_document"]
 
 # The typed options GenAI reads from a session_options block (the rest are config entries).
 TYPED_KEYS: Final = tuple(k for k in gs.SESSION_OPTIONS.fields if k != "provider_options")
@@ -115,3 +115,18 @@ def session_entries(raw: object) -> dict[str, str]:
 def provider_names(raw: object) -> tuple[str, ...]:
     """The canonical provider names a ``session_options`` block lists, in config order."""
     return read_session_options(raw).provider_names
+
+
+def session_options_document(typed: Mapping[str, Any], entries: Mapping[str, Any],
+                             providers: Sequence[tuple[str, Mapping[str, Any]]], *,
+                             empty_providers: bool) -> dict[str, Any]:  # fmt: skip
+    """The JSON block of a ``session_options``: typed options, then entries, then providers.
+
+    The one writer of the block for both surfaces. ``providers``: (name, options) in config
+    order; ``empty_providers``: write ``provider_options: []`` when there is none (the genai
+    surface keeps the form its source had; v12b leaves the key out).
+    """
+    out: dict[str, Any] = {**typed, **entries}
+    if providers or empty_providers:
+        out["provider_options"] = [{name: dict(options)} for name, options in providers]
+    return out

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from q38.errors import ProfileError
-from q38.package.files import read_text_bounded
+from q38.package.io.files import read_text_bounded
 from q38.package.memory import load_memory, read_package_facts
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import Final
 import numpy as np
 
 from q38.errors import ProfileError, clip, quote
-from q38.package.files import TEXT_LIMIT, read_bounded
+from q38.package.io.files import TEXT_LIMIT, read_bounded
 
 __all__ = ["Tokenizer", "Workload", "read_prompts", "synthetic_prompts"]
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from contracts._rule import Severity, Violation
 from contracts.catalogue import catalogue, matches
 from q38.errors import FlagError, quote
-from q38.package.staging import rename_noreplace
+from q38.package.io.staging import rename_noreplace
 
 if TYPE_CHECKING:
     from contracts.runner import CheckReport

@@ -15,7 +15,7 @@ from q38.package import (
     format_pool,
     sha256_file,
 )
-from q38.package.elf import shared_object_header
+from q38.package.io.elf import shared_object_header
 from q38.synth.graph import ExtRef, known_sha256
 from q38.synth.spec import PREFILL_CHUNK, Spec
 

@@ -159,10 +159,10 @@ POLICIES = {
 
 
 class _PlacementClock:
-    """Seconds spent inside the shared placement (``q38.package.links.place``) during a run."""
+    """Seconds spent inside the shared placement (``q38.package.io.links.place``) during a run."""
 
     def __init__(self, monkeypatch: Any) -> None:
-        import q38.package.links as links
+        import q38.package.io.links as links
 
         self.seconds = 0.0
         real = links.place

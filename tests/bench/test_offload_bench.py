@@ -33,7 +33,7 @@ import pytest
 from q38.offload.convert import convert_package
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.package import open_package
-from q38.package.copying import HASH_BUFFER, HASH_BUFFERS
+from q38.package.io.copying import HASH_BUFFER, HASH_BUFFERS
 
 REPO = Path(__file__).resolve().parents[2]
 _OPTIONS = OffloadOptions(mode="auto", target_resident_slots=2, mtp_moe_placement="host_mapped")

@@ -94,7 +94,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "q38/offload": ("tests/unit/offload", "tests/bench/test_offload_bench.py"),
     "q38/assembly": ("tests/unit/assembly", "tests/bench/test_build_bench.py"),
     # q38/package is the bottom layer: besides its own tests, the fit estimates (package/memory.py)
-    # and the staging and unreadable-file faults (package/staging.py, package/files.py) judge it.
+    # and the staging and unreadable-file faults (package/io/staging.py, package/io/files.py) judge it.
     "q38/package": ("tests/unit/package", "tests/unit/assembly/test_links.py", "tests/unit/assembly/test_link_policy.py",
                     "tests/unit/fit", "tests/unit/faults/test_staging_names.py", "tests/unit/faults/test_unreadable.py",
                     "tests/bench/test_package_bench.py"),

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from q38.package.elf import shared_object_header
+from q38.package.io.elf import shared_object_header
 
 LIB_A_BYTES = shared_object_header() + b"qsa custom ops v1"
 """The bytes of the bundles' qsa placeholder library (a shared-object header, then a note)."""

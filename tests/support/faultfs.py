@@ -3,7 +3,7 @@
 :class:`WriteFaults` wraps the write-side entry points a q38 command can reach (``open``/``io.open``
 in a writing mode, ``os.open`` with a write flag, ``os.write``, ``os.link``, ``os.symlink``,
 ``os.replace``, ``os.rename``, ``os.copy_file_range``, ``os.mkdir``, ``os.truncate``,
-``os.ftruncate``, and the staging commit ``q38.package.staging.rename_noreplace``) and counts calls; with ``fail_at=k`` the k-th call raises ``OSError(errno)``.
+``os.ftruncate``, and the staging commit ``q38.package.io.staging.rename_noreplace``) and counts calls; with ``fail_at=k`` the k-th call raises ``OSError(errno)``.
 Install only around the command under test (``with faults.installed(): ...``): pytest's own files
 must not be affected.
 """
@@ -63,7 +63,7 @@ class WriteFaults:
     def installed(self) -> Iterator[WriteFaults]:
         saved: list[tuple[Any, str, Any]] = [(builtins, "open", builtins.open), (io, "open", io.open)]
         saved += [(os, name, getattr(os, name)) for name in ("open", *_OS_FUNCS)]
-        from q38.package import staging
+        from q38.package.io import staging
 
         saved.append((staging, "rename_noreplace", staging.rename_noreplace))
         try:

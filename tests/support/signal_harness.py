@@ -14,7 +14,7 @@ hooks, each idle unless its environment variable is set (:func:`child_env`):
   to itself from inside ``MODULE``'s module initialization, in Python code the init runs before
   the extension's own C init (as a pybind11 init calls back into Python), and writes the done file
   once the C init has returned -- which it never does if the interrupt cuts the init short;
-* ``Q38_PAUSE_AT=enter|commit`` with ``Q38_READY_FILE``: :class:`q38.package.staging.StagedDirectory`
+* ``Q38_PAUSE_AT=enter|commit`` with ``Q38_READY_FILE``: :class:`q38.package.io.staging.StagedDirectory`
   is wrapped when q38 imports it; with ``enter`` the child writes the ready file once its staging
   directory exists and sleeps, with ``commit`` it does so as the commit starts (the whole output
   staged, not yet renamed). A signal sent then lands at that point every time, never racing.
@@ -122,7 +122,7 @@ def _patch(module):
 
 class _PauseFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name != "q38.package.staging" or not _PAUSE_AT:
+        if name != "q38.package.io.staging" or not _PAUSE_AT:
             return None
         sys.meta_path.remove(self)
         try:

@@ -26,7 +26,8 @@ import pytest
 from q38.errors import PackageError
 from q38.package import detect, load_graph
 from q38.package.graph_ref import GraphRef
-from q38.package.links import LinkPolicy, Placer
+from q38.package.interface import StateLayout
+from q38.package.io.links import LinkPolicy, Placer
 from q38.package.readers import READER_MODULES
 from q38.package.step_graphs import DecodeGraphs, StepGraph
 
@@ -131,6 +132,9 @@ class StubReader:
 
     def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Any]]:
         return []
+
+    def state_layout(self, config_dir: Path, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> StateLayout:
+        return StateLayout()
 
     def rule_context(self, document: Mapping[str, Any], config_path: Path,
                      models: Mapping[str, ir.Model]) -> dict[str, Any]:

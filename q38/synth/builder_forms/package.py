@@ -12,7 +12,7 @@ from pathlib import Path
 
 import onnx
 
-from q38.package.genai_config import dumps_genai_config, parse_genai_config
+from q38.package.genai.config import dumps_genai_config, parse_genai_config
 from q38.synth.builder_forms import config as cfg
 from q38.synth.builder_forms.assembly import SHARED_WITH_MTP, build_decoder, build_engram, build_mtp
 from q38.synth.builder_forms.forms import BF16, FP16

@@ -5,6 +5,8 @@ Invariants guarded:
   import-linter layers contract (``pyproject.toml``), so ``lint-imports`` checks all of them: a
   new module outside every layer fails here.
 - ``docs/architecture.md``'s layer table names the same modules as the contract.
+- Every module and subpackage of ``q38/package/`` is in a layer of the package's own contract
+  (v12b and genai independent of each other, file I/O at the bottom).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[3]
 
 
-def _layer_modules() -> list[str]:
+def _layer_modules(container: str = "") -> list[str]:
     config = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    contract = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"]
+                    if c["type"] == "layers" and c.get("containers", [""]) == [container])  # fmt: skip
     return [name.strip() for layer in contract["layers"] for name in re.split(r"[:|]", layer)]
 
 
@@ -49,3 +52,11 @@ def test_the_architecture_doc_names_every_layered_module() -> None:
     for module in _layer_modules():
         path = module.replace(".", "/")
         assert any(n.removesuffix(".py").rstrip("/*") == path for n in named), module
+
+
+def test_every_module_of_the_package_layer_is_in_a_layer_of_its_own_contract() -> None:
+    layered = _layer_modules("q38.package")
+    assert len(layered) == len(set(layered)), "a module named in two layers"
+    modules = {m.rsplit(".", 1)[-1] for m in _top_level("q38/package")}
+    assert modules - set(layered) == set(), "q38/package modules in no layer of the q38.package contract"
+    assert set(layered) - modules == set(), "layers naming no module of q38/package"

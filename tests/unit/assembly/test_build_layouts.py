@@ -28,7 +28,7 @@ from support.build_bundles import EPS, W_NORM_H
 from support.filesystems import reflink_works
 
 from q38.assembly import BuildRequest, LinkPolicy, build_package
-from q38.package.config import read_config
+from q38.package.v12b.config import read_config
 
 
 def _refs(path: Path) -> dict[str, dict[str, str]]:

@@ -25,7 +25,7 @@ import pytest
 from q38.assembly import BuildRequest, LinkPolicy, build_package
 from q38.cli import main
 from q38.errors import BuildError, FlagError
-from q38.package.elf import shared_object_header
+from q38.package.io.elf import shared_object_header
 
 
 def _req(b: dict[str, Path], out: Path, **kw) -> BuildRequest:

@@ -22,10 +22,10 @@ import pytest
 from support.build_bundles import LIB_A_BYTES
 
 import q38.assembly.assemble as assemble
-import q38.package.links as links
+import q38.package.io.links as links
 from q38.assembly import BuildRequest, LinkPolicy, build_package
 from q38.errors import BuildError, FlagError, Q38Error
-from q38.package.staging import STAGING_MARK
+from q38.package.io.staging import STAGING_MARK
 
 
 def _req(b, out, **kw):

@@ -19,7 +19,7 @@ from support.build_bundles import make_bundles, tree_digest
 
 from q38.assembly import BuildRequest, build_package
 from q38.errors import BuildError
-from q38.package.staging import STAGING_MARK
+from q38.package.io.staging import STAGING_MARK
 
 
 @pytest.fixture

@@ -28,11 +28,11 @@ import onnx
 import pytest
 from support.build_bundles import make_bundles
 
-import q38.package.copying as copying
-import q38.package.hashing as hashing
-import q38.package.links as links
+import q38.package.io.copying as copying
+import q38.package.io.hashing as hashing
+import q38.package.io.links as links
 from q38.cli import main
-from q38.package.links import HARDLINK_WARNING
+from q38.package.io.links import HARDLINK_WARNING
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -26,11 +26,11 @@ import pytest
 from support.filesystems import reflink_works, tmpfs, xfs_reflink
 from syrupy.assertion import SnapshotAssertion
 
-import q38.package.copying as copying
-import q38.package.links as links
+import q38.package.io.copying as copying
+import q38.package.io.links as links
 from q38.errors import PackageError
-from q38.package.hashing import FileIdentity, KnownDigests
-from q38.package.links import HARDLINK_WARNING, LinkPolicy, Placer, place, place_file
+from q38.package.io.hashing import FileIdentity, KnownDigests
+from q38.package.io.links import HARDLINK_WARNING, LinkPolicy, Placer, place, place_file
 
 SIZE = (3 << 20) + 12345  # several hash buffers' worth plus a ragged tail
 
@@ -429,7 +429,7 @@ def test_a_failed_placement_names_the_errno_even_one_without_a_name(tmp_path: Pa
 
 
 def test_copy_file_makes_an_independent_copy_and_never_replaces(src: Path, tmp_path: Path) -> None:
-    from q38.package.links import copy_file
+    from q38.package.io.links import copy_file
 
     dst = tmp_path / "copied.bin"
     copy_file(src, dst)

@@ -96,8 +96,8 @@ def test_optimize_v_logs_each_pass_and_graph_at_info_and_no_debug(
     for name in PASS_NAMES:
         for graph in graphs:
             assert any(re.match(rf"INFO q38\.\S+: pass {name} on graph {graph}: \d+ rewrite", line) for line in err), (name, graph)
-    assert any(line.startswith("INFO q38.package.package: reading package ") for line in err)
-    assert any(line.startswith("INFO q38.package.package: placed ") for line in err)
+    assert any(line.startswith("INFO q38.package.v12b.package: reading package ") for line in err)
+    assert any(line.startswith("INFO q38.package.v12b.package: placed ") for line in err)
     assert any(line.startswith("INFO q38.package.graphs: reading graph ") for line in err)
     assert main(["optimize", str(tiny_cpu_package), str(tmp_path / "out2"), "-vv"]) == 0
     err = capsys.readouterr().err.splitlines()

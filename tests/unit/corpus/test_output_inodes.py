@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.forkrun import ForkServer
 
-from q38.package.elf import shared_object_header
+from q38.package.io.elf import shared_object_header
 
 
 def _identities(root: Path) -> dict[tuple[int, int], str]:

@@ -4,7 +4,7 @@ Real child processes (``python -m q38``) under the harness of tests/support/sign
 ``test_sigint.py`` runs them; that module covers SIGINT during imports and at timer points, this one every writing command (build,
 optimize, offload, export-genai, synth) and the other signals at fixed points of the staged
 write. A ``sitecustomize`` first on the child's ``PYTHONPATH`` wraps
-:class:`q38.package.staging.StagedDirectory` when q38 imports it: with ``Q38_PAUSE_AT=enter`` the
+:class:`q38.package.io.staging.StagedDirectory` when q38 imports it: with ``Q38_PAUSE_AT=enter`` the
 child writes a ready file once its staging directory exists and sleeps; with ``commit`` it does
 so as the commit starts (the whole output staged, not yet renamed). The test then sends the
 signal, so the interruption lands at that point every time, never racing the command.

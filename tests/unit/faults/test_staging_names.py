@@ -21,7 +21,7 @@ import pytest
 from support.fsnap import tree_snapshot
 
 from q38.cli import main
-from q38.package.staging import (
+from q38.package.io.staging import (
     MARKER_NAME,
     PID_MAX,
     StagedDirectory,

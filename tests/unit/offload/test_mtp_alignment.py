@@ -25,7 +25,7 @@ import pytest
 
 from q38._ops import MS_DOMAIN, QMOE
 from q38.offload.placement import ALIGN, ALIGNED_FILE, plan_pool, write_moves
-from q38.package.pool import Placement, PoolEntry, WeightsPool
+from q38.package.v12b.pool import Placement, PoolEntry, WeightsPool
 
 # (offset, length) of four MTP expert tensors in model.onnx.data: none aligned, no length a page multiple
 TENSORS = ((10, 100), (200, 3000), (5000, 5000), (12345, 1))

@@ -24,7 +24,7 @@ import pytest
 from support.genai_packages import real_package_dirs
 
 from q38.cli import main
-from q38.package.genai_config import dumps_genai_config, genai_config_to_dict, parse_genai_config
+from q38.package.genai.config import dumps_genai_config, genai_config_to_dict, parse_genai_config
 from q38.package.json_forms import keep_source_forms
 
 OFFLOAD_ENTRY = "session.moe.offload."

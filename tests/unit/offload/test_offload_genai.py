@@ -48,7 +48,7 @@ from q38.offload.convert import convert_package
 from q38.offload.hitrate import LayerHit
 from q38.offload.options import OFFLOAD_PREFIX, OffloadOptions, parse_node_overrides
 from q38.package import encode_profile, read_profile
-from q38.package.genai_config import read_genai_config
+from q38.package.genai.config import read_genai_config
 from q38.package.profile import ExpertProfile
 
 
@@ -274,12 +274,17 @@ def test_an_unnamed_kept_mtp_node_counts_as_kept_in_the_hit_report(builder_prepa
 
 
 def test_a_session_package_without_its_own_planner_is_planned_per_session(
-        builder_prepacked_faithful: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        builder_prepacked_faithful: Path, tmp_path: Path) -> None:
     from q38.offload import convert
+    from q38.offload.eligibility import resolve_eligibility
+    from q38.package import open_any
 
-    want = convert.plan_offload(builder_prepacked_faithful, OffloadOptions(mode="auto"), out=tmp_path / "out")
-    monkeypatch.setattr(convert, "_PLANNERS", {})  # a surface with no planner of its own
-    plan = convert.plan_offload(builder_prepacked_faithful, OffloadOptions(mode="auto"), out=tmp_path / "out")
+    options = OffloadOptions(mode="auto")
+    want = convert.plan_offload(builder_prepacked_faithful, options, out=tmp_path / "out")
+    # the planner's default, what a surface with no method of its own gets
+    planner = convert._Planner(builder_prepacked_faithful, options, out=tmp_path / "out",
+                               check=resolve_eligibility(None), profile=None)
+    plan = planner.other(open_any(builder_prepacked_faithful))
     assert plan.package.root == builder_prepacked_faithful
     assert plan.report == want.report
     assert sorted(plan.blobs) == sorted(want.blobs)

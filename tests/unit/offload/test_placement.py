@@ -19,7 +19,7 @@ S_GRAPHS = ("model_s2.onnx", "model_s3.onnx", "model_s4.onnx")
 
 def _copies(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     """Record (size, digest) of every copy the placement makes (digest: read through a buffer)."""
-    import q38.package.links as links
+    import q38.package.io.links as links
 
     calls: list[tuple[int, bool]] = []
     real = links.copy_fd

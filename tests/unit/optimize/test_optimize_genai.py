@@ -31,7 +31,7 @@ from support.genai_packages import (
 from syrupy.assertion import SnapshotAssertion
 
 from q38.cli import main
-from q38.package.genai_package import open_genai_package
+from q38.package.genai.package import open_genai_package
 from q38.package.graphs import load_graph
 
 REAL = real_package_dirs()
@@ -72,7 +72,7 @@ def test_every_builder_package_optimizes_and_the_output_passes_check(packages: l
 def test_cpu_optimize_keeps_the_greedy_tokens(packages: list[Path], tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime_genai")
     from q38.export_genai import generate_tokens
-    from q38.package.genai_config import OG_MODEL_TYPES
+    from q38.package.genai.config import OG_MODEL_TYPES
 
     runnable = [p for p in packages if open_genai_package(p).config.model.type in OG_MODEL_TYPES
                 and not open_genai_package(p).config.model.decoder.shared_initializers
@@ -131,7 +131,7 @@ def test_a_graph_section_without_shared_initializers_keeps_an_empty_list(empty: 
     import dataclasses
 
     from q38.optimize.driver import _reconciled_config
-    from q38.package.genai_config import dumps_genai_config
+    from q38.package.genai.config import dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())
     pkg = open_genai_package(src)
@@ -161,7 +161,7 @@ def test_an_engram_section_keeps_its_intact_shared_initializers(tmp_path: Path) 
     import json
 
     from q38.optimize.driver import _reconciled_config
-    from q38.package.genai_config import GenaiEngram, dumps_genai_config
+    from q38.package.genai.config import GenaiEngram, dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())
     pkg = open_genai_package(src)
@@ -189,7 +189,7 @@ def test_a_config_without_an_mtp_section_is_reconciled_without_one(tmp_path: Pat
     import dataclasses
 
     from q38.optimize.driver import _reconciled_config
-    from q38.package.genai_config import dumps_genai_config
+    from q38.package.genai.config import dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())
     pkg = open_genai_package(src)
@@ -293,7 +293,7 @@ def test_an_engram_section_listing_no_shared_initializers_keeps_an_empty_list(tm
     import json
 
     from q38.optimize.driver import _reconciled_config
-    from q38.package.genai_config import GenaiEngram, dumps_genai_config
+    from q38.package.genai.config import GenaiEngram, dumps_genai_config
 
     src = next(p for p in REAL if (p / "mtp.onnx").is_file())
     pkg = open_genai_package(src)

@@ -1,6 +1,6 @@
 """The decoder model types q38's genai surface opens are the ones the installed builder writes.
 
-``q38.package.genai_config.BUILDER_MODEL_TYPES`` is checked against the installed
+``q38.package.genai.config.BUILDER_MODEL_TYPES`` is checked against the installed
 onnxruntime-genai wheel's own ``models/builder.py`` (read as source, never imported: it needs
 torch): every ``model.type`` its ``create_model`` dispatch can write (the architecture's name
 before ``For``, lower-cased, as ``builders/base.py`` derives it, unless the branch always
@@ -23,7 +23,7 @@ import pytest
 from support.genai_packages import FIXTURES, copy_package
 
 from q38.errors import PackageError
-from q38.package.genai_config import BUILDER_MODEL_TYPES
+from q38.package.genai.config import BUILDER_MODEL_TYPES
 from q38.package.surface import open_any
 
 NOT_A_DECODER = {"whisper"}  # WhisperModel writes an encoder-decoder config of its own

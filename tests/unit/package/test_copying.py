@@ -1,4 +1,4 @@
-"""Byte copies (``q38.package.copying``): the destination holds the source's exact bytes.
+"""Byte copies (``q38.package.io.copying``): the destination holds the source's exact bytes.
 
 Invariant guarded here: a short ``pwrite`` (POSIX lets the kernel write fewer bytes than asked,
 e.g. on a signal or a nearly full quota) is continued at the right offset, so the copy is still
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import q38.package.copying as copying
+import q38.package.io.copying as copying
 
 
 def test_short_writes_are_resumed_at_the_right_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

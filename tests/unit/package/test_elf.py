@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from q38.package.elf import ELF_MAGIC, ET_DYN, shared_object_header, shared_object_problem
+from q38.package.io.elf import ELF_MAGIC, ET_DYN, shared_object_header, shared_object_problem
 
 _LITTLE = sys.byteorder == "little"
 _HOST_DATA = 1 if _LITTLE else 2
@@ -93,6 +93,6 @@ def test_a_fifo_without_a_writer_is_answered_at_once_not_waited_on(tmp_path: Pat
     hanging until some process writes to it (run in a child so a hang fails by timeout)."""
     fifo = tmp_path / "lib.so"
     os.mkfifo(fifo)
-    code = f"from q38.package.elf import shared_object_problem; print(shared_object_problem({str(fifo)!r}))"
+    code = f"from q38.package.io.elf import shared_object_problem; print(shared_object_problem({str(fifo)!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=False)
     assert (done.returncode, done.stdout) == (0, "not an ELF shared object (no ELF magic)\n"), done.stderr

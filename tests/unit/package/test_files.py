@@ -1,4 +1,4 @@
-"""One way to open a package file (q38.package.files) and bounded messages (q38.errors).
+"""One way to open a package file (q38.package.io.files) and bounded messages (q38.errors).
 
 In-process, real files: a FIFO without a writer, ``/dev/zero``, a socket, a directory, a symlink,
 a ``/proc`` file whose ``st_size`` is 0 but whose content is not. Each refusal is one line naming
@@ -17,7 +17,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import LINE_LIMIT, ProfileError, Q38Error, bound_line, clip, quote
-from q38.package.files import (
+from q38.package.io.files import (
     PROFILE_LIMIT,
     describe_mode,
     format_size,

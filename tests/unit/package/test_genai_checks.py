@@ -16,7 +16,7 @@ import pytest
 from support.genai_config_corpus import OgProbe
 
 from q38.errors import ConfigError
-from q38.package.genai_config import parse_genai_config
+from q38.package.genai.config import parse_genai_config
 
 
 def _doc() -> dict[str, Any]:

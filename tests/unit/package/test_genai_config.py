@@ -18,8 +18,8 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ConfigError
-from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
-from q38.package.readers.genai import READER
+from q38.package.genai.config import dumps_genai_config, parse_genai_config, read_genai_config
+from q38.package.genai.reader import READER
 
 SOURCE = "pkg/genai_config.json"
 
@@ -184,7 +184,7 @@ def test_a_research_configs_engram_section_is_written_back() -> None:
 def test_a_config_built_without_a_source_document_is_written_in_full() -> None:
     """A config assembled by a converter (no source form to keep) is written from its records:
     every field of a graph section, shared initializers included, parses back to the same config."""
-    from q38.package.genai_config import SharedInitializer
+    from q38.package.genai.config import SharedInitializer
 
     cfg = parse_genai_config(_doc(), source=SOURCE)
     shared = (SharedInitializer("w", "model.onnx.data", "64", "128", 10, (4, 16)),)
@@ -301,7 +301,7 @@ def test_a_non_array_provider_options_is_written_back_as_the_entry_it_is() -> No
 def test_a_shared_initializer_missing_its_string_fields_reads_them_as_empty() -> None:
     """GenAI 0.18.0 accepts a ``shared_initializers`` entry without ``data_file``/``offset``/``length``:
     the record holds empty strings (no byte range), never None a caller's string method would trip on."""
-    from q38.package.genai_config import SharedInitializer
+    from q38.package.genai.config import SharedInitializer
 
     doc = _doc()
     doc["model"]["decoder"]["shared_initializers"] = [{"name": "w"}]
@@ -380,7 +380,7 @@ def test_a_providers_options_are_written_from_the_records_as_read(options: dict[
 def test_editing_the_written_document_leaves_the_config_unchanged() -> None:
     """genai_config_to_dict hands the caller its own copy: editing a nested part of it does not change
     what the config writes next time."""
-    from q38.package.genai_config import genai_config_to_dict
+    from q38.package.genai.config import genai_config_to_dict
 
     cfg = parse_genai_config(_doc(), source=SOURCE)
     out = genai_config_to_dict(cfg)

@@ -24,7 +24,7 @@ import pytest
 from support.genai_config_corpus import OgProbe, corpus, seed_configs
 
 from q38.errors import ConfigError
-from q38.package.genai_config import parse_genai_config, read_genai_config
+from q38.package.genai.config import parse_genai_config, read_genai_config
 
 pytestmark = pytest.mark.differential
 

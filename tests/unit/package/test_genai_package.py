@@ -28,11 +28,11 @@ from syrupy.assertion import SnapshotAssertion
 
 from q38.cli import main
 from q38.errors import PackageError
-from q38.package.genai_config import dumps_genai_config, parse_genai_config, read_genai_config
-from q38.package.genai_package import GenaiPackage, genai_graph_refs, open_genai_package
+from q38.package.genai.config import dumps_genai_config, parse_genai_config, read_genai_config
+from q38.package.genai.package import GenaiPackage, genai_graph_refs, open_genai_package
+from q38.package.genai.reader import READER as GENAI_READER
+from q38.package.genai.shared_initializers import shared_initializer_problems
 from q38.package.graphs import load_graph
-from q38.package.readers.genai import READER as GENAI_READER
-from q38.package.shared_initializers import shared_initializer_problems
 from q38.package.surface import open_any, require_surface
 
 REAL = real_package_dirs()

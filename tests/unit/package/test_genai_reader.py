@@ -14,8 +14,8 @@ from typing import Any
 import onnx_ir as ir
 import pytest
 
-from q38.package.genai_config import parse_genai_config
-from q38.package.readers.genai import READER
+from q38.package.genai.config import parse_genai_config
+from q38.package.genai.reader import READER
 
 
 def _doc() -> dict[str, Any]:

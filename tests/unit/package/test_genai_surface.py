@@ -11,7 +11,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ConfigError
-from q38.package.genai_surface import validate
+from q38.package.genai.schema import validate
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Digests a manifest already holds (q38.package.hashing.KnownDigests): only sound records are trusted."""
+"""Digests a manifest already holds (q38.package.io.hashing.KnownDigests): only sound records are trusted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Strict JSON (q38.package.jsonio): what it refuses, where it says so, and what it writes.
+"""Strict JSON (q38.package.io.jsonio): what it refuses, where it says so, and what it writes.
 
 In-process and exact: each refusal names the key path and the reason, so a mutation that lets a
 value through (the first duplicate wins, ``1e400`` read as ``inf``, a 21-digit integer) or that
@@ -15,8 +15,8 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import ExportError, PackageError
-from q38.package.files import CONFIG_LIMIT
-from q38.package.jsonio import INT_MAX, INT_MIN, MAX_DEPTH, dumps_json, loads_strict, read_json
+from q38.package.io.files import CONFIG_LIMIT
+from q38.package.io.jsonio import INT_MAX, INT_MIN, MAX_DEPTH, dumps_json, loads_strict, read_json
 
 
 def _refused(text: str | bytes, **kw: object) -> str:
@@ -51,7 +51,7 @@ def test_loads_strict_names_the_key_path_and_the_reason(doc: str, expected: str)
 def test_a_string_with_a_nul_is_read_up_to_it_with_a_warning_naming_the_key_path(caplog: pytest.LogCaptureFixture) -> None:
     """onnxruntime(-genai) reads config strings as C strings: the document is readable (issue 24)."""
     doc = '{"d": {"filename": "model.onnx\\u0000../../etc/passwd", "k\\u0000x": "v\\u0000", "n": "\\u0000\\ud800"}}'
-    with caplog.at_level("WARNING", logger="q38.package.jsonio"):
+    with caplog.at_level("WARNING", logger="q38.package.io.jsonio"):
         assert loads_strict(doc, what="cfg.json") == {"d": {"filename": "model.onnx", "k": "v", "n": ""}}
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 4, lines
@@ -68,7 +68,7 @@ def test_the_nul_warning_cuts_a_key_path_longer_than_200_characters(caplog: pyte
     doc: object = "x\x00y"
     for key in reversed(keys):
         doc = {key: doc}
-    with caplog.at_level("WARNING", logger="q38.package.jsonio"):
+    with caplog.at_level("WARNING", logger="q38.package.io.jsonio"):
         loads_strict(json.dumps(doc), what="cfg.json")
     shown = f"{path[:97]}...{path[-97:]} (201 chars)"
     assert [r.getMessage() for r in caplog.records] == [

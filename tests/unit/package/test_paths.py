@@ -13,7 +13,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import UnsafePathError
-from q38.package.paths import resolve_inside, safe_relpath
+from q38.package.io.paths import resolve_inside, safe_relpath
 
 WHAT = "genai_config.json: model.decoder.filename"
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from q38.package import genai_surface as gs
-from q38.package.config import parse_config
-from q38.package.genai_config import parse_session_options
+from q38.package.genai import schema as gs
+from q38.package.genai.config import parse_session_options
 from q38.package.session_options import (
     TYPED_KEYS,
     Provider,
@@ -25,6 +24,7 @@ from q38.package.session_options import (
     session_entries,
 )
 from q38.package.surface import list_graphs
+from q38.package.v12b.config import parse_config
 
 _BLOCK = {
     "log_id": "q38",

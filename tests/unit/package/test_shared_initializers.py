@@ -1,4 +1,4 @@
-"""``shared_initializers`` entries (q38.package.shared_initializers): the byte range must fit its data file."""
+"""``shared_initializers`` entries (q38.package.genai.shared_initializers): the byte range must fit its data file."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from q38.package.genai_config import SharedInitializer
-from q38.package.shared_initializers import shared_initializer_problems
+from q38.package.genai.config import SharedInitializer
+from q38.package.genai.shared_initializers import shared_initializer_problems
 
 
 @pytest.mark.parametrize(("offset", "problem"), [

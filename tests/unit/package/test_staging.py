@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from syrupy.assertion import SnapshotAssertion
 
-import q38.package.staging as staging
+import q38.package.io.staging as staging
 from q38.errors import InternalError, PackageError
-from q38.package.staging import StagedDirectory, rename_noreplace
+from q38.package.io.staging import StagedDirectory, rename_noreplace
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_the_sweep_of_a_killed_writers_staging_is_logged_naming_it(tmp_path: Pat
     """The next writer removes a killed run's staging directory and says so (INFO, with its path)."""
     dest = tmp_path / "out"
     debris = _killed_writers_staging(dest)
-    with caplog.at_level(logging.INFO, logger="q38.package.staging"), StagedDirectory(dest) as staged:
+    with caplog.at_level(logging.INFO, logger="q38.package.io.staging"), StagedDirectory(dest) as staged:
         staged.commit()
     assert [r.getMessage() for r in caplog.records] == [f"removing stale staging directory {debris}"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]

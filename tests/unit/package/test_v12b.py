@@ -18,9 +18,9 @@ from syrupy.assertion import SnapshotAssertion
 
 from q38.errors import PackageError
 from q38.package import Manifest, dumps_manifest, open_package
-from q38.package.config import config_to_dict
-from q38.package.readers.v12b import READER, v12b_graph_refs
 from q38.package.surface import open_any
+from q38.package.v12b.config import config_to_dict
+from q38.package.v12b.reader import READER, v12b_graph_refs
 
 
 def test_profile_overlays_reach_the_graph_their_decoder_names(tmp_path: Path) -> None:
@@ -186,9 +186,9 @@ def test_a_layered_package_keeps_the_head_directorys_own_manifest(tmp_path: Path
 def test_opening_a_package_logs_its_path_and_layout(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """INFO names the package directory being read and whether it is flat or layered."""
     pkg = build_mini_package(tmp_path / "pkg")
-    with caplog.at_level(logging.INFO, logger="q38.package.package"):
+    with caplog.at_level(logging.INFO, logger="q38.package.v12b.package"):
         open_package(pkg)
-    assert f"reading package {pkg} (flat)" in [r.getMessage() for r in caplog.records if r.name == "q38.package.package"]
+    assert f"reading package {pkg} (flat)" in [r.getMessage() for r in caplog.records if r.name == "q38.package.v12b.package"]
 
 
 @pytest.mark.parametrize(("variant", "providers", "expected"), [

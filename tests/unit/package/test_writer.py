@@ -141,8 +141,8 @@ def test_malformed_packages_are_one_line_errors(tmp_path: Path, damage, message:
 def test_a_file_placed_under_its_own_policy_reuses_the_writers_known_digests(tmp_path: Path) -> None:
     """An explicit policy (an ``outside`` file's copy) still takes the digests the source manifest
     holds, as the writer's own placements do: the record carries the known digest, not a new hash."""
-    from q38.package.hashing import FileIdentity, KnownDigests
-    from q38.package.links import LinkPolicy, Placer
+    from q38.package.io.hashing import FileIdentity, KnownDigests
+    from q38.package.io.links import LinkPolicy, Placer
 
     src = tmp_path / "w.bin"
     src.write_bytes(b"weights")
@@ -157,7 +157,7 @@ def test_a_file_placed_under_its_own_policy_reuses_the_writers_known_digests(tmp
 def test_a_file_placed_under_its_own_policy_is_digested_under_the_writers_digest(tmp_path: Path) -> None:
     """``--digest`` holds for an explicit policy too: the record of a file the writer copies while
     its placer hard-links carries the sha256 of its bytes."""
-    from q38.package.links import Placer
+    from q38.package.io.links import Placer
 
     src = tmp_path / "w.bin"
     src.write_bytes(b"weights")
@@ -173,14 +173,14 @@ def test_a_writer_without_a_placer_places_under_auto_and_logs_each_file(tmp_path
     says at INFO what it put where: ``placed <rel> (<mode> of <src>)``, ``wrote <rel>``."""
     src = tmp_path / "w.bin"
     src.write_bytes(b"weights")
-    with caplog.at_level(logging.INFO, logger="q38.package.package"), PackageWriter(tmp_path / "out") as w:
+    with caplog.at_level(logging.INFO, logger="q38.package.v12b.package"), PackageWriter(tmp_path / "out") as w:
         assert w.placer.policy is LinkPolicy.AUTO
         mode = w.place(src, "sub/w.bin")
         w.write_text("a.txt", "text")
         w.write_bytes("b.bin", b"bytes")
     assert mode in ("reflink", "copy") and src.stat().st_nlink == 1
     assert w.link_modes == {"sub/w.bin": mode, "a.txt": "write", "b.bin": "write"}
-    assert [r.getMessage() for r in caplog.records if r.name == "q38.package.package"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "q38.package.v12b.package"] == [
         f"placed sub/w.bin ({mode} of {src})", "wrote a.txt", "wrote b.bin"]  # fmt: skip
     out = tmp_path / "out"
     assert [(out / rel).read_bytes() for rel in ("sub/w.bin", "a.txt", "b.bin")] == [b"weights", b"text", b"bytes"]

@@ -48,7 +48,7 @@ from q38.package import (
     parse_pool,
     parse_profile,
 )
-from q38.package.config import (
+from q38.package.v12b.config import (
     DECODER_INPUT_KEYS,
     DECODER_OUTPUT_KEYS,
     GRAPH_LEVELS,
@@ -57,12 +57,12 @@ from q38.package.config import (
     SEARCH_KEYS,
     VARIANTS,
 )
-from q38.package.pool import DTYPE_SIZES
+from q38.package.v12b.pool import DTYPE_SIZES
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = 2**63 - 1
 
-# Any text strict JSON can carry: no NUL (q38.package.jsonio refuses it in every string).
+# Any text strict JSON can carry: no NUL (q38.package.io.jsonio refuses it in every string).
 _chars = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 texts = st.text(_chars, max_size=12)
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-/", min_size=1, max_size=16)

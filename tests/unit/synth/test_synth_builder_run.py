@@ -92,7 +92,7 @@ def test_og_config_surfaces(tiny_builder_cpu_package: Path, tiny_builder_faithfu
     import onnxruntime_genai as og
 
     og.Config(str(tiny_builder_cpu_package))
-    from q38.package.genai_config import read_genai_config
+    from q38.package.genai.config import read_genai_config
 
     assert read_genai_config(tiny_builder_cpu_package / "genai_config.json", research=False).og_refusal == ""
     faithful = read_genai_config(tiny_builder_faithful_package / "genai_config.json", research=True)

@@ -18,8 +18,8 @@ __all__ = ["READER_MODULES", "reader_for"]
 # surface name -> the module that holds its READER. Imported on first use: the genai surface's
 # schema costs a tenth of a second that a v12b command must not pay at start-up.
 READER_MODULES: Final[dict[str, str]] = {
-    "v12b": "q38.package.readers.v12b",
-    "genai": "q38.package.readers.genai",
+    "v12b": "q38.package.v12b.reader",
+    "genai": "q38.package.genai.reader",
 }
 
 

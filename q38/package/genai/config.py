@@ -3,8 +3,8 @@ r"""The onnxruntime-genai 0.18.0 ``genai_config.json`` (the "genai" surface) as 
 This is the config the public builder (``python -m onnxruntime_genai.models.builder``) writes
 next to its graphs, for any decoder model type it emits (``qwen3_5_moe_text``, ``qwen3_5_text``,
 ``llama``, ...). Parsing is strict in exactly GenAI's way: a document is accepted iff
-``og.Config(dir)`` of the installed 0.18.0 wheel accepts it (:mod:`q38.package.genai_surface`
-mirrors its parser, :mod:`q38.package.genai_checks` its checks after parsing, the differential
+``og.Config(dir)`` of the installed 0.18.0 wheel accepts it (:mod:`q38.package.genai.schema`
+mirrors its parser, :mod:`q38.package.genai.checks` its checks after parsing, the differential
 test holds the verdicts equal); a refusal is one line naming the key path.
 
 The Qwen3.8 builder of the research branch writes a few keys 0.18.0 refuses (``model.engram``,
@@ -28,13 +28,19 @@ from pathlib import Path
 from typing import Any, Final
 
 from q38.errors import ConfigError
-from q38.package import genai_surface as gs
+from q38.package import config_schema as cs
 from q38.package.detect import V12B_MODEL_TYPES, is_genai_document  # noqa: F401 (re-exported)
-from q38.package.files import CONFIG_LIMIT, read_bounded
-from q38.package.genai_checks import check_document
+from q38.package.genai import schema as gs
+from q38.package.genai.checks import check_document
+from q38.package.io.files import CONFIG_LIMIT, read_bounded
+from q38.package.io.jsonio import dumps_json, loads_strict
 from q38.package.json_forms import keep_source_forms
-from q38.package.jsonio import dumps_json, loads_strict
-from q38.package.session_options import Provider, SessionBlock, read_session_options
+from q38.package.session_options import (
+    Provider,
+    SessionBlock,
+    read_session_options,
+    session_options_document,
+)
 
 __all__ = [
     "BUILDER_MODEL_TYPES",
@@ -81,7 +87,7 @@ OG_MODEL_TYPES: Final = frozenset(
 
 
 # --------------------------------------------------------------------------- research keys
-def _add(obj: gs.Obj, **fields: tuple[gs.Scalar | gs.Obj | gs.Arr, ...]) -> gs.Obj:
+def _add(obj: cs.Obj, **fields: tuple[cs.Scalar | cs.Obj | cs.Arr, ...]) -> cs.Obj:
     return replace(obj, fields={**obj.fields, **fields})
 
 
@@ -93,42 +99,42 @@ _RESEARCH_OUT: Final = tuple("present_" + n.removeprefix("past_") for n in _RESE
 _RESEARCH_KINDS: Final = ("fixed_indexer", "fixed_ple")
 
 
-def _research_root() -> gs.Obj:
+def _research_root() -> cs.Obj:
     """GenAI 0.18.0's table plus what the Qwen3.8 builder of the research branch adds."""
     dec = gs.MODEL.fields["decoder"][0]
-    assert isinstance(dec, gs.Obj)
+    assert isinstance(dec, cs.Obj)
     d_in, d_out = dec.fields["inputs"][0], dec.fields["outputs"][0]
     groups = dec.fields["state_groups"][0]
-    assert isinstance(d_in, gs.Obj) and isinstance(d_out, gs.Obj) and isinstance(groups, gs.Arr)
-    assert isinstance(groups.item, gs.Obj)
+    assert isinstance(d_in, cs.Obj) and isinstance(d_out, cs.Obj) and isinstance(groups, cs.Arr)
+    assert isinstance(groups.item, cs.Obj)
     update = groups.item.fields["state_update"][0]
-    assert isinstance(update, gs.Obj)
-    kinds = gs.Scalar("string", gs.one_of(*gs.STATE_GROUP_KINDS, *_RESEARCH_KINDS))
-    group = _add(groups.item, kind=(kinds,), state_update=(_add(update, compress_ratio=(gs.POS,)),))
+    assert isinstance(update, cs.Obj)
+    kinds = cs.Scalar("string", cs.one_of(*gs.STATE_GROUP_KINDS, *_RESEARCH_KINDS))
+    group = _add(groups.item, kind=(kinds,), state_update=(_add(update, compress_ratio=(cs.POS,)),))
     decoder = _add(
         dec,
-        inputs=(_add(d_in, **dict.fromkeys(_RESEARCH_NAMES, (gs.STR,))),),
-        outputs=(_add(d_out, **dict.fromkeys(_RESEARCH_OUT, (gs.STR,))),),
-        ple_token_pad_id=(gs.I32,),
-        state_groups=(gs.Arr(group),),
+        inputs=(_add(d_in, **dict.fromkeys(_RESEARCH_NAMES, (cs.STR,))),),
+        outputs=(_add(d_out, **dict.fromkeys(_RESEARCH_OUT, (cs.STR,))),),
+        ple_token_pad_id=(cs.I32,),
+        state_groups=(cs.Arr(group),),
     )
     mtp = gs.MTP
     m_in, m_out = mtp.fields["inputs"][0], mtp.fields["outputs"][0]
-    assert isinstance(m_in, gs.Obj) and isinstance(m_out, gs.Obj)
+    assert isinstance(m_in, cs.Obj) and isinstance(m_out, cs.Obj)
     mtp = _add(
         mtp,
-        inputs=(_add(m_in, past_indexer_names=(gs.STR,), past_sequence_length=(gs.STR,), logits_indices=(gs.STR,)),),
-        outputs=(_add(m_out, present_indexer_names=(gs.STR,)),),
-        index_share=(gs.I32, gs.BOOL),
+        inputs=(_add(m_in, past_indexer_names=(cs.STR,), past_sequence_length=(cs.STR,), logits_indices=(cs.STR,)),),
+        outputs=(_add(m_out, present_indexer_names=(cs.STR,)),),
+        index_share=(cs.I32, cs.BOOL),
     )
-    engram = gs.Obj(
+    engram = cs.Obj(
         {
-            "filename": (gs.PATH,),
-            "cache_capacity": (gs.POS,),
-            "session_options": (gs.SESSION_OPTIONS,),
-            "run_options": (gs.RUN_OPTIONS,),
-            "inputs": (gs.Obj(dict.fromkeys(("input_ids", "past_ple_token_names"), (gs.STR,))),),
-            "outputs": (gs.Obj(dict.fromkeys(("embeddings", "present_ple_token_names"), (gs.STR,))),),
+            "filename": (cs.PATH,),
+            "cache_capacity": (cs.POS,),
+            "session_options": (cs.SESSION_OPTIONS,),
+            "run_options": (cs.RUN_OPTIONS,),
+            "inputs": (cs.Obj(dict.fromkeys(("input_ids", "past_ple_token_names"), (cs.STR,))),),
+            "outputs": (cs.Obj(dict.fromkeys(("embeddings", "present_ple_token_names"), (cs.STR,))),),
         }
     )
     model = _add(gs.MODEL, decoder=(decoder,), mtp=(mtp,), engram=(engram,))
@@ -390,7 +396,7 @@ def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
     r"""Read and parse ``path`` (a genai-surface config); problems are one ConfigError line.
 
     The file must be a regular file within the config size limit, strict JSON (no duplicate
-    keys, NaN, oversized integers: :mod:`q38.package.jsonio`) without ``\u`` escapes (GenAI's
+    keys, NaN, oversized integers: :mod:`q38.package.io.jsonio`) without ``\u`` escapes (GenAI's
     reader refuses them), and a document GenAI 0.18.0 accepts (``research``: or one the Qwen3.8
     research builder writes).
     """
@@ -406,14 +412,13 @@ def read_genai_config(path: Path, *, research: bool = True) -> GenaiConfig:
 
 # --------------------------------------------------------------------------- writing
 def _session_dict(so: SessionBlock) -> dict[str, Any]:
-    out: dict[str, Any] = {**so.typed, **so.config_entries}
-    if so.providers or "provider_options" not in so.config_entries:
-        out["provider_options"] = [
-            {p.name: {**p.options, **({"device_filtering_options": dict(p.device_filtering_options)}
-                                      if p.device_filtering_options else {})}}
-            for p in so.providers
-        ]  # fmt: skip
-    return out
+    providers = [
+        (p.name, {**p.options, **({"device_filtering_options": dict(p.device_filtering_options)}
+                                  if p.device_filtering_options else {})})
+        for p in so.providers
+    ]  # fmt: skip
+    return session_options_document(so.typed, so.config_entries, providers,
+                                    empty_providers="provider_options" not in so.config_entries)  # fmt: skip
 
 
 def _section_dict(s: GenaiGraphSection, typed: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The checks onnxruntime-genai 0.18.0 runs on ``genai_config.json`` after parsing it.
 
-``og.Config(dir)`` parses the document (:mod:`q38.package.genai_surface` mirrors that) and then
+``og.Config(dir)`` parses the document (:mod:`q38.package.genai.schema` mirrors that) and then
 validates a few things across keys: ``model.context_length`` must be set, runtime profiles must
 be well formed and disjoint, and the decoder's ``state_groups`` must name valid layers and
 resolve their state bindings (``model.decoder.inputs`` / ``outputs`` templates) to distinct
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from q38.errors import ConfigError
-from q38.package.genai_surface import config_path
+from q38.package.config_schema import config_path
 
 __all__ = ["check_document"]
 

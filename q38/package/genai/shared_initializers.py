@@ -25,9 +25,9 @@ from pathlib import Path
 import onnx_ir as ir
 
 from q38.errors import UnsafePathError, quote
-from q38.package.files import os_problem
-from q38.package.genai_config import SharedInitializer
-from q38.package.paths import resolve_inside
+from q38.package.genai.config import SharedInitializer
+from q38.package.io.files import os_problem
+from q38.package.io.paths import resolve_inside
 
 __all__ = ["shared_initializer_problems"]
 

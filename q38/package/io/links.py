@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from q38.errors import PackageError
-from q38.package.copying import CopyMethod, copy_fd
-from q38.package.hashing import FileIdentity, KnownDigests, sha256_file
+from q38.package.io.copying import CopyMethod, copy_fd
+from q38.package.io.hashing import FileIdentity, KnownDigests, sha256_file
 
 __all__ = [
     "FALLBACK_ERRNOS",

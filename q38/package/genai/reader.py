@@ -1,7 +1,7 @@
 """The genai surface (packages the onnxruntime-genai builder writes), behind the package interface.
 
-The typed config is :mod:`q38.package.genai_config`, the strict reader and the tolerant graph
-listing :mod:`q38.package.genai_package`; this module answers what ``q38 check`` asks of any
+The typed config is :mod:`q38.package.genai.config`, the strict reader and the tolerant graph
+listing :mod:`q38.package.genai.package`; this module answers what ``q38 check`` asks of any
 surface (:class:`q38.package.interface.SurfaceReader`) for a builder config document.
 """
 
@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import ConfigError
-from q38.package.genai_config import parse_genai_config
-from q38.package.genai_package import GenaiPackage, genai_graph_refs, open_genai_package
+from q38.package.genai.config import parse_genai_config
+from q38.package.genai.package import GenaiPackage, genai_graph_refs, open_genai_package
 from q38.package.graph_ref import GraphRef
+from q38.package.interface import StateLayout
 
 if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
     import onnx_ir as ir
@@ -65,6 +66,14 @@ class GenaiReader:
             if isinstance(so, Mapping):
                 blocks.append((f"{ref.section}.session_options", so))
         return blocks
+
+    def state_layout(self, config_dir: Path, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> StateLayout:
+        """Builder packages: the MTP / engram / draft graphs carry KV caches of their own; nothing is pooled."""
+        rest = graphs[1:]
+        return StateLayout(
+            state_graphs=tuple(r.path for r in rest if r.role in ("mtp", "engram", "draft")),
+            mtp_graphs=tuple(r.path for r in rest if r.role == "mtp"),
+        )
 
     def rule_context(self, document: Mapping[str, Any], config_path: Path,
                      models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Final
 
 from q38.errors import PoolError, UnsafePathError, clip, quote
-from q38.package.files import POOL_LIMIT, read_text_bounded
-from q38.package.paths import safe_relpath
+from q38.package.io.files import POOL_LIMIT, read_text_bounded
+from q38.package.io.paths import safe_relpath
 
 __all__ = [
     "DTYPE_SIZES",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from q38.errors import PackageError, Q38Error, clip, quote
-from q38.package.files import CONFIG_LIMIT, format_size, read_bounded
+from q38.package.io.files import CONFIG_LIMIT, format_size, read_bounded
 
 __all__ = ["INT_MAX", "INT_MIN", "MAX_DEPTH", "dumps_json", "loads_strict", "read_json"]
 

@@ -1,11 +1,11 @@
 """A package as the onnxruntime-genai builder writes it: the "genai" surface.
 
 The directory holds ``genai_config.json`` (an onnxruntime-genai 0.18.0 config, see
-:mod:`q38.package.genai_config`), the graphs it names (``model.decoder.filename``, a separate
+:mod:`q38.package.genai.config`), the graphs it names (``model.decoder.filename``, a separate
 ``mtp.onnx`` / ``engram.onnx``, drafters, vision / embedding graphs, pipeline stages, runtime
 profile decoders), their external data, and tokenizer / processor files beside them. There is
 no weights pool and no manifest: weights shared between graphs are the ``shared_initializers``
-lists (checked by :mod:`q38.package.shared_initializers`).
+lists (checked by :mod:`q38.package.genai.shared_initializers`).
 
 :func:`open_genai_package` validates the config the way GenAI does, the model type against the
 decoder types the builder emits, every named graph file (inside the package, a regular file),
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import PackageError, clip, quote
-from q38.package.config import CONFIG_FILENAME
-from q38.package.genai_config import (
+from q38.package.detect import CONFIG_FILENAME
+from q38.package.genai.config import (
     BUILDER_MODEL_TYPES,
     GenaiConfig,
     dumps_genai_config,
@@ -31,10 +31,11 @@ from q38.package.genai_config import (
     read_genai_config,
 )
 from q38.package.graph_ref import GraphRef
-from q38.package.links import LinkPolicy, Placer
+from q38.package.io.links import LinkPolicy, Placer
 from q38.package.path_fields import check_path_fields
 from q38.package.session_options import Provider, SessionBlock, read_session_options
 from q38.package.step_graphs import DecodeGraphs, StepGraph
+from q38.package.tree import check_tree, package_dirs, require_file
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -242,15 +243,12 @@ def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -
         config: the already parsed config, if the caller has it.
 
     """
-    # deferred: pulls in onnx (q38.package.graphs)
-    from q38.package.package import _check_tree, _package_dirs, _require_file
-
     root = Path(path)
-    layout, _dirs = _package_dirs(root)
+    layout, _dirs = package_dirs(root)
     if layout != "flat":
         raise PackageError(f"{clip(root)}: a genai package keeps {CONFIG_FILENAME} at its top level")
-    _check_tree(root)
-    config_path = _require_file(root, CONFIG_FILENAME, what=f"{clip(root)}: config")
+    check_tree(root)
+    config_path = require_file(root, CONFIG_FILENAME, what=f"{clip(root)}: config")
     cfg = config if config is not None else read_genai_config(config_path)
     mtype = cfg.model.type
     if mtype not in BUILDER_MODEL_TYPES:
@@ -265,5 +263,5 @@ def open_genai_package(path: Path | str, *, config: GenaiConfig | None = None) -
     if not any(r.role == "decoder" or r.role.startswith("decoder.pipeline.") for r in refs):
         raise PackageError(f"{clip(config_path)}: model.decoder.filename: required for a decoder package")
     for ref in refs:
-        _require_file(root, ref.rel, what=f"{clip(config_path)}: {ref.section}.filename")
+        require_file(root, ref.rel, what=f"{clip(config_path)}: {ref.section}.filename")
     return package

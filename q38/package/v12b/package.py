@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal
+from typing import Final
 
 import onnx_ir as ir
 
 from q38.errors import PackageError, PoolError, clip, quote
-from q38.package.config import CONFIG_FILENAME, Config, config_to_dict, dumps_config, read_config
-from q38.package.files import describe_mode, os_problem
 from q38.package.graphs import ExternalRef, load_graph, load_graph_refs
-from q38.package.hashing import KnownDigests
-from q38.package.links import LinkMode, LinkPolicy, Placer, place
+from q38.package.io.hashing import KnownDigests
+from q38.package.io.links import LinkMode, LinkPolicy, Placer, place
+from q38.package.io.paths import safe_relpath
+from q38.package.io.staging import StagedDirectory
 from q38.package.manifest import (
     MANIFEST_FILENAME,
     FileRecord,
@@ -26,16 +25,21 @@ from q38.package.manifest import (
     read_manifest,
 )
 from q38.package.path_fields import check_path_fields
-from q38.package.paths import resolve_inside, safe_relpath
-from q38.package.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
 from q38.package.profile import ExpertProfile, read_profile
-from q38.package.staging import StagedDirectory
+from q38.package.tree import Layout, check_tree, package_dirs, require_file
+from q38.package.v12b.config import (
+    CONFIG_FILENAME,
+    Config,
+    config_to_dict,
+    dumps_config,
+    read_config,
+)
+from q38.package.v12b.pool import POOL_FILENAME, WeightsPool, format_pool, read_pool
 
-__all__ = ["GRAPH_ROLES", "Layout", "Package", "PackageWriter", "open_package", "source_placer"]
+__all__ = ["GRAPH_ROLES", "Package", "PackageWriter", "open_package", "source_placer"]
 
 _LOG = logging.getLogger(__name__)
 
-Layout = Literal["flat", "layered"]
 GRAPH_ROLES: Final = ("target", "head", "prefill", "s2", "s3", "s4")
 
 
@@ -104,57 +108,9 @@ class Package:
         return load_graph_refs(self.graph_path(role), root=self.graph_dir(role))
 
 
-def _require_file(base: Path, rel: str, *, what: str) -> Path:
-    path = resolve_inside(base, rel, what=what)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise PackageError(f"{what}: {quote(rel)}: {os_problem(exc)}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise PackageError(f"{what}: {quote(rel)} is a directory, expected a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise PackageError(f"{what}: {quote(rel)} is {describe_mode(st.st_mode)}, not a regular file")
-    return path
-
-
-def _check_tree(root: Path) -> None:
-    """Refuse any entry of the package that is not a directory, a regular file or a contained symlink.
-
-    A symlink must resolve inside the package (no loop, no escape, none dangling); FIFOs,
-    sockets and devices are refused.
-
-    Nothing is followed while walking, so a hostile link is refused before any command reads
-    or copies through it (commands copy unchanged package files verbatim), and no command can
-    block on a FIFO or read a device it would have copied.
-    """
-    stack = [root]
-    while stack:
-        directory = stack.pop()
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            raise PackageError(f"{clip(directory)}: unreadable directory: {os_problem(exc)}") from None
-        for entry in entries:
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError as exc:
-                raise PackageError(f"{clip(entry.path)}: {os_problem(exc)}") from None
-            if stat.S_ISLNK(mode):
-                rel = os.path.relpath(entry.path, root)
-                resolve_inside(root, rel, what=f"{clip(root)}: symlink")
-            elif stat.S_ISDIR(mode):
-                stack.append(Path(entry.path))
-            elif not stat.S_ISREG(mode):
-                raise PackageError(
-                    f"{clip(entry.path)}: is {describe_mode(mode)}; a package holds only regular files, "
-                    "directories and symlinks"
-                )
-
-
 def _check_pool_ranges(base: Path, pool: WeightsPool, source: Path) -> None:
     for entry in pool.entries:
-        path = _require_file(base, entry.file, what=f"{clip(source)}: pool entry {quote(entry.pool_id)}")
+        path = require_file(base, entry.file, what=f"{clip(source)}: pool entry {quote(entry.pool_id)}")
         size = path.stat().st_size
         end = entry.offset + (entry.length or 0)
         if entry.offset > size or end > size:
@@ -164,49 +120,28 @@ def _check_pool_ranges(base: Path, pool: WeightsPool, source: Path) -> None:
             )
 
 
-def _package_dirs(root: Path) -> tuple[Layout, dict[str, Path]]:
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        raise PackageError(f"{clip(root)}: no such package directory") from None
-    except OSError as exc:
-        raise PackageError(f"{clip(root)}: {os_problem(exc)}") from None
-    except ValueError:
-        raise PackageError(f"{clip(root)}: invalid path (contains a NUL byte)") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise PackageError(f"{clip(root)}: not a directory")
-    if os.path.lexists(root / CONFIG_FILENAME):
-        return "flat", {"target": root, "head": root}
-    if os.path.lexists(root / "target" / CONFIG_FILENAME):
-        dirs = {"target": root / "target", "head": root / "head"}
-        if not dirs["head"].is_dir():
-            raise PackageError(f"{clip(root)}: layered package without a head/ directory")
-        return "layered", dirs
-    raise PackageError(f"{clip(root)}: not a q38 package (no {CONFIG_FILENAME}, no target/{CONFIG_FILENAME})")
-
-
 def open_package(path: Path | str) -> Package:
     """Open and validate a flat or layered package; any problem is one PackageError line.
 
-    Every file is opened through :mod:`q38.package.files` (regular files only, bounded reads) and
+    Every file is opened through :mod:`q38.package.io.files` (regular files only, bounded reads) and
     every path field of the config meets :mod:`q38.package.path_fields`' contract before a
     byte of it is read.
     """
     root = Path(path)
-    layout, dirs = _package_dirs(root)
+    layout, dirs = package_dirs(root)
     tdir = dirs["target"]
     _LOG.info("reading package %s (%s)", clip(root), layout)
-    _check_tree(root)
-    config_path = _require_file(tdir, CONFIG_FILENAME, what=f"{clip(tdir)}: config")
+    check_tree(root)
+    config_path = require_file(tdir, CONFIG_FILENAME, what=f"{clip(tdir)}: config")
     config = read_config(config_path)
     check_path_fields(
         config_to_dict(config), root=root, config_dir=tdir, head_dir=dirs["head"], source=clip(config_path)
     )
     g = config.model.qwen38_graph
-    pool_path = _require_file(tdir, g.weights_pool, what=f"{clip(config_path)}: model.qwen38_graph.weights_pool")
+    pool_path = require_file(tdir, g.weights_pool, what=f"{clip(config_path)}: model.qwen38_graph.weights_pool")
     pool = read_pool(pool_path)
     manifest = (
-        read_manifest(_require_file(tdir, MANIFEST_FILENAME, what=f"{clip(tdir)}: manifest"))
+        read_manifest(require_file(tdir, MANIFEST_FILENAME, what=f"{clip(tdir)}: manifest"))
         if os.path.lexists(tdir / MANIFEST_FILENAME)
         else None
     )
@@ -214,15 +149,15 @@ def open_package(path: Path | str) -> Package:
     if layout == "layered":
         hdir = dirs["head"]
         if os.path.lexists(hdir / POOL_FILENAME):
-            head_pool_path = _require_file(hdir, POOL_FILENAME, what=f"{clip(hdir)}: weights pool")
+            head_pool_path = require_file(hdir, POOL_FILENAME, what=f"{clip(hdir)}: weights pool")
             head_pool = read_pool(head_pool_path)
             _check_pool_ranges(hdir, head_pool, head_pool_path)
         if os.path.lexists(hdir / MANIFEST_FILENAME):
-            head_manifest = read_manifest(_require_file(hdir, MANIFEST_FILENAME, what=f"{clip(hdir)}: manifest"))
+            head_manifest = read_manifest(require_file(hdir, MANIFEST_FILENAME, what=f"{clip(hdir)}: manifest"))
     profile = None
     if g.expert_profile is not None:
         profile = read_profile(
-            _require_file(tdir, g.expert_profile, what=f"{clip(config_path)}: model.qwen38_graph.expert_profile")
+            require_file(tdir, g.expert_profile, what=f"{clip(config_path)}: model.qwen38_graph.expert_profile")
         )
     _check_pool_ranges(tdir, pool, pool_path)
     so = config.model.decoder.session_options
@@ -230,7 +165,7 @@ def open_package(path: Path | str) -> Package:
     if so.custom_ops_library is not None:
         libs["custom_ops_library"] = so.custom_ops_library
     for name, rel in libs.items():
-        _require_file(tdir, rel, what=f"{clip(config_path)}: library {quote(name)}")
+        require_file(tdir, rel, what=f"{clip(config_path)}: library {quote(name)}")
     package = Package(
         root=root,
         layout=layout,
@@ -244,7 +179,7 @@ def open_package(path: Path | str) -> Package:
     )
     for role in package.roles():
         rel = package.graph_filename(role)
-        _require_file(package.graph_dir(role), rel, what=f"{clip(config_path)}: {role} graph")
+        require_file(package.graph_dir(role), rel, what=f"{clip(config_path)}: {role} graph")
     return package
 
 

@@ -1,6 +1,6 @@
 """The v12b surface: q38's own packages (``model.type`` ``qwen38_flash_graph``), behind the package interface.
 
-The typed config is :mod:`q38.package.config`, the strict reader :func:`q38.package.package.open_package`
+The typed config is :mod:`q38.package.v12b.config`, the strict reader :func:`q38.package.v12b.package.open_package`
 (flat or layered, weights pool, manifest); this module adds what every command and ``q38 check``
 ask of any surface (:class:`q38.package.interface.AnyPackage`, :class:`q38.package.interface.SurfaceReader`):
 the graphs a (possibly broken) config document names, the EPs its graphs run on, its strict
@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from q38.errors import ConfigError
-from q38.package.config import as_v12b_document, config_to_dict, parse_config
 from q38.package.graph_ref import GraphRef
-from q38.package.links import LinkPolicy, Placer
-from q38.package.package import Package, open_package, source_placer
+from q38.package.interface import StateLayout
+from q38.package.io.links import LinkPolicy, Placer
 from q38.package.session_options import provider_names, session_entries
 from q38.package.step_graphs import DecodeGraphs, StepGraph
+from q38.package.v12b.config import as_v12b_document, config_to_dict, parse_config
+from q38.package.v12b.package import Package, open_package, source_placer
+from q38.package.v12b.pool import read_pool
 
 if TYPE_CHECKING:  # onnx_ir (and sympy through it) loads when a graph does
     import onnx_ir as ir
@@ -182,6 +184,15 @@ class V12bReader:
     def session_blocks(self, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> list[tuple[str, Mapping[str, Any]]]:
         """Session-option blocks beyond the common ones (none: v12b names them all in one place)."""
         return []
+
+    def state_layout(self, config_dir: Path, document: Mapping[str, Any], graphs: Sequence[GraphRef]) -> StateLayout:
+        """v12b: the MTP draft lives inside the target, prefill and head share its state; the pool places weights."""
+        graph = _obj(_obj(as_v12b_document(document).get("model")).get("qwen38_graph"))
+        name = graph.get("weights_pool")
+        if not isinstance(name, str) or not (config_dir / name).is_file():
+            return StateLayout()
+        pool = read_pool(config_dir / name)
+        return StateLayout(placements={(config_dir / e.file, e.offset): str(e.placement) for e in pool.entries})
 
     def rule_context(self, document: Mapping[str, Any], config_path: Path,
                      models: Mapping[str, ir.Model]) -> dict[str, Any]:  # fmt: skip

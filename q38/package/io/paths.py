@@ -11,7 +11,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from q38.errors import UnsafePathError, clip, quote
-from q38.package.files import os_problem
+from q38.package.io.files import os_problem
 
 __all__ = ["is_inside", "resolve_inside", "safe_relpath"]
 

@@ -17,9 +17,9 @@ from typing import Any, Final
 
 from q38.errors import ConfigError, clip, quote
 from q38.package.detect import CONFIG_FILENAME
-from q38.package.files import CONFIG_LIMIT
-from q38.package.jsonio import dumps_json, json_kind, read_json
-from q38.package.session_options import read_session_options
+from q38.package.io.files import CONFIG_LIMIT
+from q38.package.io.jsonio import dumps_json, json_kind, read_json
+from q38.package.session_options import read_session_options, session_options_document
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -594,16 +594,14 @@ def read_config(path: Path) -> Config:
 
 # --------------------------------------------------------------------------------- serialization
 def _session_dict(so: SessionOptions) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("log_id", "custom_ops_library", "intra_op_num_threads", "inter_op_num_threads",
-                "graph_optimization_level", "log_severity_level", "enable_profiling"):
-        value = getattr(so, key)
-        if value is not None:
-            out[key] = value
-    out.update(so.config_entries)
-    if so.provider_options:
-        out["provider_options"] = [{p.name: dict(p.options)} for p in so.provider_options]
-    return out
+    typed = {
+        key: getattr(so, key)
+        for key in ("log_id", "custom_ops_library", "intra_op_num_threads", "inter_op_num_threads",
+                    "graph_optimization_level", "log_severity_level", "enable_profiling")
+        if getattr(so, key) is not None
+    }  # fmt: skip
+    providers = [(p.name, p.options) for p in so.provider_options]
+    return session_options_document(typed, so.config_entries, providers, empty_providers=False)
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
