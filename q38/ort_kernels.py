@@ -28,7 +28,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from q38._ops import MS_DOMAIN
 from q38.errors import PackageError, Q38Error
 from q38.package.io.files import read_bounded
 from q38.package.io.jsonio import dumps_json, loads_strict
+from q38.package.io.staging import write_file_atomic
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -396,24 +396,11 @@ def _read_cache(path: Path, version: str, identity: str | None) -> CpuKernels | 
 
 def _write_cache(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically; a failure is logged, never raised."""
-    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        tmp = None
+        write_file_atomic(path, text.encode("utf-8"), replace=True)
     except OSError as exc:
         log.warning("CPU-kernel cache %s not written (%s)", path, exc.strerror or exc)
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def build_table(version: str, identity: str) -> CpuKernels:

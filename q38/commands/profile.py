@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,27 +110,12 @@ def _check_trace_args(args: argparse.Namespace) -> None:
             raise FlagError(f"{path}: exists (q38 never replaces a file)")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a hidden file beside ``path`` and rename it into place, never replacing a file.
+def _write_new(path: Path, data: bytes) -> None:
+    """Write a new file atomically, never replacing one (:func:`q38.package.io.staging.write_file_atomic`)."""
+    # deferred: q38.package stays out of q38 --help
+    from q38.package.io.staging import write_file_atomic
 
-    An interrupted run leaves neither ``path`` nor the temporary file.
-    """
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)  # atomic, and fails if path appeared meanwhile: never replace a file
-        except OSError:
-            if os.path.lexists(path):
-                raise
-            os.rename(tmp, path)  # a filesystem without hard links
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    write_file_atomic(path, data, replace=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         profile = measured.profile
         if args.output is not None:
             try:
-                _write_atomic(Path(args.output), encode_profile(profile))
+                _write_new(Path(args.output), encode_profile(profile))
             except OSError as exc:
                 raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
     plan = _plan(args, profile) if args.plan else None
@@ -222,7 +206,7 @@ def _replay(args: argparse.Namespace, profile: ExpertProfile, measured: ProfileR
     report = replay_plan(Path(args.package), plan.hit_rates[0], counts, trace, tokens)
     if args.coverage is not None:
         doc = {"coverage": report.to_dict()["coverage"], "overall": report.to_dict()["overall"]}
-        _write_atomic(Path(f"{args.coverage}.json"), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        _write_new(Path(f"{args.coverage}.json"), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
         plot_coverage(report, Path(f"{args.coverage}.png"), f"coverage: {Path(args.package).name}")
     return report
 
@@ -236,7 +220,7 @@ def _write_trace(path: str, measured: ProfileRun) -> None:
     tokens = [measured.rows_processed[s.graph] for s in measured.sites]
     doc = trace_document(measured.trace, labels, tokens, int(measured.counts.shape[1]))
     try:
-        _write_atomic(Path(path), trace_bytes(doc))
+        _write_new(Path(path), trace_bytes(doc))
     except OSError as exc:
         raise ProfileError(f"--trace-out {path}: cannot write it: {exc.strerror or exc}") from None
 
@@ -292,7 +276,7 @@ def _write_ort_state(args: argparse.Namespace, measured: ProfileRun) -> None:
     if len(rows) != len(nodes):
         raise ProfileError(f"{args.package}: the profile's rows do not name every QMoE node of the decoder")
     try:
-        _write_atomic(Path(args.ort_state), encode_state(nodes, measured.counts[rows]))
+        _write_new(Path(args.ort_state), encode_state(nodes, measured.counts[rows]))
     except OSError as exc:
         raise ProfileError(f"--ort-state {args.ort_state}: cannot write it: {exc.strerror or exc}") from None
 
@@ -314,7 +298,7 @@ def _from_ort_state(args: argparse.Namespace) -> int:
     nodes, experts = decoder_nodes(Path(args.package))
     counts = state_to_counts(state, nodes, experts, source=source)
     try:
-        _write_atomic(Path(args.output), encode_profile(ExpertProfile(counts)))
+        _write_new(Path(args.output), encode_profile(ExpertProfile(counts)))
     except OSError as exc:
         raise ProfileError(f"-o {args.output}: cannot write it: {exc.strerror or exc}") from None
     if args.json:

@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from contracts._rule import Severity, Violation
 from contracts.catalogue import catalogue, matches
 from q38.errors import FlagError, quote
-from q38.package.io.staging import rename_noreplace
+from q38.package.io.staging import write_file_atomic
 
 if TYPE_CHECKING:
     from contracts.runner import CheckReport
@@ -216,23 +215,12 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, replace: bool = Tru
     target = Path(path)
     if target.is_dir():
         raise FlagError(f"{target}: is a directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_file_atomic(target, text.encode("utf-8"), replace=replace)
+    except FileExistsError:
         if replace:
-            os.replace(tmp, target)
-        else:
-            try:
-                rename_noreplace(Path(tmp), target)
-            except FileExistsError:
-                raise FlagError(f"{flag} {target}: exists (q38 never replaces a file; --force replaces it)".strip()) from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            raise
+        raise FlagError(f"{flag} {target}: exists (q38 never replaces a file; --force replaces it)".strip()) from None
 
 
 def write_baseline(path: str | os.PathLike[str], results: CheckResults) -> None:

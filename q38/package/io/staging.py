@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "check_output_outside",
     "rename_noreplace",
     "staging_prefix",
+    "write_file_atomic",
 ]
 
 STAGING_MARK: Final = ".q38-staging-"
@@ -90,6 +92,30 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     if os.path.lexists(dst):
         raise FileExistsError(errno.EEXIST, "destination exists", os.fspath(dst))
     os.rename(src, dst)
+
+def write_file_atomic(path: Path, data: bytes, *, replace: bool) -> None:
+    """Write ``data`` at ``path`` whole or not at all: the one atomic writer of single files.
+
+    The bytes go to a hidden temporary file beside ``path`` (``.NAME.XXXX.partial``), are synced,
+    and the file is renamed into place, so a reader never sees half a file and an interrupted
+    or failed write leaves no file behind. ``replace=False``: FileExistsError if ``path`` exists,
+    also one that appeared while the bytes were written (:func:`rename_noreplace`). Any other
+    OSError propagates; the caller words it.
+    """
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            rename_noreplace(Path(tmp), path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 _LOG = logging.getLogger(__name__)
 

@@ -312,7 +312,7 @@ def test_a_corrupt_cache_is_probed_again_and_replaced(isolated: Path, fake_build
         ort_kernels.clear_memo()
         assert cpu_kernels() == table and fake_build.calls == 1
     assert "CPU-kernel cache" in caplog.text
-    assert not [p for p in isolated.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in isolated.iterdir() if p.name.endswith((".tmp", ".partial"))]
 
 
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(isolated: Path, fake_build: _Counter, monkeypatch: pytest.MonkeyPatch) -> None:

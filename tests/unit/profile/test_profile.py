@@ -133,7 +133,7 @@ def test_interrupt_while_writing_leaves_nothing(tiny_cpu_package: Path, tmp_path
 
     monkeypatch.setattr(os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        command._write_atomic(tmp_path / "p.bin", b"STRP")
+        command._write_new(tmp_path / "p.bin", b"STRP")
     assert list(tmp_path.iterdir()) == []
 
 
