@@ -44,6 +44,8 @@ from support.contracts_testkit import (
 )
 from support.offload_node_kit import offload_model
 
+from contracts._rule import GraphExample, GraphExamples
+
 __all__ = ["CASES", "RuleCase"]
 
 _P = "session.moe.offload."
@@ -331,12 +333,20 @@ def _declared_cases() -> list[RuleCase]:
         ex = rule.examples
         if ex is None or rule.rule_id in cases:
             continue
-        if rule.kind == "genai-config":
+        if isinstance(ex, GraphExamples):
+            cases[rule.rule_id] = RuleCase(rule.rule_id, "graph", lambda p=ex.passing: _parsed(p),
+                                           lambda v=ex.violating: _parsed(v), version=ex.ort_version)  # fmt: skip
+        elif rule.kind == "genai-config":
             cases[rule.rule_id] = RuleCase(rule.rule_id, "config", lambda doc, p=ex.passing: merge_patch(doc, p),
                                            lambda doc, p=ex.violating: merge_patch(doc, p))  # fmt: skip
         else:
             cases[rule.rule_id] = RuleCase(rule.rule_id, _KIND[rule.kind], lambda p=ex.passing: p, lambda p=ex.violating: p)
     return list(cases.values())
+
+
+def _parsed(example: GraphExample) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A declared graph example as the (model, entries) pair a graph case gives."""
+    return example.parse(), dict(example.entries)
 
 
 def _graph_section(doc: dict[str, Any]) -> dict[str, Any]:
