@@ -29,13 +29,10 @@ from support.contracts_testkit import (
     MS,
     _model,
     _vi,
-    causal_conv_model,
     gdn_model,
     qmoe_in_if_model,
     qmoe_initializers,
     qmoe_node,
-    varlen_conv_model,
-    varlen_dynamic_model,
 )
 from support.offload_node_kit import offload_model
 
@@ -158,13 +155,6 @@ def _gqa(query: list[int] | None = None, **attrs: Any) -> onnx.ModelProto:
     return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("o", "pk", "pv")])
 
 
-def _conv(x: list[int], w: list[int], past: list[int] | None, **attrs: Any) -> onnx.ModelProto:
-    names = ["x", "w", "", "past"] if past is not None else ["x", "w"]
-    node = oh.make_node("CausalConvWithState", names, ["y", "st"], name="cc", domain=MS, **attrs)
-    ins = [_vi("x", TP.FLOAT, x), _vi("w", TP.FLOAT, w)] + ([_vi("past", TP.FLOAT, past)] if past is not None else [])
-    return _model([node], ins, [_vi("y", TP.FLOAT, None), _vi("st", TP.FLOAT, None)])
-
-
 _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-SUBGRAPH-001", "graph", lambda: _graph(qmoe_in_if_model(), {_P + "mode": "auto"}),
              lambda: _graph(qmoe_in_if_model(), {_P + "mode": "required"})),
@@ -174,17 +164,6 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
-    RuleCase("CCONV-SCHEMA-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(state_window=9))),
-    RuleCase("CCONV-SCHEMA-003", "graph",
-             lambda: _graph(causal_conv_model(state_length=4, dilation=2, channels_last=1, in_shape=[1, 5, 4])),
-             lambda: _graph(causal_conv_model(state_length=3, dilation=2, channels_last=1, in_shape=[1, 5, 4]))),
-    RuleCase("CCONV-CPU-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(activation="gelu"))),
-    RuleCase("CCONV-CUDA-001", "graph", lambda: _graph(causal_conv_model()), lambda: _graph(causal_conv_model(activation="Silu"))),
-    RuleCase("CCONV-RUN-001", "graph", lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 2])), lambda: _graph(_conv([1, 4, 5], [4, 2, 3], [1, 4, 2]))),
-    RuleCase("CCONV-RUN-002", "graph", lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 2])), lambda: _graph(_conv([1, 4, 5], [4, 1, 3], [1, 4, 1]))),
-    RuleCase("VCCONV-SCHEMA-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(dilation=0))),
-    RuleCase("VCCONV-CPU-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_conv_model(activation="gelu"))),
-    RuleCase("VCCONV-RUN-001", "graph", lambda: _graph(varlen_conv_model()), lambda: _graph(varlen_dynamic_model())),
     RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
     RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
     RuleCase("GDN-RUN-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(update_rule="linear"))),
