@@ -24,15 +24,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto as TP
 from onnx import helper as oh
-from onnx import numpy_helper as nh
 from support.contracts_testkit import (
-    MS,
-    _model,
-    _vi,
-    gdn_model,
     qmoe_in_if_model,
-    qmoe_initializers,
-    qmoe_node,
 )
 from support.offload_node_kit import offload_model
 
@@ -67,35 +60,6 @@ def _graph(model: onnx.ModelProto | bytes, entries: dict[str, str] | None = None
     return proto, dict(entries or {})
 
 
-def _moe(activation: str) -> onnx.ModelProto:
-    """MoE(x [3, 16], router [3, 4], fc1 [4, 32, 16], fc2 [4, 16, 32]) float, k 1, named 'moe'."""
-    node = oh.make_node("MoE", ["x", "r", "w1", "", "w2"], ["y"], name="moe", domain=MS, k=1, activation_type=activation)
-    ins = [_vi("x", TP.FLOAT, [3, 16]), _vi("r", TP.FLOAT, [3, 4]), _vi("w1", TP.FLOAT, [4, 32, 16]), _vi("w2", TP.FLOAT, [4, 16, 32])]
-    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
-
-
-def _rnn(op: str, layout: int) -> onnx.ModelProto:
-    """``op`` (RNN / GRU / LSTM) over X [2, 3, 4] (batch-major when ``layout`` is 1), hidden 5, one direction."""
-    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
-    node = oh.make_node(op, ["X", "W", "R"], ["Y"], name="rnn", hidden_size=5, layout=layout)
-    ins = [_vi("X", TP.FLOAT, [2, 3, 4]), _vi("W", TP.FLOAT, [1, gates * 5, 4]), _vi("R", TP.FLOAT, [1, gates * 5, 5])]
-    return _model([node], ins, [_vi("Y", TP.FLOAT, None)], ms=False)
-
-
-def _rope(**attrs: Any) -> onnx.ModelProto:
-    """RotaryEmbedding(x [1, 3, 32], pos [1, 3], caches [8, 4]) float, partial (rotary_embedding_dim 8)."""
-    node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope", domain=MS, rotary_embedding_dim=8, **attrs)
-    ins = [_vi("x", TP.FLOAT, [1, 3, 32]), _vi("pos", TP.INT64, [1, 3]), _vi("cos", TP.FLOAT, [8, 4]), _vi("sin", TP.FLOAT, [8, 4])]
-    return _model([node], ins, [_vi("y", TP.FLOAT, None)])
-
-
-def _mnb(*, bits: int = 4, b_rows: int = 32) -> onnx.ModelProto:
-    """MatMulNBits(A [2, 64], B [b_rows, 2, 4 * bits], scales) with K=64, N=32, block 32."""
-    node = oh.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], name="mnb", domain=MS, K=64, N=32, bits=bits, block_size=32)
-    inits = [nh.from_array(np.zeros([b_rows, 2, 4 * bits], np.uint8), "B"), nh.from_array(np.ones(64, np.float32), "S")]
-    return _model([node], [_vi("A", TP.FLOAT, [2, 64])], [_vi("Y", TP.FLOAT, None)], inits)
-
-
 def _cuda_facts_env() -> dict[str, str]:
     """``Q38_CUDA_KERNELS`` naming a stand-in for the GPU run's CUDA dump of 1.32.0: the release's real
     CPU registrations minus Relu (the format the GPU suite writes; no CUDA dump is committed yet)."""
@@ -124,37 +88,6 @@ def _max(elem: int) -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
 
 
-def _raw_qmoe(**attrs: Any) -> onnx.ModelProto:
-    ins = [_vi("x", TP.FLOAT, [2, 64]), _vi("router", TP.FLOAT, [2, 4])]
-    return _model([qmoe_node(**attrs)], ins, [_vi("y", TP.FLOAT, [2, 64])], qmoe_initializers())
-
-
-def _gdn_state(rank: int) -> onnx.ModelProto:
-    model = gdn_model()
-    for value in model.graph.input:
-        if value.name == "st":
-            dims = [1, 4, 16, 16][:rank]
-            del value.type.tensor_type.shape.dim[:]
-            for d in dims:
-                value.type.tensor_type.shape.dim.add().dim_value = d
-    return model
-
-
-def _premix(branches: int) -> onnx.ModelProto:
-    mm = oh.make_node("MatMul", ["h", "w"], ["s"], name="mm")
-    node = oh.make_node("HyperConnectionPreMix", ["s", "g"], ["y"], name="hc", domain=MS, num_branches=branches)
-    ins = [_vi("h", TP.FLOAT, [1, 3, 64]), _vi("g", TP.FLOAT, [1, 3, 4])]
-    return _model([mm, node], ins, [_vi("y", TP.FLOAT, None)], [nh.from_array(np.zeros((64, 256), np.float32), "w")])
-
-
-def _gqa(query: list[int] | None = None, **attrs: Any) -> onnx.ModelProto:
-    base = {"num_heads": 2, "kv_num_heads": 1, **attrs}
-    node = oh.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sk", "tsl"], ["o", "pk", "pv"], name="gqa", domain=MS, **base)
-    ins = [_vi("q", TP.FLOAT, query or [1, 3, 32]), _vi("k", TP.FLOAT, [1, 3, 16]), _vi("v", TP.FLOAT, [1, 3, 16]),
-           _vi("sk", TP.INT32, [1]), _vi("tsl", TP.INT32, [1])]  # fmt: skip
-    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("o", "pk", "pv")])
-
-
 _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-SUBGRAPH-001", "graph", lambda: _graph(qmoe_in_if_model(), {_P + "mode": "auto"}),
              lambda: _graph(qmoe_in_if_model(), {_P + "mode": "required"})),
@@ -164,26 +97,11 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
-    RuleCase("GDN-SCHEMA-001", "graph", lambda: _graph(_gdn_state(4)), lambda: _graph(_gdn_state(3))),
-    RuleCase("GDN-CPU-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(gate_activation="bogus"))),
-    RuleCase("GDN-RUN-001", "graph", lambda: _graph(gdn_model()), lambda: _graph(gdn_model(update_rule="linear"))),
     RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),
              env=_cuda_facts_env),
     RuleCase("ORT-KERNEL-001", "graph", lambda: _graph(_max(TP.INT32)), lambda: _graph(_max(TP.INT16))),
     RuleCase("ORT-KERNEL-002", "graph", lambda: _graph(_unary("Relu")), lambda: _graph(_max(TP.INT16)),
              env=_cuda_facts_env),
-    RuleCase("HC-SCHEMA-001", "graph", lambda: _graph(_premix(4)), lambda: _graph(_premix(3))),
-    RuleCase("GQA-SCHEMA-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa([3, 32]))),
-    RuleCase("GQA-CPU-001", "graph", lambda: _graph(_gqa()), lambda: _graph(_gqa(num_heads=0))),
-    RuleCase("QMOE-SCHEMA-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(expert_weight_bits=3, weights_prepacked=0))),
-    RuleCase("QMOE-CPU-001", "graph", lambda: _graph(_raw_qmoe()), lambda: _graph(_raw_qmoe(k=0))),
-    RuleCase("QMOE-CPU-002", "graph", lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "1"}),
-             lambda: _graph(_raw_qmoe(), {"ep.cpu.qmoe_deferred_scale": "bogus"})),
-    RuleCase("MOE-CPU-001", "graph", lambda: _graph(_moe("relu")), lambda: _graph(_moe("tanh"))),
-    RuleCase("RNN-CPU-001", "graph", lambda: _graph(_rnn("LSTM", 0)), lambda: _graph(_rnn("LSTM", 1))),
-    RuleCase("ROPE-CPU-001", "graph", lambda: _graph(_rope(num_heads=2)), lambda: _graph(_rope())),
-    RuleCase("MNB-CPU-001", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(bits=3))),
-    RuleCase("MNB-CPU-002", "graph", lambda: _graph(_mnb()), lambda: _graph(_mnb(b_rows=33))),
 ]  # fmt: skip
 
 def _node_check_cases() -> list[RuleCase]:
