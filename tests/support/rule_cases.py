@@ -97,9 +97,6 @@ _GRAPH_CASES: list[RuleCase] = [
     RuleCase("OFFLOAD-TAIL-001", "graph",
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "1", _P + "tail_substitution_threshold": "0.5"}),
              lambda: _graph(offload_model("int4"), {_P + "mode": "auto", _P + "tail_substitution_min_rank": "2", _P + "tail_substitution_threshold": "0.5"})),
-    RuleCase("CUDA-FALLBACK-001", "graph", lambda: _graph(_unary("Abs")), lambda: _graph(_unary("Relu")),
-             env=_cuda_facts_env),
-    RuleCase("ORT-KERNEL-001", "graph", lambda: _graph(_max(TP.INT32)), lambda: _graph(_max(TP.INT16))),
     RuleCase("ORT-KERNEL-002", "graph", lambda: _graph(_unary("Relu")), lambda: _graph(_max(TP.INT16)),
              env=_cuda_facts_env),
 ]  # fmt: skip
