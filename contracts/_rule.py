@@ -9,8 +9,9 @@ at most ``os.stat``/``os.lstat``, and returns :class:`Violation` records.
 
 A rule is one declaration, in its family module: the record carries its family, its
 documentation (:class:`RuleDoc`: what ORT does and the message it prints, a violating example,
-the fix, the default severity) and, for the rules whose input is data (session config,
-environment, config document), a passing and a violating input (:class:`Examples`). ``q38 rules``,
+the fix, the default severity) and a passing and a violating input: :class:`Examples` for the
+rules whose input is data (session config, environment, config document), :class:`GraphExamples`
+(models in ONNX text, with the session's config entries) for most graph rules. ``q38 rules``,
 ``q38 explain``, SARIF's rule metadata, ``docs/rules.md`` and the rule-coverage test read these
 records (``contracts.catalogue``); nothing else lists a rule.
 """
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, cast
 from contracts._graph import ModelLike
 
 if TYPE_CHECKING:
+    import onnx
+
     from contracts.package_view import PackageView
 
 __all__ = [
@@ -37,6 +40,8 @@ __all__ = [
     "Ep",
     "ExampleInput",
     "Examples",
+    "GraphExample",
+    "GraphExamples",
     "ModelCheck",
     "OrtVersions",
     "PackageCheck",
@@ -204,12 +209,63 @@ class Examples:
 
 
 @dataclass(frozen=True)
+class GraphExample:
+    """One input of a graph rule: a model in ONNX text and the session's config entries.
+
+    ``model`` is the textual syntax of ``onnx.parser.parse_model`` (``<ir_version: 10, ...>``, the
+    graph's signature, its initializers, its nodes; ``float[]`` declares a tensor of unknown
+    shape, ``float`` a scalar); ``entries`` are the config entries the rule reads beside the model
+    (none for most rules).
+    """
+
+    model: str
+    entries: Mapping[str, str] = field(default_factory=dict)
+
+    def parse(self) -> onnx.ModelProto:
+        """The model, parsed from its text (``onnx.parser.parse_model``)."""
+        from onnx import parser  # deferred: only the rule-coverage test parses examples
+
+        return parser.parse_model(self.model)
+
+
+@dataclass(frozen=True)
+class GraphExamples:
+    """A passing and a violating input of a graph rule, evaluated by the rule-coverage test.
+
+    The two differ in the one thing the rule is about (an attribute, a shape, a config entry).
+    ``ort_version`` is the onnxruntime version they are evaluated for (the rule's record that
+    applies to it runs them).
+    """
+
+    passing: GraphExample
+    violating: GraphExample
+    ort_version: str = REFERENCE_ORT_VERSION
+
+    @classmethod
+    def edited(cls, passing: str, *edits: tuple[str, str], entries: Mapping[str, str] | None = None,
+               ort_version: str = REFERENCE_ORT_VERSION) -> GraphExamples:  # fmt: skip
+        """``passing``, and the violating model it becomes with each ``(old, new)`` edit applied.
+
+        Both read the same config ``entries``. Raises ValueError when an ``old`` does not occur
+        exactly once in the text it edits (an edit that silently did nothing).
+        """
+        violating = passing
+        for old, new in edits:
+            if violating.count(old) != 1:
+                raise ValueError(f"the example edit {old!r} does not occur exactly once in {violating!r}")
+            violating = violating.replace(old, new)
+        same = dict(entries or {})
+        return cls(GraphExample(passing, same), GraphExample(violating, same), ort_version)
+
+
+@dataclass(frozen=True)
 class Rule:
     """One contract rule, declared once in its family module (see the module docstring).
 
     ``family``: the family module's ``FAMILY``; ``doc``: its documentation; ``examples``: a
-    passing and a violating input where the rule reads data (graph and package rules build theirs
-    in ``tests/support/rule_cases.py``).
+    passing and a violating input (:class:`Examples` for a data rule, :class:`GraphExamples` for a
+    graph rule; package rules, and the graph rules whose inputs cannot be written as text, build
+    theirs in ``tests/support/rule_cases.py``).
     """
 
     rule_id: str
@@ -227,7 +283,7 @@ class Rule:
     part_of: str = ""
     family: str = field(kw_only=True)
     doc: RuleDoc = field(kw_only=True, compare=False, repr=False)
-    examples: Examples | None = field(default=None, kw_only=True, compare=False, repr=False)
+    examples: Examples | GraphExamples | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def applies(self, version: str) -> bool:
         """Whether onnxruntime ``version`` has this rule (non-ORT rules apply to every version)."""

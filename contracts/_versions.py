@@ -14,6 +14,7 @@ from contracts._graph import ModelLike
 from contracts._rule import (
     Enforced,
     Ep,
+    GraphExamples,
     ModelCheck,
     OrtVersions,
     Rule,
@@ -51,10 +52,13 @@ def _bind(check: Callable[[ModelLike, Mapping[str, str], str], list[Violation]],
 
 def per_version(rule_id: str, summary: str, source: str, enforced: Enforced, kind: RuleKind,
                 check: Callable[[ModelLike, Mapping[str, str], str], list[Violation]], *, ep: Ep = "any",
-                since: str | None = None, family: str, doc: RuleDoc) -> tuple[Rule, ...]:  # fmt: skip
+                since: str | None = None, family: str, doc: RuleDoc,
+                examples: GraphExamples | None = None) -> tuple[Rule, ...]:  # fmt: skip
     """One Rule per dump span (from ``since`` on) running ``check(model, entries, version)``.
 
-    The records share one declaration: its ``family`` and ``doc`` (see :class:`~contracts._rule.Rule`).
+    The records share one declaration: its ``family``, ``doc`` and ``examples`` (see
+    :class:`~contracts._rule.Rule`).
     """
-    return tuple(Rule(rule_id, summary, source, enforced, kind, _bind(check, version), span, ep, family=family, doc=doc)
+    return tuple(Rule(rule_id, summary, source, enforced, kind, _bind(check, version), span, ep, family=family, doc=doc,
+                      examples=examples)
                  for version, span in version_spans(since))  # fmt: skip

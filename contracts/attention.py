@@ -21,7 +21,7 @@ from contracts._graph import (
     input_at,
     output_at,
 )
-from contracts._rule import RuleDoc
+from contracts._rule import GraphExamples, RuleDoc
 from contracts._versions import per_version
 from contracts.op_kernel_rules import inference_and_cpu_checks
 from contracts.shapes import Shapes
@@ -94,6 +94,12 @@ _check_schema, _check_cpu = inference_and_cpu_checks(
     inference_problem=schema_problem, cpu_problems=cpu_constructor_problems,
 )
 
+# The rules' examples (ONNX text, onnx.parser): GroupQueryAttention, 2 query heads over 1 KV head.
+_EX_GQA = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,3,32] q, float[1,3,16] k, float[1,3,16] v, int32[1] sk, int32[1] tsl) => (float[] o, float[] pk, float[] pv) {
+  [gqa] o, pk, pv = com.microsoft.GroupQueryAttention <kv_num_heads: int = 1, num_heads: int = 2>
+      (q, k, v, "", "", sk, tsl)
+}"""
 
 FAMILY = "attention"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -106,7 +112,7 @@ RULES = (
         "divisible by num_heads + 2 x kv_num_heads and a rank-4 past_key given with past_value.",
         "GroupQueryAttention(query: [B, S, 100], num_heads=8, kv_num_heads=2) with packed QKV",
         "Make the packed width (num_heads + 2 kv_num_heads) x head_size and give past_key and past_value together.",
-    )),
+    ), examples=GraphExamples.edited(_EX_GQA, ("float[1,3,32] q", "float[3,32] q"))),
     *per_version("GQA-CPU-001", "GroupQueryAttention CPU constructor: positive head counts, causal 0/1, "
                  "window and sliding-window cache, KV quantization type", _SRC, "cpu-session", "graph",
                  _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
@@ -114,5 +120,5 @@ RULES = (
         "valid local window with a sliding-window cache, and a supported KV quantization type.",
         "GroupQueryAttention(num_heads=0, ...) on a CPU graph",
         "Use positive num_heads / kv_num_heads and the documented window and quantization settings.",
-    )),
+    ), examples=GraphExamples.edited(_EX_GQA, ("num_heads: int = 2", "num_heads: int = 0"))),
 )  # fmt: skip

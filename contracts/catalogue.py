@@ -16,11 +16,20 @@ builds it, so such a rule cannot land.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from contracts._rule import Enforced, Ep, Rule, RuleKind, Severity, parse_version
+from contracts._rule import (
+    Enforced,
+    Ep,
+    GraphExample,
+    GraphExamples,
+    Rule,
+    RuleKind,
+    Severity,
+    parse_version,
+)
 from contracts.citations import public_source, public_text
 
 __all__ = ["RuleEntry", "build_catalogue", "catalogue", "entry", "families", "family_of", "markdown", "matches"]
@@ -61,7 +70,9 @@ class RuleEntry:
     """One rule of the catalogue (every field is read from the rule's own records).
 
     ``since`` / ``until``: the onnxruntime versions the rule exists in (``None``: unbounded);
-    ``families``: the rule's family first, then ``cpu-kernel`` / ``cuda`` / ``run-time`` tags.
+    ``families``: the rule's family first, then ``cpu-kernel`` / ``cuda`` / ``run-time`` tags;
+    ``graph_examples``: a graph rule's declared passing and violating models (ONNX text), shown by
+    ``docs/rules.md`` (``None`` where the rule declares none).
     """
 
     rule_id: str
@@ -78,6 +89,7 @@ class RuleEntry:
     explanation: str
     example: str
     fix: str
+    graph_examples: GraphExamples | None = field(default=None, compare=False)
 
     @property
     def family(self) -> str:
@@ -157,6 +169,7 @@ def build_catalogue(rules: Iterable[Rule]) -> tuple[RuleEntry, ...]:
             enforced=first.enforced, kind=first.kind, ep=first.ep, severity=doc.severity,
             families=_tags(first.family, first.enforced, first.ep), since=since, until=until,
             explanation=public_text(doc.explanation), example=doc.example, fix=doc.fix,
+            graph_examples=first.examples if isinstance(first.examples, GraphExamples) else None,
         ))  # fmt: skip
     return tuple(out)
 
@@ -216,7 +229,20 @@ def markdown(entries: Sequence[RuleEntry] | None = None) -> str:
             f"**Violating example.** `{e.example}`", "",
             f"**Fix.** {e.fix}",
         ]  # fmt: skip
+        if e.graph_examples is not None:
+            lines += _graph_examples_markdown(e.graph_examples)
     return "\n".join(lines) + "\n"
+
+
+def _graph_examples_markdown(examples: GraphExamples) -> list[str]:
+    """The lines of a graph rule's declared examples: each model's ONNX text, and its entries."""
+
+    def one(label: str, example: GraphExample) -> list[str]:
+        entries = "".join(f", `{k}={v}`" for k, v in example.entries.items())
+        return ["", f"{label}{entries}:", "", "```", example.model, "```"]
+
+    return ["", f"**Examples** (ONNX text, onnxruntime {examples.ort_version}).",
+            *one("Passing", examples.passing), *one("Violating", examples.violating)]  # fmt: skip
 
 
 if __name__ == "__main__":  # python -m contracts.catalogue > docs/rules.md

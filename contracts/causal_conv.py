@@ -34,7 +34,15 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import ModelCheck, OrtVersions, Rule, RuleDoc, Violation
+from contracts._rule import (
+    GraphExample,
+    GraphExamples,
+    ModelCheck,
+    OrtVersions,
+    Rule,
+    RuleDoc,
+    Violation,
+)
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
@@ -466,6 +474,34 @@ def _check_vl_cpu_run(model: ModelLike, _entries: Mapping[str, str], version: st
 
     return per_node(_checked_nodes(model, _VL), one)
 
+# The rules' examples (ONNX text, onnx.parser): one node of each op, float, shapes its inference takes.
+_EX_CC = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,4,5] x, float[4,1,3] w) => (float[] y, float[] st) {
+  [cc] y, st = com.microsoft.CausalConvWithState (x, w, "", "")
+}"""
+# past_state wired: [batch 1, channels 4, (k-1) x dilation = 2]
+_EX_CC_PAST = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,4,5] x, float[4,1,3] w, float[1,4,2] past) => (float[] y, float[] st) {
+  [cc] y, st = com.microsoft.CausalConvWithState (x, w, "", past)
+}"""
+# 1.32.0's extended attributes, channels-last input [1, 5, 4]
+_EX_CC_EXTENDED = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,5,4] x, float[4,1,3] w) => (float[] y, float[] st) {
+  [cc] y, st = com.microsoft.CausalConvWithState <channels_last: int = 1, dilation: int = 2, state_length: int = 4>
+      (x, w, "", "")
+}"""
+_EX_VL = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[6,4] x, float[4,1,3] w, int32[3] cu, float[2,4,2] st) => (float[] y, float[] sto) {
+  [vl] y, sto = com.microsoft.VarlenCausalConvWithState (x, w, cu, "", st)
+}"""
+# dynamic mode (kernel_delta, previous_mask wired), with the shapes its inference takes at group_size 1
+_EX_VL_DYNAMIC = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[6,4] x, float[4,1,2] w, int32[3] cu, float[2,4,1] st, float[6,2,4] kd, float[6,1] pm)
+  => (float[] y, float[] sto) {
+  [vl] y, sto = com.microsoft.VarlenCausalConvWithState (x, w, cu, "", st, "", kd, pm)
+}"""
+_EX_CCONV_SCHEMA_001 = GraphExamples.edited(_EX_CC, ("State (x", "State <state_window: int = 9> (x"))
+_EX_VCCONV_SCHEMA_001 = GraphExamples.edited(_EX_VL, ("State (x", "State <dilation: int = 0> (x"))
 
 FAMILY = "causal-conv"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -492,10 +528,12 @@ _DOC_VCCONV_SCHEMA_001 = RuleDoc(
 RULES: tuple[Rule, ...] = (
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema: ndim 1-3, dilation >= 1, state_window 0-8, "
          "channels_last 0/1 (ndim 1), ranks of input and weight", _SRC + "A; probed 1.31.1 and 1.32.0",
-         "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=True), _V132, family=FAMILY, doc=_DOC_CCONV_SCHEMA_001),
+         "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=True), _V132, family=FAMILY, doc=_DOC_CCONV_SCHEMA_001,
+         examples=_EX_CCONV_SCHEMA_001),
     Rule("CCONV-SCHEMA-001", "CausalConvWithState schema (1.31.1: no extended attributes)",
          _SRC + "A; probed 1.31.1", "cpu-session", "graph", _schema_rule("CCONV-SCHEMA-001", v132=False),
-         OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_CCONV_SCHEMA_001),
+         OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_CCONV_SCHEMA_001,
+         examples=_EX_CCONV_SCHEMA_001),
     Rule("CCONV-SCHEMA-003", "1.32.0 extended attributes, checked before the general ones: valid ranges, "
          "channels_last=1, ndim=1, state_window=0 (and dilation >= 1), capacity for the third output, rank-3 "
          "input, channel slice, rank-3 weight, weight channels, receptive field, state_length >= (k-1) x dilation",
@@ -506,7 +544,7 @@ RULES: tuple[Rule, ...] = (
         "which q38 reports as warnings.",
         "CausalConvWithState(channels_last=1, state_length=1) with a kernel of width 4",
         "Make state_length at least (k-1) x dilation and the channel slice fit the weight's channels.",
-    )),
+    ), examples=GraphExamples.edited(_EX_CC_EXTENDED, ("state_length: int = 4", "state_length: int = 3"))),
     *per_version("CCONV-CPU-001", "CPU kernel: ndim=1, state_window=0, no extended options, activation "
                  "none/silu/swish, dilation <= INT_MAX", _SRC + "B (causal_conv_with_state.cc)", "cpu-session",
                  "graph", _check_cc_cpu_kernel, ep="cpu", family=FAMILY, doc=RuleDoc(
@@ -515,14 +553,14 @@ RULES: tuple[Rule, ...] = (
         "the CPU EP outside that fails session creation.",
         "CausalConvWithState(activation='gelu', ...) on a cpu-variant graph",
         "Use activation none/silu/swish and ndim=1 on CPU graphs (or run the node on CUDA).",
-    )),
+    ), examples=GraphExamples.edited(_EX_CC, ("State (x", "State <activation: string = \"gelu\"> (x"))),
     Rule("CCONV-CUDA-001", "CUDA kernel: ndim=1, activation none/silu/swish, dilation <= INT_MAX",
          _SRC + "D", "cuda-only", "graph", _check_cc_cuda_kernel, ep="cuda", family=FAMILY, doc=RuleDoc(
         "The CUDA CausalConvWithState kernel supports only ndim=1 ('CUDA CausalConvWithState only "
         "supports ndim=1'), activation none/silu/swish and dilation <= INT_MAX.",
         "CausalConvWithState(ndim=2, ...) on a CUDA graph",
         "Use ndim=1 and a supported activation for CUDA nodes.",
-    )),
+    ), examples=GraphExamples.edited(_EX_CC, ("State (x", "State <activation: string = \"Silu\"> (x"))),
     Rule("CCONV-RUN-001", "weight is depthwise [C,1,k] with C = input channels", _SRC + "C.1",
          "run-time", "graph", _run_rule("CCONV-RUN-001"), family=FAMILY, doc=RuleDoc(
         "At run time the kernel reads the weight as depthwise [C, 1, k] with C the input's "
@@ -530,7 +568,7 @@ RULES: tuple[Rule, ...] = (
         "memory) on the first run.",
         "CausalConvWithState(input: [1, 64, T], weight: [32, 1, 4])",
         "Give the weight shape [C, 1, k] with C equal to the input's channel count.",
-    )),
+    ), examples=GraphExamples.edited(_EX_CC_PAST, ("float[4,1,3] w", "float[4,2,3] w"))),
     Rule("CCONV-RUN-002", "past_state has the shape (k-1) x dilation implies (channels-first, "
          "channels-last, windowed)", _SRC + "C.2", "run-time", "graph", _run_rule("CCONV-RUN-002"), family=FAMILY, doc=RuleDoc(
         "At run time past_state must have the shape (k-1) x dilation implies: [B, C, (k-1)*d] "
@@ -538,15 +576,17 @@ RULES: tuple[Rule, ...] = (
         "mismatched state is only detected when the model runs.",
         "past_state: [1, 64, 2] for a kernel of width 4, dilation 1 (needs 3)",
         "Declare past_state with (k-1) x dilation history positions in the layout the node uses.",
-    )),
+    ), examples=GraphExamples.edited(_EX_CC_PAST, ("float[1,4,2] past", "float[1,4,1] past"))),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema: state_update_capacity, dilation, "
          "group_size / delta_offset ranges, kernel_delta with previous_mask, dynamic mode (dilation 1, "
          "no activation or bias, weight (C,1,2), kernel_delta taps, previous_mask (T,1), group_size "
          "divides channels, total_tokens, groups), ranks, cumulative_sequence_length, capture_count",
-         _SRC + "E; probed 1.32.0", "cpu-session", "graph", _vl_schema_rule(v132=True), _V132, family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001),
+         _SRC + "E; probed 1.32.0", "cpu-session", "graph", _vl_schema_rule(v132=True), _V132, family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001,
+         examples=_EX_VCCONV_SCHEMA_001),
     Rule("VCCONV-SCHEMA-001", "VarlenCausalConvWithState schema (1.31.1): state_update_capacity, "
          "dilation, ranks, cumulative_sequence_length, capture_count", _SRC + "E; probed 1.31.1",
-         "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001),
+         "cpu-session", "graph", _vl_schema_rule(v132=False), OrtVersions(until="1.32.0"), family=FAMILY, doc=_DOC_VCCONV_SCHEMA_001,
+         examples=_EX_VCCONV_SCHEMA_001),
     *per_version("VCCONV-CPU-001", "Varlen CPU kernel: no dynamic grouped mode, activation none/silu/swish",
                  _SRC + "E.6", "cpu-session", "graph", _check_vl_cpu_kernel, ep="cpu", since="1.32.0", family=FAMILY, doc=RuleDoc(
         "The CPU VarlenCausalConvWithState kernel has no dynamic grouped mode ('CPU "
@@ -555,7 +595,7 @@ RULES: tuple[Rule, ...] = (
         "first run) and supports activation none/silu/swish only.",
         "VarlenCausalConvWithState(dynamic grouped, ...) on a CPU graph",
         "Use the static form on CPU graphs, or run the node on CUDA.",
-    )),
+    ), examples=GraphExamples.edited(_EX_VL, ("State (x", "State <activation: string = \"gelu\"> (x"))),
     *per_version("VCCONV-RUN-001", "Varlen CPU kernel: a wired kernel_delta (dynamic mode) is refused on the "
                  "first run", _SRC + "E.6; probed 1.32.0", "run-time", "graph", _check_vl_cpu_run, ep="cpu",
                  since="1.32.0", family=FAMILY, doc=RuleDoc(
@@ -565,5 +605,5 @@ RULES: tuple[Rule, ...] = (
         "(CUDA only)'). A warning: the session is created.",
         "VarlenCausalConvWithState(x, w, cu, , state, , kernel_delta, previous_mask) on a CPU graph",
         "Use the static form (no kernel_delta / previous_mask) on CPU graphs, or run the node on CUDA.",
-    )),
+    ), examples=GraphExamples(GraphExample(_EX_VL), GraphExample(_EX_VL_DYNAMIC))),
 )  # fmt: skip

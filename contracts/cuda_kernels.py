@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts
 from contracts._graph import ModelLike, as_ir_model, node_label
-from contracts._rule import RuleDoc, Violation
+from contracts._rule import GraphExamples, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.kernel_match import matches
 from contracts.schema_registry import registry_for
@@ -158,6 +158,14 @@ def _check(model: ModelLike, entries: Mapping[str, str], version: str) -> list[V
         for node in fallback_nodes(model, version)
     ]
 
+# The rule's examples (ONNX text, onnx.parser): GroupQueryAttention, whose CUDA kernel registers
+# float16 and bfloat16 only (a float node falls back to the CPU EP).
+_EX_GQA = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[1,3,32] q, float16[1,3,16] k, float16[1,3,16] v, int32[1] sk, int32[1] tsl)
+  => (float16[] o, float16[] pk, float16[] pv) {
+  [gqa] o, pk, pv = com.microsoft.GroupQueryAttention <kv_num_heads: int = 1, num_heads: int = 2>
+      (q, k, v, "", "", sk, tsl)
+}"""
 
 FAMILY = "cuda-kernel"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -174,5 +182,7 @@ RULES = per_version(
     "Relu on a CUDA graph with a dump that registers no CUDA Relu",
     "Use an op (or input type) the CUDA EP registers, or accept the fallback for that node.",
     "warning",
-),
+), examples=GraphExamples.edited(
+    _EX_GQA, ("float16[1,3,32] q, float16[1,3,16] k, float16[1,3,16] v", "float[1,3,32] q, float[1,3,16] k, float[1,3,16] v"),
+    ("(float16[] o, float16[] pk, float16[] pv)", "(float[] o, float[] pk, float[] pv)")),
 )  # fmt: skip

@@ -42,7 +42,7 @@ from contracts._graph import (
     node_label,
     per_node,
 )
-from contracts._rule import RuleDoc, Violation
+from contracts._rule import GraphExamples, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.op_kernel_rules import inference_and_cpu_checks
@@ -200,6 +200,16 @@ _check_schema, _check_cpu = inference_and_cpu_checks(
     inference_problem=schema_problem, cpu_problems=cpu_constructor_problems,
 )
 
+# The rules' examples (ONNX text, onnx.parser): GatedDeltaNet as the synthetic graphs use it
+# (packed QKV, 2 query / 4 value heads, head size 16, fp16 gates).
+_EX_GDN = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[1,3,128] qkv, float16[1,3,4] decay, float16[1,3,4] beta, float[1,4,16,16] st, float[4] alog, float[4] dtb)
+  => (float16[] y, float[] st_o) {
+  [gdn] y, st_o = com.microsoft.GatedDeltaNet
+      <beta_activation: string = "sigmoid", gate_activation: string = "softplus", qk_l2_norm: int = 1, scale: float = 0.0,
+       update_rule: string = "gated_delta">
+      (qkv, "", "", "", decay, beta, st, alog, dtb)
+}"""
 
 FAMILY = "gated-delta-net"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -213,7 +223,7 @@ RULES = (
         "the head counts and the tokens / batch dimensions; ORT's graph resolve fails otherwise.",
         "GatedDeltaNet(qkv packed with width 100, num_heads=3, head sizes of 32)",
         "Make the packed width equal the sum of the head widths and give the state the declared rank.",
-    )),
+    ), examples=GraphExamples.edited(_EX_GDN, ("float[1,4,16,16] st", "float[1,4,16] st"))),
     *per_version("GDN-CPU-001", "GatedDeltaNet CPU constructor: update_rule, gate_activation, "
                  "gate_lower_bound < 0, beta_activation, chunk_size", _SRC, "cpu-session", "graph",
                  _check_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
@@ -222,7 +232,7 @@ RULES = (
         "session fails otherwise.",
         "GatedDeltaNet(gate_lower_bound=0.5, ...) on a CPU graph",
         "Use the supported spellings and a negative gate_lower_bound.",
-    )),
+    ), examples=GraphExamples.edited(_EX_GDN, ("gate_activation: string = \"softplus\"", "gate_activation: string = \"bogus\""))),
     *per_version("GDN-RUN-001", "GatedDeltaNet CPU Compute (first run): capture_count with capacity, decay / "
                  "beta presence per update_rule, decay / beta / a_log / dt_bias / capture_count shapes, a_log and "
                  "dt_bias for a softplus / sigmoid gate", _SRC + "; probed 1.32.0 runs", "run-time", "graph",
@@ -234,5 +244,5 @@ RULES = (
         "'capture_count must be [batch]'). A warning: the session is created.",
         "GatedDeltaNet(update_rule='gated_delta', qkv, , , , decay, <no beta>, state, a_log, dt_bias)",
         "Wire the inputs the update_rule and gate_activation need, with the shapes the message names.",
-    )),
+    ), examples=GraphExamples.edited(_EX_GDN, ("update_rule: string = \"gated_delta\"", "update_rule: string = \"linear\""))),
 )  # fmt: skip

@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import ModelLike, as_ir_model, attr_int, input_at, node_label, per_node
-from contracts._rule import Rule, RuleDoc, Violation
+from contracts._rule import GraphExamples, Rule, RuleDoc, Violation
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import HC_LOW_RANK_MIX, HC_PRE_MIX, MS_DOMAIN
@@ -82,6 +82,11 @@ def _check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
 
     return per_node(nodes, one)
 
+# The rule's examples (ONNX text, onnx.parser): a PreMix over flattened streams of width 256.
+_EX_PREMIX = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,3,256] s, float[1,3,4] g) => (float[] y) {
+  [hc] y = com.microsoft.HyperConnectionPreMix <num_branches: int = 4> (s, g)
+}"""
 
 FAMILY = "hyper-connection"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -95,5 +100,5 @@ RULES: tuple[Rule, ...] = (
         "width; graph resolve fails otherwise.",
         "HyperConnectionPreMix(x: [1, T, 100], num_branches=3)",
         "Choose num_branches dividing the hidden width (the synthetic model uses 4).",
-    )),
+    ), examples=GraphExamples.edited(_EX_PREMIX, ("num_branches: int = 4", "num_branches: int = 3"))),
 )  # fmt: skip

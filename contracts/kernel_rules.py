@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from contracts._graph import ModelLike, as_ir_model, node_label
-from contracts._rule import RuleDoc, Violation
+from contracts._rule import GraphExamples, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import no_cpu_kernel
 from contracts.cuda_kernels import cuda_kernels, fallback_nodes
@@ -45,6 +45,11 @@ def _check_cuda(model: ModelLike, _entries: Mapping[str, str], version: str) -> 
                       node=node_label(found.node))
             for found in no_cpu_kernel(ir_model, version) if id(found.node) in on_cpu]  # fmt: skip
 
+# The rule's examples (ONNX text, onnx.parser): Max at opset 21, whose CPU kernel lists int32, not int16.
+_EX_MAX = """<ir_version: 10, opset_import: ["" : 21]>
+g (int32[2] a, int32[2] b) => (int32[2] y) {
+  [max] y = Max (a, b)
+}"""
 
 FAMILY = "kernel"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -66,7 +71,7 @@ RULES = (
         "Max(int16 a, int16 b) at opset 13 (the CPU Max kernel lists float, double, float16, int32, "
         "int64, uint32, uint64, int8, uint8)",
         "Cast the node's inputs to a type its CPU kernel registers, or use an op version ORT implements.",
-    )),
+    ), examples=GraphExamples.edited(_EX_MAX, ("int32[2] a, int32[2] b) => (int32[2] y", "int16[2] a, int16[2] b) => (int16[2] y"))),
     *per_version("ORT-KERNEL-002",
                  "a node of a CUDA session finds neither a CUDA nor a CPU kernel (NOT_IMPLEMENTED)",
                  _SRC, "cpu-session", "graph", _check_cuda, ep="cuda", family=FAMILY, doc=RuleDoc(

@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from contracts._facts import model_facts, nodes_of
 from contracts._graph import ModelLike, as_ir_model, attr_int, input_at, node_label, per_node
-from contracts._rule import RuleDoc, Violation, parse_version
+from contracts._rule import GraphExamples, RuleDoc, Violation, parse_version
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.op_kernel_rules import GraphCheck
@@ -109,6 +109,13 @@ def _check(rule_id: str) -> GraphCheck:
 
     return check
 
+# The rules' examples (ONNX text, onnx.parser): MatMulNBits with K=16, N=1, 4 bits, block 16, so
+# the B initializer the attributes imply is [1, 1, 8].
+_EX_MNB = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[2,16] A) => (float[] Y)
+  <uint8[1,1,8] B = {0, 0, 0, 0, 0, 0, 0, 0}, float[1] S = {1.0}> {
+  [mnb] Y = com.microsoft.MatMulNBits <K: int = 16, N: int = 1, bits: int = 4, block_size: int = 16> (A, B, S)
+}"""
 
 FAMILY = "matmul-nbits"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -123,7 +130,7 @@ RULES = (
         "(1.31.1: 16, 32, 64, 128 or 256); a CPU session fails otherwise.",
         "MatMulNBits(bits=3, block_size=32, ...) on a CPU graph",
         "Quantize to 2, 4 or 8 bits with a supported block size (and uint8 zero points for 8 bits).",
-    )),
+    ), examples=GraphExamples.edited(_EX_MNB, ("bits: int = 4", "bits: int = 3"))),
     *per_version("MNB-CPU-002", "MatMulNBits CPU PrePack: an initializer B has the shape N, K, bits and "
                  "block_size imply", _SRC, "cpu-session", "graph", _check("MNB-CPU-002"), ep="cpu", family=FAMILY, doc=RuleDoc(
         "When the CPU kernel prepacks an initializer B it checks B's shape against the attributes: "
@@ -131,5 +138,5 @@ RULES = (
         "shape {...} does not match attribute-derived shape [...]' fails the session otherwise.",
         "MatMulNBits(K=64, N=32, bits=4, block_size=32) with B of shape [33, 2, 16]",
         "Make N and K the weight's real dims (or re-export B with the quantizer that wrote the attributes).",
-    )),
+    ), examples=GraphExamples.edited(_EX_MNB, ("uint8[1,1,8] B = {0, 0, 0, 0, 0, 0, 0, 0}", "uint8[2,1,8] B = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}"))),
 )  # fmt: skip

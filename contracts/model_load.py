@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from contracts._graph import ModelLike, as_ir_model
-from contracts._rule import Rule, RuleDoc, Violation
+from contracts._rule import GraphExamples, Rule, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.package_layout import PackageView
 
@@ -310,6 +310,12 @@ def _package_rule(rule_id: str) -> Callable[[PackageView], list[Violation]]:
 FAMILY = "model-load"
 """The rule family of this module's rules (``q38 rules --family``)."""
 
+# The graph rules' examples (ONNX text, onnx.parser): one Relu.
+_EX_RELU = """<ir_version: 14, opset_import: ["" : 21]>
+g (float[2,8] x) => (float[] y) {
+  [n0] y = Relu (x)
+}"""
+
 RULES: tuple[Rule, ...] = (
     *per_version("ORT-MODEL-001", "the model's IR version is at most what onnxruntime supports (1.31.1: 13, "
                  "1.32.0: 14)", _SRC, "cpu-session", "graph", _check_ir_version, family=FAMILY, doc=RuleDoc(
@@ -320,7 +326,7 @@ RULES: tuple[Rule, ...] = (
         "model.onnx with ir_version: 99",
         "Save the graph with an IR version the target onnxruntime reads (q38 synth --target-ort; "
         "onnx.helper.make_model(..., ir_version=13) for 1.31.1).",
-    )),
+    ), examples=GraphExamples.edited(_EX_RELU, ("ir_version: 14", "ir_version: 15"))),
     Rule("ORT-MODEL-002", "the model states an IR version", _SRC, "cpu-session", "package",
          _package_rule("ORT-MODEL-002"), family=FAMILY, doc=RuleDoc(
         "A ModelProto without an ir_version field is refused by onnxruntime's loader with "
@@ -333,7 +339,7 @@ RULES: tuple[Rule, ...] = (
         "with 'Duplicate definition-site for (NAME).' when the session is created.",
         "graph inputs: input_ids, attention_mask, input_ids",
         "Rename or remove the duplicate graph input.",
-    )),
+    ), examples=GraphExamples.edited(_EX_RELU, ("(float[2,8] x)", "(float[2,8] x, float[2,8] x)"))),
     Rule("ORT-MODEL-004", "external-data fields: known keys, one non-empty location, int64 offset / length, a "
          "relative location inside the model's directory that exists, length = the tensor's size, the range "
          "within the file", _SRC, "cpu-session", "package", _package_rule("ORT-MODEL-004"), family=FAMILY, doc=RuleDoc(

@@ -30,7 +30,16 @@ from contracts._graph import (
     node_label,
     static_dims,
 )
-from contracts._rule import REFERENCE_ORT_VERSION, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
+from contracts._rule import (
+    REFERENCE_ORT_VERSION,
+    GraphExample,
+    GraphExamples,
+    ModelCheck,
+    OrtVersions,
+    Rule,
+    RuleDoc,
+    Violation,
+)
 from contracts.float32 import parse_from_chars
 from contracts.offload_config import OFFLOAD_PREFIX, offload_mode
 from contracts.session_config import effective
@@ -634,6 +643,21 @@ def _check_tail_rank(model: ModelLike, entries: Mapping[str, str]) -> list[Viola
     return []
 
 
+# OFFLOAD-SUBGRAPH-001's examples (ONNX text, onnx.parser): a float MoE in both branches of an If
+# (its weights graph inputs: the rule looks at where the node sits, not at its experts), checked
+# with mode auto and with mode required.
+_EX_MOE_IN_IF = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (bool cond, float[3,16] x, float[3,4] r, float[4,32,16] w1, float[4,16,32] w2) => (float[] y) {
+  [branch] y = If (cond) <
+    then_branch = then () => (float[] y_then) {
+      [moe_then] y_then = com.microsoft.MoE <activation_type: string = "relu", k: int = 1> (x, r, w1, "", w2)
+    },
+    else_branch = else () => (float[] y_else) {
+      [moe_else] y_else = com.microsoft.MoE <activation_type: string = "relu", k: int = 1> (x, r, w1, "", w2)
+    }>
+}"""
+
+
 PLANNER_RULES: tuple[Rule, ...] = (
     Rule("OFFLOAD-SUBGRAPH-001", "mode=required: no MoE/QMoE/MoEPacked inside If/Loop/Scan subgraphs",
          "ort-contract-rules.md §1B.2; ort-cpu-capabilities.md §4.4", "cpu-session", "graph",
@@ -643,7 +667,7 @@ PLANNER_RULES: tuple[Rule, ...] = (
         "(checked on the CPU wheel too).",
         "Loop(...) with body { QMoE(...) }  and  session.moe.offload.mode=required",
         "Move the MoE node into the main graph, or use mode=auto (such nodes then stay resident).",
-    )),
+    ), examples=GraphExamples(GraphExample(_EX_MOE_IN_IF, {OFFLOAD_PREFIX + "mode": "auto"}), GraphExample(_EX_MOE_IN_IF, {OFFLOAD_PREFIX + "mode": "required"}))),
     Rule("OFFLOAD-NODE-001", "mode=required rejects the first ineligible MoE candidate; auto keeps "
          "it on the GPU (warning)", _SRC + "; §1B.4-1B.6, §1D, §1F", "cuda-only", "graph",
          effective(_check_nodes), _SINCE, ep="cuda", family=FAMILY, doc=RuleDoc(

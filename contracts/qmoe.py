@@ -43,7 +43,7 @@ from contracts._graph import (
     node_label,
     per_node,
 )
-from contracts._rule import RuleDoc, Violation, parse_version
+from contracts._rule import GraphExample, GraphExamples, RuleDoc, Violation, parse_version
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.offload_config import shown
@@ -259,6 +259,21 @@ def _check_int3(model: ModelLike, _entries: Mapping[str, str], version: str) -> 
 
     return per_node([n for n in nodes_of(ir_model, MS_DOMAIN, QMOE) if schema_clean(ir_model, n)], one)
 
+# The rules' examples (ONNX text, onnx.parser): a float MoE, and a QMoE of 4 raw int4 block-32
+# experts (hidden 64, inter 32, fp32 scales) whose weights are graph inputs, so no initializer is
+# written out (a weight that is no initializer is not prepacked: the constructor rules still run).
+_EX_MOE = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[3,16] x, float[3,4] r, float[4,32,16] w1, float[4,16,32] w2) => (float[] y) {
+  [moe] y = com.microsoft.MoE <activation_type: string = "relu", k: int = 1> (x, r, w1, "", w2)
+}"""
+_EX_QMOE = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[2,64] x, float[2,4] router, uint8[4,64,32] fc1_w, float[4,64,2] fc1_s, uint8[4,64,16] fc2_w, float[4,64,1] fc2_s)
+  => (float[2,64] y) {
+  [moe0] y = com.microsoft.QMoE
+      <activation_type: string = "swiglu", block_size: int = 32, expert_weight_bits: int = 4, k: int = 2,
+       normalize_routing_weights: int = 1, quant_type: string = "int", swiglu_fusion: int = 1, weights_prepacked: int = 0>
+      (x, router, fc1_w, fc1_s, "", fc2_w, fc2_s)
+}"""
 
 FAMILY = "qmoe"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -272,7 +287,7 @@ RULES = (
         "the packed INT3 weight layout (bytes sized by each fc's own width).",
         "QMoE(expert_weight_bits=3, activations float32, ...)",
         "Feed float16/bfloat16 activations and write the INT3 weights in the layout ORT expects.",
-    )),
+    ), examples=GraphExamples.edited(_EX_QMOE, ("expert_weight_bits: int = 4", "expert_weight_bits: int = 3"))),
     *per_version("QMOE-CPU-001", "CPU kernel constructor: k >= 1, activation spelling, expert bits, "
                  "block_size, weights_prepacked, no post-activation clipping, interleaved SwiGLU, the "
                  "1.32.0 shared kernel's block / SwiGLU / optional-input limits, bfloat16 only there",
@@ -284,7 +299,7 @@ RULES = (
         "limits; bfloat16 only there.",
         "QMoE(k=0, ...) on a CPU graph",
         "Use k >= 1 and the supported activation, bits and block size for CPU nodes.",
-    )),
+    ), examples=GraphExamples.edited(_EX_QMOE, ("k: int = 2", "k: int = 0"))),
     *per_version("MOE-CPU-001", "MoE (float experts) CPU constructor, MoEBaseCPU's checks: k >= 1, the activation "
                  "spelling, k == 2 with the sparse mixer", _SRC, "cpu-session", "graph", _check_moe_cpu, ep="cpu", family=FAMILY, doc=RuleDoc(
         "The CPU MoE (float experts) constructor shares MoEBaseCPU with QMoE: k >= 1, an activation "
@@ -292,7 +307,7 @@ RULES = (
         "session fails otherwise ('Unsupported MoE activation type: tanh').",
         "MoE(activation_type='tanh', ...) on a CPU graph",
         "Use k >= 1 and one of the supported activation spellings.",
-    )),
+    ), examples=GraphExamples.edited(_EX_MOE, ("\"relu\"", "\"tanh\""))),
     *per_version("QMOE-CPU-002", "ep.cpu.qmoe_deferred_scale is '0' or '1' on a graph whose QMoE runs "
                  "on the CPU EP", _SRC + "; ort-cpu-capabilities.md §4.2", "cpu-session", "graph",
                  _check_deferred_scale, ep="cpu", since="1.32.0", family=FAMILY, doc=RuleDoc(
@@ -300,5 +315,5 @@ RULES = (
         "refuses the session otherwise.",
         '"ep.cpu.qmoe_deferred_scale": "yes"',
         "Set ep.cpu.qmoe_deferred_scale to '0' or '1', or remove it.",
-    )),
+    ), examples=GraphExamples(GraphExample(_EX_QMOE, {"ep.cpu.qmoe_deferred_scale": "1"}), GraphExample(_EX_QMOE, {"ep.cpu.qmoe_deferred_scale": "bogus"}))),
 )  # fmt: skip

@@ -26,7 +26,15 @@ from contracts._graph import (
     output_at,
     per_node,
 )
-from contracts._rule import Enforced, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
+from contracts._rule import (
+    Enforced,
+    GraphExamples,
+    ModelCheck,
+    OrtVersions,
+    Rule,
+    RuleDoc,
+    Violation,
+)
 from contracts.schema_rules import schema_clean
 from contracts.shapes import Shapes, shapes_of
 from q38._ops import (
@@ -456,6 +464,44 @@ def _check_indexer_cuda(model: ModelLike, _entries: Mapping[str, str]) -> list[V
 
 _C: Enforced = "cpu-session"
 _S = "ort-contract-rules.md §2"
+
+# The rules' examples (ONNX text, onnx.parser): one node of each op, fp16, shapes its inference takes.
+_EX_PSAI = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[4,64] q, float16[4,32] k, float16[32] qn, float16[32] kn, float16[16,32] cos, float16[16,32] sin,
+   int32[2] cu, int32[1] ps, float16[1,64,32] pks, float16[1,7,32] pkv, int32[1,2] psl)
+  => (int32[] si, int32[] sc, float16[] pks_o, float16[] pkv_o, int32[] psl_o) {
+  [idx] si, sc, pks_o, pkv_o, "", psl_o = com.microsoft.PackedSparseAttentionIndexer
+      <compress_ratio: int = 4, policy_mode: string = "qsa", state_capacity: int = 64, token_budget: int = 16>
+      (q, k, qn, kn, cos, sin, cu, ps, "", "", "", "", pks, pkv, "", psl)
+}"""
+# IndexShare: inputs 18-21 (im, mi, mc, ms) wired, output 7 (is_o) too.
+_EX_PSAI_INDEXSHARE = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[4,64] q, float16[4,32] k, float16[32] qn, float16[32] kn, float16[16,32] cos, float16[16,32] sin,
+   int32[2] cu, int32[1] ps, float16[1,64,32] pks, float16[1,7,32] pkv, int32[1,2] psl,
+   int32[1] im, int32[1,24] mi, int32[1] mc, int32[1] ms)
+  => (int32[] si, int32[] sc, float16[] pks_o, float16[] pkv_o, int32[] psl_o, int32[] is_o) {
+  [idx] si, sc, pks_o, pkv_o, "", psl_o, "", is_o = com.microsoft.PackedSparseAttentionIndexer
+      <compress_ratio: int = 4, max_output_entries: int = 24, policy_mode: string = "qsa", state_capacity: int = 64,
+       token_budget: int = 16>
+      (q, k, qn, kn, cos, sin, cu, ps, "", "", "", "", pks, pkv, "", psl, "", "", im, mi, mc, ms)
+}"""
+_EX_SAI = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[1,4,64] q, float16[1,4,32] k, float16[32] qn, float16[32] kn, float16[16,16] cos, float16[16,16] sin,
+   float16[1,8,32] pk) => (int32[] si, float16[] pk_o) {
+  [sai] si, pk_o = com.microsoft.SparseAttentionIndexer
+      <compress_ratio: int = 4, policy_mode: string = "qsa", token_budget: int = 16> (q, k, qn, kn, cos, sin, "", pk)
+}"""
+_EX_DSA = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[1,2,64] q, int32[2,4] si, int32[2] sc, int32[1] sk, int32[1] tsl) => (float16[] out) {
+  [dsa] out = com.microsoft.DynamicSparseAttention <is_causal: int = 1, kv_num_heads: int = 2, num_heads: int = 4>
+      (q, "", "", "", "", "", "", si, sc, sk, tsl)
+}"""
+_EX_MERGE = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (int32[2,16] bi, int32[2] bc, int32[2] br, int32[2] rs, int32[2] re) => (int32[] o_i, int32[] o_c, int32[] o_s) {
+  [mg] o_i, o_c, o_s = com.microsoft.PackedSparseAttentionIndexerMerge
+      <max_output_entries: int = 32, policy_mode: string = "append_range"> (bi, bc, br, rs, re)
+}"""
+
 FAMILY = "qsa"
 """The rule family of this module's rules (``q38 rules --family``)."""
 
@@ -469,7 +515,7 @@ RULES: tuple[Rule, ...] = (
         "fails the node with the schema's message.",
         "PackedSparseAttentionIndexer(..., policy='topk', compress_ratio=0)",
         "Set the attributes and inputs the policy requires (the message names the one at fault).",
-    )),
+    ), examples=GraphExamples.edited(_EX_PSAI, ("policy_mode: string = \"qsa\"", "policy_mode: string = \"bogus\""))),
     Rule("QSA-PSAI-002", "PackedSparseAttentionIndexer IndexShare: state policy, inputs 18-21 together, "
          "max_output_entries, status output, shapes, selection budget", _S + "C.11; probed 1.32.0",
          _C, "graph", _is_rule, OrtVersions(since="1.32.0"), family=FAMILY, doc=RuleDoc(
@@ -478,7 +524,7 @@ RULES: tuple[Rule, ...] = (
         "selection budget; the schema refuses the node otherwise.",
         "PackedSparseAttentionIndexer with input 18 wired and inputs 19-21 empty",
         "Wire the IndexShare inputs 18-21 together with the state policy, or none of them.",
-    )),
+    ), examples=GraphExamples.edited(_EX_PSAI_INDEXSHARE, (", int32[] is_o)", ")"), (", \"\", is_o =", " ="))),
     Rule("QSA-SAI-001", "SparseAttentionIndexer schema: arity, policy and attribute rules, inputs and "
          "outputs by policy, ranks, query width / head_size, past_proj_buffer", _S + "E; probed 1.32.0",
          _C, "graph", _schema_rule("QSA-SAI-001", _SAI), family=FAMILY, doc=RuleDoc(
@@ -487,21 +533,21 @@ RULES: tuple[Rule, ...] = (
         "past_proj_buffer; the session fails with the schema's message.",
         "SparseAttentionIndexer(query: [B, S, 100]) with head_size=64",
         "Make the query width a multiple of head_size and wire the inputs the policy needs.",
-    )),
+    ), examples=GraphExamples.edited(_EX_SAI, ("token_budget: int = 16", "token_budget: int = 6"))),
     Rule("QSA-DSA-001", "DynamicSparseAttention schema: num_heads, kv_num_heads divides num_heads, "
          "rank-3 query", _S + "A; probed 1.32.0", _C, "graph", _schema_rule("QSA-DSA-001", _DSA), family=FAMILY, doc=RuleDoc(
         "ORT's DynamicSparseAttention schema requires num_heads > 0, kv_num_heads dividing "
         "num_heads and a rank-3 query; session creation fails otherwise.",
         "DynamicSparseAttention(num_heads=8, kv_num_heads=3, ...)",
         "Choose kv_num_heads dividing num_heads and feed a [batch, seq, hidden] query.",
-    )),
+    ), examples=GraphExamples.edited(_EX_DSA, ("kv_num_heads: int = 2", "kv_num_heads: int = 3"))),
     Rule("QSA-MERGE-001", "PackedSparseAttentionIndexerMerge schema: capacity, policy, inputs by "
          "policy", _S + "F", _C, "graph", _schema_rule("QSA-MERGE-001", _MERGE), OrtVersions(since="1.32.0"), family=FAMILY, doc=RuleDoc(
         "ORT 1.32.0's PackedSparseAttentionIndexerMerge schema checks the capacity, the policy "
         "and the inputs each policy needs.",
         "PackedSparseAttentionIndexerMerge(capacity=0, ...)",
         "Give a positive capacity and the inputs of the chosen policy.",
-    )),
+    ), examples=GraphExamples.edited(_EX_MERGE, ("max_output_entries: int = 32", "max_output_entries: int = 0"))),
     Rule("QSA-DSA-CUDA-001", "DynamicSparseAttention CUDA constructor: modes, is_causal, window, "
          "rotary_offset, 0/1 flags", _S + "B (dynamic_sparse_attention.cc @0c87280b)", "cuda-only",
          "graph", _check_dsa_cuda, ep="cuda", family=FAMILY, doc=RuleDoc(
@@ -510,12 +556,12 @@ RULES: tuple[Rule, ...] = (
         "on a CUDA session the node fails to instantiate. The CPU wheel never checks it.",
         "DynamicSparseAttention(is_causal=0, ...) assigned to CUDA",
         "Use the supported mode and flags (is_causal=1) for nodes that run on CUDA.",
-    )),
+    ), examples=GraphExamples.edited(_EX_DSA, ("is_causal: int = 1", "is_causal: int = 0"))),
     Rule("QSA-INDEXER-CUDA-001", "indexer CUDA constructors: epsilon >= 0", _S + "D", "cuda-only",
          "graph", _check_indexer_cuda, ep="cuda", family=FAMILY, doc=RuleDoc(
         "The CUDA constructors of the QSA indexers require epsilon >= 0 ('OP: epsilon must be >= "
         "0, got E'); only a CUDA session checks it.",
         "PackedSparseAttentionIndexer(epsilon=-1e-6, ...) on CUDA",
         "Set epsilon to a non-negative value (the exporter's default is 1e-6).",
-    )),
+    ), examples=GraphExamples.edited(_EX_PSAI, ("compress_ratio", "epsilon: float = 0.0, compress_ratio"), ("epsilon: float = 0.0", "epsilon: float = -1.0"))),
 )  # fmt: skip

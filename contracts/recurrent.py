@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import ModelLike, as_ir_model, attr_int, node_label, per_node
-from contracts._rule import RuleDoc, Violation
+from contracts._rule import GraphExamples, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
@@ -38,6 +38,11 @@ def _check(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[
 
     return per_node(nodes, one)
 
+# The rule's examples (ONNX text, onnx.parser): one LSTM over X [2, 3, 4], hidden 5, one direction.
+_EX_LSTM = """<ir_version: 10, opset_import: ["" : 21]>
+g (float[2,3,4] X, float[1,20,4] W, float[1,20,5] R) => (float[] Y) {
+  [rnn] Y = LSTM <hidden_size: int = 5, layout: int = 0> (X, W, R)
+}"""
 
 FAMILY = "recurrent"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -50,5 +55,5 @@ RULES = (
         "not supported.').",
         "LSTM(X, W, R, layout=1) on a CPU graph",
         "Export with layout=0 (transpose the batch-major input before the op).",
-    )),
+    ), examples=GraphExamples.edited(_EX_LSTM, ("layout: int = 0", "layout: int = 1"))),
 )  # fmt: skip

@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 from contracts._facts import nodes_of
 from contracts._graph import ModelLike, as_ir_model, attr_int, node_label, per_node
-from contracts._rule import RuleDoc, Violation
+from contracts._rule import GraphExamples, RuleDoc, Violation
 from contracts._versions import per_version
 from contracts.cpu_kernels import runs_on_cpu
 from contracts.schema_rules import schema_clean
@@ -51,6 +51,11 @@ def _check(model: ModelLike, _entries: Mapping[str, str], version: str) -> list[
 
     return per_node([n for n in nodes_of(ir_model, MS_DOMAIN, "RotaryEmbedding") if schema_clean(ir_model, n)], one)
 
+# The rule's examples (ONNX text, onnx.parser): a partial RotaryEmbedding (rotary_embedding_dim 8).
+_EX_ROPE = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,3,32] x, int64[1,3] pos, float[8,4] cos, float[8,4] sin) => (float[] y) {
+  [rope] y = com.microsoft.RotaryEmbedding <num_heads: int = 2, rotary_embedding_dim: int = 8> (x, pos, cos, sin)
+}"""
 
 FAMILY = "rotary"
 """The rule family of this module's rules (``q38 rules --family``)."""
@@ -63,5 +68,5 @@ RULES = (
         "provided if rotary_embedding_dim is specified'); the schema accepts the node, the CPU session fails.",
         "RotaryEmbedding(rotary_embedding_dim=8, ...) without num_heads on a CPU graph",
         "Give num_heads with a partial rotary_embedding_dim (or drop rotary_embedding_dim for a full rotary).",
-    )),
+    ), examples=GraphExamples.edited(_EX_ROPE, ("num_heads: int = 2, ", ""))),
 )  # fmt: skip

@@ -36,7 +36,7 @@ import onnx_ir as ir
 
 from contracts._facts import Typing, model_facts, type_str
 from contracts._graph import ModelLike, as_ir_model, node_label
-from contracts._rule import ModelCheck, OrtVersions, Rule, RuleDoc, Violation
+from contracts._rule import GraphExamples, ModelCheck, OrtVersions, Rule, RuleDoc, Violation
 from contracts.schema_registry import (
     ONNX_DOMAINS,
     OpSchema,
@@ -262,79 +262,113 @@ _SCHEMA_SRC = (
 )
 
 
-# (id, summary, documentation) of the per-node schema rules, one record per id and mirrored version
-_NODE_RULES: tuple[tuple[str, str, RuleDoc], ...] = (
+# The schema rules' examples (ONNX text, onnx.parser): one com.microsoft GatedAdd or one standard
+# op, each violating model one edit away from its passing one.
+_EX_GATED_ADD = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[2,8] a, float[2,8] b, float[2,8] g) => (float[] y) {
+  [ga] y = com.microsoft.GatedAdd (a, b, g)
+}"""
+_EX_RELU = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[2,8] x) => (float[] y) {
+  [n0] y = Relu (x)
+}"""
+_EX_SOFTMAX = """<ir_version: 10, opset_import: ["" : 21]>
+g (float[2,8] x) => (float[] y) {
+  [n0] y = Softmax <axis: int = 1> (x)
+}"""
+_EX_CAUSAL_CONV = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float[1,4,5] x, float[4,1,3] w) => (float[] y, float[] st) {
+  [cc] y, st = com.microsoft.CausalConvWithState <ndim: int = 1> (x, w, "", "")
+}"""
+_EX_DSA = """<ir_version: 10, opset_import: ["" : 21, "com.microsoft" : 1]>
+g (float16[1,2,64] q, int32[2,4] si, int32[2] sc, int32[1] sk, int32[1] tsl) => (float16[] out) {
+  [dsa] out = com.microsoft.DynamicSparseAttention <kv_num_heads: int = 2, num_heads: int = 4>
+      (q, "", "", "", "", "", "", si, sc, sk, tsl)
+}"""
+_EX_MATMUL = """<ir_version: 10, opset_import: ["" : 21]>
+g (float[2,3] a, float[3,5] b) => (float[] y) {
+  [mm] y = MatMul (a, b)
+}"""
+_EX_OPSET_10 = """<ir_version: 10, opset_import: ["" : 10]>
+g (float[2,8] x) => (float[] y) {
+  [n0] y = Relu (x)
+}"""
+
+
+# (id, summary, documentation, examples) of the per-node schema rules, one record per id and
+# mirrored version
+_NODE_RULES: tuple[tuple[str, str, RuleDoc, GraphExamples], ...] = (
     ("ORT-SCHEMA-001", "the op is registered for its domain at the model's opset import", RuleDoc(
         _SCHEMA_SRC + "A node whose op has no schema for its domain at that version fails with "
         "'No Op registered for OP with domain_version of N' (or 'Fatal error: DOMAIN:OP(-1) is "
         "not a registered function/op').",
         'opset_import { domain: "" version: 0 }  node: Gather(...)  -> No Op registered for Gather with domain_version of 0',
         "Use an op that exists at the imported opset (or raise the opset import to one that has it).",
-    )),
+    ), GraphExamples.edited(_EX_RELU, ("Relu", "com.microsoft.Bogus"))),
     ("ORT-SCHEMA-002", "each input type is within its type parameter's allowed types", RuleDoc(
         _SCHEMA_SRC + "Each input's element type must be one of its type parameter's allowed "
         "types: 'Type Error: Type 'tensor(T)' of input parameter (X) of operator (OP) in node (N) "
         "is invalid.'",
         "Relu(x: tensor(int8)) at an opset whose Relu allows only float types",
         "Cast the input to an allowed type (the schema lists them) or use an op that accepts it.",
-    )),
+    ), GraphExamples.edited(_EX_RELU, ("float[2,8] x) => (float[] y)", "uint8[2,8] x) => (uint8[] y)"))),
     ("ORT-SCHEMA-003", "every attribute is known to the op's schema", RuleDoc(
         _SCHEMA_SRC + "An attribute the op's schema does not declare fails with 'Unrecognized "
         "attribute: NAME for operator OP'.",
         "Relu(x) with attribute alpha=0.1",
         "Remove the attribute, or use the op that declares it (LeakyRelu has alpha).",
-    )),
+    ), GraphExamples.edited(_EX_SOFTMAX, ("axis", "bogus"))),
     ("ORT-SCHEMA-004", "input and output counts are within the schema's bounds", RuleDoc(
         _SCHEMA_SRC + "The number of inputs and outputs must lie within the schema's bounds "
         "(optional and variadic slots included), otherwise the node fails verification.",
         "Relu(a, b)  (Relu takes exactly one input)",
         "Give the op the number of inputs and outputs its schema declares.",
-    )),
+    ), GraphExamples.edited(_EX_SOFTMAX, ("(float[] y)", "(float[] y, float[] y1)"), ("y = ", "y, y1 = "))),
     ("ORT-SCHEMA-005", "a type parameter is bound to one type", RuleDoc(
         _SCHEMA_SRC + "All inputs and outputs bound to one type parameter must have one type: "
         "'Type Error: Type parameter (T) of Optype (OP) bound to different types ...'.",
         "Add(a: tensor(float), b: tensor(float16))",
         "Cast the inputs so every slot of the type parameter has the same element type.",
-    )),
+    ), GraphExamples.edited(_EX_GATED_ADD, ("float[2,8] b", "float16[2,8] b"))),
     ("ORT-SCHEMA-006", "every attribute has the type the schema declares", RuleDoc(
         _SCHEMA_SRC + "Every attribute must have the type the schema declares (an int where a "
         "float is declared, a graph where a tensor is, a Constant without data), otherwise ORT "
         "refuses the node with its attribute type error.",
         "Gather(data, indices) with attribute axis given as a float (axis=1.0)",
         "Write the attribute with its declared type (axis as an INT).",
-    )),
+    ), GraphExamples.edited(_EX_CAUSAL_CONV, ("ndim: int = 1", "ndim: ints = [3]"))),
     ("ORT-SCHEMA-007", "required attributes are present", RuleDoc(
         _SCHEMA_SRC + "A required attribute that is absent fails with 'Required attribute NAME "
         "is missing.'",
         "com.microsoft GroupQueryAttention(...) without num_heads",
         "Add the required attribute with its intended value.",
-    )),
+    ), GraphExamples.edited(_EX_DSA, (", num_heads: int = 4", ""))),
     ("ORT-SCHEMA-008", "an empty input/output name only in an optional slot", RuleDoc(
         _SCHEMA_SRC + "An empty input or output name means 'absent' and is allowed only in an "
         "optional slot; in a required slot ORT refuses the node.",
         'MatMul("", w)  (empty first input)',
         "Wire a value into every required slot; leave only optional slots empty.",
-    )),
+    ), GraphExamples.edited(_EX_GATED_ADD, ("(a, b, g)", '(a, "", g)'))),
     ("ORT-SCHEMA-009", "a declared output type agrees with the type the schema binds", RuleDoc(
         _SCHEMA_SRC + "A graph output or value_info that declares a type different from the one "
         "the schema binds for the producing node fails with 'Type Error: Type (T) of output arg "
         "(Y) of node (N) does not match expected type (U).'",
         "y = Relu(x: tensor(float)) with value_info y: tensor(float16)",
         "Fix the declared type (or insert a Cast) so it matches what the op produces.",
-    )),
+    ), GraphExamples.edited(_EX_GATED_ADD, ("(float[] y)", "(float16[] y)"))),
     ("ORT-SCHEMA-010", "the op's resolved schema is not deprecated", RuleDoc(
         _SCHEMA_SRC + "A node whose schema at the imported opset is deprecated is refused: 'Op "
         "registered for OP is deprecated in domain_version of N'.",
         'opset_import { domain: "" version: 10 }  node: Upsample(...)',
         "Replace the op with its successor (Upsample -> Resize) or import an opset where it is not deprecated.",
-    )),
+    ), GraphExamples.edited(_EX_OPSET_10, ("Relu", "Scale"))),
     ("ORT-SCHEMA-011", "an op of a domain onnxruntime does not know needs a registered custom-op library", RuleDoc(
         "A node of a domain onnxruntime does not know can only run if the session registers a "
         "custom-op library that provides it; otherwise ORT fails with 'Fatal error: DOMAIN:OP(-1) "
         "is not a registered function/op'.",
         'node { domain: "qwen38.plane" op_type: "Plane" }  with no library in the config',
         "Ship the custom-op library in libs/ and name it in the config (q38 build --lib-NAME), or replace the op.",
-    )),
+    ), GraphExamples.edited(_EX_RELU, ('"com.microsoft" : 1]>', '"com.example" : 1]>'), ("Relu", "com.example.Bogus"))),
 )
 
 
@@ -362,7 +396,7 @@ def _rules() -> tuple[Rule, ...]:
             "...').",
             'opset_import { domain: "" version: 0 }',
             "Stamp the graph with a released opset (e.g. 'ai.onnx' 21) that the installed onnxruntime supports.",
-        )))  # fmt: skip
+        ), examples=GraphExamples.edited(_EX_GATED_ADD, ('"" : 21', '"" : 10000'))))  # fmt: skip
         rules.append(Rule("ORT-OPSET-002", "every imported domain is one onnxruntime knows, or a custom-op "
                           "library of the graph's session provides it", source, "cpu-session", "graph",
                           _unknown_import_rule(version), span, family=FAMILY, doc=RuleDoc(
@@ -371,10 +405,10 @@ def _rules() -> tuple[Rule, ...]:
             "/ libs).",
             'opset_import { domain: "com.example" version: 1 }  with no custom-op library configured',
             "Remove the unused import, or name the custom-op library in the config's session options.",
-        )))  # fmt: skip
+        ), examples=GraphExamples.edited(_EX_GATED_ADD, ('"com.microsoft" : 1', '"com.microsoft" : 1, "com.example" : 1'))))  # fmt: skip
         rules.extend(Rule(rule_id, summary, source, "cpu-session", "graph", _node_rule(rule_id, version), span,
-                          family=FAMILY, doc=doc)
-                     for rule_id, summary, doc in _NODE_RULES)  # fmt: skip
+                          family=FAMILY, doc=doc, examples=examples)
+                     for rule_id, summary, doc, examples in _NODE_RULES)  # fmt: skip
     return tuple(rules)
 
 
@@ -391,5 +425,5 @@ RULES: tuple[Rule, ...] = (
         "or whose branches and node, disagree on the number of outputs.",
         "MatMul(a: [2, 3], b: [4, 5])",
         "Make the shapes agree (fix the producer, the initializer or the attribute named in the message).",
-    )),
+    ), examples=GraphExamples.edited(_EX_MATMUL, ("float[3,5] b", "float[4,5] b"))),
 )

@@ -3,10 +3,14 @@
 Invariants guarded:
 - The rule ids of ``contracts.runner.ALL_RULES`` and of the offload node checks are exactly the
   ids ``support.rule_cases`` covers (a new rule without cases fails here).
+- A graph rule declares its examples (``GraphExamples``: models in ONNX text, every per-version
+  record the same) or keeps a case in ``support.rule_cases``, never both: a graph rule with
+  neither fails here.
 - For each id, the accepted input yields no violation of that id and the rejected input at least
-  one, evaluated directly on the rule (graph rules incl. ``cuda-only`` and ``run-time`` ones,
-  session-config, environment and config rules) or through ``check_package`` on an edited package copy
-  (package rules), for the onnxruntime version the case names.
+  one, evaluated directly on the rule (graph rules incl. ``cuda-only`` and ``run-time`` ones, their
+  declared ONNX text parsed and run through ``Rule.check_graph``; session-config, environment and
+  config rules) or through ``check_package`` on an edited package copy (package rules), for the
+  onnxruntime version the case (or the declaration) names.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from support.offload_node_cases import NEGATIVES
 from support.offload_node_kit import FORMATS, offload_model
 from support.rule_cases import CASES, RuleCase
 
+from contracts._rule import GraphExamples
 from contracts.offload_nodes import NODE_CHECKS, check_offload_nodes
 from contracts.runner import ALL_RULES, check_package
 
@@ -31,16 +36,32 @@ def test_every_rule_id_has_cases() -> None:
     assert sorted({r.rule_id for r in ALL_RULES}) == sorted(CASES)
 
 
+@pytest.mark.parametrize("rule_id", sorted({r.rule_id for r in ALL_RULES if r.kind == "graph"}))
+def test_every_graph_rule_declares_its_examples_or_keeps_a_case(rule_id: str) -> None:
+    declared = [r.examples for r in ALL_RULES if r.rule_id == rule_id]
+    if any(isinstance(examples, GraphExamples) for examples in declared):
+        assert all(examples == declared[0] for examples in declared), "per-version records declare different examples"
+        assert CASES[rule_id].kind == "graph"  # read from the declaration (rule_cases raises on a second case)
+    else:
+        assert all(examples is None for examples in declared), "a graph rule's examples are GraphExamples"
+        assert rule_id in CASES, f"{rule_id}: no declared GraphExamples and no case in support.rule_cases"
+
+
 def _ids(case: RuleCase, value: object) -> set[str]:
     rules = [r for r in ALL_RULES if r.rule_id == case.rule_id and r.applies(case.version)]
     assert rules, f"{case.rule_id} has no rule for onnxruntime {case.version}"
     found: set[str] = set()
     for rule in rules:
-        if case.kind in {"graph", "environment"}:
-            first, entries = value  # type: ignore[misc]
-            found |= {v.rule_id for v in rule.check(first, entries)}
+        if case.kind == "graph":
+            model, entries = value  # type: ignore[misc]
+            found |= {v.rule_id for v in rule.check_graph(model, entries)}
+        elif case.kind == "environment":
+            env, entries = value  # type: ignore[misc]
+            found |= {v.rule_id for v in rule.check_environment(env, entries)}
+        elif case.kind == "session":
+            found |= {v.rule_id for v in rule.check_session(value)}  # type: ignore[arg-type]
         else:
-            found |= {v.rule_id for v in rule.check(value)}
+            found |= {v.rule_id for v in rule.check_config(value)}  # type: ignore[arg-type]
     return found
 
 
