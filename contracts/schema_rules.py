@@ -5,8 +5,9 @@ main graph and of every subgraph, with ORT's wording (probed on 1.31.1 and 1.32.
 
 * ``ORT-OPSET-001`` (model load): at least one opset import; no import above what ORT supports
   (``ValidateOpsetForDomain``); no import of version <= 0 (nothing resolves there).
-  ``ORT-OPSET-002``: no import of a domain ORT does not know (q38's stricter rule: ORT itself
-  ignores an import no node uses), dropped by the runner when a custom-op library is registered.
+  ``ORT-OPSET-002`` (a warning: ORT itself ignores an import no node uses, so it never refuses
+  a load): an import of a domain ORT does not know, dropped by the runner when a custom-op
+  library is registered.
 * ``ORT-SCHEMA-001``: the op is registered for its domain at the model's opset import (an op of a
   domain ORT does not know is ``ORT-SCHEMA-011``, dropped by the runner when the graph's session
   registers a custom-op library); ``ORT-SCHEMA-010``: the resolved schema is not deprecated.
@@ -232,7 +233,8 @@ def _shape_rule(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation
 
 def _unknown_import_rule(version: str) -> ModelCheck:
     def check(model: ModelLike, _entries: Mapping[str, str]) -> list[Violation]:
-        return [Violation("ORT-OPSET-002", text) for text in _unknown_imports(model, registry_for(version))]
+        return [Violation("ORT-OPSET-002", text, severity="warning")
+                for text in _unknown_imports(model, registry_for(version))]  # fmt: skip
 
     return check
 
@@ -400,11 +402,13 @@ def _rules() -> tuple[Rule, ...]:
         rules.append(Rule("ORT-OPSET-002", "every imported domain is one onnxruntime knows, or a custom-op "
                           "library of the graph's session provides it", source, "cpu-session", "graph",
                           _unknown_import_rule(version), span, family=FAMILY, doc=RuleDoc(
-            "An imported domain that onnxruntime registers no operator in is refused unless the "
-            "session registers a custom-op library that provides it (the config's custom_ops_library "
-            "/ libs).",
+            "onnxruntime ignores an opset import that no node uses, so an import of a domain it registers "
+            "no operator in loads; a node of that domain is refused (ORT-SCHEMA-011). Such an import "
+            "is the trace of a custom-op library the config does not name (custom_ops_library / libs) "
+            "or an exporter's leftover: a warning, dropped when the session registers a custom-op library.",
             'opset_import { domain: "com.example" version: 1 }  with no custom-op library configured',
             "Remove the unused import, or name the custom-op library in the config's session options.",
+            severity="warning",
         ), examples=GraphExamples.edited(_EX_GATED_ADD, ('"com.microsoft" : 1', '"com.microsoft" : 1, "com.example" : 1'))))  # fmt: skip
         rules.extend(Rule(rule_id, summary, source, "cpu-session", "graph", _node_rule(rule_id, version), span,
                           family=FAMILY, doc=doc, examples=examples)
