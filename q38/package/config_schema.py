@@ -7,8 +7,12 @@ ranges (``SafeDoubleToInt``) and a few value bounds while it reads. This module 
 -- :class:`Obj` per element, the handlers of each key by JSON kind, the value checks, and
 :func:`validate` -- plus the elements both config surfaces share (a graph's ``session_options``
 and its providers). Each surface declares its own table of elements with it: GenAI 0.18.0's in
-:mod:`q38.package.genai.schema`; the v12b surface validates its ``session_options`` blocks
-against :data:`SESSION_OPTIONS` through :mod:`q38.package.session_options`.
+:mod:`q38.package.genai.schema`, v12b's in :mod:`q38.package.v12b.schema`.
+
+The v12b surface is stricter than GenAI's parser and words its refusals its own way; the
+engine carries what it needs as options of the same tables: strict integers, required keys,
+keys by pattern, the walk order (:data:`Walk`: unknown keys first, then the values in a
+declared order), cross-field :class:`Rule` s, and a :class:`Style` for the error lines.
 
 Only the verdict per document matters here: :func:`validate` raises one :class:`ConfigError`
 line naming the key path (``model.decoder.session_options.provider_options[0].cuda.x``); it
@@ -18,26 +22,34 @@ does not build anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import numpy as np
 
-from q38.errors import ConfigError
+from q38.errors import ConfigError, clip, quote
 from q38.package.io.jsonio import json_kind
 
 __all__ = [
     "BOOL", "DEVICE_FILTERING", "GRAPH_OPTIMIZATION_LEVELS", "I32", "I64", "NUM", "PATH", "POS", "PROVIDER",
-    "RUN_OPTIONS", "SESSION_OPTIONS", "STR", "Arr", "Check", "Obj", "Scalar", "between", "config_path",
-    "finite_float32_positive", "legacy", "ngram_size", "non_negative", "one_of", "positive",
-    "unit_interval_open_low", "validate",
+    "RUN_OPTIONS", "SESSION_OPTIONS", "STR", "Arr", "Check", "Obj", "Problem", "Rule", "Scalar", "Style", "Walk",
+    "all_of", "at_least", "between", "config_path", "finite", "finite_float32_positive", "fits_int64", "legacy",
+    "ngram_size", "non_negative", "one_of", "positive", "unit_interval_open_low", "validate",
 ]
 
 # A scalar's extra check, called once ``_Walker.scalar`` has checked the value's JSON kind: a
 # number check takes a float, a string check a str. ``Any``: the one parameter type all of them accept.
 Check = Callable[[Any], "str | None"]
-ScalarKind = Literal["string", "bool", "int32", "int64", "number"]
+# "integer": a JSON integer (no fraction, no bool), with no range of its own: v12b's strict integers.
+ScalarKind = Literal["string", "bool", "int32", "int64", "integer", "number"]
+# A cross-field refusal: the path under the element ("" the element itself, "key", "[i].key"), the message.
+Problem = tuple[str, str]
+# How an object's keys are walked: "document": each key in document order, an unknown one where it
+# stands (GenAI); "keys_first": every unknown key refused first, then each value in document order;
+# "declared": unknown keys first, then the values in ``Obj.order`` (default: the fields' order).
+Walk = Literal["document", "keys_first", "declared"]
 
 _INT32: Final = (-(2**31), 2**31 - 1)
 _INT64: Final = (-(2**63), 2**63)  # upper bound exclusive, as GenAI compares doubles
@@ -45,17 +57,37 @@ _INT64: Final = (-(2**63), 2**63)  # upper bound exclusive, as GenAI compares do
 
 @dataclass(frozen=True)
 class Scalar:
-    """A JSON scalar GenAI reads with ``JSON::Get<T>``; ``check`` returns an error or None."""
+    """A JSON scalar GenAI reads with ``JSON::Get<T>``; ``check`` returns an error or None.
+
+    ``name``: how a wrong kind's refusal names the wanted one (default ``a string``, ``a bool``,
+    ``an integer``, ``a number``).
+    """
 
     kind: ScalarKind
     check: Check | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field check of an object or array: called with its (checked) value, a Problem or None."""
+
+    check: Callable[[Any], Problem | None]
 
 
 @dataclass(frozen=True)
 class Arr:
-    """A JSON array whose elements all go to one handler (a scalar or an object element)."""
+    """A JSON array whose elements all go to one handler (a scalar or an object element).
+
+    ``lone``: a value that is not an array is read as the one-element array ``[value]`` (its
+    path ``key[0]``); ``each``: called with the array and an index before that element is walked;
+    ``rules``: run once every element is checked.
+    """
 
     item: Scalar | Obj
+    lone: bool = False
+    each: Callable[[Sequence[Any], int], Problem | None] | None = None
+    rules: tuple[Rule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +98,13 @@ class Obj:
     run options); ``other_objects``: any other key takes this object (provider names, pipeline
     model ids); ``ignore_scalars``: any other key's scalar is dropped (the document root);
     ``reject``: the element refuses any object with this message (a retired key).
+
+    The strict options (v12b): ``other``: the handlers of any other key that ``other_keys``
+    matches (any key when None), a value of another kind refused as for a field; ``walk`` and
+    ``order``: see :data:`Walk` -- an ``order`` step is a key, a dotted path into a nested
+    object (its parent step then checks only the parent's kind and keys), or a :class:`Rule`;
+    ``required``: keys whose absence is refused (``required key is missing``) at their step of
+    a ``declared`` walk; ``rules``: run once the object's values are checked.
     """
 
     fields: Mapping[str, tuple[Scalar | Obj | Arr, ...]] = field(default_factory=dict)
@@ -73,7 +112,20 @@ class Obj:
     other_objects: Obj | None = None
     ignore_scalars: bool = False
     reject: str = ""
+    other: tuple[Scalar | Obj | Arr, ...] = ()
+    other_keys: re.Pattern[str] | None = None
+    walk: Walk = "document"
+    order: tuple[str | Rule, ...] = ()
+    required: frozenset[str] = frozenset()
+    rules: tuple[Rule, ...] = ()
 
+
+@dataclass(frozen=True)
+class Style:
+    """How a surface words its error lines: ``clip`` long sources and paths; the non-object document line."""
+
+    clip: bool = False
+    top: str = "{source}: expected a JSON object at the top level, got {kind}"
 
 
 
@@ -113,6 +165,34 @@ def one_of(*choices: str, fold_case: bool = False) -> Check:
     def check(v: str) -> str | None:
         probe = v.lower() if fold_case else v
         return None if probe in choices else f"expected one of {', '.join(choices)}, got {v!r}"
+
+    return check
+
+
+def at_least(minimum: int) -> Check:
+    """A check: the number is >= ``minimum`` (v12b's wording)."""
+    def check(v: float) -> str | None:
+        return None if v >= minimum else f"must be >= {minimum}, got {quote(v)}"
+
+    return check
+
+
+def fits_int64(v: float) -> str | None:
+    """A check: an integer value fits in int64 (a float passes)."""
+    if isinstance(v, int) and not -(2**63) <= v < 2**63:
+        return f"value {quote(v)} does not fit in int64"
+    return None
+
+
+def finite(v: float) -> str | None:
+    """A check: a float value is finite (an integer passes)."""
+    return f"{v!r} is not a finite number" if isinstance(v, float) and not math.isfinite(v) else None
+
+
+def all_of(*checks: Check) -> Check:
+    """A check: each of ``checks`` in turn; the first problem wins."""
+    def check(v: object) -> str | None:
+        return next((p for p in (c(v) for c in checks) if p), None)
 
     return check
 
@@ -180,12 +260,30 @@ SESSION_OPTIONS: Final = Obj(
 
 
 # --------------------------------------------------------------------------- validation
+_NAMES: Final = {"string": "a string", "bool": "a bool", "integer": "an integer"}
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _under(path: str, rel: str) -> str:
+    return path if not rel else path + rel if rel.startswith("[") else _join(path, rel)
+
+
 class _Walker:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, style: Style) -> None:
         self.source = source
+        self.style = style
 
     def fail(self, path: str, message: str) -> ConfigError:
+        if self.style.clip:
+            return ConfigError(f"{clip(self.source)}: {clip(path, 200)}: {message}")
         return ConfigError(f"{self.source}: {path}: {message}")
+
+    def problem(self, found: Problem | None, path: str) -> None:
+        if found is not None:
+            raise self.fail(_under(path, found[0]), found[1])
 
     def scalar(self, node: Scalar, value: object, path: str) -> None:
         kind = node.kind
@@ -193,11 +291,12 @@ class _Walker:
             ok = isinstance(value, str)
         elif kind == "bool":
             ok = isinstance(value, bool)
+        elif kind == "integer":
+            ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok:
-            want = {"string": "a string", "bool": "a bool"}.get(kind, "a number")
-            raise self.fail(path, f"expected {want}, got {json_kind(value)}")
+            raise self.fail(path, f"expected {_scalar_name(node)}, got {json_kind(value)}")
         if kind in ("int32", "int64"):
             assert isinstance(value, (int, float))
             lo, hi = _INT32 if kind == "int32" else _INT64
@@ -212,6 +311,8 @@ class _Walker:
 
     def array(self, node: Arr, value: list[Any], path: str) -> None:
         for i, item in enumerate(value):
+            if node.each is not None:
+                self.problem(node.each(value, i), path)
             ipath = f"{path}[{i}]"
             if isinstance(node.item, Obj):
                 if not isinstance(item, dict):
@@ -221,36 +322,80 @@ class _Walker:
                 if isinstance(item, (dict, list)):
                     raise self.fail(ipath, f"expected {_scalar_name(node.item)}, got {json_kind(item)}")
                 self.scalar(node.item, item, ipath)
+        for rule in node.rules:
+            self.problem(rule.check(value), path)
 
-    def obj(self, node: Obj, value: Mapping[str, Any], path: str) -> None:
+    def handlers(self, node: Obj, key: str) -> tuple[Scalar | Obj | Arr, ...]:
+        found = node.fields.get(key)
+        if found is None and node.other and (node.other_keys is None or node.other_keys.match(key)):
+            return node.other
+        return found or ()
+
+    def obj(self, node: Obj, value: Mapping[str, Any], path: str, *, shallow: bool = False) -> None:
         if node.reject:
             raise self.fail(path, node.reject)
-        for key, item in value.items():
-            kpath = f"{path}.{key}" if path else key
-            handlers = node.fields.get(key, ())
-            if isinstance(item, dict):
-                sub = next((h for h in handlers if isinstance(h, Obj)), node.other_objects)
-                if sub is None:
-                    raise self.fail(kpath, _unknown_or_kind(handlers, "an object"))
-                self.obj(sub, item, kpath)
-            elif isinstance(item, list):
-                arr = next((h for h in handlers if isinstance(h, Arr)), None)
-                if arr is None:
-                    raise self.fail(kpath, _unknown_or_kind(handlers, "an array"))
-                self.array(arr, item, kpath)
-            else:
-                sc = next((h for h in handlers if isinstance(h, Scalar)), None)
-                if sc is None and node.other_strings:
-                    sc = STR
-                if sc is None:
-                    if node.ignore_scalars:
-                        continue
-                    raise self.fail(kpath, _unknown_or_kind(handlers, json_kind(item)))
-                self.scalar(sc, item, kpath)
+        if node.walk != "document":
+            for key in value:
+                if not self.handlers(node, key):
+                    raise self.fail(_join(path, key), "unknown key")
+            if shallow:
+                return
+        if node.walk == "declared":
+            steps = node.order or tuple(node.fields)
+            for step in steps:
+                if isinstance(step, Rule):
+                    self.problem(step.check(value), path)
+                else:
+                    self.step(node, value, path, step, steps)
+        else:
+            for key, item in value.items():
+                self.key(node, key, item, path)
+        for rule in node.rules:
+            self.problem(rule.check(value), path)
+
+    def step(self, node: Obj, value: Mapping[str, Any], path: str, step: str, steps: tuple[str | Rule, ...]) -> None:
+        *parents, key = step.split(".")
+        for part in parents:  # each parent was checked by an earlier step
+            if part not in value:
+                return
+            node = next(h for h in node.fields[part] if isinstance(h, Obj))
+            value, path = value[part], _join(path, part)
+        if key not in value:
+            if key in node.required:
+                raise self.fail(_join(path, key), "required key is missing")
+            return
+        deeper = any(isinstance(s, str) and s.startswith(step + ".") for s in steps)
+        self.key(node, key, value[key], path, shallow=deeper)
+
+    def key(self, node: Obj, key: str, item: object, path: str, *, shallow: bool = False) -> None:
+        kpath = _join(path, key)
+        handlers = self.handlers(node, key)
+        lone = next((h for h in handlers if isinstance(h, Arr) and h.lone), None)
+        if lone is not None:
+            self.array(lone, item if isinstance(item, list) else [item], kpath)
+        elif isinstance(item, dict):
+            sub = next((h for h in handlers if isinstance(h, Obj)), node.other_objects)
+            if sub is None:
+                raise self.fail(kpath, _unknown_or_kind(handlers, "an object"))
+            self.obj(sub, item, kpath, shallow=shallow)
+        elif isinstance(item, list):
+            arr = next((h for h in handlers if isinstance(h, Arr)), None)
+            if arr is None:
+                raise self.fail(kpath, _unknown_or_kind(handlers, "an array"))
+            self.array(arr, item, kpath)
+        else:
+            sc = next((h for h in handlers if isinstance(h, Scalar)), None)
+            if sc is None and node.other_strings:
+                sc = STR
+            if sc is None:
+                if node.ignore_scalars:
+                    return
+                raise self.fail(kpath, _unknown_or_kind(handlers, json_kind(item)))
+            self.scalar(sc, item, kpath)
 
 
 def _scalar_name(node: Scalar) -> str:
-    return {"string": "a string", "bool": "a bool"}.get(node.kind, "a number")
+    return node.name or _NAMES.get(node.kind, "a number")
 
 
 def _unknown_or_kind(handlers: tuple[Scalar | Obj | Arr, ...], got: str) -> str:
@@ -263,9 +408,16 @@ def _unknown_or_kind(handlers: tuple[Scalar | Obj | Arr, ...], got: str) -> str:
     return f"expected {' or '.join(wants)}, got {got}"
 
 
-def validate(document: object, *, source: str, root: Obj) -> None:
-    """Raise one ConfigError line if the parser whose element table is ``root`` would refuse ``document``."""
-    walker = _Walker(source)
+_GENAI_STYLE: Final = Style()
+
+
+def validate(document: object, *, source: str, root: Obj, style: Style = _GENAI_STYLE) -> None:
+    """Raise one ConfigError line if the parser whose element table is ``root`` would refuse ``document``.
+
+    ``style``: how the line is worded (default GenAI's; :mod:`q38.package.v12b.schema` has v12b's).
+    """
+    walker = _Walker(source, style)
     if not isinstance(document, dict):
-        raise ConfigError(f"{source}: expected a JSON object at the top level, got {json_kind(document)}")
+        shown = clip(source) if style.clip else source
+        raise ConfigError(style.top.format(source=shown, kind=json_kind(document)))
     walker.obj(root, document, "")
