@@ -1,30 +1,48 @@
 """The genai_config.json config surface (v12b), as frozen dataclasses.
 
 Parsing is strict: an unknown key is rejected with its key path (``model.decoder.foo``), a value
-of the wrong type names the path and the expected type. The older v12 surface is migrated while
-it is read (:func:`_migrate_v12`); writers only write v12b. Serialization is deterministic:
-sorted keys, indent 2, trailing newline.
+of the wrong type names the path and the expected type. The document is validated against the
+declarative table of :mod:`q38.package.v12b.schema` first, then the records are built from it.
+The older v12 surface is migrated before it is validated (:func:`_migrate_v12`); writers only
+write v12b. Serialization is deterministic: sorted keys, indent 2, trailing newline.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from q38.errors import ConfigError, clip, quote
+from q38.errors import ConfigError
 from q38.package.detect import CONFIG_FILENAME
 from q38.package.io.files import CONFIG_LIMIT
-from q38.package.io.jsonio import dumps_json, json_kind, read_json
+from q38.package.io.jsonio import dumps_json, read_json
 from q38.package.session_options import read_session_options, session_options_document
+from q38.package.v12b.schema import (
+    CONFIG_ENTRY_RE,
+    DECODER_INPUT_KEYS,
+    DECODER_OUTPUT_KEYS,
+    DIMENSIONS,
+    GRAPH_LEVELS,
+    LINEAGES,
+    MODEL_TYPE,
+    SEARCH_KEYS,
+    SURFACE,
+    VARIANTS,
+    validate,
+)
 
 __all__ = [
     "CONFIG_FILENAME",
+    "DECODER_INPUT_KEYS",
+    "DECODER_OUTPUT_KEYS",
+    "GRAPH_LEVELS",
+    "LINEAGES",
     "MODEL_TYPE",
+    "SEARCH_KEYS",
     "SURFACE",
+    "VARIANTS",
     "Config",
     "DecoderConfig",
     "HeadGraph",
@@ -43,40 +61,8 @@ __all__ = [
     "read_config",
 ]
 
-MODEL_TYPE: Final = "qwen38_flash_graph"
-SURFACE: Final = "v12b"
 LEGACY_MODEL_TYPE: Final = "qwen38_flash"
-
-LINEAGES: Final = ("contrib", "custom")
-VARIANTS: Final = ("faithful", "cpu")
-GRAPH_LEVELS: Final = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
-PROVIDERS: Final = ("cuda", "cpu")
-
-DECODER_INPUT_KEYS: Final = frozenset(
-    {
-        "input_ids", "attention_mask", "position_ids", "past_sequence_length",
-        "past_key_names", "past_value_names", "past_conv_names", "past_recurrent_names",
-        "past_indexer_names",
-    }
-)
-DECODER_OUTPUT_KEYS: Final = frozenset(
-    {
-        "logits", "hidden_states", "present_key_names", "present_value_names",
-        "present_conv_names", "present_recurrent_names", "present_indexer_names",
-    }
-)
-SEARCH_KEYS: Final = {
-    "max_length": int, "min_length": int, "do_sample": bool, "top_k": int, "top_p": float,
-    "temperature": float, "num_beams": int, "repetition_penalty": float, "chunk_size": int,
-}
-# A session config entry: dotted lower-case namespace, e.g. session.moe.offload.mode, ep.cuda.x.
-_CONFIG_ENTRY_RE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")
-_TYPED_SESSION_KEYS: Final = frozenset(
-    {
-        "log_id", "custom_ops_library", "intra_op_num_threads", "inter_op_num_threads",
-        "graph_optimization_level", "log_severity_level", "enable_profiling", "provider_options",
-    }
-)
+_CONFIG_ENTRY_RE: Final = CONFIG_ENTRY_RE  # the assembly keeps only these session_options keys
 
 
 # --------------------------------------------------------------------------------------- records
@@ -218,106 +204,10 @@ class Config:
     search: dict[str, Any] = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------------------- parsing
-class _Reader:
-    """Walks one JSON object, tracking the key path for error messages."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, path: str, message: str) -> ConfigError:
-        return ConfigError(f"{clip(self.source)}: {clip(path, 200)}: {message}")
-
-    def obj(self, value: object, path: str, allowed: frozenset[str] | set[str] | Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {json_kind(value)}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{path}.{key}" if path else key, "unknown key")
-        return value
-
-    def req(self, data: Mapping[str, object], key: str, path: str) -> object:
-        if key not in data:
-            raise self.fail(_join(path, key), "required key is missing")
-        return data[key]
-
-    def string(self, value: object, path: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(path, f"expected a string, got {json_kind(value)}")
-        return value
-
-    def integer(self, value: object, path: str, *, minimum: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"expected an integer, got {json_kind(value)}")
-        if minimum is not None and value < minimum:
-            raise self.fail(path, f"must be >= {minimum}, got {quote(value)}")
-        if value >= 2**63:
-            raise self.fail(path, f"value {quote(value)} does not fit in int64")
-        return value
-
-    def choice(self, value: object, path: str, choices: tuple[str, ...]) -> str:
-        text = self.string(value, path)
-        if text not in choices:
-            raise self.fail(path, f"expected one of {', '.join(choices)}, got {quote(text)}")
-        return text
-
-    def str_map(self, value: object, path: str, allowed: frozenset[str] | None = None) -> dict[str, str]:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {json_kind(value)}")
-        out = {}
-        for key, item in value.items():
-            if allowed is not None and key not in allowed:
-                raise self.fail(f"{path}.{key}", "unknown key")
-            out[key] = self.string(item, f"{path}.{key}")
-        return out
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-
-
-def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
-    """Validate a v12b ``session_options`` block strictly, then read it with the one reader.
-
-    v12b is stricter than GenAI's catch-all: only the typed options it knows, dotted config-entry
-    keys with string values, and the ``cuda`` / ``cpu`` providers, each once, with string options.
-    """
-    if not isinstance(value, dict):
-        raise r.fail(path, f"expected an object, got {json_kind(value)}")
-    for key, item in value.items():
-        kpath = f"{path}.{key}"
-        if key in ("log_id", "custom_ops_library", "enable_profiling"):
-            r.string(item, kpath)
-        elif key in ("intra_op_num_threads", "inter_op_num_threads"):
-            r.integer(item, kpath, minimum=0)
-        elif key == "log_severity_level":
-            level = r.integer(item, kpath, minimum=0)
-            if level > 4:
-                raise r.fail(kpath, f"must be in [0, 4], got {level}")
-        elif key == "graph_optimization_level":
-            r.choice(item, kpath, GRAPH_LEVELS)
-        elif key == "provider_options":
-            if not isinstance(item, list):
-                raise r.fail(kpath, f"expected an array, got {json_kind(item)}")
-            seen: set[str] = set()
-            for index, entry in enumerate(item):
-                epath = f"{kpath}[{index}]"
-                if not isinstance(entry, dict) or len(entry) != 1:
-                    raise r.fail(epath, "expected an object with exactly one provider name")
-                (name, options), = entry.items()
-                if name not in PROVIDERS:
-                    raise r.fail(f"{epath}.{name}", f"unknown provider (expected one of {', '.join(PROVIDERS)})")
-                if name in seen:  # GenAI would merge the two entries; v12b names each provider once
-                    raise r.fail(f"{epath}.{name}", "provider listed twice (GenAI merges the entries: write one)")
-                seen.add(name)
-                r.str_map(options, f"{epath}.{name}")
-        elif _CONFIG_ENTRY_RE.match(key):
-            # GenAI passes these to ORT as config entries; GenAI 0.18 rejects non-strings.
-            r.string(item, kpath)
-        else:
-            raise r.fail(kpath, "unknown key")
+# --------------------------------------------------------------------------------------- building
+# Each builder reads a document that :func:`q38.package.v12b.schema.validate` has passed: every
+# required key is there and every value has its kind, so nothing here checks again.
+def _session_options(value: Mapping[str, Any]) -> SessionOptions:
     block = read_session_options(value)  # what GenAI makes of it: providers merged by name
     return SessionOptions(
         **block.typed,
@@ -326,154 +216,58 @@ def _session_options(r: _Reader, value: object, path: str) -> SessionOptions:
     )
 
 
-def _decoder(r: _Reader, value: object, path: str) -> DecoderConfig:
-    allowed = {
-        "filename", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_size",
-        "num_hidden_layers", "session_options", "inputs", "outputs",
-    }
-    d = r.obj(value, path, allowed)
-    ints = {
-        key: r.integer(r.req(d, key, path), _join(path, key), minimum=1)
-        for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_size", "num_hidden_layers")
-    }
+def _decoder(d: Mapping[str, Any]) -> DecoderConfig:
     return DecoderConfig(
-        filename=r.string(r.req(d, "filename", path), _join(path, "filename")),
-        session_options=_session_options(r, d.get("session_options", {}), _join(path, "session_options")),
-        inputs=r.str_map(d.get("inputs", {}), _join(path, "inputs"), DECODER_INPUT_KEYS),
-        outputs=r.str_map(d.get("outputs", {}), _join(path, "outputs"), DECODER_OUTPUT_KEYS),
-        **ints,
+        filename=d["filename"],
+        session_options=_session_options(d.get("session_options", {})),
+        inputs=dict(d.get("inputs", {})),
+        outputs=dict(d.get("outputs", {})),
+        **{key: d[key] for key in DIMENSIONS},
     )
 
 
-def _qwen38_graph(r: _Reader, value: object, path: str) -> Qwen38Graph:
-    allowed = {
-        "surface", "lineage", "variant", "target", "fold", "prefill", "kv_capacity",
-        "weights_pool", "expert_profile", "multidraft", "libraries",
-    }
-    g = r.obj(value, path, allowed)
-    surface = r.string(g.get("surface", SURFACE), _join(path, "surface"))
-    if surface != SURFACE:
-        raise r.fail(_join(path, "surface"), f"unsupported surface {quote(surface)} (expected {SURFACE!r})")
-    target = r.obj(r.req(g, "target", path), _join(path, "target"), {"filename"})
-    fold = r.obj(r.req(g, "fold", path), _join(path, "fold"), {"head_r2"})
-    head_path = _join(path, "fold.head_r2")
-    head = r.obj(r.req(fold, "head_r2", _join(path, "fold")), head_path, {"filename", "session_options"})
-    kv_capacity = r.integer(r.req(g, "kv_capacity", path), _join(path, "kv_capacity"), minimum=1)
-    prefill = None
-    if "prefill" in g:
-        ppath = _join(path, "prefill")
-        p = r.obj(g["prefill"], ppath, {"filename", "chunk"})
-        chunk = r.integer(r.req(p, "chunk", ppath), f"{ppath}.chunk", minimum=1)
-        if chunk > kv_capacity:
-            raise r.fail(f"{ppath}.chunk", f"chunk {chunk} exceeds kv_capacity {kv_capacity}")
-        prefill = PrefillConfig(r.string(r.req(p, "filename", ppath), f"{ppath}.filename"), chunk)
-    multidraft = r.str_map(g.get("multidraft", {}), _join(path, "multidraft"), frozenset({"s2", "s3", "s4"}))
+def _qwen38_graph(g: Mapping[str, Any]) -> Qwen38Graph:
+    head = g["fold"]["head_r2"]
+    prefill = g.get("prefill")
     return Qwen38Graph(
-        surface=surface,
-        lineage=r.choice(g.get("lineage", "contrib"), _join(path, "lineage"), LINEAGES),
-        variant=r.choice(g.get("variant", "faithful"), _join(path, "variant"), VARIANTS),
-        target=r.string(r.req(target, "filename", _join(path, "target")), _join(path, "target.filename")),
-        head_r2=HeadGraph(
-            filename=r.string(r.req(head, "filename", head_path), f"{head_path}.filename"),
-            session_options=_session_options(r, head.get("session_options", {}), f"{head_path}.session_options"),
-        ),
-        prefill=prefill,
-        kv_capacity=kv_capacity,
-        weights_pool=r.string(r.req(g, "weights_pool", path), _join(path, "weights_pool")),
-        expert_profile=(
-            r.string(g["expert_profile"], _join(path, "expert_profile")) if "expert_profile" in g else None
-        ),
-        multidraft=multidraft,
-        libraries=r.str_map(g.get("libraries", {}), _join(path, "libraries")),
+        surface=g.get("surface", SURFACE),
+        lineage=g.get("lineage", "contrib"),
+        variant=g.get("variant", "faithful"),
+        target=g["target"]["filename"],
+        head_r2=HeadGraph(head["filename"], _session_options(head.get("session_options", {}))),
+        prefill=None if prefill is None else PrefillConfig(prefill["filename"], prefill["chunk"]),
+        kv_capacity=g["kv_capacity"],
+        weights_pool=g["weights_pool"],
+        expert_profile=g.get("expert_profile"),
+        multidraft=dict(g.get("multidraft", {})),
+        libraries=dict(g.get("libraries", {})),
     )
 
 
-def _model(r: _Reader, value: object, path: str) -> ModelConfig:
-    allowed = {
-        "type", "bos_token_id", "eos_token_id", "pad_token_id", "vocab_size", "context_length",
-        "decoder", "qwen38_graph",
-    }
-    m = r.obj(value, path, allowed)
-    mtype = r.string(r.req(m, "type", path), _join(path, "type"))
-    if mtype != MODEL_TYPE:
-        raise r.fail(_join(path, "type"), f"expected {MODEL_TYPE!r}, got {quote(mtype)}")
+def _model(m: Mapping[str, Any]) -> ModelConfig:
     eos = m.get("eos_token_id", [2])
-    eos_ids = tuple(
-        r.integer(v, f"{path}.eos_token_id[{i}]", minimum=0) for i, v in enumerate(eos if isinstance(eos, list) else [eos])
-    )
     return ModelConfig(
-        type=mtype,
-        bos_token_id=r.integer(m.get("bos_token_id", 1), _join(path, "bos_token_id"), minimum=0),
-        eos_token_id=eos_ids,
-        pad_token_id=r.integer(m.get("pad_token_id", 0), _join(path, "pad_token_id"), minimum=0),
-        vocab_size=r.integer(r.req(m, "vocab_size", path), _join(path, "vocab_size"), minimum=1),
-        context_length=r.integer(r.req(m, "context_length", path), _join(path, "context_length"), minimum=1),
-        decoder=_decoder(r, r.req(m, "decoder", path), _join(path, "decoder")),
-        qwen38_graph=_qwen38_graph(r, r.req(m, "qwen38_graph", path), _join(path, "qwen38_graph")),
+        type=m["type"],
+        bos_token_id=m.get("bos_token_id", 1),
+        eos_token_id=tuple(eos if isinstance(eos, list) else [eos]),
+        pad_token_id=m.get("pad_token_id", 0),
+        vocab_size=m["vocab_size"],
+        context_length=m["context_length"],
+        decoder=_decoder(m["decoder"]),
+        qwen38_graph=_qwen38_graph(m["qwen38_graph"]),
     )
 
 
-def _profile(r: _Reader, value: object, path: str) -> RuntimeProfile:
-    p = r.obj(value, path, {"id", "eligibility", "overlay"})
-    pid = r.string(r.req(p, "id", path), f"{path}.id")
-    if not pid:
-        raise r.fail(f"{path}.id", "must not be empty")
-    epath = f"{path}.eligibility"
-    e = r.obj(r.req(p, "eligibility", path), epath, {f.name for f in ProfileEligibility.__dataclass_fields__.values()})
-    elig = ProfileEligibility(
-        **{
-            key: r.integer(val, f"{epath}.{key}", minimum=0)
-            for key, val in e.items()
-        }
-    ) if "minimum_total_device_memory_bytes" in e else None
-    if elig is None:
-        raise r.fail(epath, "is missing minimum_total_device_memory_bytes")
-    if elig.maximum_total_device_memory_bytes is not None and (
-        elig.maximum_total_device_memory_bytes < elig.minimum_total_device_memory_bytes
-    ):
-        raise r.fail(epath, "maximum_total_device_memory_bytes is below the minimum")
-    opath = f"{path}.overlay"
-    o = r.obj(r.req(p, "overlay", path), opath, {"model"})
-    om = r.obj(r.req(o, "model", opath), f"{opath}.model", {"decoder"})
-    od = r.obj(r.req(om, "decoder", f"{opath}.model"), f"{opath}.model.decoder", {"filename", "session_options"})
-    if not od:
-        raise r.fail(f"{opath}.model.decoder", "an empty overlay is not allowed")
+def _profile(p: Mapping[str, Any]) -> RuntimeProfile:
+    od = p["overlay"]["model"]["decoder"]
     return RuntimeProfile(
-        id=pid,
-        eligibility=elig,
+        id=p["id"],
+        eligibility=ProfileEligibility(**p["eligibility"]),
         overlay=ProfileOverlay(
-            decoder_filename=(
-                r.string(od["filename"], f"{opath}.model.decoder.filename") if "filename" in od else None
-            ),
-            session_options=(
-                _session_options(r, od["session_options"], f"{opath}.model.decoder.session_options")
-                if "session_options" in od
-                else None
-            ),
+            decoder_filename=od.get("filename"),
+            session_options=_session_options(od["session_options"]) if "session_options" in od else None,
         ),
     )
-
-
-def _search(r: _Reader, value: object, path: str) -> dict[str, Any]:
-    s = r.obj(value, path, SEARCH_KEYS)
-    out: dict[str, Any] = {}
-    for key, item in s.items():
-        want = SEARCH_KEYS[key]
-        ok = (
-            isinstance(item, bool)
-            if want is bool
-            else isinstance(item, int) and not isinstance(item, bool)
-            if want is int
-            else isinstance(item, (int, float)) and not isinstance(item, bool)
-        )
-        if not ok:
-            raise r.fail(f"{path}.{key}", f"expected {want.__name__}, got {json_kind(item)}")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise r.fail(f"{path}.{key}", f"{item!r} is not a finite number")
-        if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
-            raise r.fail(f"{path}.{key}", f"value {quote(item)} does not fit in int64")
-        out[key] = item
-    return out
 
 
 def _migrate_v12(data: dict[str, Any]) -> dict[str, Any]:
@@ -540,47 +334,17 @@ def as_v12b_document(data: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def parse_config(data: object, *, source: str = CONFIG_FILENAME) -> Config:
     """Parse and validate a genai_config.json document (v12b, or v12 migrated)."""
-    r = _Reader(source)
-    top = r.obj(data, "", {"model", "runtime_profiles", "search"})
-    model = top.get("model")
-    if isinstance(model, dict) and model.get("type") == LEGACY_MODEL_TYPE:
-        top = _migrate_v12(top)
-    profiles_raw = top.get("runtime_profiles", [])
-    if not isinstance(profiles_raw, list):
-        raise r.fail("runtime_profiles", f"expected an array, got {json_kind(profiles_raw)}")
-    profiles = tuple(_profile(r, p, f"runtime_profiles[{i}]") for i, p in enumerate(profiles_raw))
-    seen: set[str] = set()
-    for i, profile in enumerate(profiles):
-        if profile.id in seen:
-            raise r.fail(f"runtime_profiles[{i}].id", f"duplicate runtime profile id {quote(profile.id)}")
-        seen.add(profile.id)
-    _check_overlaps(r, profiles)
+    if isinstance(data, dict):
+        model = data.get("model")
+        if isinstance(model, dict) and model.get("type") == LEGACY_MODEL_TYPE:
+            data = _migrate_v12(data)
+    validate(data, source=source)
+    assert isinstance(data, dict)
     return Config(
-        model=_model(r, r.req(top, "model", ""), "model"),
-        runtime_profiles=profiles,
-        search=_search(r, top.get("search", {}), "search"),
+        model=_model(data["model"]),
+        runtime_profiles=tuple(_profile(p) for p in data.get("runtime_profiles", [])),
+        search=dict(data.get("search", {})),
     )
-
-
-def _check_overlaps(r: _Reader, profiles: tuple[RuntimeProfile, ...]) -> None:
-    # GenAI rejects overlapping device-memory ranges ("runtime profile eligibility ranges overlap").
-    spans = sorted(
-        (
-            p.eligibility.minimum_total_device_memory_bytes,
-            p.eligibility.maximum_total_device_memory_bytes if p.eligibility.maximum_total_device_memory_bytes is not None else 2**64,
-            i,
-        )
-        for i, p in enumerate(profiles)
-    )
-    reach, owner = -1, -1
-    for lo, hi, j in spans:
-        if lo <= reach:
-            raise r.fail(
-                f"runtime_profiles[{max(owner, j)}].eligibility",
-                f"runtime profile eligibility ranges overlap ({quote(profiles[owner].id)} and {quote(profiles[j].id)})",
-            )
-        if hi > reach:
-            reach, owner = hi, j
 
 
 def read_config(path: Path) -> Config:
