@@ -230,6 +230,16 @@ def test_conv_carry_concat_on_the_channel_axis_is_declined() -> None:
     assert run_ort(proto, feeds)[1].shape == (2, 16, 3)  # the channel-axis carry: not the op's state
 
 
+
+@pytest.mark.parametrize("form,S", [("channels_first", "S"), ("first_token", 1)])
+def test_conv_carry_concat_on_the_sequence_axis_spelled_positive_fuses_with_parity(form: str, S: object) -> None:
+    """axis=2 of the rank-3 carry is the sequence axis, as axis=-1: the carry fuses, same outputs."""
+    proto = G.conv_carry_model(form=form, S=S)
+    K.set_attr(nth_node(proto, "Concat"), "axis", 2)
+    feeds = K.feeds_for(proto, {**DIMS, "S": 1 if S == 1 else 3}, 0)
+    _, p = K.check_rewrite(proto, FuseCausalConvStatePass, feeds, atol=0)
+    assert outcome_lines(p) == ["causal_conv_state: /conv/CausalConvWithState: fused"]
+
 def test_conv_whose_present_state_already_has_readers_is_declined() -> None:
     proto = G.conv_carry_model()
     K.extra_consumer(proto, "conv_state_unused")
