@@ -569,6 +569,38 @@ def test_a_post_mix_gated_by_a_graph_input_of_shape_c_is_absorbed() -> None:
     close(run_ref(model, feeds), run_ref(onnx_ir_model(proto), feeds))
 
 
+
+@pytest.mark.parametrize("mix_name", ["/mix", ""])
+def test_the_prologue_mix_keeps_the_mix_name_or_is_named_after_its_op(mix_name: str) -> None:
+    """The LowRankMix that absorbs a PostMix is named after the mix it replaces (a fresh name:
+    "/mix_1"), or after its op when the mix had none -- never an empty node name."""
+    proto = _fused_mix_after_post(streams_out=False)
+    mix = nth_node(proto, "HyperConnectionLowRankMix")
+    del mix.input[5:]
+    mix.name = mix_name
+    proto.graph.value_info.append(helper.make_tensor_value_info("x", G.F16, ["B", "S", 32]))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 1
+    (fused,) = model.graph
+    assert fused.name is not None and fused.name.startswith(mix_name or "/HyperConnectionLowRankMix")
+
+
+@pytest.mark.parametrize("op,replacement", [("Mul", "Add"), ("Sigmoid", "Tanh"), ("Div", "Sub")])
+def test_an_inject_branch_that_is_not_the_post_gate_is_declined(op: str, replacement: str) -> None:
+    """The inject projection must feed Mul(Sigmoid(Div(inject, gate_div)), gate_mul); with any of
+    the three ops replaced, the mix is declined with that reason and the graph left as it was."""
+    proto = G.hc_model()
+    inj = next(n for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] == "/l0/attn_hc.inject").output[0]
+    div = next(n for n in proto.graph.node if n.op_type == "Div" and n.input[0] == inj)
+    sig = next(n for n in proto.graph.node if n.op_type == "Sigmoid" and n.input[0] == div.output[0])
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul" and n.input[0] == sig.output[0])
+    {"Div": div, "Sigmoid": sig, "Mul": mul}[op].op_type = replacement
+    before = K.signature(proto)
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0
+    assert reasons(p) == ["inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)"]
+    assert K.signature(ir.to_proto(model)) == before
+
 def _final_mixer(g: G.G, X: str, *, C: int, H: int, prefix: str, r: np.random.Generator) -> str:
     """A mix with no inject projection (no combine): its PreMix output."""
     pre, _ = G.hc_chain(g, X, C=C, H=H, R=4, prefix=prefix, r=r)
