@@ -211,6 +211,18 @@ def test_rms_norm_rotary_negative_epsilon_is_declined() -> None:
     assert reasons(p) == ["epsilon -0.125 is not finite and nonnegative"]
 
 
+
+@pytest.mark.parametrize("shape", [(16, 4, 1), (16, 8)])
+def test_rms_norm_rotary_cache_not_rows_by_half_the_head_size_is_declined(shape: tuple[int, ...]) -> None:
+    """RMSNormRotary reads [rows, head_size / 2] caches: a cache of another rank (even with
+    head_size / 2 columns) or of another width is declined, the graph left unfused."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "cos_cache", np.zeros(shape, np.float16))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    shown = ",".join(str(d) for d in shape)
+    assert reasons(p) == [f"cosine cache shape [{shown}] is not [rows, 4]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
 def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
     case = CASE["rms_norm_rotary"]
     want = case.want()
