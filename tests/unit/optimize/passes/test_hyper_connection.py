@@ -167,6 +167,18 @@ def test_hyper_connection_defaults_epsilon_when_omitted() -> None:
     assert node.attributes["epsilon"].value == pytest.approx(1e-5)
 
 
+def test_hyper_connection_takes_scaled_silu_alpha_one_when_omitted() -> None:
+    """ScaledSiLU without ``alpha`` scales by 1: the fused mix's silu_alpha is 1, with parity."""
+    proto = G.hc_model()
+    silu = nth_node(proto, "ScaledSiLU")
+    del silu.attribute[:]
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix")
+    assert node.attributes["silu_alpha"].value == pytest.approx(1.0)
+    close(run_ref(model, {"streams": FORM_STREAMS}), run_ort(proto, {"streams": FORM_STREAMS}))
+
+
 @pytest.mark.parametrize("kw,reason", [
     ({"scale_shape": (4, 8)}, "norm scale '/l0/attn_hc.norm.weight' shape [4,8] is not the flattened (C*H) layout"),
     ({"scale_dtype": np.float32}, "weight '/l0/attn_hc.norm.weight' dtype FLOAT != streams dtype FLOAT16 (LowRankMix needs one T)"),
@@ -261,6 +273,16 @@ def test_packed_split_along_the_sequence_axis_is_declined(rank_known: bool) -> N
     if rank_known:
         proto.graph.value_info.append(helper.make_tensor_value_info(split.input[0], G.F16, ["B", 8, 8]))
     _packed_declined(proto, "packed projection Split axis 1 is not the last axis")
+
+
+def test_packed_split_without_an_axis_cuts_the_first_axis_and_is_declined() -> None:
+    """Split's default axis is 0 (the batch axis), not the columns: declined as axis 0."""
+    proto = G.hc_builder_model(blocks=1)
+    split = next(n for n in proto.graph.node if n.name == "/l0/hc/Split")
+    kept = [a for a in split.attribute if a.name != "axis"]
+    del split.attribute[:]
+    split.attribute.extend(kept)
+    _packed_declined(proto, "packed projection Split axis 0 is not the last axis")
 
 
 def test_packed_split_on_the_last_axis_counted_from_the_front_fuses_with_parity() -> None:
@@ -600,6 +622,29 @@ def test_an_inject_branch_that_is_not_the_post_gate_is_declined(op: str, replace
     assert p.count == 0
     assert reasons(p) == ["inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)"]
     assert K.signature(ir.to_proto(model)) == before
+
+
+@pytest.mark.parametrize("kernel_type,fused", [("tensor(float16)", True), ("tensor(float)", False)])
+def test_a_prologue_is_fused_only_where_the_release_has_the_mix_at_the_streams_dtype(
+    kernel_type: str, fused: bool
+) -> None:
+    """With a --target-ort kernel table, absorbing a PostMix re-creates the LowRankMix at the
+    streams' dtype (float16 here): fused where the release has that kernel, declined (naming the
+    op and the release) where it has the op for float only."""
+    from q38.optimize.target_kernels import TargetKernels, active
+
+    proto = _fused_mix_after_post(streams_out=False)
+    del nth_node(proto, "HyperConnectionLowRankMix").input[5:]
+    proto.graph.value_info.append(helper.make_tensor_value_info("x", G.F16, ["B", "S", 32]))
+    table = TargetKernels("9.9", "cuda", {LRM: (frozenset({kernel_type}),)}, "test table")
+    with active(table):
+        model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == int(fused)
+    if not fused:
+        assert reasons(p) == [
+            "no CUDA kernel for HyperConnectionLowRankMix in onnxruntime 9.9 (target cuda, --target-ort; test table)"
+        ]
+        assert ops(model) == {(MS, "HyperConnectionPostMix"): 1, LRM: 1}
 
 def _final_mixer(g: G.G, X: str, *, C: int, H: int, prefix: str, r: np.random.Generator) -> str:
     """A mix with no inject projection (no combine): its PreMix output."""
