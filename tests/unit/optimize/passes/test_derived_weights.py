@@ -94,14 +94,17 @@ def test_a_derived_tensor_is_shared_only_with_one_made_by_the_same_pass_from_the
     """The first graph's derived tensor is written (register); a later graph's tensor with the
     same bytes, made by the same pass from the same source, points at those bytes instead; one
     made by another pass, or from another source, is written anew. Provenance names that are no
-    initializer with a tensor (gone, or holding none) are skipped."""
+    initializer with a tensor (gone, or holding none) are skipped, and so are tensors under 1 KiB
+    (save_graph keeps them inline); one of exactly 1 KiB is written, so pooled."""
     sources = {"w": ("file", 1, 2, 0, 2048), "v": ("file", 1, 2, 2048, 2048)}
     store = DerivedStore(["opt0000"])
-    first = _derived("a")
+    first = _inline_model({"a": np.random.default_rng(0).standard_normal(512).astype(np.float32),
+                           "edge": np.ones(256, np.float32), "small": np.ones(255, np.float32)})
     first.graph.initializers["hollow"] = ir.Value(name="hollow")  # an initializer with no tensor
     kw = {"graph_dir": tmp_path, "sources": sources}
-    assert store.share(first, role="target", provenance={"a": ["w"], "gone": ["w"], "hollow": ["w"]},
-                       origins={"a": "fp8_head"}, **kw) == 0  # fmt: skip
+    provenance = {name: ["w"] for name in ("a", "edge", "small", "gone", "hollow")}
+    origins = dict.fromkeys(provenance, "fp8_head")
+    assert store.share(first, role="target", provenance=provenance, origins=origins, **kw) == 0
     save_graph(first, tmp_path / "m.onnx", new_data="m.opt.data")
     store.register(first, role="target", graph_dir=tmp_path)
     written = first.graph.initializers["a"].const_value
@@ -119,5 +122,7 @@ def test_a_derived_tensor_is_shared_only_with_one_made_by_the_same_pass_from_the
     assert share("b", "shared_expert", "w") == 0
     assert share("c", "fp8_head", "v") == 0
     assert share("d", "fp8_head", "w") == 1
-    entry, = store.entries(tmp_path)
-    assert entry.pool_id == "opt0001" and entry.provenance == "target:a,head:d,pass:fp8_head,from:w"
+    assert [(e.pool_id, e.provenance) for e in store.entries(tmp_path)] == [
+        ("opt0001", "target:a,head:d,pass:fp8_head,from:w"),
+        ("opt0002", "target:edge,pass:fp8_head,from:w"),
+    ]
