@@ -204,6 +204,21 @@ def test_rms_norm_rotary_broadcast_position_ids_are_declined(shape: list[str | i
     assert (MS, "RMSNormRotary") not in ops(model)
 
 
+
+def test_rms_norm_rotary_broadcast_position_ids_are_declined_by_the_rotary_input_shape_alone() -> None:
+    """The [B, S] the positions must match is read from the 4-D rotary input when it declares a
+    shape: with the flat input untyped, [1, S] positions are still declined."""
+    proto = G.rms_rotary_model()
+    x = next(i for i in proto.graph.input if i.name == "x")
+    x.type.tensor_type.ClearField("shape")
+    r = next(n for n in proto.graph.node if n.name == "/q/Reshape").output[0]
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info(r, G.F16, ["B", "S", 2, 8]))
+    pos = next(i for i in proto.graph.input if i.name == "position_ids")
+    pos.CopyFrom(onnx.helper.make_tensor_value_info("position_ids", G.I64, [1, "S"]))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == ["position ids shape [1,S] is not the input's [B, S] = [B, S]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
 def test_rms_norm_rotary_negative_epsilon_is_declined() -> None:
     proto = G.rms_rotary_model()
     set_init(proto, "/q.eps", np.array(-0.125, np.float16))
