@@ -238,6 +238,26 @@ def test_rms_norm_rotary_cache_not_rows_by_half_the_head_size_is_declined(shape:
     assert reasons(p) == [f"cosine cache shape [{shown}] is not [rows, 4]"]
     assert (MS, "RMSNormRotary") not in ops(model)
 
+
+def test_rms_norm_rotary_with_epsilon_zero_fuses_with_parity() -> None:
+    """Epsilon 0 is nonnegative and finite: the chain fuses, the op's epsilon is 0."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "/q.eps", np.array(0.0, np.float16))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.attributes["epsilon"].value == 0.0
+    close(run_ref(model, {"x": X16, "position_ids": POS}), run_ort(proto, {"x": X16, "position_ids": POS}))
+
+
+def test_rms_norm_rotary_final_reshape_of_rank_four_is_declined() -> None:
+    """The op's output is [B, S, heads*head_size]: a final Reshape to [0, 0, -1, 1] is declined."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "/q.shape3", np.asarray([0, 0, -1, 1], np.int64))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == ["final Reshape shape [0, 0, -1, 1] is not [0, 0, heads*head_size]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
 def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
     case = CASE["rms_norm_rotary"]
     want = case.want()
