@@ -156,3 +156,19 @@ def test_check_private_declines_an_intermediate_a_subgraph_captures() -> None:
     producer = h.producer()
     assert producer is not None
     assert check_private([h], [producer], model.graph) == Decline("intermediate 'h' is captured by a subgraph")
+
+
+def test_a_value_holding_a_tensor_outside_the_initializers_is_read_through_the_reader() -> None:
+    """A value that carries a constant tensor without being an initializer (as a folding step
+    may leave it) is a constant: its array is what the reader gives for it."""
+    import numpy as np
+
+    value = ir.Value(name="folded", const_value=ir.tensor(np.asarray([2.0], np.float32)))
+    read: list[ir.Value] = []
+
+    def reader(v: ir.Value) -> np.ndarray:
+        read.append(v)
+        return np.asarray([4.0], np.float32)
+
+    assert const_scalar(value, reader) == 4.0
+    assert read == [value]

@@ -93,3 +93,49 @@ def test_a_cuda_fact_file_gives_a_cuda_table_taken_at_its_word(tmp_path: Path, m
     table = for_target("1.31.1", "cuda")
     assert (table.ort_version, table.ep, table.source) == ("1.31.1", "cuda", "cuda-kernels-1.31.1.json")
     assert table.has("RMSNormRotary", dtype="float16") and not table.has("MatMul", "")
+
+
+def test_a_kernel_table_answers_per_dtype_as_its_kernels_say() -> None:
+    """A kernel lists the tensor types it takes: ``has`` with a dtype (any spelling) is yes when
+    one of the op's kernels takes it, or takes any type (no constraint), or when the op's facts
+    are op-level (None); the CPU EP also runs float16 on a float kernel, CUDA does not. The
+    default domain is spelled "" or "ai.onnx"; the default domain of ``has`` is com.microsoft."""
+    from onnx import TensorProto
+
+    ops = {("com.microsoft", "FloatOnly"): (frozenset({"tensor(float)"}),),
+           ("com.microsoft", "Two"): (frozenset({"tensor(int8)"}), frozenset({"tensor(bfloat16)", "tensor(int32)"})),
+           ("com.microsoft", "AnyType"): (frozenset({"tensor(int8)"}), frozenset()),
+           ("com.microsoft", "OpLevel"): None,
+           ("", "Relu"): (frozenset({"tensor(double)"}),)}  # fmt: skip
+    cpu = TargetKernels("1.31.1", "cpu", ops, "ort-1.31.1.json cpu_kernels")
+    cuda = TargetKernels("1.31.1", "cuda", ops, "cuda-kernels-1.31.1.json")
+    for table in (cpu, cuda):
+        assert table.has("FloatOnly", dtype="float") and table.has("FloatOnly", dtype=TensorProto.FLOAT)
+        assert not table.has("FloatOnly", dtype="int8") and not table.has("FloatOnly", "", "float")
+        assert table.has("Two", dtype="tensor(int32)") and table.has("Two", dtype="bfloat16")
+        assert not table.has("Two", dtype="float")
+        assert table.has("AnyType", dtype="float16") and table.has("OpLevel", dtype="float16")
+        assert table.has("Relu", "ai.onnx", "double") and table.has("Relu", "", "float64")
+        assert not table.has("Relu", "ai.onnx", "float") and not table.has("Relu", dtype="double")
+    assert cpu.has("FloatOnly", dtype="float16") and not cuda.has("FloatOnly", dtype="float16")
+    assert not cpu.has("Two", dtype="float16")
+
+
+@pytest.mark.parametrize("version", ["1.31.1", "1.32.0"])
+def test_a_cpu_table_has_every_op_and_type_of_the_release_dump(version: str) -> None:
+    """``for_target(v, "cpu")`` is the dump's cpu_kernels: each listed (domain, op) answers yes for
+    every tensor type one of its kernels names (sequence types aside: no produced node is one),
+    and its source names the dump."""
+    import json
+
+    from contracts.schema_dump import dump_path
+
+    dump = json.loads(dump_path(version).read_text(encoding="utf-8"))
+    table = for_target(version, "cpu")
+    assert (table.ort_version, table.ep, table.source) == (version, "cpu", f"ort-{version}.json cpu_kernels")
+    assert len(table.ops) == len(dump["cpu_kernels"])
+    for entry in dump["cpu_kernels"]:
+        for _, _, constraints in entry["kernels"]:
+            for types in constraints.values():
+                for t in (t for t in types if t.startswith("tensor(")):
+                    assert table.has(entry["name"], entry["domain"], t), (entry["name"], t)

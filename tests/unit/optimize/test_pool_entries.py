@@ -13,6 +13,8 @@ Invariants guarded (tiny faithful package, --target cuda, every pass fires):
 * on a layered package, derived tensors of the head directory are pooled in `head/`, and both
   manifests are written in place (the optimized package opens): the target manifest counts the
   rewrites, the head manifest lists every file of `head/` with the digest of its written bytes;
+  an entry of the head's own pool that the head stops reading is dropped from that pool (and
+  named in `extra.pool_dropped`), and a layered package without a head manifest gets none;
 * the pool written is fresh, never a hard link to the source pool.
 """
 
@@ -124,6 +126,40 @@ def test_layered_package_pools_head_tensors_in_head_dir(tmp_path: Path) -> None:
     assert all((out / "head" / e.file).is_file() for e in head_pool.entries)
     target_files = {e.file for e in pkg.pool.entries if e.pool_id.startswith("opt")}
     assert target_files == {"model.opt.data"}
+
+
+
+def _layered(tmp_path: Path) -> Path:
+    from q38.synth import synthesize
+
+    return synthesize(tmp_path / "src", preset="tiny", variant="faithful", layout="layered")
+
+
+def test_a_head_pool_entry_the_head_stops_reading_is_dropped_from_the_head_pool(tmp_path: Path) -> None:
+    src = _layered(tmp_path)
+    # The head graph reads lm_head.weight (replaced by its FP8 form) and fold.proj.weight (kept)
+    # from its own data file; list both in the head's pool.
+    with (src / "head" / "weights_pool.txt").open("a", encoding="utf-8") as pool:
+        pool.write("h0000 head_r2.onnx.data 2048 65536 float16 64x512 device head:lm_head.weight\n"
+                   "h0001 head_r2.onnx.data 133120 8192 float16 64x64 device head:fold.proj.weight\n")
+    before = read_pool(src / "head" / "weights_pool.txt").by_id()
+    out = tmp_path / "out"
+    optimize_package(src, out, target="cuda")
+    after = read_pool(out / "head" / "weights_pool.txt").by_id()
+    assert "h0000" not in after
+    assert after["h0001"] == before["h0001"]
+    manifest = json.loads((out / "target" / "package_manifest.json").read_text())
+    assert "h0000" in manifest["extra"]["pool_dropped"]
+
+
+def test_a_layered_package_without_a_head_manifest_is_optimized_without_one(tmp_path: Path) -> None:
+    src = _layered(tmp_path)
+    (src / "head" / "package_manifest.json").unlink()
+    out = tmp_path / "out"
+    result, _ = optimize_package(src, out, target="cuda")
+    pkg = open_package(out)
+    assert pkg.head_manifest is None and not (out / "head" / "package_manifest.json").exists()
+    assert pkg.manifest is not None and pkg.manifest.rewrites == dict(sorted(result.rewrites.items()))
 
 
 def test_tensor_refs_are_keyed_by_the_data_file_relative_to_the_pool_dir(tmp_path: Path) -> None:

@@ -313,6 +313,23 @@ def test_a_context_made_without_a_pass_name_records_no_pass_as_the_origin() -> N
     assert other.name != made.name and own.origins == {other.name: "rms_norm_rotary"}
 
 
+
+def test_a_context_for_a_subgraph_adds_initializers_to_that_graph() -> None:
+    """``RewriteContext(..., graph=g)`` works on ``g``: a new initializer is registered in ``g``,
+    not in the model's main graph, and its name is still fresh across the whole model."""
+    model = ir.from_onnx_text("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (bool c, float16[2] x) => (float16[2] y) {
+            y = If (c) <then_branch = t () => (float16[2] a) { a = Identity (x) },
+                        else_branch = e () => (float16[2] b) { b = Neg (x) }>
+        }
+    """)
+    sub = next(iter(model.graph)).attributes["then_branch"].as_graph()
+    ctx = RewriteContext(model, default_reader, {}, graph=sub)
+    made = ctx.add_initializer("a", np.zeros(2, np.float16), [])
+    assert made.name != "a" and list(sub.initializers) == [made.name]
+    assert not model.graph.initializers
+
 def _as_constant_node(proto: onnx.ModelProto, name: str) -> None:
     """The initializer ``name`` becomes the output of a Constant node holding it as its ``value`` tensor."""
     init = next(t for t in proto.graph.initializer if t.name == name)

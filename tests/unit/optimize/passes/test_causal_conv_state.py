@@ -230,6 +230,16 @@ def test_conv_carry_concat_on_the_channel_axis_is_declined() -> None:
     assert run_ort(proto, feeds)[1].shape == (2, 16, 3)  # the channel-axis carry: not the op's state
 
 
+
+@pytest.mark.parametrize("form,S", [("channels_first", "S"), ("first_token", 1)])
+def test_conv_carry_concat_on_the_sequence_axis_spelled_positive_fuses_with_parity(form: str, S: object) -> None:
+    """axis=2 of the rank-3 carry is the sequence axis, as axis=-1: the carry fuses, same outputs."""
+    proto = G.conv_carry_model(form=form, S=S)
+    K.set_attr(nth_node(proto, "Concat"), "axis", 2)
+    feeds = K.feeds_for(proto, {**DIMS, "S": 1 if S == 1 else 3}, 0)
+    _, p = K.check_rewrite(proto, FuseCausalConvStatePass, feeds, atol=0)
+    assert outcome_lines(p) == ["causal_conv_state: /conv/CausalConvWithState: fused"]
+
 def test_conv_whose_present_state_already_has_readers_is_declined() -> None:
     proto = G.conv_carry_model()
     K.extra_consumer(proto, "conv_state_unused")
@@ -354,23 +364,26 @@ def test_conv_values_the_rewrite_creates_are_named_after_the_conv(form: str, con
     close(run_ort(model, feeds), run_ort(reference, feeds), atol=0)
 
 
-@pytest.mark.parametrize("output_typed", [True, False])
-def test_conv_dtype_for_the_cpu_check_comes_from_its_output_when_its_inputs_are_untyped(output_typed: bool) -> None:
-    """--target cpu: a bfloat16 conv whose input (a Transpose output) and weight (an Identity of
-    the initializer, declared with elem_type 0 = UNDEFINED) carry no dtype is still known to be bfloat16 from its declared output, and
-    declined (ORT CPU has no bfloat16 CausalConvWithState) rather than fused as "any dtype". With
-    no dtype anywhere the check is "some CPU kernel exists" (documented for Produced.dtype None):
-    it fuses, and does not crash."""
+@pytest.mark.parametrize("typed", ["output", "input", None])
+def test_conv_dtype_for_the_cpu_check_comes_from_its_output_or_input_when_its_weight_is_untyped(
+    typed: str | None,
+) -> None:
+    """--target cpu: a bfloat16 conv whose weight (an Identity of the initializer, declared with
+    elem_type 0 = UNDEFINED) carries no dtype is still known to be bfloat16 from its declared
+    output, or from its declared input when the output is untyped, and declined (ORT CPU has no
+    bfloat16 CausalConvWithState) rather than fused as "any dtype". With no dtype anywhere the
+    check is "some CPU kernel exists" (documented for Produced.dtype None): it fuses, and does
+    not crash."""
     proto = G.as_bfloat16(G.conv_carry_model())
     conv = nth_node(proto, "CausalConvWithState")
     proto.graph.node.insert(0, helper.make_node("Identity", ["conv.weight"], ["w_id"], name="/w_id"))
     conv.input[1] = "w_id"
     proto.graph.value_info.append(helper.make_tensor_value_info("w_id", onnx.TensorProto.UNDEFINED, [8, 1, 4]))
-    if output_typed:
-        proto.graph.value_info.append(helper.make_tensor_value_info(conv.output[0], onnx.TensorProto.BFLOAT16,
-                                                                    ["B", 8, "S"]))
+    if typed is not None:
+        name = conv.output[0] if typed == "output" else conv.input[0]
+        proto.graph.value_info.append(helper.make_tensor_value_info(name, onnx.TensorProto.BFLOAT16, ["B", 8, "S"]))
     _, p = apply(FuseCausalConvStatePass, proto, target="cpu")
-    if output_typed:
+    if typed is not None:
         assert p.count == 0
         assert reasons(p) == ["no CPU kernel for CausalConvWithState for bfloat16 (target cpu)"]
     else:

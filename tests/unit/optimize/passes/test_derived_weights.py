@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from q38.optimize.derived_weights import reconcile_pool, source_identities
-from q38.package import Placement, PoolEntry, WeightsPool
+from q38.optimize.derived_weights import DerivedStore, reconcile_pool, source_identities
+from q38.package import Placement, PoolEntry, WeightsPool, save_graph
 
 Refs = dict[str, dict[tuple[str, int], list[str]]]
 
@@ -81,3 +81,48 @@ def test_inline_initializers_are_identified_by_dtype_shape_and_bytes(tmp_path: P
     assert len({ids[n] for n in ("a", "a_f32", "a_flat", "b")}) == 4
     other_graph = source_identities(_inline_model({"w": a.copy()}), tmp_path)
     assert other_graph["w"] == ids["a"]
+
+
+def _derived(name: str, seed: int = 0) -> ir.Model:
+    """A model holding one derived tensor ``name`` (2 KiB: above the inline limit)."""
+    return _inline_model({name: np.random.default_rng(seed).standard_normal(512).astype(np.float32)})
+
+
+def test_a_derived_tensor_is_shared_only_with_one_made_by_the_same_pass_from_the_same_sources(
+    tmp_path: Path,
+) -> None:
+    """The first graph's derived tensor is written (register); a later graph's tensor with the
+    same bytes, made by the same pass from the same source, points at those bytes instead; one
+    made by another pass, or from another source, is written anew. Provenance names that are no
+    initializer with a tensor (gone, or holding none) are skipped, and so are tensors under 1 KiB
+    (save_graph keeps them inline); one of exactly 1 KiB is written, so pooled."""
+    sources = {"w": ("file", 1, 2, 0, 2048), "v": ("file", 1, 2, 2048, 2048)}
+    store = DerivedStore(["opt0000"])
+    first = _inline_model({"a": np.random.default_rng(0).standard_normal(512).astype(np.float32),
+                           "edge": np.ones(256, np.float32), "small": np.ones(255, np.float32)})
+    first.graph.initializers["hollow"] = ir.Value(name="hollow")  # an initializer with no tensor
+    kw = {"graph_dir": tmp_path, "sources": sources}
+    provenance = {name: ["w"] for name in ("a", "edge", "small", "gone", "hollow")}
+    origins = dict.fromkeys(provenance, "fp8_head")
+    assert store.share(first, role="target", provenance=provenance, origins=origins, **kw) == 0
+    save_graph(first, tmp_path / "m.onnx", new_data="m.opt.data")
+    store.register(first, role="target", graph_dir=tmp_path)
+    written = first.graph.initializers["a"].const_value
+    assert isinstance(written, ir.ExternalTensor)
+
+    def share(name: str, origin: str, source: str) -> int:
+        model = _derived(name)
+        shared = store.share(model, role="head", provenance={name: [source]}, origins={name: origin}, **kw)
+        tensor = model.graph.initializers[name].const_value
+        if shared:
+            assert isinstance(tensor, ir.ExternalTensor)
+            assert (tensor.location, tensor.offset) == (written.location, written.offset)
+        return shared
+
+    assert share("b", "shared_expert", "w") == 0
+    assert share("c", "fp8_head", "v") == 0
+    assert share("d", "fp8_head", "w") == 1
+    assert [(e.pool_id, e.provenance) for e in store.entries(tmp_path)] == [
+        ("opt0001", "target:a,head:d,pass:fp8_head,from:w"),
+        ("opt0002", "target:edge,pass:fp8_head,from:w"),
+    ]

@@ -64,6 +64,22 @@ def test_fp8_head_quantizes_with_fp32_block_scales() -> None:
     close(run_ref(model, {"n": n}), run_ort(proto, {"n": n}), atol=0.15)
 
 
+
+@pytest.mark.parametrize("shape,reason", [
+    (["B", "S", 199], "activation width 199 != weight rows 200"),
+    ([199], "activation width 199 != weight rows 200"),
+    (["B", "S", "H"], None),
+])
+def test_fp8_head_activation_of_another_width_is_declined(shape: list[object], reason: str | None) -> None:
+    """An activation whose declared last dimension (at any rank) is not the weight's row count
+    cannot feed the head: declined with both numbers; a symbolic width is not provably wrong."""
+    proto = _head()
+    act = next(i for i in proto.graph.input if i.name == "n")
+    act.CopyFrom(helper.make_tensor_value_info("n", G.F16, shape))
+    _, p = apply(QuantizeFp8HeadPass, proto)
+    assert reasons(p) == ([reason] if reason else [])
+    assert p.count == (0 if reason else 1)
+
 def test_fp8_head_refuses_captured_head_output() -> None:
     _, p = apply(QuantizeFp8HeadPass, _head(captured=True))
     assert reasons(p) == ["head output 'logits' is captured by a subgraph"]

@@ -167,6 +167,18 @@ def test_hyper_connection_defaults_epsilon_when_omitted() -> None:
     assert node.attributes["epsilon"].value == pytest.approx(1e-5)
 
 
+def test_hyper_connection_takes_scaled_silu_alpha_one_when_omitted() -> None:
+    """ScaledSiLU without ``alpha`` scales by 1: the fused mix's silu_alpha is 1, with parity."""
+    proto = G.hc_model()
+    silu = nth_node(proto, "ScaledSiLU")
+    del silu.attribute[:]
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "HyperConnectionLowRankMix")
+    assert node.attributes["silu_alpha"].value == pytest.approx(1.0)
+    close(run_ref(model, {"streams": FORM_STREAMS}), run_ort(proto, {"streams": FORM_STREAMS}))
+
+
 @pytest.mark.parametrize("kw,reason", [
     ({"scale_shape": (4, 8)}, "norm scale '/l0/attn_hc.norm.weight' shape [4,8] is not the flattened (C*H) layout"),
     ({"scale_dtype": np.float32}, "weight '/l0/attn_hc.norm.weight' dtype FLOAT != streams dtype FLOAT16 (LowRankMix needs one T)"),
@@ -261,6 +273,16 @@ def test_packed_split_along_the_sequence_axis_is_declined(rank_known: bool) -> N
     if rank_known:
         proto.graph.value_info.append(helper.make_tensor_value_info(split.input[0], G.F16, ["B", 8, 8]))
     _packed_declined(proto, "packed projection Split axis 1 is not the last axis")
+
+
+def test_packed_split_without_an_axis_cuts_the_first_axis_and_is_declined() -> None:
+    """Split's default axis is 0 (the batch axis), not the columns: declined as axis 0."""
+    proto = G.hc_builder_model(blocks=1)
+    split = next(n for n in proto.graph.node if n.name == "/l0/hc/Split")
+    kept = [a for a in split.attribute if a.name != "axis"]
+    del split.attribute[:]
+    split.attribute.extend(kept)
+    _packed_declined(proto, "packed projection Split axis 0 is not the last axis")
 
 
 def test_packed_split_on_the_last_axis_counted_from_the_front_fuses_with_parity() -> None:
@@ -568,6 +590,61 @@ def test_a_post_mix_gated_by_a_graph_input_of_shape_c_is_absorbed() -> None:
     feeds = K.feeds_for(proto, {"B": 2, "S": 3}, 0)
     close(run_ref(model, feeds), run_ref(onnx_ir_model(proto), feeds))
 
+
+
+@pytest.mark.parametrize("mix_name", ["/mix", ""])
+def test_the_prologue_mix_keeps_the_mix_name_or_is_named_after_its_op(mix_name: str) -> None:
+    """The LowRankMix that absorbs a PostMix is named after the mix it replaces (a fresh name:
+    "/mix_1"), or after its op when the mix had none -- never an empty node name."""
+    proto = _fused_mix_after_post(streams_out=False)
+    mix = nth_node(proto, "HyperConnectionLowRankMix")
+    del mix.input[5:]
+    mix.name = mix_name
+    proto.graph.value_info.append(helper.make_tensor_value_info("x", G.F16, ["B", "S", 32]))
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 1
+    (fused,) = model.graph
+    assert fused.name is not None and fused.name.startswith(mix_name or "/HyperConnectionLowRankMix")
+
+
+@pytest.mark.parametrize("op,replacement", [("Mul", "Add"), ("Sigmoid", "Tanh"), ("Div", "Sub")])
+def test_an_inject_branch_that_is_not_the_post_gate_is_declined(op: str, replacement: str) -> None:
+    """The inject projection must feed Mul(Sigmoid(Div(inject, gate_div)), gate_mul); with any of
+    the three ops replaced, the mix is declined with that reason and the graph left as it was."""
+    proto = G.hc_model()
+    inj = next(n for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] == "/l0/attn_hc.inject").output[0]
+    div = next(n for n in proto.graph.node if n.op_type == "Div" and n.input[0] == inj)
+    sig = next(n for n in proto.graph.node if n.op_type == "Sigmoid" and n.input[0] == div.output[0])
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul" and n.input[0] == sig.output[0])
+    {"Div": div, "Sigmoid": sig, "Mul": mul}[op].op_type = replacement
+    before = K.signature(proto)
+    model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == 0
+    assert reasons(p) == ["inject projection is not Mul(Sigmoid(Div(inject, gate_div)), gate_mul)"]
+    assert K.signature(ir.to_proto(model)) == before
+
+
+@pytest.mark.parametrize("kernel_type,fused", [("tensor(float16)", True), ("tensor(float)", False)])
+def test_a_prologue_is_fused_only_where_the_release_has_the_mix_at_the_streams_dtype(
+    kernel_type: str, fused: bool
+) -> None:
+    """With a --target-ort kernel table, absorbing a PostMix re-creates the LowRankMix at the
+    streams' dtype (float16 here): fused where the release has that kernel, declined (naming the
+    op and the release) where it has the op for float only."""
+    from q38.optimize.target_kernels import TargetKernels, active
+
+    proto = _fused_mix_after_post(streams_out=False)
+    del nth_node(proto, "HyperConnectionLowRankMix").input[5:]
+    proto.graph.value_info.append(helper.make_tensor_value_info("x", G.F16, ["B", "S", 32]))
+    table = TargetKernels("9.9", "cuda", {LRM: (frozenset({kernel_type}),)}, "test table")
+    with active(table):
+        model, p = apply(FuseHyperConnectionPass, proto)
+    assert p.count == int(fused)
+    if not fused:
+        assert reasons(p) == [
+            "no CUDA kernel for HyperConnectionLowRankMix in onnxruntime 9.9 (target cuda, --target-ort; test table)"
+        ]
+        assert ops(model) == {(MS, "HyperConnectionPostMix"): 1, LRM: 1}
 
 def _final_mixer(g: G.G, X: str, *, C: int, H: int, prefix: str, r: np.random.Generator) -> str:
     """A mix with no inject projection (no combine): its PreMix output."""

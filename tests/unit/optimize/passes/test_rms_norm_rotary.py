@@ -204,12 +204,59 @@ def test_rms_norm_rotary_broadcast_position_ids_are_declined(shape: list[str | i
     assert (MS, "RMSNormRotary") not in ops(model)
 
 
+
+def test_rms_norm_rotary_broadcast_position_ids_are_declined_by_the_rotary_input_shape_alone() -> None:
+    """The [B, S] the positions must match is read from the 4-D rotary input when it declares a
+    shape: with the flat input untyped, [1, S] positions are still declined."""
+    proto = G.rms_rotary_model()
+    x = next(i for i in proto.graph.input if i.name == "x")
+    x.type.tensor_type.ClearField("shape")
+    r = next(n for n in proto.graph.node if n.name == "/q/Reshape").output[0]
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info(r, G.F16, ["B", "S", 2, 8]))
+    pos = next(i for i in proto.graph.input if i.name == "position_ids")
+    pos.CopyFrom(onnx.helper.make_tensor_value_info("position_ids", G.I64, [1, "S"]))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == ["position ids shape [1,S] is not the input's [B, S] = [B, S]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
 def test_rms_norm_rotary_negative_epsilon_is_declined() -> None:
     proto = G.rms_rotary_model()
     set_init(proto, "/q.eps", np.array(-0.125, np.float16))
     _, p = apply(FuseRMSNormRotaryPass, proto)
     assert reasons(p) == ["epsilon -0.125 is not finite and nonnegative"]
 
+
+
+@pytest.mark.parametrize("shape", [(16, 4, 1), (16, 8)])
+def test_rms_norm_rotary_cache_not_rows_by_half_the_head_size_is_declined(shape: tuple[int, ...]) -> None:
+    """RMSNormRotary reads [rows, head_size / 2] caches: a cache of another rank (even with
+    head_size / 2 columns) or of another width is declined, the graph left unfused."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "cos_cache", np.zeros(shape, np.float16))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    shown = ",".join(str(d) for d in shape)
+    assert reasons(p) == [f"cosine cache shape [{shown}] is not [rows, 4]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
+
+
+def test_rms_norm_rotary_with_epsilon_zero_fuses_with_parity() -> None:
+    """Epsilon 0 is nonnegative and finite: the chain fuses, the op's epsilon is 0."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "/q.eps", np.array(0.0, np.float16))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert p.count == 1
+    node = next(n for n in model.graph if n.op_type == "RMSNormRotary")
+    assert node.attributes["epsilon"].value == 0.0
+    close(run_ref(model, {"x": X16, "position_ids": POS}), run_ort(proto, {"x": X16, "position_ids": POS}))
+
+
+def test_rms_norm_rotary_final_reshape_of_rank_four_is_declined() -> None:
+    """The op's output is [B, S, heads*head_size]: a final Reshape to [0, 0, -1, 1] is declined."""
+    proto = G.rms_rotary_model()
+    set_init(proto, "/q.shape3", np.asarray([0, 0, -1, 1], np.int64))
+    model, p = apply(FuseRMSNormRotaryPass, proto)
+    assert reasons(p) == ["final Reshape shape [0, 0, -1, 1] is not [0, 0, heads*head_size]"]
+    assert (MS, "RMSNormRotary") not in ops(model)
 
 def test_rms_norm_rotary_cos_sin_swap_fails_parity() -> None:
     case = CASE["rms_norm_rotary"]
