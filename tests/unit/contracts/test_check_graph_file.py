@@ -70,6 +70,37 @@ def test_a_graph_without_a_cpu_kernel_fails_a_cpu_check_and_a_real_session(
     assert "session max32.onnx: ok" in out and "OK: 0 error(s)" in out
 
 
+@pytest.mark.parametrize(
+    ("provider", "asked"),
+    [
+        ("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"]),
+        ("cpu", ["CPUExecutionProvider"]),
+    ],
+)
+def test_ort_creates_the_session_with_the_providers_of_the_check(
+    provider: str, asked: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A build with several providers (onnxruntime-gpu) refuses a session that names none; this
+    # wheel has only the CPU EP, so the session the spy creates runs there.
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from contracts.runner import sessions_for_file
+
+    path = _save(_max(TP.INT32), tmp_path / "max32.onnx")
+    real, calls = ort.InferenceSession, []
+
+    def spy(model: str, options: ort.SessionOptions, providers: list[str] | None = None) -> object:
+        calls.append(providers)
+        return real(model, options, providers=["CPUExecutionProvider"])
+
+    several = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: several)
+    (result,) = sessions_for_file("max32.onnx", path, ir.load(path), {}, provider)
+    assert (result.status, calls) == ("ok", [asked])
+
+
 @pytest.mark.parametrize("fmt", ["json", "sarif", "github", "junit"])
 def test_every_format_renders_the_one_graph_report(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _save(_max(TP.INT16), tmp_path / "max16.onnx")
