@@ -123,6 +123,25 @@ def test_constant_inputs_are_only_initializers_and_constants() -> None:
     assert shapes.shape(z) == (1, 3, 32)  # an initializer target is data ORT reads
 
 
+@pytest.mark.parametrize("attr", ["value", "value_ints"])
+def test_a_constant_nodes_data_is_read_whatever_attribute_holds_it(
+    attr: str, tmp_path: Path
+) -> None:
+    target = [1, 3, 32]
+    data = nh.from_array(np.array(target, np.int64)) if attr == "value" else target
+    nodes = [
+        oh.make_node("Constant", [], ["k"], **{attr: data}),
+        oh.make_node("Reshape", ["x", "k"], ["y"]),
+    ]
+    proto = _model(nodes, [_vi("x", TP.FLOAT, [1, 3, 4, 8])], [_vi("y", TP.FLOAT, None)], ms=False)
+    onnx.save(proto, tmp_path / "m.onnx")
+    model = as_ir_model(proto)
+    inferred = shapes_of(model).shape(model.graph.outputs[0])
+    assert inferred == (1, 3, 32)
+    found = _ort_shapes(tmp_path / "m.onnx")
+    assert found is not None and found["y"] == list(inferred)
+
+
 def test_broadcasting_keeps_onnx_symbol_rules() -> None:
     assert broadcast(("b", 1, 8), (3, 7, 1)) == (3, 7, 8)
     assert broadcast(("b", 1, 8), ("c", 7, 1)) == (None, 7, 8)
