@@ -1,10 +1,11 @@
-"""Which files of a package are missing: the faults ``contracts.root_cause`` folds violations into.
+"""How ``contracts.root_cause`` finds a package's missing files and folds their violations.
 
 ``package_faults`` gathers every file a package refers to (each graph, each graph's external-data
-files, each path field of the config) and keeps those that do not exist. The folding of
-violations into one root cause per file is pinned end to end in
-``tests/unit/faults/test_missing_files.py``; here the fault list itself, which names the file by
-every spelling a message may use and the graphs that keep data in it.
+files, each path field of the config) and keeps those that do not exist; ``fold_file_faults``
+keeps one violation per such file. Pinned end to end in ``tests/unit/faults/test_missing_files.py``
+(which the contracts mutation run does not select); here the parts: the fault list (every
+spelling a message may use, the graphs that keep data in the file), which violation is the
+root, where it stands and what it says (q38's wording: ``messages_snapshot``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from syrupy.assertion import SnapshotAssertion
 
+from contracts._rule import Violation
 from contracts.package_view import GraphFile
 from contracts.path_fields import path_view
-from contracts.root_cause import package_faults
+from contracts.root_cause import FileFault, fold_file_faults, package_faults
 
 
 def _pkg(tmp_path: Path) -> Path:
@@ -107,3 +110,87 @@ def test_a_path_field_that_names_no_file_is_no_fault(tmp_path: Path) -> None:
     assert [
         f.rel for f in package_faults(path_view(root, root, _config(filename="gone.onnx")), [])
     ] == ["gone.onnx"]
+
+
+_DATA = FileFault(
+    "model.onnx.data",
+    ("model.onnx.data", "/p/model.onnx.data"),
+    "does not exist",
+    ("model.onnx (target)", "head.onnx (head)"),
+)
+_POOL = FileFault("weights_pool.txt", ("weights_pool.txt", "/p/weights_pool.txt"), "does not exist")
+
+
+def test_a_files_violations_fold_into_the_rule_about_the_file_where_the_first_stood(
+    messages_snapshot: SnapshotAssertion,
+) -> None:
+    found = [
+        Violation("ORT-MODEL-004", "initializer 'a': model.onnx.data: no such file", "target"),
+        Violation("OTHER-001", "an unrelated violation", "target"),
+        Violation("PKG-GRAPH-001", "graph reads model.onnx.data", "head", severity="warning"),
+        Violation(
+            "PKG-EXTDATA-001",
+            "initializer 'a' external data 'model.onnx.data' is missing",
+            "target",
+        ),
+        Violation("PKG-GRAPH-001", "graph reads model.onnx.data", "target"),
+        Violation(
+            "PKG-EXTDATA-001", "initializer 'b' external data 'model.onnx.data' is missing", "head"
+        ),
+        Violation("PKG-GRAPH-001", "graph reads model.onnx.data", ""),
+    ]
+    folded = fold_file_faults(found, [_POOL, _DATA])
+    # the first PKG-EXTDATA-001 error is the root (the rules about the file before the ones failing
+    # because of it), in the place of the group's first violation; the others are counted in it
+    assert [(v.rule_id, v.graph, v.folded) for v in folded] == [
+        ("PKG-EXTDATA-001", "target", 5),
+        ("OTHER-001", "target", 0),
+    ]
+    assert folded[1] is found[1]
+    assert messages_snapshot == {"data file": folded[0].message}
+
+
+def test_a_file_no_graph_keeps_data_in_names_the_graphs_of_its_violations(
+    messages_snapshot: SnapshotAssertion,
+) -> None:
+    found = [
+        Violation("ORT-MODEL-004", "weights_pool.txt is not there", "target"),
+        Violation("X-002", "weights_pool.txt again", ""),
+        Violation("X-001", "weights_pool.txt again", "head"),
+        Violation("X-001", "weights_pool.txt again", "target"),
+    ]
+    (root,) = fold_file_faults(found, [_POOL])
+    assert (root.rule_id, root.graph, root.folded) == ("ORT-MODEL-004", "target", 3)
+    about_file = [
+        Violation("X-001", "weights_pool.txt: not a regular file", "head"),
+        Violation("X-002", "reads weights_pool.txt", "head"),
+    ]
+    (own,) = fold_file_faults(about_file, [_POOL])
+    assert own.message.startswith("weights_pool.txt: not a regular file")  # its own words first
+    assert messages_snapshot == {"pool": root.message, "pool, about the file": own.message}
+
+
+@pytest.mark.parametrize(
+    ("group", "root"),
+    [
+        # an error of a rule about the file first; a warning of one is not the root
+        ([("X-001", "error"), ("PKG-READ-001", "warning"), ("PATH-FIELD-003", "error")], 2),
+        ([("PATH-FIELD-003", "error"), ("PKG-READ-001", "error")], 1),
+        ([("ORT-MODEL-004", "error"), ("PKG-GRAPH-001", "error")], 1),
+        ([("X-001", "warning"), ("X-002", "error"), ("X-003", "error")], 1),  # else the first error
+        ([("X-001", "warning"), ("X-002", "warning")], 0),  # else the first violation
+    ],
+)
+def test_the_root_of_a_group_is_chosen_by_rule_then_severity(
+    group: list[tuple[str, str]], root: int
+) -> None:
+    found = [
+        Violation(rule, f"weights_pool.txt problem {i}", severity=sev)
+        for i, (rule, sev) in enumerate(group)
+    ]
+    (folded,) = fold_file_faults(found, [_POOL])
+    assert (folded.rule_id, folded.severity, folded.folded) == (
+        group[root][0],
+        group[root][1],
+        len(group) - 1,
+    )
