@@ -142,6 +142,22 @@ def test_a_constant_nodes_data_is_read_whatever_attribute_holds_it(
     assert found is not None and found["y"] == list(inferred)
 
 
+def test_a_range_over_float_constants_counts_the_float32_values(tmp_path: Path) -> None:
+    """0.3f / 0.1f is just above 3 (0.1 in double is not): ORT's Range output has 4 elements."""
+    nodes = [
+        oh.make_node("Constant", [], ["a"], value_float=0.0),
+        oh.make_node("Constant", [], ["b"], value_float=0.3),
+        oh.make_node("Constant", [], ["c"], value_float=0.1),
+        oh.make_node("Range", ["a", "b", "c"], ["y"]),
+    ]
+    proto = _model(nodes, [], [_vi("y", TP.FLOAT, None)], ms=False)
+    onnx.save(proto, tmp_path / "m.onnx")
+    model = as_ir_model(proto)
+    inferred = shapes_of(model).shape(model.graph.outputs[0])
+    found = _ort_shapes(tmp_path / "m.onnx")
+    assert found is not None and found["y"] == list(inferred or ()) == [4]
+
+
 def test_broadcasting_keeps_onnx_symbol_rules() -> None:
     assert broadcast(("b", 1, 8), (3, 7, 1)) == (3, 7, 8)
     assert broadcast(("b", 1, 8), ("c", 7, 1)) == (None, 7, 8)
