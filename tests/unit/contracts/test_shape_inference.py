@@ -201,13 +201,13 @@ def test_an_external_initializer_is_no_data_for_inference(tmp_path: Path, op: st
 
 
 @pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape", "Expand"])
-@pytest.mark.parametrize("length", [3, 1024, 1025, 2**63 - 1])
+@pytest.mark.parametrize("length", [0, 3, 1024, 1025, 2**63 - 1])
 def test_a_rank_from_a_shape_inputs_declared_length_is_built_as_onnxruntime_builds_it(
     op: str, length: int, tmp_path: Path
 ) -> None:
     """A non-constant shape input whose declared length is huge (an int64-max value_info dim) gives
     the same output rank as in a real session, never a crash: up to 1,024 dims the rank is the
-    length; beyond that it is unknown (and the session still loads)."""
+    length (a length of 0: rank 0, a scalar); beyond that it is unknown (and the session still loads)."""
     if length > 1024 and ORT_VERSION < "1.32":  # measured on 1.31.1
         pytest.skip(f"onnxruntime {ORT_VERSION} has no 1,024-dim cap: it builds a rank-1025 shape, and a session "
                     "of an int64-max declared length kills the process (q38 mirrors 1.32.0's cap)")  # fmt: skip
