@@ -5,7 +5,8 @@ Invariants guarded:
   provider, the session-config rules on ``--session-option`` entries; exit 0 on no error, 1 on an
   error, and every ``--format`` renders the one-graph report (json names the graph).
 - A node no CPU kernel serves fails a cpu check (ORT-KERNEL-001, ORT's words; a real CPU session
-  refuses it too); ``--ort`` creates the real session.
+  refuses it too); ``--ort`` creates the real session, with the providers of the check and the
+  session options; a graph of custom-op domains is skipped (their library is not loaded).
 - ``--provider cuda`` of a float32 QMoE warns that it runs on the CPU EP (its CUDA kernels are
   fp16/bf16 only), on both versions, and says where the CUDA facts come from (source-derived,
   with repo and commit); the same graph in float16 gets no such warning.
@@ -25,6 +26,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from support.contracts_testkit import _model, _vi, ort_error, qmoe_initializers, qmoe_node
+from syrupy.assertion import SnapshotAssertion
 
 from q38.cli import main
 
@@ -68,6 +70,65 @@ def test_a_graph_without_a_cpu_kernel_fails_a_cpu_check_and_a_real_session(
     assert main(["check", str(good), "--ort"]) == 0
     out = capsys.readouterr().out
     assert "session max32.onnx: ok" in out and "OK: 0 error(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("provider", "asked"),
+    [
+        ("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"]),
+        ("cpu", ["CPUExecutionProvider"]),
+    ],
+)
+def test_ort_creates_the_session_with_the_providers_of_the_check(
+    provider: str, asked: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A build with several providers (onnxruntime-gpu) refuses a session that names none; this
+    # wheel has only the CPU EP, so the session the spy creates runs there.
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from contracts.runner import sessions_for_file
+
+    path = _save(_max(TP.INT32), tmp_path / "max32.onnx")
+    real, calls = ort.InferenceSession, []
+
+    def spy(model: str, options: ort.SessionOptions, providers: list[str] | None = None) -> object:
+        calls.append(providers)
+        return real(model, options, providers=["CPUExecutionProvider"])
+
+    several = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: several)
+    (result,) = sessions_for_file("max32.onnx", path, ir.load(path), {}, provider)
+    assert (result.status, calls) == ("ok", [asked])
+
+
+def test_ort_gives_the_session_the_options_and_skips_a_graph_of_custom_ops(
+    tmp_path: Path, messages_snapshot: SnapshotAssertion
+) -> None:
+    import onnx_ir as ir
+
+    from contracts.runner import sessions_for_file
+
+    path = _save(_max(TP.INT32), tmp_path / "max32.onnx")
+    (plain,) = sessions_for_file("max32.onnx", path, ir.load(path), {}, "cpu")
+    assert (plain.status, plain.message) == ("ok", "")
+    # an option ORT acts on when it creates the session: read the .onnx file as ORT format
+    entries = {"session.load_model_format": "ORT"}
+    (failed,) = sessions_for_file("max32.onnx", path, ir.load(path), entries, "cpu")
+    assert failed.status == "failed"
+    assert failed.message.startswith("[ONNXRuntimeError] : 1 : FAIL : "), failed.message
+    assert failed.message.endswith(" ORT model verification failed."), failed.message
+    nodes = [
+        oh.make_node("Fold", ["x"], ["h"], domain="z.ops"),
+        oh.make_node("Unfold", ["h"], ["y"], domain="a.ops"),
+    ]
+    custom = _model(nodes, [_vi("x", TP.FLOAT, [1])], [_vi("y", TP.FLOAT, [1])], ms=False)
+    custom.opset_import.extend([oh.make_opsetid("z.ops", 1), oh.make_opsetid("a.ops", 1)])
+    cpath = _save(custom, tmp_path / "custom.onnx")
+    (skipped,) = sessions_for_file("custom.onnx", cpath, ir.load(cpath), {}, "cpu")
+    assert skipped.status == "skipped"
+    assert messages_snapshot == {"custom-op domains": skipped.message}
 
 
 @pytest.mark.parametrize("fmt", ["json", "sarif", "github", "junit"])

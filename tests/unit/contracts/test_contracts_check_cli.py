@@ -7,8 +7,8 @@ Invariants guarded:
   offload config, offload node (CUDA target), CausalConvWithState, QSA, config surface (prefill
   chunk, profile overlap), file layout (escaping symlink; a dangling or self-looping one named
   exactly); a hard-linked data file only warns, named by its path in the package; a FIFO behind a
-  symlinked directory is one PATH-SPECIAL-001 row, by its own path (the walk follows no symlink); a graph or external-data file the user cannot
-  read is PKG-READ-001, naming the file and its graph (as ``nobody`` when the suite runs as root).
+  symlinked directory is one PATH-SPECIAL-001 row, by its own path (the walk follows no symlink); a graph, external-data file or library the user cannot
+  read is PKG-READ-001, naming the file and its graph, none for a library (as ``nobody`` when the suite runs as root).
 - Unreadable input exits 2 with one line; --json prints the documented shape.
 - A graph q38.package.load_graph refuses (external data past EOF, ...) is a PKG-GRAPH-001 error
   row (exit 1), never a silent pass; a config or graph path that leaves the package (symlink,
@@ -280,27 +280,32 @@ def _as_another_user(run: Callable[[], list[tuple[str, str, str]]]) -> list[tupl
     return [tuple(v) for v in result]  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("unreadable", "what"), [("model.onnx", "graph"), ("w.bin", "external data of 'w'")])
-def test_a_file_the_session_opens_that_the_user_cannot_read_is_named_with_its_graph(unreadable: str, what: str) -> None:
+@pytest.mark.parametrize(("unreadable", "what", "graph"), [
+    ("model.onnx", "graph", "decoder"), ("w.bin", "external data of 'w'", "decoder"),
+    ("lib.so", "custom-op library", "")])  # fmt: skip
+def test_a_file_the_session_opens_that_the_user_cannot_read_is_named_with_its_graph(unreadable: str, what: str,
+                                                                                    graph: str) -> None:  # fmt: skip
     """PKG-READ-001 names the unreadable file (relative to the package), what the session opens it
-    for, and the graph it belongs to; every other layout rule is silent."""
+    for, and the graph it belongs to (none for a library); every other layout rule is silent."""
     top = Path(tempfile.mkdtemp(prefix="q38-read-", dir="/tmp"))  # world-traversable, unlike tmp_path
     try:
         top.chmod(0o755)
         pkg = top / "pkg"
         pkg.mkdir()
         pkg.chmod(0o755)
-        for name in ("model.onnx", "w.bin"):
+        for name in ("model.onnx", "w.bin", "lib.so"):
             (pkg / name).write_bytes(b"\0" * 16)
             (pkg / name).chmod(0o644)
         (pkg / unreadable).chmod(0o200 if os.geteuid() != 0 else 0o600)  # root's 0o600: unreadable to nobody
-        view = PackageView(root=pkg, graphs=(GraphFile("decoder", pkg / "model.onnx", pkg, (("w", "w.bin"),)),))
+        graphs = (GraphFile("decoder", pkg / "model.onnx", pkg, (("w", "w.bin"),)),)
+        library = ("model.decoder.session_options.custom_ops_library", "lib.so")
+        view = PackageView(root=pkg, graphs=graphs, libraries=(library,))
         found = _as_another_user(lambda: [(v.rule_id, v.message, v.graph) for v in check_package_layout(view)])
     finally:
         shutil.rmtree(top, ignore_errors=True)
     message = (f"{unreadable}: {what} is not readable by the current user (permission denied); "
                "onnxruntime cannot open it when the session is created")  # fmt: skip
-    assert found == [("PKG-READ-001", message, "decoder")]
+    assert found == [("PKG-READ-001", message, graph)]
 
 
 def _profile_overlaying_the_decoder(data: dict[str, Any]) -> None:

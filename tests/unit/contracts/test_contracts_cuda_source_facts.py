@@ -7,7 +7,8 @@ Invariants guarded:
   ``#if``'d registrations are listed as build-dependent.
 - The facts judge only the ops they list: an op the source snapshot lacks is unknown (no fallback
   warning), and they never make ORT-KERNEL-002 an error (only a GPU dump does).
-- A GPU dump (``$Q38_CUDA_KERNELS``) replaces them.
+- A GPU dump (``$Q38_CUDA_KERNELS``) replaces them; a source-derived one there names every path
+  it was read from.
 - The generator's reader takes typed, versioned and untyped declarations, the first type of a
   multi-typed name, and the preprocessor conditions around them.
 """
@@ -24,6 +25,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from support.contracts_testkit import _model, _vi, qmoe_initializers, qmoe_node
+from syrupy.assertion import SnapshotAssertion
 
 from contracts.cuda_kernels import ENV_VAR, cuda_kernels
 from contracts.runner import check_graph
@@ -84,6 +86,20 @@ def test_a_gpu_dump_replaces_the_source_facts(tmp_path: Path, monkeypatch: pytes
     node = oh.make_node("Max", ["a", "b"], ["y"], name="max")
     both = _model([node], [_vi("a", TP.INT16, [2]), _vi("b", TP.INT16, [2])], [_vi("y", TP.INT16, [2])])
     assert "ORT-KERNEL-002" in {v.rule_id for v in check_graph(both, eps=frozenset({"cuda"}), ort_version="1.32.0")}
+
+
+def test_source_facts_name_every_path_they_were_read_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, messages_snapshot: SnapshotAssertion
+) -> None:
+    dump = tmp_path / "cuda-kernels-1.32.0.source.json"
+    paths = ["a/kernels.cc", "b/more_kernels.cc"]
+    origin = {"kind": "source-derived", "ref": "0" * 40, "paths": paths}
+    doc = {"ort_version": "1.32.0", "provenance": origin, "kernels": []}
+    dump.write_text(json.dumps(doc))
+    monkeypatch.setenv(ENV_VAR, str(dump))
+    facts = cuda_kernels("1.32.0")
+    assert facts is not None and not facts.probed
+    assert messages_snapshot == {"two paths, no repo": facts.provenance}
 
 
 def test_the_generator_reads_declarations_and_their_conditions() -> None:

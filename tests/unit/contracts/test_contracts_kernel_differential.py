@@ -166,6 +166,15 @@ def _behind_matmul(op: str, **attrs: Any) -> onnx.ModelProto:
     return _model([mm, node], ins, [_vi(o, TP.FLOAT, None) for o in outs], [init])
 
 
+def _low_rank_scalar_streams() -> onnx.ModelProto:
+    """A low-rank mix whose streams are a scalar (rank 0): its inference needs rank >= 1."""
+    node = oh.make_node("HyperConnectionLowRankMix", ["s", "n", "d", "u", "i"], ["p", "q"], name="hc", domain=MS,
+                        num_branches=4)
+    ins = [_vi("s", TP.FLOAT, []), _vi("n", TP.FLOAT, [256]), _vi("d", TP.FLOAT, [256, 8]), _vi("u", TP.FLOAT, [8, 256]),
+           _vi("i", TP.FLOAT, [256, 4])]
+    return _model([node], ins, [_vi(o, TP.FLOAT, None) for o in ("p", "q")])  # fmt: skip
+
+
 def _std(nodes: list[onnx.NodeProto], ins: list[tuple[str, list[int]]], inits: tuple[onnx.TensorProto, ...] = ()) -> onnx.ModelProto:
     return _model(nodes, [_vi(n, TP.FLOAT, s) for n, s in ins], [_vi(nodes[-1].output[0], TP.FLOAT, None)], inits, ms=False)
 
@@ -310,6 +319,10 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], dict[str, str], str | None
     ("premix num_branches -1", lambda: _behind_matmul("HyperConnectionPreMix", num_branches=-1), {}, "HC-SCHEMA-001", "HC-SCHEMA-001"),
     ("low-rank mix behind MatMul, 3 branches", lambda: _behind_matmul("HyperConnectionLowRankMix", num_branches=3), {}, "HC-SCHEMA-001", "ORT-SCHEMA-001"),
     ("low-rank mix num_branches 0", lambda: _behind_matmul("HyperConnectionLowRankMix", num_branches=0), {}, "HC-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("low-rank mix num_branches -1", lambda: _behind_matmul("HyperConnectionLowRankMix", num_branches=-1), {}, "HC-SCHEMA-001", "ORT-SCHEMA-001"),
+    ("low-rank mix behind MatMul, 4 branches (no CPU kernel)", lambda: _behind_matmul("HyperConnectionLowRankMix", num_branches=4), {},
+     "ORT-KERNEL-001", "ORT-SCHEMA-001"),
+    ("low-rank mix of scalar streams", _low_rank_scalar_streams, {}, "HC-SCHEMA-001", "ORT-SCHEMA-001"),
     ("conv dilation > INT_MAX", lambda: _cc(dilation=2**31), {}, "CCONV-CPU-001", "CCONV-CPU-001"),
     ("conv dilation 2**33", lambda: _cc(dilation=2**33), {}, "CCONV-CPU-001", "CCONV-CPU-001"),
     ("matmul K mismatch", lambda: _std([oh.make_node("MatMul", ["a", "b"], ["y"], name="mm")], [("a", [2, 3]), ("b", [4, 5])]), {}, "ORT-SHAPE-001", "ORT-SHAPE-001"),

@@ -12,6 +12,8 @@ Invariants guarded (on the installed onnxruntime, 1.32.0 or 1.31.1 by venv):
   inlined (a bfloat16 Relu at opset 14 or 21 is reported as Relu(14)).
 - A node with a float16 input reaches kernel creation (InsertCastTransformer) and fails there,
   in the session state's words.
+- ``missing_cpu_kernels`` lists exactly the nodes ORT finds no kernel for, and ``runs_on_cpu``
+  is false exactly then.
 - A graph an earlier stage refuses (a schema error) gets that verdict only: the kernel lookup
   never runs.
 """
@@ -24,7 +26,9 @@ import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
-from support.contracts_testkit import assert_agrees, graph_violations, ort_error
+from support.contracts_testkit import ORT_VERSION, assert_agrees, graph_violations, ort_error
+
+from contracts.cpu_kernels import missing_cpu_kernels, runs_on_cpu
 
 
 def _one(op: str, inputs: list[tuple[str, int]], output: int, opset: int = 21, **attrs: object) -> onnx.ModelProto:
@@ -85,6 +89,9 @@ def test_a_node_no_cpu_kernel_serves_is_refused_in_onnxruntimes_words(case: str,
         if message != "ORT":
             assert kernel[0].message.startswith(message), kernel[0].message
         assert kernel[0].node == "n"
+    missing = missing_cpu_kernels(model, ORT_VERSION)
+    assert [n.name for n in missing] == ([] if message is None else ["n"])
+    assert runs_on_cpu(model, ORT_VERSION) is (message is None)
     assert_agrees(violations, error, context=case)
 
 

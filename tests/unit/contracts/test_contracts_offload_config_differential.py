@@ -7,6 +7,8 @@ Invariants guarded:
   the contract's message.
 - The expected verdict of each table row comes from the documented 1.32.0 result when the rule's
   version range covers the installed ORT, and "accepted" otherwise (1.31.1 validates nothing).
+- The environment fallbacks agree with onnxruntime, through ``check_offload_environment`` and the
+  runner's ``check_environment`` alike.
 - A disagreement fails; nothing is skipped.
 """
 
@@ -216,11 +218,15 @@ _ENV_CASES = [
 def test_environment_fallbacks_agree_with_onnxruntime(variable: str, value: str, entries: dict[str, str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from contracts.offload_config import check_offload_environment
+    from contracts.runner import check_environment
 
     monkeypatch.setenv(variable, value)  # ORT reads both variables at every session creation
     found = check_offload_environment({variable: value}, entries=entries, ort_version=ORT_VERSION)
     assert {v.rule_id for v in found} <= {"OFFLOAD-ENV-001", "OFFLOAD-ENV-002"}
     assert_agrees(found, ort_error(identity_model(), entries), context=f"{variable}={value!r} {entries}")
+    # the runner's environment surface runs these rules, on the installed version by default
+    assert check_environment({variable: value}, entries=entries, ort_version=ORT_VERSION) == found
+    assert check_environment({variable: value}, entries=entries) == found
 
 
 _V132 = ORT_VERSION >= "1.32"

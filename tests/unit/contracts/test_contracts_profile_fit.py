@@ -1,4 +1,4 @@
-"""PKG-FIT-001's remedy text: how many resident slots to drop and which context tier still fits."""
+"""PKG-FIT-001's text: how many resident slots to drop, which context tier still fits, sizes in GiB."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.contracts_testkit import needs_fp16_gates
+from syrupy.assertion import SnapshotAssertion
 
 from contracts.profile_fit import profile_fit_violations
 from q38.cli import main
@@ -57,3 +58,16 @@ def test_the_remedy_counts_the_resident_slots_to_drop(offloaded: Path, tmp_path:
     per = max(e.bytes_per_expert for e in m.experts if e.resident)
     held = sum(e.resident or 0 for e in m.experts if e.resident)
     assert f"drop at least 1 resident slots ({per} bytes each, {held} planned)" in found.message
+
+
+def test_the_sizes_are_given_in_gib_too(
+    offloaded: Path, tmp_path: Path, messages_snapshot: SnapshotAssertion
+) -> None:
+    """At a long context tier the state reaches tenths of a GiB: the message gives bytes and GiB."""
+    pkg = _with_budget(offloaded, tmp_path / "pkg", 1 << 27)  # 128 MiB
+    path = pkg / "genai_config.json"
+    doc = json.loads(path.read_text())
+    doc["runtime_profiles"][0]["overlay"].setdefault("search", {})["max_length"] = 1 << 20
+    path.write_text(json.dumps(doc, indent=2))
+    [found] = profile_fit_violations(pkg)
+    assert messages_snapshot == {"1M-token tier, 128 MiB budget": found.message}

@@ -31,3 +31,12 @@ def test_fp16_gated_delta_net_gates_are_judged_by_the_installed_schema(tiny_cpu_
     assert {v.node for v in refused} == gdn
     assert all("Type Error: Type 'tensor(float16)' of input parameter" in v.message and "(GatedDeltaNet)" in v.message
                for v in refused), refused  # fmt: skip
+
+
+def test_a_version_is_compared_by_its_release_numbers() -> None:
+    """A rule's range compares (major, minor, patch): a fourth number and local or dev suffixes
+    are dropped, a missing patch is 0."""
+    from contracts._rule import parse_version
+
+    for spelled in ("1.32.0", "1.32.0.1", "1.32.0+cu12", "1.32.0.dev1", "1.32"):
+        assert parse_version(spelled) == (1, 32, 0), spelled

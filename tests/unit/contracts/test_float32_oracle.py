@@ -5,7 +5,8 @@ the same float32 bit pattern (signs of zeros and infinities, NaN as NaN); for ev
 consume completely (or not at all), ``parse_strtof`` says "not a number" (None). The texts are
 seeded draws around the hard places: exact midpoints between neighbouring float32 values (written
 out exactly, and one digit above/below), the subnormal range, the overflow boundary at FLT_MAX,
-signs, exponents, hexadecimal floats, and the special words.
+signs, exponents, hexadecimal floats, and the special words. ``round_to_float32`` of a negative
+value is the negated rounding of its magnitude.
 """
 
 from __future__ import annotations
@@ -140,3 +141,17 @@ def test_from_chars_reads_the_specials_and_refuses_what_a_float_cannot_hold(text
         assert got == expected
     else:
         assert got is not None and math.isnan(got)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Fraction(3, 2), Fraction(1, 3), Fraction(2) ** -149, Fraction(FLT_MAX), Fraction(FLT_MAX) * 2],
+)
+def test_round_to_float32_rounds_a_negative_value_as_its_magnitude(value: Fraction) -> None:
+    from contracts.float32 import round_to_float32
+
+    # none of these is near a float32 midpoint, so the double's float32 is the nearest float32
+    fits = value <= FLT_MAX
+    nearest = struct.unpack("<f", struct.pack("<f", float(value)))[0] if fits else math.inf
+    assert round_to_float32(value) == nearest
+    assert round_to_float32(-value) == -nearest

@@ -97,6 +97,11 @@ def test_selectors_match_ids_and_prefixes_case_insensitively() -> None:
     assert matches("ORT-SCHEMA-001", ["ORT-SCHEMA-001"]) and matches("ORT-SCHEMA-001", ["ort-schema"])
     assert matches("ORT-SCHEMA-011", ["ORT-SCHEMA-01"]) and not matches("ORT-SCHEMA-001", ["ORT-SCHEMA-01"])
     assert not matches("ORT-SHAPE-001", ["ORT-SCHEMA"]) and matches("QSA-DSA-001", ["ALL"])
+    # as a comma-separated option spells them: spaces around a selector, `all` in any case, the
+    # first selector that matches among several; none selects nothing
+    assert matches("ORT-SCHEMA-001", [" ort-schema "]) and matches("QSA-DSA-001", ["all"])
+    assert matches("ORT-SCHEMA-001", ["PKG", "ORT-SCHEMA-001"])
+    assert not matches("ORT-SCHEMA-001", [])
     assert entry("ort-schema-001") is entry("ORT-SCHEMA-001") is not None
     assert entry("NOPE-001") is None
 

@@ -53,6 +53,11 @@ def test_check_mode_reports_a_stale_dump(tmp_path: Path, capsys: pytest.CaptureF
     assert capsys.readouterr().out == f"{stale_path}: DIFFERS from the installed onnxruntime\n"
     assert schema_dump.main(["--check"]) == 0
     assert "up to date" in capsys.readouterr().out
+    missing = tmp_path / "none"  # no dump at all differs too
+    assert schema_dump.main(["--check", "--out", str(missing)]) == 1
+    differs = f"{schema_dump.dump_path(version, missing)}: DIFFERS from the installed onnxruntime\n"
+    assert capsys.readouterr().out == differs
+    assert not missing.exists()  # --check writes nothing
 
 
 def test_both_supported_versions_have_a_dump_with_what_the_rules_read() -> None:
@@ -132,7 +137,7 @@ def test_a_local_build_version_names_its_release(monkeypatch: pytest.MonkeyPatch
 
 
 def test_regenerating_writes_the_canonical_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "schemas"
+    out = tmp_path / "new" / "schemas"  # its parent is made too
     assert schema_dump.main(["--out", str(out)]) == 0
     version = ORT_VERSION.split("+")[0]
     written = schema_dump.dump_path(version, out)

@@ -123,6 +123,41 @@ def test_constant_inputs_are_only_initializers_and_constants() -> None:
     assert shapes.shape(z) == (1, 3, 32)  # an initializer target is data ORT reads
 
 
+@pytest.mark.parametrize("attr", ["value", "value_ints"])
+def test_a_constant_nodes_data_is_read_whatever_attribute_holds_it(
+    attr: str, tmp_path: Path
+) -> None:
+    target = [1, 3, 32]
+    data = nh.from_array(np.array(target, np.int64)) if attr == "value" else target
+    nodes = [
+        oh.make_node("Constant", [], ["k"], **{attr: data}),
+        oh.make_node("Reshape", ["x", "k"], ["y"]),
+    ]
+    proto = _model(nodes, [_vi("x", TP.FLOAT, [1, 3, 4, 8])], [_vi("y", TP.FLOAT, None)], ms=False)
+    onnx.save(proto, tmp_path / "m.onnx")
+    model = as_ir_model(proto)
+    inferred = shapes_of(model).shape(model.graph.outputs[0])
+    assert inferred == (1, 3, 32)
+    found = _ort_shapes(tmp_path / "m.onnx")
+    assert found is not None and found["y"] == list(inferred)
+
+
+def test_a_range_over_float_constants_counts_the_float32_values(tmp_path: Path) -> None:
+    """0.3f / 0.1f is just above 3 (0.1 in double is not): ORT's Range output has 4 elements."""
+    nodes = [
+        oh.make_node("Constant", [], ["a"], value_float=0.0),
+        oh.make_node("Constant", [], ["b"], value_float=0.3),
+        oh.make_node("Constant", [], ["c"], value_float=0.1),
+        oh.make_node("Range", ["a", "b", "c"], ["y"]),
+    ]
+    proto = _model(nodes, [], [_vi("y", TP.FLOAT, None)], ms=False)
+    onnx.save(proto, tmp_path / "m.onnx")
+    model = as_ir_model(proto)
+    inferred = shapes_of(model).shape(model.graph.outputs[0])
+    found = _ort_shapes(tmp_path / "m.onnx")
+    assert found is not None and found["y"] == list(inferred or ()) == [4]
+
+
 def test_broadcasting_keeps_onnx_symbol_rules() -> None:
     assert broadcast(("b", 1, 8), (3, 7, 1)) == (3, 7, 8)
     assert broadcast(("b", 1, 8), ("c", 7, 1)) == (None, 7, 8)
@@ -166,13 +201,13 @@ def test_an_external_initializer_is_no_data_for_inference(tmp_path: Path, op: st
 
 
 @pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape", "Expand"])
-@pytest.mark.parametrize("length", [3, 1024, 1025, 2**63 - 1])
+@pytest.mark.parametrize("length", [0, 3, 1024, 1025, 2**63 - 1])
 def test_a_rank_from_a_shape_inputs_declared_length_is_built_as_onnxruntime_builds_it(
     op: str, length: int, tmp_path: Path
 ) -> None:
     """A non-constant shape input whose declared length is huge (an int64-max value_info dim) gives
     the same output rank as in a real session, never a crash: up to 1,024 dims the rank is the
-    length; beyond that it is unknown (and the session still loads)."""
+    length (a length of 0: rank 0, a scalar); beyond that it is unknown (and the session still loads)."""
     if length > 1024 and ORT_VERSION < "1.32":  # measured on 1.31.1
         pytest.skip(f"onnxruntime {ORT_VERSION} has no 1,024-dim cap: it builds a rank-1025 shape, and a session "
                     "of an int64-max declared length kills the process (q38 mirrors 1.32.0's cap)")  # fmt: skip
