@@ -161,11 +161,9 @@ def test_opset_imports_outside_what_onnxruntime_supports_fail_check(opsets: list
 
 def test_an_unused_import_of_an_unknown_domain_warns_as_onnxruntime_loads_it(tiny_cpu_package: Path, tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    import onnxruntime as ort
-
+    # that onnxruntime loads such a graph: test_contracts_schema_differential (a real session, each version)
     pkg = _copy(tiny_cpu_package, tmp_path)
     _opsets(pkg, [("com.evil", 1)])
-    ort.InferenceSession(str(pkg / "model.onnx"), providers=["CPUExecutionProvider"])  # ORT loads it
     assert main(["check", str(pkg), "--ort-version", "1.32.0", "--format", "json"]) == 0
     found = [(r["rule_id"], r["severity"]) for r in json.loads(capsys.readouterr().out)["violations"]]
     assert ("ORT-OPSET-002", "warning") in found
