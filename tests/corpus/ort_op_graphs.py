@@ -58,6 +58,13 @@ def _const(name: str, elem: int, shape: Sequence[int], fill: float = 0.0) -> onn
     return nh.from_array(np.full(list(shape), fill, _np(elem)), name)
 
 
+def _qkv(elem: int, b: int, s: int, heads: int, kv: int, hd: int, *, packed: bool) -> tuple[Spec, list[str]]:
+    """The query / key / value feeds of an attention op and its first three input names (packed: one QKV)."""
+    if packed:
+        return {"q": (elem, [b, s, (heads + 2 * kv) * hd])}, ["q", "", ""]
+    return {"q": (elem, [b, s, heads * hd]), "k": (elem, [b, s, kv * hd]), "v": (elem, [b, s, kv * hd])}, ["q", "k", "v"]
+
+
 def _gqa() -> Iterator[tuple[str, bytes]]:
     """test_gqa_cpu.py: prompt / past, packed QKV, rotary, local window, softcap, fp32 / fp16 / bf16."""
     for elem, (nh_, kv), hd, packed, past, rotary, extra in itertools.product(
@@ -66,13 +73,7 @@ def _gqa() -> Iterator[tuple[str, bytes]]:
         if (elem != F32 or (nh_, kv) in {(4, 4), (6, 3)}) and (hd == 32 or extra):
             continue  # the sweep's corners, not its full product
         b, s, p = 1, 3, 5
-        feeds: Spec = {}
-        if packed:
-            feeds["q"] = (elem, [b, s, (nh_ + 2 * kv) * hd])
-            names = ["q", "", ""]
-        else:
-            feeds.update(q=(elem, [b, s, nh_ * hd]), k=(elem, [b, s, kv * hd]), v=(elem, [b, s, kv * hd]))
-            names = ["q", "k", "v"]
+        feeds, names = _qkv(elem, b, s, nh_, kv, hd, packed=packed)
         if past:
             feeds.update(pk=(elem, [b, kv, p, hd]), pv=(elem, [b, kv, p, hd]))
             names += ["pk", "pv"]
@@ -109,13 +110,7 @@ def _sparse_attention() -> Iterator[tuple[str, bytes]]:
     for elem, (nh_, kv), block, packed, rotary in itertools.product(
             (F32, F16, BF16), ((4, 2), (2, 1), (4, 4)), (16, 32), (False, True), (False, True)):  # fmt: skip
         hd, b, s, p, layouts, max_blocks = 16, 1, 4, 60, 1, 4
-        feeds: Spec = {}
-        if packed:
-            feeds["q"] = (elem, [b, s, (nh_ + 2 * kv) * hd])
-            names = ["q", "", ""]
-        else:
-            feeds.update(q=(elem, [b, s, nh_ * hd]), k=(elem, [b, s, kv * hd]), v=(elem, [b, s, kv * hd]))
-            names = ["q", "k", "v"]
+        feeds, names = _qkv(elem, b, s, nh_, kv, hd, packed=packed)
         feeds.update(pk=(elem, [b, kv, p + s, hd]), pv=(elem, [b, kv, p + s, hd]), rows=(I32, [layouts, max_blocks + 1]),
                      cols=(I32, [layouts, max_blocks * max_blocks]), tsl=(I32, [1]), ktsl=(I32, [b]))  # fmt: skip
         names += ["pk", "pv", "rows", "cols", "tsl", "ktsl"]
