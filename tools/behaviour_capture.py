@@ -6,6 +6,9 @@ A refactoring that claims "behaviour unchanged" runs this on the tree before and
     python tools/behaviour_capture.py capture --tree .            OUT_AFTER
     python tools/behaviour_capture.py compare OUT_BEFORE OUT_AFTER
 
+``--synth-args '--seed 7'`` runs the same scenarios on synthetic packages of another seed (or
+preset, lineage): inputs the refactoring was not written around.
+
 ``capture`` runs each scenario (``python -m q38 ARGS`` with ``--tree`` first on ``PYTHONPATH``)
 in a fresh scratch directory and records its exit code, stdout and stderr (the scratch path
 replaced by ``<TMP>``); the packages the scenarios write stay under ``OUT/work``. ``compare``
@@ -82,10 +85,12 @@ for _name in REAL_PACKAGES:
     ]
 
 
-def _run(tree: Path, argv: list[str], work: Path) -> dict[str, object]:
+def _run(tree: Path, argv: list[str], work: Path, synth: list[str]) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "100", "NO_COLOR": "1", "Q38_NO_PROGRESS": "1"}
     env.pop("CI", None)
     args = [a.replace("{W}", str(work)).replace("{R}", str(REAL)) for a in argv]
+    if args[0] == "synth":
+        args += synth
     proc = subprocess.run([sys.executable, "-m", "q38", *args], capture_output=True, text=True, env=env,
                           cwd=work, timeout=600, check=False)  # fmt: skip
 
@@ -99,13 +104,17 @@ def _say(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def capture(tree: Path, out: Path) -> int:
-    """Run every scenario with ``tree``'s q38 and write ``out/transcript.json``."""
+def capture(tree: Path, out: Path, synth: list[str]) -> int:
+    """Run every scenario with ``tree``'s q38 and write ``out/transcript.json``.
+
+    ``synth``: extra ``q38 synth`` flags for every synthesized package (another ``--seed``,
+    ``--preset``, ``--lineage``), so the same scenarios run on inputs of another shape.
+    """
     work = out / "work"
     work.mkdir(parents=True)
     records = {}
     for name, argv, writes in SCENARIOS:
-        records[name] = {**_run(tree, argv, work), "writes": writes}
+        records[name] = {**_run(tree, argv, work, synth), "writes": writes}
         sys.stderr.write(f"{name}: rc {records[name]['rc']}\n")
     (out / "transcript.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     return 0
@@ -155,13 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("capture")
     c.add_argument("--tree", type=Path, required=True)
     c.add_argument("out", type=Path)
+    c.add_argument("--synth-args", default="", help="extra q38 synth flags, one string: '--seed 7 --preset full'")
     d = sub.add_parser("compare")
     d.add_argument("before", type=Path)
     d.add_argument("after", type=Path)
     d.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     args = ap.parse_args(argv)
     if args.cmd == "capture":
-        return capture(args.tree.resolve(), args.out.resolve())
+        return capture(args.tree.resolve(), args.out.resolve(), args.synth_args.split())
     return compare(args.before.resolve(), args.after.resolve(), args.tree.resolve())
 
 
